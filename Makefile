@@ -1,0 +1,47 @@
+# Everything an operator or developer runs. `make run-daemons` and `make test` work from a fresh
+# clone: the first target that needs the virtualenv creates it.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+CONFIG ?=
+
+# Keep every tool's caches and Chroma's telemetry away from $HOME.
+export ANONYMIZED_TELEMETRY := False
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install test lint typecheck check docs run-daemons clean-data clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+test: $(STAMP)
+	@$(BIN)/python -m pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
+	exit $$status
+
+lint: $(STAMP)
+	$(BIN)/ruff check core daemons tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+# Regenerate the documents derived from core/config.py (the README table, the example file).
+docs: $(STAMP)
+	$(BIN)/python -m core.config --example > config/kb.example.toml
+	$(BIN)/python -m core.config --readme README.md
+
+clean-data:
+	rm -rf .kb-data
+
+clean: clean-data
+	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

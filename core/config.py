@@ -1,0 +1,490 @@
+"""The `[knowledgeBase]` configuration: one table of keys, read defensively into one frozen object.
+
+`KEYS` is the single source of truth for every key: its TOML name, type, default, valid range and
+the reason for the default. `Settings`, the README's configuration table and
+`config/kb.example.toml` are all derived from it (`python -m core.config --markdown | --example`).
+
+Reading is defensive because the file is shared with other programs and outlives releases: a
+missing file, table or key takes its default; a wrong type or an out-of-range value takes its
+default with one warning naming the key, the expected type and the value seen; an unknown key
+is warned about (it is usually a typo). Destructive switches are on only for a TOML `true`.
+Only a file that cannot be parsed at all is an error (exit 2 with file, line and column).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from core.errors import ConfigError
+
+TABLE = "knowledgeBase"
+DEFAULT_CONFIG_FILE = Path("config/kb.toml")
+CONFIG_ENV_VAR = "KB_CONFIG"
+
+KeyType = Literal[
+    "string", "path", "url", "collection", "integer", "number", "boolean", "enum", "rules"
+]
+
+_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+LOG_FORMATS = ("auto", "json", "console")
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One configuration key: how it is spelled, checked and defaulted, and why."""
+
+    name: str
+    type: KeyType
+    default: Any
+    reason: str
+    #: Extra validity test beyond the type, with the wording used in warnings and docs.
+    valid: Callable[[Any], bool] | None = None
+    valid_text: str = ""
+    #: For path keys whose default lives under `dataDir`: the relative path below it.
+    under_data_dir: str | None = None
+
+    @property
+    def field_name(self) -> str:
+        """The snake_case attribute of `Settings` that holds this key's value."""
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.name).lower()
+
+    @property
+    def type_text(self) -> str:
+        """The expected type as a reader of the TOML file would name it."""
+        base = {
+            "string": "string",
+            "path": "string (path)",
+            "url": 'string ("" or http(s)://host:port)',
+            "collection": "string (Chroma collection name)",
+            "integer": "integer",
+            "number": "number",
+            "boolean": "boolean",
+            "enum": " | ".join(f'"{v}"' for v in LOG_FORMATS),
+            "rules": "array of tables",
+        }[self.type]
+        return f"{base} {self.valid_text}".strip()
+
+    @property
+    def default_text(self) -> str:
+        """The default as it would be written in TOML (path defaults shown under dataDir)."""
+        if self.under_data_dir is not None:
+            return f'"<dataDir>/{self.under_data_dir}"'
+        return toml_literal(self.default)
+
+
+def _at_least(low: float) -> Callable[[Any], bool]:
+    return lambda v: v >= low
+
+
+def _port(v: int) -> bool:
+    return 0 <= v <= 65535
+
+
+def _fraction(v: float) -> bool:
+    return 0 < v <= 1
+
+
+def _url(v: str) -> bool:
+    return v == "" or re.fullmatch(r"https?://[^/\s:]+(:\d{1,5})?/?", v) is not None
+
+
+# Every key, in the order the README and the example file list them. Each default is written
+# here once; nothing else in the project spells a default out.
+KEYS: tuple[Key, ...] = (
+    Key("dataDir", "path", ".kb-data", "one folder for all local state; easy to back up or wipe"),
+    Key("chromaPath", "path", None, "embedded store beside the rest of the state",
+        under_data_dir="chroma"),
+    Key("chromaUrl", "url", "", "embedded mode needs no server; set a URL to share one store"),
+    Key("graphDbPath", "path", None, "graph, telemetry and daemon state share one SQLite file",
+        under_data_dir="graph.sqlite"),
+    Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
+        under_data_dir="memory-core/lazy-edges.jsonl"),
+    Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection"),
+    Key("summaryCollection", "collection", "neo-agent-sessions",
+        "the platform's session-summary collection"),
+    Key("knowledgeBaseCollection", "collection", "neo-knowledge-base",
+        "the platform's knowledge-base collection"),
+    Key("remIntervalMs", "integer", 3_600_000, "one REM cycle an hour, as the platform dreams",
+        _at_least(1), ">= 1"),
+    Key("remLiveIngestOverlapMs", "integer", 86_400_000,
+        "a day of overlap re-reads late-arriving summaries; re-ingesting is a no-op",
+        _at_least(0), ">= 0"),
+    Key("lazyEdgeMaxAttempts", "integer", 10,
+        "ten hourly tries give a late row half a day to appear before the line is parked",
+        _at_least(1), ">= 1"),
+    Key("reconciliationEnabled", "boolean", False, "opt-in: the daemon idles until asked"),
+    Key("reconciliationIntervalMs", "integer", 3_600_000, "hourly, like the original daemon",
+        _at_least(1), ">= 1"),
+    Key("reconciliationAutoTombstone", "boolean", False,
+        "destructive, so detect-and-report only unless switched on"),
+    Key("reconciliationOrphanVersionGap", "number", 2,
+        "one version of grace lets a re-ingest in progress finish before anything is deleted",
+        _at_least(1), ">= 1"),
+    Key("reconciliationMaxDeletesPerTick", "integer", 10_000,
+        "bounds the damage of a mistake to one pass's worth; later passes continue",
+        _at_least(0), ">= 0"),
+    Key("reconciliationMaxStaleFraction", "number", 0.5,
+        "losing most of a tenant at once is more likely an operator error than drift",
+        _fraction, "in (0, 1]"),
+    Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
+    Key("alertingIntervalMs", "integer", 900_000,
+        "four looks an hour notice drift within one reconcile interval",
+        _at_least(1), ">= 1"),
+    Key("alertingCooldownMs", "integer", 3_600_000,
+        "one reminder an hour per alert key: heard, not spammed", _at_least(0), ">= 0"),
+    Key("alertWindowMs", "integer", 3_600_000, "matches one reconcile interval of telemetry",
+        _at_least(1), ">= 1"),
+    Key("alertRules", "rules", (), "no rules, no alerts; see the commented examples"),
+    Key("logFormat", "enum", "auto", "readable on a terminal, JSON lines for journald and tools"),
+    Key("metricsPort", "integer", 0, "off unless asked; loopback only when on", _port,
+        "in [0, 65535]"),
+)
+
+KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The resolved `[knowledgeBase]` table: every path absolute, every value checked."""
+
+    data_dir: Path
+    chroma_path: Path
+    chroma_url: str
+    graph_db_path: Path
+    lazy_edges_queue_path: Path
+    memory_collection: str
+    summary_collection: str
+    knowledge_base_collection: str
+    rem_interval_ms: int
+    rem_live_ingest_overlap_ms: int
+    lazy_edge_max_attempts: int
+    reconciliation_enabled: bool
+    reconciliation_interval_ms: int
+    reconciliation_auto_tombstone: bool
+    reconciliation_orphan_version_gap: float
+    reconciliation_max_deletes_per_tick: int
+    reconciliation_max_stale_fraction: float
+    alerting_enabled: bool
+    alerting_interval_ms: int
+    alerting_cooldown_ms: int
+    alert_window_ms: int
+    alert_rules: tuple[Any, ...]
+    log_format: str
+    metrics_port: int
+    #: The file these settings came from; None when every key took its default.
+    source: Path | None = field(default=None, compare=False)
+
+    @property
+    def draining_path(self) -> Path:
+        """The in-flight copy of the queue (`<queue>.draining`)."""
+        return self.lazy_edges_queue_path.with_name(self.lazy_edges_queue_path.name + ".draining")
+
+    @property
+    def dead_letter_path(self) -> Path:
+        """Lines that will never apply, with their reasons (`<queue>.dead.jsonl`)."""
+        return self.lazy_edges_queue_path.with_name(self.lazy_edges_queue_path.name + ".dead.jsonl")
+
+    @property
+    def tombstones_dir(self) -> Path:
+        """Where chunk archives are written before a delete."""
+        return self.data_dir / "tombstones"
+
+    @property
+    def server_mode(self) -> bool:
+        """True when a Chroma server is used instead of the embedded store."""
+        return self.chroma_url != ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigWarning:
+    """A key that was ignored or defaulted, and why; the caller logs it."""
+
+    key: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """Settings plus the warnings found while reading them."""
+
+    settings: Settings
+    warnings: tuple[ConfigWarning, ...]
+
+
+def toml_literal(value: Any) -> str:
+    """Render a default as TOML source (for docs and the example file)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (tuple, list)) and not value:
+        return "[]"
+    raise TypeError(f"no TOML literal for {value!r}")
+
+
+def _type_ok(key: Key, value: Any) -> bool:
+    """Whether `value` has the TOML type `key` expects; bool is never a number here."""
+    match key.type:
+        case "string" | "path" | "url" | "collection" | "enum":
+            return isinstance(value, str)
+        case "integer":
+            return isinstance(value, int) and not isinstance(value, bool)
+        case "number":
+            return (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            )
+        case "boolean":
+            return isinstance(value, bool)
+        case "rules":
+            return isinstance(value, list)
+    return False  # pragma: no cover - Literal is exhaustive
+
+
+def _value_ok(key: Key, value: Any) -> bool:
+    """Whether a value of the right type is also in range."""
+    match key.type:
+        case "path":
+            return bool(value != "")
+        case "url":
+            return _url(value)
+        case "collection":
+            return _COLLECTION_NAME.match(value) is not None
+        case "enum":
+            return value in LOG_FORMATS
+    return key.valid is None or bool(key.valid(value))
+
+
+def resolve_config(
+    document: Mapping[str, Any], *, base_dir: Path, source: Path | None = None
+) -> LoadedConfig:
+    """Turn a parsed TOML document into Settings, defaulting and warning defensively.
+
+    Pure: no file access, no clock. `base_dir` anchors relative paths (the config file's folder,
+    or the current folder when no file is used).
+    """
+    warnings: list[ConfigWarning] = []
+    table = document.get(TABLE, {})
+    if not isinstance(table, Mapping):
+        warnings.append(
+            ConfigWarning(TABLE, f"[{TABLE}] must be a table, got {type(table).__name__}; "
+                                 "using all defaults")
+        )
+        table = {}
+
+    for name in table:
+        if name not in KEYS_BY_NAME:
+            hint = _closest_key(name)
+            warnings.append(
+                ConfigWarning(name, f"unknown key {TABLE}.{name} ignored"
+                                    + (f" (did you mean {hint}?)" if hint else ""))
+            )
+
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        if key.name not in table:
+            values[key.name] = key.default
+            continue
+        seen = table[key.name]
+        if _type_ok(key, seen) and _value_ok(key, seen):
+            values[key.name] = tuple(seen) if key.type == "rules" else seen
+        else:
+            values[key.name] = key.default
+            warnings.append(
+                ConfigWarning(
+                    key.name,
+                    f"{TABLE}.{key.name}: expected {key.type_text}, got {seen!r}; "
+                    f"using default {key.default_text}",
+                )
+            )
+
+    data_dir = _absolute(base_dir, values["dataDir"])
+    resolved: dict[str, Any] = {}
+    for key in KEYS:
+        value = values[key.name]
+        if key.type == "path":
+            if value is None and key.under_data_dir is not None:
+                value = data_dir / key.under_data_dir
+            else:
+                value = _absolute(base_dir, value)
+        elif key.type == "url":
+            value = value.rstrip("/")
+        resolved[key.field_name] = value
+    return LoadedConfig(Settings(**resolved, source=source), tuple(warnings))
+
+
+def _absolute(base_dir: Path, value: str | Path) -> Path:
+    path = Path(value).expanduser() if str(value).startswith("~") else Path(value)
+    return path if path.is_absolute() else (base_dir / path).resolve()
+
+
+def _closest_key(name: str) -> str | None:
+    """Suggest the real key an unknown one was probably meant to be (case or typo)."""
+    import difflib
+
+    lowered = {k.lower(): k for k in KEYS_BY_NAME}
+    if name.lower() in lowered:
+        return lowered[name.lower()]
+    match = difflib.get_close_matches(name, list(KEYS_BY_NAME), n=1, cutoff=0.8)
+    return match[0] if match else None
+
+
+def choose_config_file(explicit: str | None, environ: Mapping[str, str]) -> Path | None:
+    """CONTRACT's lookup order: --config, else $KB_CONFIG, else config/kb.toml if present."""
+    if explicit:
+        return Path(explicit)
+    if environ.get(CONFIG_ENV_VAR):
+        return Path(environ[CONFIG_ENV_VAR])
+    if DEFAULT_CONFIG_FILE.is_file():
+        return DEFAULT_CONFIG_FILE
+    return None
+
+
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
+def parse_toml_file(path: Path) -> dict[str, Any] | None:
+    """Read and parse a TOML file; None when it does not exist.
+
+    Raises ConfigError with `file:line:col: message` for a syntax error, and with the file
+    named for anything that stops it being read (permissions, a folder, invalid UTF-8).
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(f"{path}:{line}:{column}: config file is not valid UTF-8") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        position = _TOML_POSITION.search(message)
+        if position:
+            where = f"{path}:{position.group(1)}:{position.group(2)}"
+            message = message[: position.start()]
+        else:
+            where = str(path)
+        raise ConfigError(f"{where}: TOML syntax error: {message}") from exc
+
+
+def load_config(
+    explicit: str | None = None, *, environ: Mapping[str, str] | None = None
+) -> LoadedConfig:
+    """Find, read and resolve the configuration per CONTRACT; raises ConfigError only on a
+    file that exists but cannot be parsed."""
+    environ = os.environ if environ is None else environ
+    path = choose_config_file(explicit, environ)
+    if path is None:
+        return resolve_config({}, base_dir=Path.cwd())
+    document = parse_toml_file(path)
+    base_dir = path.resolve().parent
+    if document is None:
+        loaded = resolve_config({}, base_dir=base_dir)
+        missing = ConfigWarning("", f"{path}: config file not found; using all defaults")
+        return LoadedConfig(loaded.settings, (missing, *loaded.warnings))
+    return resolve_config(document, base_dir=base_dir, source=path.resolve())
+
+
+def render_markdown_table() -> str:
+    """The README's configuration table, generated so it cannot drift from KEYS."""
+    rows = ["| key | type | default | why this default |", "|---|---|---|---|"]
+    for key in KEYS:
+        type_text = key.type_text.replace("|", "\\|")
+        rows.append(f"| `{key.name}` | {type_text} | `{key.default_text}` | {key.reason} |")
+    return "\n".join(rows) + "\n"
+
+
+# Commented example rules shown under `alertRules` in the example file; a test checks that each
+# one passes the alert rule validation once uncommented.
+EXAMPLE_ALERT_RULES_TOML: tuple[str, ...] = (
+    "#",
+    "# Persistent drift: a tenant found stale chunks in more than two passes of the window.",
+    "# [[knowledgeBase.alertRules]]",
+    '# metric = "reconcileEvents"',
+    "# threshold = 2",
+    '# severity = "warning"',
+    '# channels = ["console"]',
+    "#",
+    "# Drift volume: more than 5,000 stale chunks reported for one repo within the window.",
+    "# [[knowledgeBase.alertRules]]",
+    '# metric = "chunksTotal"',
+    "# threshold = 5000",
+    '# severity = "critical"',
+    '# channels = ["console", "webhook:http://127.0.0.1:9000/kb-alerts"]',
+    '# scope = "repo"',
+)
+
+
+def render_example_toml() -> str:
+    """`config/kb.example.toml`: every key commented out at its default, with its reason."""
+    lines = [
+        "# Example configuration for the kb daemons. Every key is shown at its default;",
+        "# uncomment and change what you need, then save as config/kb.toml (or pass --config).",
+        "# Generated from core/config.py (make docs); do not edit by hand.",
+        "",
+        f"[{TABLE}]",
+    ]
+    for key in KEYS:
+        lines.append(f"# {key.reason} ({key.type_text})")
+        if key.type == "rules":
+            lines.append(f"# {key.name} = []")
+            lines.extend(EXAMPLE_ALERT_RULES_TOML)
+        else:
+            lines.append(f"# {key.name} = {key.default_text}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+README_TABLE_START = "<!-- config-table:start (generated by make docs) -->"
+README_TABLE_END = "<!-- config-table:end -->"
+
+
+def update_readme(path: Path) -> None:
+    """Replace the README's configuration table (between its markers) with the generated one."""
+    text = path.read_text(encoding="utf-8")
+    head, _, rest = text.partition(README_TABLE_START)
+    _, _, tail = rest.partition(README_TABLE_END)
+    if not rest or not tail and README_TABLE_END not in rest:
+        raise SystemExit(f"{path}: configuration table markers not found")
+    body = f"{README_TABLE_START}\n{render_markdown_table()}{README_TABLE_END}"
+    path.write_text(head + body + tail, encoding="utf-8")
+
+
+def _main(argv: Sequence[str]) -> int:
+    """`python -m core.config --markdown | --example | --readme FILE`: generated documents."""
+    args = list(argv)
+    if args == ["--markdown"]:
+        sys.stdout.write(render_markdown_table())
+        return 0
+    if args == ["--example"]:
+        sys.stdout.write(render_example_toml())
+        return 0
+    if len(args) == 2 and args[0] == "--readme":
+        update_readme(Path(args[1]))
+        return 0
+    print("usage: python -m core.config --markdown | --example | --readme FILE", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

@@ -1,0 +1,31 @@
+"""Exceptions that end a command, each tied to the exit code CONTRACT gives it.
+
+Errors the caller must decide about are values (result objects); these are the ones where the
+command cannot go on. The CLI layer maps them to exit codes in one place (`core.cli`).
+"""
+
+from __future__ import annotations
+
+
+class KbError(Exception):
+    """Base of every error this project raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(KbError):
+    """Usage or configuration error: exit 2, one line on stderr naming the flag or file:line:col."""
+
+    exit_code = 2
+
+
+class StoreUnavailable(KbError):
+    """Chroma or SQLite could not be reached or used; nothing was lost: exit 1."""
+
+    exit_code = 1
+
+
+class LockHeld(KbError):
+    """Another process holds a lock this run needs (drainer lock, embedded store lock): exit 1."""
+
+    exit_code = 1

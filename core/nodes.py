@@ -1,0 +1,154 @@
+"""MEMORY and SESSION node contents built from Chroma rows (pure).
+
+Both pipelines (live ingestion and back-fill) build their nodes here, so the two can differ only
+in their provenance marker. The payload hash is the original's: SHA-256 of compact, key-sorted
+JSON (JavaScript `JSON.stringify` formatting) over the fields that matter, absent values as "".
+Equal hashes mean an upsert would change nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from core.ids import memory_node_id, session_node_id
+from core.timestamps import epoch_ms_from_created_at
+
+MEMORY_LABEL = "MEMORY"
+SESSION_LABEL = "SESSION"
+ORIGINATES_IN = "ORIGINATES_IN"
+
+Marker = Literal["backfilled", "liveIngested"]
+
+# What live ingestion removes when it upgrades an existing node: markers are exclusive, and a
+# node built from a real summary is no longer minimal.
+LIVE_INGEST_DROPS: tuple[str, ...] = ("backfilled", "minimal")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """A node to write: id, label and its properties (a JSON object)."""
+
+    id: str
+    label: str
+    properties: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeRow:
+    """An edge to write; `properties` excludes the weight, which has its own column."""
+
+    source: str
+    target: str
+    relationship: str
+    weight: float = 1.0
+    properties: Mapping[str, Any] | None = None
+
+
+def js_json(value: Any) -> str:
+    """Compact key-sorted JSON formatted as JavaScript's JSON.stringify would (integral floats
+    without a fraction, non-ASCII unescaped), so hashes match the original system's."""
+    return json.dumps(_js_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _js_numbers(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _js_numbers(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_js_numbers(v) for v in value]
+    return value
+
+
+def _field(metadata: Mapping[str, Any], name: str) -> Any:
+    value = metadata.get(name)
+    return "" if value is None else value
+
+
+def memory_payload_hash(metadata: Mapping[str, Any]) -> str:
+    """Hash of the memory fields a graph node mirrors."""
+    payload = {k: _field(metadata, k) for k in ("createdAt", "sessionId", "userId")}
+    return hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+
+
+def session_payload_hash(metadata: Mapping[str, Any]) -> str:
+    """Hash of the session-summary fields a graph node mirrors."""
+    payload = {k: _field(metadata, k) for k in ("createdAt", "sessionId", "title", "userId")}
+    return hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+
+
+def memory_node(chroma_id: str, metadata: Mapping[str, Any], marker: Marker) -> NodeRow:
+    """The MEMORY node for a memory row."""
+    properties = {
+        "chromaId": chroma_id,
+        "sessionId": _field(metadata, "sessionId"),
+        "createdAt": _field(metadata, "createdAt"),
+        "userId": _field(metadata, "userId"),
+        "payloadHash": memory_payload_hash(metadata),
+        marker: True,
+    }
+    return NodeRow(memory_node_id(chroma_id), MEMORY_LABEL, properties)
+
+
+def session_node(
+    session_id: str, summary_id: str, metadata: Mapping[str, Any], marker: Marker
+) -> NodeRow:
+    """The SESSION node for a session whose summary row exists."""
+    fields = {**metadata, "sessionId": session_id}
+    properties = {
+        "chromaId": summary_id,
+        "sessionId": session_id,
+        "title": _field(fields, "title"),
+        "createdAt": _field(fields, "createdAt"),
+        "userId": _field(fields, "userId"),
+        "payloadHash": session_payload_hash(fields),
+        marker: True,
+    }
+    return NodeRow(session_node_id(session_id), SESSION_LABEL, properties)
+
+
+def minimal_session_node(session_id: str) -> NodeRow:
+    """A SESSION node for a session that has no summary row: edges can land on it, and a later
+    live ingestion of its summary upgrades it (the hash differs, `minimal` is dropped)."""
+    fields = {"sessionId": session_id}
+    properties = {
+        "sessionId": session_id,
+        "title": "",
+        "createdAt": "",
+        "userId": "",
+        "payloadHash": session_payload_hash(fields),
+        "backfilled": True,
+        "minimal": True,
+    }
+    return NodeRow(session_node_id(session_id), SESSION_LABEL, properties)
+
+
+def originates_in(chroma_id: str, session_id: str) -> EdgeRow:
+    """The edge from a memory to the session it was recorded in."""
+    return EdgeRow(memory_node_id(chroma_id), session_node_id(session_id), ORIGINATES_IN)
+
+
+def session_id_of(metadata: Mapping[str, Any]) -> str | None:
+    """A row's `sessionId` when it is a non-empty string, else None (no parent to link)."""
+    value = metadata.get("sessionId")
+    return value if isinstance(value, str) and value else None
+
+
+def pick_summary_row(
+    rows: Iterable[tuple[str, Mapping[str, Any]]],
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The summary row that represents a session when there are several: the earliest
+    `createdAt` as a time; rows whose time cannot be parsed come last; ties by row id.
+    Deterministic, unlike the original's "whichever Chroma returned first"."""
+    best: tuple[tuple[int, int, str], str, Mapping[str, Any]] | None = None
+    for row_id, metadata in rows:
+        created = epoch_ms_from_created_at(metadata.get("createdAt"))
+        rank = (0 if created is not None else 1, created or 0, row_id)
+        if best is None or rank < best[0]:
+            best = (rank, row_id, metadata)
+    return None if best is None else (best[1], best[2])

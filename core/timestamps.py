@@ -1,0 +1,59 @@
+"""Parsing the `createdAt` values other programs write, as times rather than strings (pure).
+
+Chroma rows carry `createdAt` as an ISO-8601 string (with or without a zone) or as epoch
+milliseconds; some older writers used epoch seconds. The original compared these as strings,
+which orders "2026-1-5" after "2026-10-01" and numbers not at all.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+# Epoch values below this are seconds, above it milliseconds: 1e11 s is the year 5138, while
+# 1e11 ms is March 1973, long before any row this system stores.
+_SECONDS_MS_BOUNDARY = 100_000_000_000
+
+
+def epoch_ms_from_created_at(value: Any) -> int | None:
+    """Epoch milliseconds for an ISO-8601 string or an epoch number; None when unparseable.
+
+    A naive ISO time is taken as UTC (the platform writes UTC). Booleans, NaN, infinities and
+    empty strings are unparseable rather than silently zero.
+    """
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return _epoch_number_to_ms(float(value))
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return _epoch_number_to_ms(float(text))
+    except ValueError:
+        pass
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _epoch_number_to_ms(number: float) -> int | None:
+    if not math.isfinite(number) or number < 0:
+        return None
+    return int(number if number >= _SECONDS_MS_BOUNDARY else number * 1000)
+
+
+def iso_from_ms(epoch_ms: int) -> str:
+    """A compact UTC ISO-8601 form of epoch milliseconds, for logs and status output."""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z"
+    )

@@ -1,0 +1,233 @@
+"""The [knowledgeBase] table: lookup order, defaults, relative paths and defensive reading."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from core.config import (
+    KEYS,
+    load_config,
+    render_example_toml,
+    render_markdown_table,
+    resolve_config,
+)
+from core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_no_file_gives_every_default_relative_to_the_current_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    loaded = load_config(None, environ={})
+    s = loaded.settings
+    assert loaded.warnings == ()
+    assert s.source is None
+    assert s.data_dir == tmp_path / ".kb-data"
+    assert s.chroma_path == tmp_path / ".kb-data" / "chroma"
+    assert s.graph_db_path == tmp_path / ".kb-data" / "graph.sqlite"
+    assert s.lazy_edges_queue_path == tmp_path / ".kb-data/memory-core/lazy-edges.jsonl"
+    assert s.chroma_url == "" and not s.server_mode
+    assert s.memory_collection == "neo-agent-memory"
+    assert s.summary_collection == "neo-agent-sessions"
+    assert s.knowledge_base_collection == "neo-knowledge-base"
+    assert s.rem_interval_ms == 3_600_000
+    assert s.rem_live_ingest_overlap_ms == 86_400_000
+    assert s.lazy_edge_max_attempts == 10
+    assert s.reconciliation_enabled is False
+    assert s.reconciliation_auto_tombstone is False
+    assert s.reconciliation_orphan_version_gap == 2
+    assert s.reconciliation_max_deletes_per_tick == 10_000
+    assert s.reconciliation_max_stale_fraction == 0.5
+    assert s.alerting_enabled is False
+    assert s.alerting_interval_ms == 900_000
+    assert s.alerting_cooldown_ms == 3_600_000
+    assert s.alert_window_ms == 3_600_000
+    assert s.alert_rules == ()
+    assert s.log_format == "auto"
+    assert s.metrics_port == 0
+
+
+def test_lookup_order_is_flag_then_env_then_config_kb_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "config/kb.toml", "[knowledgeBase]\nremIntervalMs = 1\n")
+    env_file = write(tmp_path / "env.toml", "[knowledgeBase]\nremIntervalMs = 2\n")
+    flag_file = write(tmp_path / "flag.toml", "[knowledgeBase]\nremIntervalMs = 3\n")
+
+    assert load_config(None, environ={}).settings.rem_interval_ms == 1
+    env = {"KB_CONFIG": str(env_file)}
+    assert load_config(None, environ=env).settings.rem_interval_ms == 2
+    assert load_config(str(flag_file), environ=env).settings.rem_interval_ms == 3
+
+
+def test_relative_paths_resolve_against_the_config_files_folder(tmp_path: Path) -> None:
+    config = write(
+        tmp_path / "etc/kb.toml",
+        '[knowledgeBase]\ndataDir = "state"\ngraphDbPath = "db/graph.sqlite"\n',
+    )
+    s = load_config(str(config), environ={}).settings
+    assert s.data_dir == tmp_path / "etc/state"
+    assert s.graph_db_path == tmp_path / "etc/db/graph.sqlite"
+    # Defaults that live under dataDir follow it.
+    assert s.chroma_path == tmp_path / "etc/state/chroma"
+    assert s.source == config.resolve()
+
+
+def test_wrong_type_takes_the_default_with_one_warning_naming_key_type_and_value(
+    tmp_path: Path,
+) -> None:
+    loaded = resolve_config(
+        {"knowledgeBase": {"remIntervalMs": "soon", "lazyEdgeMaxAttempts": 3}},
+        base_dir=tmp_path,
+    )
+    assert loaded.settings.rem_interval_ms == 3_600_000
+    assert loaded.settings.lazy_edge_max_attempts == 3
+    assert len(loaded.warnings) == 1
+    message = loaded.warnings[0].message
+    assert loaded.warnings[0].key == "remIntervalMs"
+    assert "remIntervalMs" in message and "integer" in message and "'soon'" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("remIntervalMs", 0),
+        ("remIntervalMs", True),  # a boolean is not an integer
+        ("remIntervalMs", 1.5),
+        ("lazyEdgeMaxAttempts", 0),
+        ("reconciliationOrphanVersionGap", 0.5),
+        ("reconciliationOrphanVersionGap", float("nan")),
+        ("reconciliationMaxStaleFraction", 0),
+        ("reconciliationMaxStaleFraction", 1.5),
+        ("metricsPort", 70000),
+        ("logFormat", "xml"),
+        ("chromaUrl", "localhost:8000"),
+        ("memoryCollection", "x"),
+        ("dataDir", ""),
+        ("alertRules", "reconcileEvents > 0"),
+    ],
+)
+def test_out_of_range_or_mistyped_values_fall_back_to_their_default(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
+    default = resolve_config({}, base_dir=tmp_path).settings
+    field = next(k.field_name for k in KEYS if k.name == key)
+    assert getattr(loaded.settings, field) == getattr(default, field)
+    assert [w.key for w in loaded.warnings] == [key]
+
+
+def test_an_integer_is_accepted_where_a_number_is_expected(tmp_path: Path) -> None:
+    loaded = resolve_config(
+        {"knowledgeBase": {"reconciliationOrphanVersionGap": 3,
+                           "reconciliationMaxStaleFraction": 1}},
+        base_dir=tmp_path,
+    )
+    assert loaded.warnings == ()
+    assert loaded.settings.reconciliation_orphan_version_gap == 3
+    assert loaded.settings.reconciliation_max_stale_fraction == 1
+
+
+@pytest.mark.parametrize("value", ["true", 1, "yes", [True]])
+def test_destructive_switches_are_on_only_for_a_toml_true(tmp_path: Path, value: object) -> None:
+    loaded = resolve_config(
+        {"knowledgeBase": {"reconciliationAutoTombstone": value,
+                           "reconciliationEnabled": value}},
+        base_dir=tmp_path,
+    )
+    assert loaded.settings.reconciliation_auto_tombstone is False
+    assert loaded.settings.reconciliation_enabled is False
+    assert len(loaded.warnings) == 2
+    on = resolve_config({"knowledgeBase": {"reconciliationAutoTombstone": True}},
+                        base_dir=tmp_path)
+    assert on.settings.reconciliation_auto_tombstone is True
+
+
+def test_unknown_key_is_warned_about_with_a_suggestion(tmp_path: Path) -> None:
+    loaded = resolve_config({"knowledgeBase": {"remintervalms": 5, "frobnicate": 1}},
+                            base_dir=tmp_path)
+    messages = {w.key: w.message for w in loaded.warnings}
+    assert "did you mean remIntervalMs?" in messages["remintervalms"]
+    assert "unknown key knowledgeBase.frobnicate" in messages["frobnicate"]
+    assert loaded.settings.rem_interval_ms == 3_600_000
+
+
+def test_knowledge_base_that_is_not_a_table_gives_defaults_and_a_warning(tmp_path: Path) -> None:
+    loaded = resolve_config({"knowledgeBase": 3}, base_dir=tmp_path)
+    assert loaded.settings == resolve_config({}, base_dir=tmp_path).settings
+    assert [w.key for w in loaded.warnings] == ["knowledgeBase"]
+
+
+def test_other_tables_in_the_file_are_left_alone(tmp_path: Path) -> None:
+    loaded = resolve_config({"other": {"x": 1}, "knowledgeBase": {}}, base_dir=tmp_path)
+    assert loaded.warnings == ()
+
+
+def test_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
+    config = write(tmp_path / "kb.toml", "[knowledgeBase]\nremIntervalMs = = 3\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(config), environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{config}:2:")
+    assert "\n" not in message
+
+
+def test_invalid_utf8_names_the_position(tmp_path: Path) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_bytes(b"[knowledgeBase]\ndataDir = \"\xff\"\n")
+    with pytest.raises(ConfigError, match=r"kb\.toml:2:12: config file is not valid UTF-8"):
+        load_config(str(config), environ={})
+
+
+def test_unreadable_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    folder = tmp_path / "kb.toml"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(str(folder), environ={})
+
+
+def test_a_missing_named_file_takes_defaults_and_says_so(tmp_path: Path) -> None:
+    loaded = load_config(str(tmp_path / "absent.toml"), environ={})
+    assert loaded.settings.rem_interval_ms == 3_600_000
+    assert "config file not found" in loaded.warnings[0].message
+
+
+def test_settings_are_immutable(tmp_path: Path) -> None:
+    s = resolve_config({}, base_dir=tmp_path).settings
+    with pytest.raises(AttributeError):
+        s.rem_interval_ms = 5  # type: ignore[misc]
+
+
+def test_readme_configuration_table_is_generated_from_the_keys() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert render_markdown_table() in readme, "run `make docs` to regenerate the README table"
+
+
+def test_example_config_is_generated_from_the_keys_and_parses_to_defaults(tmp_path: Path) -> None:
+    example = (ROOT / "config/kb.example.toml").read_text(encoding="utf-8")
+    assert example == render_example_toml(), "run `make docs` to regenerate the example"
+    names = {k.name for k in KEYS}
+    key_lines = [
+        line[2:] for line in example.splitlines()
+        if line.startswith("# ") and line[2:].split(" = ")[0] in names
+    ]
+    assert {line.split(" = ")[0] for line in key_lines} == names
+    # Uncommented, every line (but the <dataDir> placeholders) reads back as its default.
+    document = tomllib.loads(
+        "[knowledgeBase]\n" + "\n".join(x for x in key_lines if "<dataDir>" not in x)
+    )
+    loaded = resolve_config(document, base_dir=tmp_path)
+    assert loaded.warnings == ()
+    assert loaded.settings == resolve_config({}, base_dir=tmp_path).settings

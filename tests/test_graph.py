@@ -1,0 +1,113 @@
+"""The SQLite graph store: schema, pragmas, merging upserts, culling and reinforcing links."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from core.errors import StoreUnavailable
+from core.graph import MAX_WEIGHT, GraphDB
+
+
+async def test_schema_and_pragmas(graph: GraphDB) -> None:
+    rows = await graph.fetch_all("PRAGMA journal_mode")
+    assert rows[0][0] == "wal"
+    assert (await graph.fetch_all("PRAGMA foreign_keys"))[0][0] == 1
+    columns = {r[1] for r in await graph.fetch_all("PRAGMA table_info(edges)")}
+    assert {"source", "target", "relationship", "weight", "properties"} <= columns
+    tables = {r[0] for r in await graph.fetch_all("SELECT name FROM sqlite_master")}
+    assert {"nodes", "edges", "kb_ingestion_metrics", "applied_lines"} <= tables
+
+
+async def test_upsert_merges_properties(graph: GraphDB) -> None:
+    await graph.upsert_node("CONCEPT:x", "CONCEPT", {"a": 1, "b": 2})
+    await graph.upsert_node("CONCEPT:x", "CONCEPT", {"b": 3, "c": 4})
+    node = await graph.node("CONCEPT:x")
+    assert node is not None and node.properties == {"a": 1, "b": 3, "c": 4}
+
+
+async def test_upsert_stores_row_ids_in_canonical_form(graph: GraphDB) -> None:
+    await graph.upsert_node("MEMORY:Abc", "MEMORY", {})
+    assert await graph.existing_ids(["memory:Abc", "MEMORY:Abc"]) == {"memory:Abc"}
+
+
+async def test_link_culls_an_edge_with_a_missing_endpoint(graph: GraphDB) -> None:
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    assert await graph.link_nodes("CONCEPT:a", "CONCEPT:missing", "RELATES") is False
+    assert await graph.count("edges") == 0
+
+
+async def test_relinking_reinforces_by_a_tenth_of_the_weight_up_to_the_cap(graph: GraphDB) -> None:
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await graph.upsert_node("SESSION:s", "SESSION")
+    assert await graph.link_nodes("CONCEPT:a", "SESSION:s", "MENTIONED_IN", 2.0, {"j": "x"})
+    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+    assert edge is not None and edge.weight == 2.0 and edge.target == "session:s"
+    assert await graph.link_nodes("CONCEPT:a", "session:s", "MENTIONED_IN", 3.0, {"k": "y"})
+    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+    assert edge is not None
+    assert edge.weight == pytest.approx(2.3)
+    assert edge.properties == {"j": "x", "k": "y"}
+    for _ in range(40):
+        await graph.link_nodes("CONCEPT:a", "session:s", "MENTIONED_IN", 1.0)
+    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+    assert edge is not None and edge.weight == MAX_WEIGHT
+
+
+async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None:
+    # Another writer (a separate connection) adds a node: this store sees it at once.
+    other = sqlite3.connect(graph.path)
+    other.execute("INSERT INTO nodes VALUES ('CONCEPT:late', 'CONCEPT', '{}')")
+    other.commit()
+    other.close()
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    assert await graph.link_nodes("CONCEPT:a", "CONCEPT:late", "RELATES") is True
+
+
+async def test_a_writer_held_past_busy_timeout_fails_cleanly_and_the_next_write_succeeds(
+    tmp_path: Path,
+) -> None:
+    db = await GraphDB.open(tmp_path / "g.sqlite", busy_timeout_ms=100)
+    blocker = sqlite3.connect(tmp_path / "g.sqlite", isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="begin write failed"):
+            await db.upsert_node("CONCEPT:a", "CONCEPT")
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await db.upsert_node("CONCEPT:a", "CONCEPT")
+    assert await db.count("nodes") == 1
+    await db.close()
+
+
+async def test_a_failed_transaction_leaves_nothing_behind(graph: GraphDB) -> None:
+    with pytest.raises(RuntimeError):
+        async with graph.write() as tx:
+            await tx.conn.execute("INSERT INTO nodes VALUES ('CONCEPT:x', 'C', '{}')")
+            raise RuntimeError("boom")
+    assert await graph.count("nodes") == 0
+
+
+async def test_read_only_open_never_changes_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "g.sqlite"
+    db = await GraphDB.open(path)
+    await db.upsert_node("CONCEPT:a", "CONCEPT")
+    await db.close()
+    before = path.read_bytes()
+    ro = await GraphDB.open(path, read_only=True)
+    assert await ro.existing_ids(["CONCEPT:a"]) == {"CONCEPT:a"}
+    with pytest.raises(RuntimeError, match="read-only"):
+        async with ro.write():
+            pass
+    await ro.close()
+    assert path.read_bytes() == before
+
+
+async def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
+    ro = await GraphDB.open(tmp_path / "absent.sqlite", read_only=True)
+    assert await ro.count("nodes") == 0
+    await ro.close()
+    assert not (tmp_path / "absent.sqlite").exists()

@@ -1,0 +1,115 @@
+"""Node ids, payload hashes and node contents (pure functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.ids import normalize_graph_node_id, parse_row_node_id
+from core.nodes import (
+    js_json,
+    memory_node,
+    memory_payload_hash,
+    minimal_session_node,
+    pick_summary_row,
+    session_node,
+    session_payload_hash,
+)
+from core.timestamps import epoch_ms_from_created_at
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("MEMORY:abc", "memory:abc"),
+        ("SESSION:xyz", "session:xyz"),
+        ("Memory:AbC", "memory:AbC"),  # only the prefix changes case
+        ("sEsSiOn:Q", "session:Q"),
+        ("memory:abc", "memory:abc"),
+        ("CONCEPT:foo", "CONCEPT:foo"),
+        ("AGENT:x", "AGENT:x"),
+        ("frontier", "frontier"),
+        ("", ""),
+        (None, None),
+        (42, 42),
+    ],
+)
+def test_normalization_table(given: object, expected: object) -> None:
+    assert normalize_graph_node_id(given) == expected
+
+
+@pytest.mark.parametrize("given", ["memory:", "SESSION:", "CONCEPT:foo", "frontier", "", None, 7])
+def test_ids_that_name_no_row_are_not_row_ids(given: object) -> None:
+    assert parse_row_node_id(given) is None
+
+
+def test_row_ids_split_into_kind_and_key() -> None:
+    parsed = parse_row_node_id("MEMORY:m-1")
+    assert parsed is not None
+    assert (parsed.kind, parsed.key, parsed.node_id) == ("memory", "m-1", "memory:m-1")
+
+
+def test_payload_hashes_equal_the_original_systems() -> None:
+    assert memory_payload_hash({}) == (
+        "7f00e5e56845f024eafd6ff4e62e1037c213968e9895ce9ae7fc8eaef0f0c6fb")
+    assert session_payload_hash({}) == (
+        "c9a1e702936cb092b44502d18ca29933dc591b5841ad8183f8d80a7391e7c8cd")
+
+
+def test_payload_hash_ignores_fields_it_does_not_mirror_and_sees_those_it_does() -> None:
+    base = {"createdAt": "2026-01-01T00:00:00Z", "sessionId": "s", "userId": "u"}
+    assert memory_payload_hash({**base, "extra": 1}) == memory_payload_hash(base)
+    assert memory_payload_hash({**base, "createdAt": 5}) != memory_payload_hash(base)
+
+
+def test_js_json_formats_numbers_and_text_as_javascript_does() -> None:
+    assert js_json({"b": 1.0, "a": "é"}) == '{"a":"é","b":1}'
+
+
+def test_memory_and_session_nodes_carry_exactly_one_marker() -> None:
+    meta = {"sessionId": "s1", "createdAt": 1, "userId": "u"}
+    memory = memory_node("m1", meta, "backfilled").properties
+    assert memory["backfilled"] is True and "liveIngested" not in memory
+    assert memory["chromaId"] == "m1" and memory["payloadHash"] == memory_payload_hash(meta)
+    session = session_node("s1", "sum-1", {"title": "T"}, "liveIngested").properties
+    assert session["liveIngested"] is True and "backfilled" not in session
+    assert session["chromaId"] == "sum-1" and session["title"] == "T"
+
+
+def test_minimal_session_has_no_chroma_id() -> None:
+    node = minimal_session_node("s9")
+    assert node.id == "session:s9"
+    assert node.properties["minimal"] is True and node.properties["backfilled"] is True
+    assert "chromaId" not in node.properties
+
+
+def test_the_earliest_summary_represents_a_session_deterministically() -> None:
+    rows = [
+        ("z", {"createdAt": "2026-01-02T00:00:00Z"}),
+        ("b", {"createdAt": "not a time"}),
+        ("y", {"createdAt": 1767225600000}),  # 2026-01-01, as epoch ms
+        ("a", {"createdAt": "2026-01-01T00:00:00"}),  # the same instant, naive = UTC
+    ]
+    assert pick_summary_row(rows) == ("a", rows[3][1])
+    assert pick_summary_row(list(reversed(rows))) == ("a", rows[3][1])
+    assert pick_summary_row([]) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-01-01T00:00:00Z", 1767225600000),
+        ("2026-01-01T01:00:00+01:00", 1767225600000),
+        ("2026-01-01T00:00:00", 1767225600000),
+        ("2026-01-01", 1767225600000),
+        (1767225600000, 1767225600000),
+        (1767225600, 1767225600000),  # epoch seconds
+        ("1767225600000", 1767225600000),
+        ("yesterday", None),
+        ("", None),
+        (True, None),
+        (float("nan"), None),
+        (None, None),
+    ],
+)
+def test_created_at_is_parsed_as_a_time(value: object, expected: int | None) -> None:
+    assert epoch_ms_from_created_at(value) == expected
