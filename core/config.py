@@ -462,10 +462,10 @@ README_TABLE_END = "<!-- config-table:end -->"
 def update_readme(path: Path) -> None:
     """Replace the README's configuration table (between its markers) with the generated one."""
     text = path.read_text(encoding="utf-8")
+    if README_TABLE_START not in text or README_TABLE_END not in text:
+        raise SystemExit(f"{path}: configuration table markers not found")
     head, _, rest = text.partition(README_TABLE_START)
     _, _, tail = rest.partition(README_TABLE_END)
-    if not rest or not tail and README_TABLE_END not in rest:
-        raise SystemExit(f"{path}: configuration table markers not found")
     body = f"{README_TABLE_START}\n{render_markdown_table()}{README_TABLE_END}"
     path.write_text(head + body + tail, encoding="utf-8")
 
