@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -13,12 +14,12 @@ from core.nodes import memory_payload_hash
 from core.vectors import VectorStore
 from tests.support import seed
 
-MEMORIES = [
+MEMORIES: list[tuple[str, dict[str, Any]]] = [
     ("m1", {"sessionId": "s1", "createdAt": "2026-01-01T10:00:00Z", "userId": "u1"}),
     ("m2", {"sessionId": "s2", "createdAt": 1767261600000, "userId": "u2"}),
     ("m-orphan", {"createdAt": "2026-01-01T00:00:00Z"}),  # no session
 ]
-SUMMARIES = [
+SUMMARIES: list[tuple[str, dict[str, Any]]] = [
     ("sum-1b", {"sessionId": "s1", "title": "Later", "createdAt": "2026-01-02T00:00:00Z"}),
     ("sum-1a", {"sessionId": "s1", "title": "First", "createdAt": "2026-01-01T00:00:00Z",
                 "userId": "u1"}),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from core.ids import normalize_graph_node_id, parse_row_node_id
@@ -83,7 +85,7 @@ def test_minimal_session_has_no_chroma_id() -> None:
 
 
 def test_the_earliest_summary_represents_a_session_deterministically() -> None:
-    rows = [
+    rows: list[tuple[str, dict[str, Any]]] = [
         ("z", {"createdAt": "2026-01-02T00:00:00Z"}),
         ("b", {"createdAt": "not a time"}),
         ("y", {"createdAt": 1767225600000}),  # 2026-01-01, as epoch ms
