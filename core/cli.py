@@ -20,6 +20,8 @@ import structlog
 from core.config import ConfigWarning, LoadedConfig, Settings, load_config
 from core.errors import KbError
 from core.logs import configure_logging
+from core.stores import open_stores
+from core.ticks import TickFn, run_tick
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -91,3 +93,22 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
     raise SystemExit(code)
+
+
+async def run_one_tick(
+    daemon: str, tick: TickFn, *, config: str | None, dry_run: bool, as_json: bool
+) -> dict[str, Any]:
+    """The `--tick` path of a daemon: load settings, open the stores, run the same tick the
+    scheduler runs, print the figures with `--json`. A failure still prints one JSON object
+    (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
+    settings = load_settings(config)
+    try:
+        async with open_stores(settings, dry_run=dry_run) as stores:
+            figures = await run_tick(daemon, stores, tick, dry_run=dry_run)
+    except KbError as exc:
+        if as_json:
+            emit_json({"ok": False, "error": str(exc)})
+        raise
+    if as_json:
+        emit_json({"ok": True, **figures})
+    return figures

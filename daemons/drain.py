@@ -1,0 +1,41 @@
+"""`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon.
+
+Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
+(`core.drain.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on its
+schedule until SIGTERM or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
+from core.drain import rem_tick
+
+PROG = "daemons.drain"
+
+
+def build_parser() -> Parser:
+    """Flags of the drain daemon."""
+    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    add_run_flags(parser, tick=True)
+    return parser
+
+
+async def tick_once(config: str | None, *, dry_run: bool, as_json: bool) -> int:
+    """One REM tick, as the scheduler would run it."""
+    await run_one_tick("drain", rem_tick, config=config, dry_run=dry_run, as_json=as_json)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    if args.tick:
+        run_main(PROG, lambda: tick_once(args.config, dry_run=args.dry_run, as_json=args.json))
+    build_parser().error("daemon mode arrives with the runtime; use --tick")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""`python -m daemons.enqueue [--config F]`: append edge JSON lines from stdin to the queue.
+
+Every line is checked before any is written: when one is malformed nothing is appended, each
+bad line is named by its number on stderr, and the exit code is 2. Valid input is appended in
+one locked write (the producer protocol in `core.lazy_queue`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import structlog
+
+from core.cli import EXIT_OK, EXIT_USAGE, Parser, add_config_flag, load_settings, run_main
+from core.lazy_queue import enqueue_edges
+
+PROG = "daemons.enqueue"
+log = structlog.get_logger(__name__)
+
+
+def build_parser() -> Parser:
+    """Flags of the producer command."""
+    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    add_config_flag(parser)
+    return parser
+
+
+async def enqueue_stdin(config: str | None) -> int:
+    """Read stdin, check it, append it."""
+    settings = load_settings(config)
+    lines = sys.stdin.buffer.read().split(b"\n")
+    problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
+    if problems:
+        for problem in problems:
+            sys.stderr.write(f"{PROG}: line {problem.number}: {problem.detail}\n")
+        sys.stderr.write(f"{PROG}: nothing appended ({len(problems)} malformed line(s))\n")
+        return EXIT_USAGE
+    appended = sum(1 for line in lines if line.strip())
+    log.info("enqueue.appended", lines=appended, queue=str(settings.lazy_edges_queue_path))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    run_main(PROG, lambda: enqueue_stdin(args.config))
+
+
+if __name__ == "__main__":
+    main()

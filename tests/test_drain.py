@@ -1,0 +1,316 @@
+"""The lazy-edge drainer on real queue files, a real SQLite graph and a real embedded Chroma."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import Settings
+from core.drain import DrainStats, drain_queue, drainer_lock
+from core.errors import LockHeld, StoreUnavailable
+from core.graph import GraphDB
+from core.lazy_queue import DrainingFile, append_locked
+from core.stores import Stores, open_stores
+from core.vectors import VectorStore
+from tests.support import make_settings, seed
+
+
+def line(source: str, target: str, rel: str = "MENTIONED_IN", **extra: Any) -> bytes:
+    return json.dumps({"source": source, "target": target, "relationship": rel, **extra}).encode()
+
+
+def write_queue(path: Path, lines: list[bytes], *, raw_tail: bytes = b"") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as f:
+        f.write(b"".join(x + b"\n" for x in lines) + raw_tail)
+
+
+def dead_letters(settings: Settings) -> list[dict[str, Any]]:
+    if not settings.dead_letter_path.exists():
+        return []
+    return [json.loads(x) for x in settings.dead_letter_path.read_text().splitlines()]
+
+
+def queued(settings: Settings) -> list[dict[str, Any]]:
+    if not settings.lazy_edges_queue_path.exists():
+        return []
+    return [json.loads(x) for x in settings.lazy_edges_queue_path.read_text().splitlines()]
+
+
+@pytest.fixture
+async def stores(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> AsyncIterator[Stores]:
+    """A graph with two concept nodes and one session, and Chroma with memories m1..m3."""
+    await seed(vectors, settings.memory_collection,
+               [(f"m{i}", {"sessionId": "s1", "createdAt": i, "userId": "u"}) for i in (1, 2, 3)])
+    await seed(vectors, settings.summary_collection,
+               [("sum-1", {"sessionId": "s1", "title": "S1", "createdAt": 1})])
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    yield Stores(settings, graph, vectors)
+
+
+async def test_no_queue_file_is_a_quiet_tick(stores: Stores) -> None:
+    stats = await drain_queue(stores)
+    assert stats.total_lines == 0 and not stats.queue_rotated
+    assert not stores.settings.draining_path.exists()
+
+
+async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: Stores) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path,
+                [line("CONCEPT:a", "CONCEPT:b"), line("CONCEPT:b", "memory:m1", "REFERENCED_BY")])
+    stats = await drain_queue(stores)
+    assert (stats.total_lines, stats.succeeded, stats.failed) == (2, 2, 0)
+    assert stats.queue_rotated
+    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN") is not None
+    assert await stores.graph.edge("CONCEPT:b", "memory:m1", "REFERENCED_BY") is not None
+    assert await stores.graph.edge("memory:m1", "session:s1", "ORIGINATES_IN") is not None
+    assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
+
+
+async def test_only_the_unresolvable_edge_stays_queued(stores: Stores) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path,
+                [line("CONCEPT:a", "memory:m2"), line("CONCEPT:a", "memory:ghost")])
+    stats = await drain_queue(stores)
+    assert (stats.succeeded, stats.failed, stats.requeued) == (1, 1, 1)
+    left = queued(s)
+    assert len(left) == 1 and left[0]["target"] == "memory:ghost"
+    assert left[0]["_drain"]["attempts"] == 1
+    assert left[0]["_drain"]["lastReason"] == "chroma-row-not-found"
+
+
+async def test_malformed_lines_are_dead_lettered_and_valid_ones_still_apply(
+    stores: Stores,
+) -> None:
+    s = stores.settings
+    bad = [b"{not json", b"null", b"123", b"[]", b'"a string"', b"\xff\xfe",
+           b'{"target": "CONCEPT:b", "relationship": "R"}',
+           b'{"source": "CONCEPT:a", "relationship": "R"}',
+           b'{"source": "CONCEPT:a", "target": "CONCEPT:b"}',
+           b'{"source": "", "target": "CONCEPT:b", "relationship": "R"}',
+           b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R", "weight": "x"}',
+           b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R", "weight": NaN}',
+           line("CONCEPT:a", "x" * 1025)]
+    write_queue(s.lazy_edges_queue_path,
+                [line("CONCEPT:a", "CONCEPT:b"), *bad, line("CONCEPT:b", "CONCEPT:a")])
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 2
+    assert stats.skipped_malformed == len(bad) == stats.dead_lettered
+    dead = dead_letters(s)
+    assert [d["reason"] for d in dead] == ["malformed"] * len(bad)
+    details = " | ".join(d["detail"] for d in dead)
+    for expected in ("invalid JSON", "got null", "got number", "got array", "got string",
+                     "invalid UTF-8", "missing source", "missing target",
+                     "missing relationship", "source is empty", "weight must be a number",
+                     "limit 1024"):
+        assert expected in details
+    assert any("lineBase64" in d for d in dead), "undecodable bytes are kept, base64-encoded"
+    assert not s.lazy_edges_queue_path.exists(), "malformed lines are never retried"
+
+
+async def test_blank_lines_are_ignored(stores: Stores) -> None:
+    write_queue(stores.settings.lazy_edges_queue_path,
+                [b"", line("CONCEPT:a", "CONCEPT:b"), b"   ", b"\r"])
+    stats = await drain_queue(stores)
+    assert (stats.total_lines, stats.succeeded, stats.dead_lettered) == (1, 1, 0)
+
+
+async def test_uppercase_targets_are_stored_lowercase_and_extra_keys_kept(
+    stores: Stores,
+) -> None:
+    write_queue(stores.settings.lazy_edges_queue_path,
+                [line("CONCEPT:a", "MEMORY:m3", justification="said so", timestamp=123,
+                      weight=2.5)])
+    await drain_queue(stores)
+    edge = await stores.graph.edge("CONCEPT:a", "memory:m3", "MENTIONED_IN")
+    assert edge is not None and edge.target == "memory:m3" and edge.weight == 2.5
+    assert edge.properties == {"justification": "said so", "timestamp": 123}
+    assert await stores.graph.existing_ids(["MEMORY:m3"]) == set()
+
+
+async def test_a_leftover_draining_file_is_drained_first_then_the_queue(stores: Stores) -> None:
+    s = stores.settings
+    write_queue(s.draining_path, [line("CONCEPT:a", "CONCEPT:b", "FIRST")])
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "SECOND")])
+    stats = await drain_queue(stores)
+    assert stats.orphan_recovered and stats.queue_rotated and stats.succeeded == 2
+    rows = await stores.graph.fetch_all("SELECT relationship FROM edges ORDER BY rowid")
+    assert [r[0] for r in rows] == ["FIRST", "SECOND"]
+    assert not s.draining_path.exists()
+
+
+async def test_a_line_replayed_after_a_crash_does_not_reinforce_the_edge(stores: Stores) -> None:
+    s = stores.settings
+    applied = [line("CONCEPT:a", "CONCEPT:b", justification="once")]
+    write_queue(s.lazy_edges_queue_path, applied)
+    await drain_queue(stores)
+    # A crash after the commit but before `.draining` was removed leaves the same bytes behind.
+    write_queue(s.draining_path, applied)
+    stats = await drain_queue(stores)
+    assert (stats.replayed, stats.succeeded) == (1, 0)
+    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
+    assert edge is not None and edge.weight == 1.0
+
+
+async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: Stores) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=1)])
+    await drain_queue(stores)
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=2)])
+    await drain_queue(stores)
+    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
+    assert edge is not None and edge.weight == pytest.approx(1.1)
+    assert edge.properties == {"timestamp": 2}
+
+
+async def test_a_line_goes_to_the_dead_letters_after_the_attempt_limit(
+    graph: GraphDB, vectors: VectorStore, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, lazyEdgeMaxAttempts=3)
+    await seed(vectors, settings.memory_collection, [("m1", {"sessionId": "s1"})])
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    stores = Stores(settings, graph, vectors)
+    write_queue(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:ghost")])
+    outcomes = []
+    for _ in range(3):
+        stats = await drain_queue(stores)
+        outcomes.append((stats.requeued, stats.dead_lettered))
+    assert outcomes == [(1, 0), (1, 0), (0, 1)]
+    assert queued(settings) == []
+    [dead] = dead_letters(settings)
+    assert dead["reason"] == "chroma-row-not-found" and dead["attempts"] == 3
+    assert json.loads(dead["line"])["target"] == "memory:ghost"
+
+
+async def test_a_chroma_outage_fails_the_tick_keeps_every_line_and_burns_no_attempt(
+    stores: Stores, chroma_fault: Callable[..., None]
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:m1")])
+    chroma_fault(s.memory_collection, "get")
+    with pytest.raises(StoreUnavailable):
+        await drain_queue(stores)
+    assert s.draining_path.exists(), "the lines stay on disk for the next tick"
+    assert queued(s) == [] and dead_letters(s) == []
+    assert await stores.graph.count("edges") == 0
+
+
+async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(stores: Stores) -> None:
+    s = stores.settings
+    write_queue(s.draining_path, [line("CONCEPT:a", "memory:m1"), b"{bad"])
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:b", "memory:ghost")])
+    write_queue(s.dead_letter_path, [b'{"old": true}'])
+    files = [s.draining_path, s.lazy_edges_queue_path, s.dead_letter_path, s.graph_db_path]
+    before = {p: p.read_bytes() for p in files}
+    async with open_stores(s, dry_run=True, vectors=stores.vectors) as dry:
+        stats = await drain_queue(dry, dry_run=True)
+    assert (stats.total_lines, stats.succeeded, stats.requeued, stats.skipped_malformed) == (
+        3, 1, 1, 1)
+    assert {p: p.read_bytes() for p in files} == before
+
+
+async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
+    real_read = DrainingFile.read_lines
+    appended: list[bool] = []
+
+    def read_then_producer_appends(self: DrainingFile, max_lines: int) -> list[bytes]:
+        lines = real_read(self, max_lines)
+        if not appended:  # a producer that opened the file before the rename writes now
+            appended.append(True)
+            with self.path.open("ab") as f:
+                f.write(line("CONCEPT:a", "CONCEPT:b", "R2") + b"\n")
+        return lines
+
+    monkeypatch.setattr(DrainingFile, "read_lines", read_then_producer_appends)
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 2
+    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "R2") is not None
+
+
+async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
+    real_remove = DrainingFile.remove_and_collect_late_bytes
+
+    def producer_appends_then_remove(self: DrainingFile) -> bytes:
+        with self.path.open("ab") as f:
+            f.write(line("CONCEPT:a", "CONCEPT:b", "LATE") + b"\n")
+        return real_remove(self)
+
+    monkeypatch.setattr(DrainingFile, "remove_and_collect_late_bytes",
+                        producer_appends_then_remove)
+    stats = await drain_queue(stores)
+    assert stats.late_lines_handed_back == 1
+    assert [q["relationship"] for q in queued(s)] == ["LATE"]
+    monkeypatch.undo()
+    await drain_queue(stores)
+    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "LATE") is not None
+
+
+async def test_an_unterminated_last_line_is_still_processed(stores: Stores) -> None:
+    write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")],
+                raw_tail=line("CONCEPT:a", "CONCEPT:b", "R2"))
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 2
+
+
+async def test_a_second_drainer_is_refused_naming_the_first(stores: Stores) -> None:
+    import os
+
+    write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")])
+    with (drainer_lock(stores.settings.lazy_edges_queue_path),
+          pytest.raises(LockHeld, match=f"pid {os.getpid()}")):
+        await drain_queue(stores)
+    assert stores.settings.lazy_edges_queue_path.exists()
+
+
+async def test_two_drainers_started_together_process_each_line_once(stores: Stores) -> None:
+    write_queue(stores.settings.lazy_edges_queue_path,
+                [line("CONCEPT:a", "CONCEPT:b", f"R{i}") for i in range(50)])
+    results = await asyncio.gather(drain_queue(stores), drain_queue(stores),
+                                   return_exceptions=True)
+    done = [r for r in results if isinstance(r, DrainStats)]
+    refused = [r for r in results if isinstance(r, LockHeld)]
+    assert len(done) + len(refused) == 2
+    assert sum(d.succeeded for d in done) == 50
+    rows = await stores.graph.fetch_all("SELECT weight FROM edges WHERE source='CONCEPT:a'")
+    assert [r[0] for r in rows] == [1.0] * 50
+
+
+async def test_a_big_queue_makes_a_handful_of_chroma_calls_and_commits_per_batch(
+    stores: Stores,
+) -> None:
+    s = stores.settings
+    memories = [(f"big{i}", {"sessionId": f"bs{i % 40}", "createdAt": i}) for i in range(2000)]
+    await seed(stores.vectors, s.memory_collection, memories)
+    await seed(stores.vectors, s.summary_collection,
+               [(f"bsum{j}", {"sessionId": f"bs{j}", "createdAt": j}) for j in range(40)])
+    lines = [line("CONCEPT:a", f"memory:big{i % 2000}", timestamp=i) for i in range(5000)]
+    write_queue(s.lazy_edges_queue_path, lines)
+    calls, commits = stores.vectors.calls, stores.graph.commits
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 5000
+    assert stores.vectors.calls - calls <= 3, "one get for memories, one for their sessions"
+    assert stores.graph.commits - commits <= 2, "one transaction per batch (+ housekeeping)"
+    assert await stores.graph.count("edges") == 2000 + 2000  # links + ORIGINATES_IN
+
+
+async def test_producers_append_whole_lines_and_repair_a_torn_tail(tmp_path: Path) -> None:
+    queue = tmp_path / "q.jsonl"
+    queue.write_bytes(b'{"torn": ')  # a producer crashed mid-line
+    append_locked(queue, [line("A", "B")])
+    assert queue.read_bytes().split(b"\n") == [b'{"torn": ', line("A", "B"), b""]

@@ -1,0 +1,141 @@
+"""The producer side of the queue: the lock protocol, `enqueue`'s all-or-nothing checks, and the
+one-shot drain command's exit codes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core.lazy_queue import append_locked, enqueue_edges, rotate_queue
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def edge(i: int) -> bytes:
+    return json.dumps({"source": "CONCEPT:a", "target": f"CONCEPT:{i}",
+                       "relationship": "R"}).encode()
+
+
+def test_a_producer_waiting_on_the_lock_during_rotation_writes_to_the_new_queue(
+    tmp_path: Path,
+) -> None:
+    queue = tmp_path / "q.jsonl"
+    draining = tmp_path / "q.jsonl.draining"
+    queue.write_bytes(edge(0) + b"\n")
+    holder = os.open(queue, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the drainer holds the producers' lock
+    producer = threading.Thread(target=append_locked, args=(queue, [edge(1)]))
+    producer.start()
+    time.sleep(0.1)
+    assert producer.is_alive(), "the producer must wait for the lock"
+    os.rename(queue, draining)  # the drainer rotates while holding it
+    fcntl.flock(holder, fcntl.LOCK_UN)
+    os.close(holder)
+    producer.join(5)
+    assert draining.read_bytes() == edge(0) + b"\n", "nothing written into the rotated file"
+    assert queue.read_bytes() == edge(1) + b"\n"
+
+
+def test_rotation_refuses_to_overwrite_a_leftover_draining_file(tmp_path: Path) -> None:
+    queue = tmp_path / "q.jsonl"
+    draining = tmp_path / "q.jsonl.draining"
+    queue.write_bytes(edge(1) + b"\n")
+    draining.write_bytes(edge(0) + b"\n")
+    with pytest.raises(FileExistsError):
+        rotate_queue(queue, draining)
+    assert draining.read_bytes() == edge(0) + b"\n" and queue.exists()
+
+
+def test_an_empty_queue_is_not_rotated(tmp_path: Path) -> None:
+    queue = tmp_path / "q.jsonl"
+    queue.write_bytes(b"")
+    assert rotate_queue(queue, tmp_path / "q.jsonl.draining") is False
+
+
+def test_enqueue_appends_nothing_when_any_line_is_malformed(tmp_path: Path) -> None:
+    queue = tmp_path / "q.jsonl"
+    problems = enqueue_edges(queue, [edge(1), b"", b"null", edge(2), b"{oops"])
+    assert [(p.number, p.detail.split(":")[0]) for p in problems] == [
+        (3, "a line must be a JSON object, got null"), (5, "invalid JSON")]
+    assert not queue.exists()
+    assert enqueue_edges(queue, [edge(1), b"", edge(2)]) == []
+    assert queue.read_bytes() == edge(1) + b"\n" + edge(2) + b"\n"
+
+
+def run(args: list[str], tmp_path: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
+    env.pop("KB_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, timeout=120, check=False)
+
+
+def write_config(tmp_path: Path, extra: str = "") -> Path:
+    config = tmp_path / "kb.toml"
+    config.write_text(f'[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n{extra}')
+    return config
+
+
+def test_enqueue_command_names_each_bad_line_and_exits_2(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    result = run(["daemons.enqueue", "--config", str(config)], tmp_path,
+                 stdin=edge(1) + b"\n[]\n" + edge(2) + b"\n{\n")
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "line 2: a line must be a JSON object, got array" in err
+    assert "line 4: invalid JSON" in err
+    assert not (tmp_path / "data/memory-core/lazy-edges.jsonl").exists()
+
+
+def test_enqueue_then_drain_tick_links_the_edges(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    queue = tmp_path / "data/memory-core/lazy-edges.jsonl"
+    appended = run(["daemons.enqueue", "--config", str(config)], tmp_path,
+                   stdin=b"\n".join(edge(i) for i in range(3)) + b"\n")
+    assert appended.returncode == 0, appended.stderr
+    assert len(queue.read_bytes().splitlines()) == 3
+    result = run(["daemons.drain", "--tick", "--json", "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    # CONCEPT endpoints are never back-filled: all three go back to the queue.
+    assert figures["ok"] is True
+    assert figures["drain"]["requeued"] == 3 and figures["drain"]["totalLines"] == 3
+    assert len(queue.read_bytes().splitlines()) == 3
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").iterdir())
+
+
+def test_drain_tick_exits_1_when_the_store_is_unreachable_and_keeps_the_lines(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, 'chromaUrl = "http://127.0.0.1:9"\n')
+    queue = tmp_path / "data/memory-core/lazy-edges.jsonl"
+    queue.parent.mkdir(parents=True)
+    queue.write_bytes(edge(1) + b"\n")
+    result = run(["daemons.drain", "--tick", "--json", "--config", str(config)], tmp_path)
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["ok"] is False
+    assert "Chroma server http://127.0.0.1:9" in result.stderr.decode().splitlines()[-1]
+    assert queue.read_bytes() == edge(1) + b"\n"
+
+
+def test_a_config_syntax_error_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text("[knowledgeBase]\nremIntervalMs = \n")
+    result = run(["daemons.drain", "--tick", "--config", str(config)], tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and f"{config}:2:" in lines[0]
+
+
+def test_an_unknown_flag_is_exit_2_naming_it(tmp_path: Path) -> None:
+    result = run(["daemons.drain", "--tik"], tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "--tik" in lines[0]
