@@ -1,0 +1,159 @@
+"""Ingestion telemetry: best-effort recording with the original's defaults, and rollups."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from core.config import Settings
+from core.graph import GraphDB
+from core.telemetry import (
+    DEFAULT_REPO_SLUG,
+    DEFAULT_TENANT_ID,
+    EVENT_ERROR,
+    EVENT_RECONCILE,
+    EVENT_TOMBSTONE,
+    KNOWN_METRICS,
+    MetricWindow,
+    ingestion_rollup,
+    last_stale_counts,
+    record_ingestion_metric,
+    serialize_detail,
+)
+
+
+async def _rows(graph: GraphDB) -> list[dict[str, Any]]:
+    rows = await graph.fetch_all(
+        "SELECT tenant_id, repo_slug, event_type, chunks_total, chunks_embedded, "
+        "chunks_deleted, duration_ms, error_code, detail, origin_agent, timestamp "
+        "FROM kb_ingestion_metrics ORDER BY timestamp, rowid"
+    )
+    keys = ("tenant", "repo", "event", "total", "embedded", "deleted", "duration", "error",
+            "detail", "origin", "timestamp")
+    return [dict(zip(keys, tuple(r), strict=True)) for r in rows]
+
+
+async def test_an_event_without_fields_takes_the_original_defaults(graph: GraphDB) -> None:
+    assert await record_ingestion_metric(graph) is not None
+    [row] = await _rows(graph)
+    assert (row["tenant"], row["repo"], row["event"]) == ("neo-shared", "neo", "ingest")
+    assert (row["total"], row["embedded"], row["deleted"]) == (0, 0, 0)
+    assert row["detail"] is None and row["duration"] is None and row["error"] is None
+
+
+async def test_every_field_is_stored_as_given(graph: GraphDB) -> None:
+    await record_ingestion_metric(
+        graph, tenant_id="@acme", repo_slug="acme/kb", event_type=EVENT_TOMBSTONE,
+        origin_agent="agent-7", chunks_total=9, chunks_embedded=4, chunks_deleted=5,
+        duration_ms=120, error_code=None, detail={"files": ["a.md"]}, timestamp_ms=1_000,
+    )
+    [row] = await _rows(graph)
+    assert row == {
+        "tenant": "acme", "repo": "acme/kb", "event": "tombstone", "total": 9, "embedded": 4,
+        "deleted": 5, "duration": 120, "error": None, "detail": '{"files":["a.md"]}',
+        "origin": "agent-7", "timestamp": 1_000,
+    }
+
+
+@pytest.mark.parametrize("detail", [object(), {"x": {1, 2}}, {"nan": math.nan}])
+def test_an_unserializable_detail_is_stored_as_the_original_marker(detail: Any) -> None:
+    assert json.loads(serialize_detail(detail) or "") == {"error": "Unserializable Value"}
+
+
+def test_a_cyclic_detail_is_unserializable_too() -> None:
+    cyclic: dict[str, Any] = {}
+    cyclic["self"] = cyclic
+    assert serialize_detail(cyclic) == '{"error":"Unserializable Value"}'
+
+
+async def test_recording_never_raises_into_its_caller(settings: Settings) -> None:
+    read_only = await GraphDB.open(settings.graph_db_path, read_only=True)
+    try:
+        assert await record_ingestion_metric(read_only, tenant_id="acme") is None
+    finally:
+        await read_only.close()
+    closed = await GraphDB.open(settings.graph_db_path)
+    await closed.close()
+    assert await record_ingestion_metric(closed, tenant_id="acme") is None
+
+
+async def _seed_events(graph: GraphDB) -> None:
+    events: list[dict[str, Any]] = [
+        {"tenant_id": "acme", "repo_slug": "a", "event_type": "ingest", "chunks_embedded": 10,
+         "chunks_total": 10},
+        {"tenant_id": "acme", "repo_slug": "a", "event_type": EVENT_RECONCILE,
+         "chunks_total": 7, "chunks_deleted": 3},
+        {"tenant_id": "acme", "repo_slug": "b", "event_type": EVENT_ERROR,
+         "error_code": "boom"},
+        {"tenant_id": "acme", "repo_slug": "b", "event_type": EVENT_TOMBSTONE,
+         "chunks_deleted": 2},
+        {"tenant_id": "zeta", "repo_slug": "z", "event_type": EVENT_RECONCILE,
+         "chunks_total": 4},
+    ]
+    for i, event in enumerate(events):
+        await record_ingestion_metric(graph, timestamp_ms=1_000 + i, **event)
+    # Outside the window on both sides.
+    await record_ingestion_metric(graph, tenant_id="acme", repo_slug="a", timestamp_ms=999)
+    await record_ingestion_metric(graph, tenant_id="acme", repo_slug="a", timestamp_ms=2_000)
+
+
+async def test_the_rollup_per_tenant_and_repo_counts_the_window_only(graph: GraphDB) -> None:
+    await _seed_events(graph)
+    rollup = await ingestion_rollup(graph, MetricWindow(1_000, 2_000))
+    assert [(r["tenantId"], r["repoSlug"]) for r in rollup] == [
+        ("acme", "a"), ("acme", "b"), ("zeta", "z"),
+    ]
+    acme_a = rollup[0]
+    assert acme_a == {
+        "tenantId": "acme", "repoSlug": "a", "eventCount": 2, "ingestEvents": 1,
+        "tombstoneEvents": 0, "reconcileEvents": 1, "errorEvents": 0, "chunksEmbedded": 10,
+        "chunksDeleted": 3, "chunksTotal": 17, "errorRate": 0.0,
+    }
+    assert rollup[1]["errorRate"] == 0.5
+
+
+async def test_the_rollup_per_tenant_merges_repos_and_has_no_repo_slug(graph: GraphDB) -> None:
+    await _seed_events(graph)
+    rollup = await ingestion_rollup(graph, MetricWindow(1_000, 2_000), per="tenant")
+    acme = rollup[0]
+    assert "repoSlug" not in acme
+    assert acme["tenantId"] == "acme"
+    assert (acme["eventCount"], acme["errorEvents"], acme["chunksDeleted"]) == (4, 1, 5)
+    assert acme["errorRate"] == 0.25
+    assert await ingestion_rollup(
+        graph, MetricWindow(1_000, 2_000), per="tenant", tenant_id="@zeta"
+    ) == [rollup[1]]
+
+
+async def test_a_rollup_row_carries_every_known_metric(graph: GraphDB) -> None:
+    await _seed_events(graph)
+    for row in await ingestion_rollup(graph, MetricWindow.ending_at(2_000, length_ms=1_000)):
+        assert set(KNOWN_METRICS) <= set(row)
+
+
+async def test_an_empty_window_rolls_up_to_nothing(graph: GraphDB) -> None:
+    await _seed_events(graph)
+    assert await ingestion_rollup(graph, MetricWindow(5_000, 6_000)) == []
+
+
+async def test_the_last_stale_count_is_each_tenants_latest_reconcile_event(
+    graph: GraphDB,
+) -> None:
+    for timestamp, stale in ((1_000, 9), (3_000, 4), (2_000, 6)):
+        await record_ingestion_metric(
+            graph, tenant_id="acme", repo_slug="a", event_type=EVENT_RECONCILE,
+            chunks_total=stale, chunks_deleted=1, timestamp_ms=timestamp,
+            detail={"staleCount": stale},
+        )
+    await record_ingestion_metric(graph, tenant_id="acme", timestamp_ms=9_000)  # not reconcile
+    reports = await last_stale_counts(graph)
+    assert list(reports) == ["acme"]
+    assert reports["acme"].stale_count == 4
+    assert reports["acme"].as_dict()["detail"] == {"staleCount": 4}
+
+
+def test_the_defaults_are_the_originals() -> None:
+    assert (DEFAULT_TENANT_ID, DEFAULT_REPO_SLUG) == ("neo-shared", "neo")
