@@ -1,0 +1,449 @@
+"""The reconciliation pass on real SQLite and embedded Chroma: what is reported, what is
+deleted (and what never is), the guards, archives and restore, paging, and dry runs."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import Settings
+from core.graph import GraphDB
+from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
+from core.stores import Stores, open_stores
+from core.telemetry import EVENT_RECONCILE
+from core.tenants import TENANT_CONFIG_LABEL
+from core.ticks import run_tick
+from core.tombstones import restore_archive
+from core.vectors import ChromaRow, Include, VectorStore
+from tests.support import DIM, make_settings, seed
+
+FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
+
+
+def chunk(row_id: str, tenant: str, stamp: Any = ...) -> tuple[str, dict[str, Any]]:
+    """A knowledge-base chunk row as other programs write it; `...` leaves the stamp out."""
+    metadata: dict[str, Any] = {"tenantId": tenant, "repoSlug": f"{tenant}/repo",
+                                "sourcePath": f"docs/{row_id}.md", "ingestedAt": 1}
+    if stamp is not ...:
+        metadata["tenantConfigVersion"] = stamp
+    return row_id, metadata
+
+
+async def configure(graph: GraphDB, tenant: str, version: int) -> None:
+    """Give a tenant a config node at `version` (as the platform would have left it)."""
+    await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
+                            {"version": version, "repoSlug": f"{tenant}/repo"})
+
+
+def stores_for(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> Stores:
+    """Stores on the fixtures' files with `[knowledgeBase]` overrides (reconciliation on)."""
+    settings = make_settings(tmp_path, reconciliationEnabled=True, **toml)
+    return Stores(settings, graph, vectors)
+
+
+async def one_pass(stores: Stores, *, dry_run: bool = False) -> dict[str, Any]:
+    """One pass through the same path as `--tick`."""
+    return await run_tick("reconcile", stores, reconcile_tick, dry_run=dry_run)
+
+
+async def ids_in(vectors: VectorStore, collection: str) -> set[str]:
+    return {r.id for page in [p async for p in vectors.scan(collection, include=())]
+            for r in page}
+
+
+async def reconcile_rows(graph: GraphDB) -> list[dict[str, Any]]:
+    rows = await graph.fetch_all(
+        "SELECT tenant_id, event_type, chunks_total, chunks_deleted, error_code, detail "
+        "FROM kb_ingestion_metrics ORDER BY tenant_id, timestamp, rowid"
+    )
+    return [{"tenant": r[0], "event": r[1], "total": r[2], "deleted": r[3], "error": r[4],
+             "detail": json.loads(r[5]) if r[5] else None} for r in rows]
+
+
+def tenant_figures(figures: Mapping[str, Any], tenant: str) -> dict[str, Any]:
+    [entry] = [t for t in figures["tenants"] if t["tenantId"] == tenant]
+    return dict(entry)
+
+
+def archived_rows(path: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+
+
+# -- reporting --------------------------------------------------------------------------------
+
+
+async def test_a_clean_tenant_writes_no_telemetry_row(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors)
+    await configure(graph, "acme", 3)
+    await seed(vectors, stores.settings.knowledge_base_collection,
+               [chunk("a", "acme", 3), chunk("b", "acme"), chunk("c", "acme", "1")])
+    figures = await one_pass(stores)
+    assert tenant_figures(figures, "acme") == {
+        "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 3, "scanned": 0,
+        "staleCount": 0, "actionableCount": 0, "tombstonedCount": 0, "guard": None,
+    }
+    assert await graph.count("kb_ingestion_metrics") == 0
+
+
+async def test_with_auto_tombstone_off_nothing_goes_and_one_row_records_the_drift(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 5)
+    await seed(vectors, collection, [chunk(i, "acme", s) for i, s in zip("abcd", (5, 4, 3, 1),
+                                                                        strict=True)])
+    figures = await one_pass(stores)
+    assert await ids_in(vectors, collection) == set("abcd")
+    assert figures["autoTombstone"] is False
+    assert [(r["event"], r["total"], r["deleted"]) for r in await reconcile_rows(graph)] == [
+        (EVENT_RECONCILE, 3, 0)
+    ]
+    [row] = await reconcile_rows(graph)
+    assert row["detail"]["staleCount"] == 3
+    assert row["detail"]["actionableCount"] == 2
+    assert row["detail"]["tombstonedCount"] == 0
+    assert row["detail"]["currentVersion"] == 5
+    assert row["detail"]["autoTombstone"] is False
+    assert not stores.settings.tombstones_dir.exists()
+
+
+# -- tombstoning ------------------------------------------------------------------------------
+
+
+async def test_with_auto_tombstone_on_exactly_the_actionable_chunks_go(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 5)
+    await seed(vectors, collection, [
+        chunk("a", "acme", 5), chunk("b", "acme", 4), chunk("c", "acme", 3),
+        chunk("d", "acme", 1), chunk("e", "acme"), chunk("f", "acme", "1"),
+        chunk("g", "acme", True), chunk("h", "acme", 2.5),
+        chunk("x", "unconfigured", 1), chunk("y", "@acme-lookalike", 1),
+    ])
+    figures = await one_pass(stores)
+    assert await ids_in(vectors, collection) == {"a", "b", "e", "f", "g", "x", "y"}
+    assert tenant_figures(figures, "acme")["tombstonedCount"] == 3
+    [row] = await reconcile_rows(graph)
+    assert (row["total"], row["deleted"]) == (4, 3)
+    [archive] = figures["archives"]
+    assert Path(archive).parent == stores.settings.tombstones_dir
+    assert sorted(r["id"] for r in archived_rows(archive)) == ["c", "d", "h"]
+
+
+async def test_orphans_within_the_grace_gap_are_reported_but_never_deleted(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 7)
+    await seed(vectors, collection, [chunk(f"c{i}", "acme", 6) for i in range(5)]
+               + [chunk(f"n{i}", "acme", 7) for i in range(5)])
+    figures = await one_pass(stores)
+    assert len(await ids_in(vectors, collection)) == 10
+    assert tenant_figures(figures, "acme")["staleCount"] == 5
+    assert [(r["total"], r["deleted"]) for r in await reconcile_rows(graph)] == [(5, 0)]
+    assert figures["archives"] == []
+
+
+async def test_two_tenants_with_the_same_stamps_are_judged_by_their_own_versions(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "ahead", 5)
+    await configure(graph, "behind", 3)
+    await seed(vectors, collection, [chunk(f"{t}-{s}", t, s) for t in ("ahead", "behind")
+                                     for s in range(1, 6)])
+    figures = await one_pass(stores)
+    assert (tenant_figures(figures, "ahead")["staleCount"],
+            tenant_figures(figures, "ahead")["tombstonedCount"]) == (4, 3)
+    assert (tenant_figures(figures, "behind")["staleCount"],
+            tenant_figures(figures, "behind")["tombstonedCount"]) == (2, 1)
+    assert await ids_in(vectors, collection) == {
+        "ahead-4", "ahead-5", "behind-2", "behind-3", "behind-4", "behind-5"
+    }
+
+
+async def test_the_cap_bounds_each_pass_and_later_passes_continue(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxDeletesPerTick=3)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 4)
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(7)]
+               + [chunk(f"new{i}", "acme", 4) for i in range(13)])
+    passes = [tenant_figures(await one_pass(stores), "acme")["tombstonedCount"]
+              for _ in range(4)]
+    assert passes == [3, 3, 1, 0]
+    assert await ids_in(vectors, collection) == {f"new{i}" for i in range(13)}
+    assert [r["deleted"] for r in await reconcile_rows(graph)] == [3, 3, 1]
+
+
+async def test_the_stale_fraction_guard_refuses_a_wholesale_wipe(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=0.5)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 3)
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(6)]
+               + [chunk(f"new{i}", "acme", 3) for i in range(4)])
+    figures = await one_pass(stores)
+    assert len(await ids_in(vectors, collection)) == 10
+    assert tenant_figures(figures, "acme")["guard"] == GUARD_STALE_FRACTION
+    assert figures["failedTenants"] == 0
+    [row] = await reconcile_rows(graph)
+    assert row["deleted"] == 0
+    assert row["detail"]["guard"] == "stale-fraction"
+    assert row["detail"]["totalChunks"] == 10
+    assert '"guard": "stale-fraction"' in capsys.readouterr().err
+
+
+async def test_the_guard_counts_the_tenants_chunks_without_a_numeric_stamp_too(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=0.5)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 3)
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(6)]
+               + [chunk(f"unstamped{i}", "acme") for i in range(6)])
+    figures = await one_pass(stores)
+    assert tenant_figures(figures, "acme")["guard"] is None
+    assert tenant_figures(figures, "acme")["tombstonedCount"] == 6
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tenant_fault(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Make every Chroma read that filters on one tenant raise (that tenant's shard is down)."""
+
+    def inject(tenant: str) -> None:
+        real = vectors._call_on_collection
+
+        def failing(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+            if tenant in json.dumps(kwargs.get("where")):
+                raise ConnectionError(f"injected failure for {tenant}")
+            return real(name, method, kwargs)
+
+        monkeypatch.setattr(vectors, "_call_on_collection", failing)
+
+    return inject
+
+
+async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore,
+    tenant_fault: Callable[[str], None], capsys: pytest.CaptureFixture[str],
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "aaa-broken", 3)
+    await configure(graph, "bbb-fine", 3)
+    await seed(vectors, collection, [chunk("a1", "aaa-broken", 1), chunk("b1", "bbb-fine", 1)])
+    tenant_fault("aaa-broken")
+    figures = await one_pass(stores)
+    assert figures["failedTenants"] == 1
+    assert tenant_figures(figures, "bbb-fine")["tombstonedCount"] == 1
+    assert await ids_in(vectors, collection) == {"a1"}
+    rows = await reconcile_rows(graph)
+    assert [(r["tenant"], r["event"], r["error"]) for r in rows] == [
+        ("aaa-broken", "error", "reconcile-scan-failed"), ("bbb-fine", "reconcile", None)
+    ]
+    failures = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+                if "reconcile.tenant_failed" in line]
+    assert [(f["tenant"], f["phase"]) for f in failures] == [("aaa-broken", "scan")]
+
+
+async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore, chroma_fault: Callable[..., None]
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 3)
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(4)])
+    chroma_fault(collection, "delete")
+    figures = await one_pass(stores)
+    assert figures["failedTenants"] == 1
+    assert len(await ids_in(vectors, collection)) == 4
+    [row] = await reconcile_rows(graph)
+    assert (row["event"], row["total"], row["deleted"], row["error"]) == (
+        "reconcile", 4, 0, "reconcile-tombstone-failed"
+    )
+    assert "delete of 4 chunks failed (0 went)" in row["detail"]["error"]
+
+
+async def test_a_missing_knowledge_base_collection_means_nothing_to_reconcile(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True)
+    await configure(graph, "acme", 3)
+    figures = await one_pass(stores)
+    assert figures["failedTenants"] == 0
+    assert tenant_figures(figures, "acme")["staleCount"] == 0
+
+
+async def test_a_chunk_handed_to_another_tenant_before_the_delete_is_never_deleted(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 3)
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
+    # Another program re-uses the id `old2` for tenant `other` between the candidate read and
+    # the confirming get: the race the confirmation exists for.
+    real = vectors._call_on_collection
+
+    def concurrent_writer(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+        if method == "get" and kwargs.get("ids") and "old2" in kwargs["ids"]:
+            other_id, other_meta = chunk("old2", "other", 1)
+            real(name, "upsert", {"ids": [other_id], "metadatas": [other_meta],
+                                  "embeddings": [[0.5] * DIM], "documents": ["other's"]})
+        return real(name, method, kwargs)
+
+    monkeypatch.setattr(vectors, "_call_on_collection", concurrent_writer)
+    figures = await one_pass(stores)
+    assert await ids_in(vectors, collection) == {"old2"}
+    [survivor] = await vectors.get_by_ids(collection, ["old2"])
+    assert survivor.metadata["tenantId"] == "other"
+    assert "old2" not in {r["id"] for r in archived_rows(figures["archives"][0])}
+    assert tenant_figures(figures, "acme")["tombstonedCount"] == 4
+    assert "reconcile.ids_dropped" in capsys.readouterr().err
+
+
+# -- archives and restore ---------------------------------------------------------------------
+
+
+async def test_archive_then_restore_gives_back_identical_rows(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=1.0)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "acme", 4)
+    await seed(vectors, collection, [chunk(f"doc{i}", "acme", i % 2) for i in range(6)])
+    await seed(vectors, collection, [chunk(f"nodoc{i}", "acme", 1.5) for i in range(3)],
+               documents=False)
+    await vectors.upsert(collection, [ChromaRow("odd", {"tenantId": "acme",
+                                                        "tenantConfigVersion": 0,
+                                                        "note": "ünïcode ✓", "ratio": 0.1,
+                                                        "flag": False},
+                                                "line\nbreak", [0.1, 1e-7, -3.25, 1 / 3])])
+    ids = [f"doc{i}" for i in range(6)] + [f"nodoc{i}" for i in range(3)] + ["odd"]
+    before = await vectors.get_by_ids(collection, ids, include=FULL)
+
+    figures = await one_pass(stores)
+    assert tenant_figures(figures, "acme")["tombstonedCount"] == 10
+    assert await ids_in(vectors, collection) == set()
+
+    [archive] = figures["archives"]
+    result = await restore_archive(vectors, Path(archive))
+    assert (result.restored, result.bad_lines) == (10, ())
+    after = await vectors.get_by_ids(collection, ids, include=FULL)
+    assert sorted(after, key=lambda r: r.id) == sorted(before, key=lambda r: r.id)
+
+    again = await restore_archive(vectors, Path(archive))
+    assert again.restored == 10
+    assert await vectors.count(collection) == 10
+
+
+# -- paging -----------------------------------------------------------------------------------
+
+
+async def test_a_tenant_of_more_than_40000_chunks_is_paged_without_skips_or_double_counts(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    """39,000 stale chunks (more than a metadata `get` can return at once, ~20 scan pages),
+    3,000 of them actionable (two delete batches), 1,500 current."""
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True)
+    collection = stores.settings.knowledge_base_collection
+    await configure(graph, "big", 5)
+    stamps = [4] * 36_000 + [2] * 3_000 + [5] * 1_500
+    random.Random(7).shuffle(stamps)
+    rows = [ChromaRow(f"c{i:05d}", {"tenantId": "big", "tenantConfigVersion": s}, None,
+                      [float(i % 7), 1.0, 0.0, 0.5])
+            for i, s in enumerate(stamps)]
+    await vectors.upsert(collection, rows, create=True)
+    expected_gone = {r.id for r in rows if r.metadata["tenantConfigVersion"] == 2}
+    del rows
+
+    figures = await one_pass(stores)
+    big = tenant_figures(figures, "big")
+    assert (big["scanned"], big["staleCount"], big["actionableCount"]) == (39_000, 39_000, 3_000)
+    assert big["tombstonedCount"] == 3_000
+    assert await vectors.count(collection) == 37_500
+    archived = [r["id"] for r in archived_rows(figures["archives"][0])]
+    assert len(archived) == 3_000
+    assert set(archived) == expected_gone
+
+
+# -- dry runs and the switch ------------------------------------------------------------------
+
+
+async def test_a_dry_run_leaves_the_sqlite_file_byte_identical_and_writes_no_archive(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    await configure(graph, "acme", 4)
+    await graph.close()
+    dry_settings = make_settings(tmp_path, reconciliationAutoTombstone=True,
+                                 reconciliationMaxStaleFraction=1.0)  # and not even enabled
+    collection = dry_settings.knowledge_base_collection
+    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
+    before = settings.graph_db_path.read_bytes()
+
+    async with open_stores(dry_settings, dry_run=True, vectors=vectors) as stores:
+        figures = await one_pass(stores, dry_run=True)
+
+    assert tenant_figures(figures, "acme")["actionableCount"] == 5
+    assert tenant_figures(figures, "acme")["tombstonedCount"] == 0
+    assert settings.graph_db_path.read_bytes() == before
+    # A read-only SQLite reader of a WAL database may leave an empty -wal (and its -shm
+    # index) behind; neither holds data.
+    wal = settings.graph_db_path.with_name(settings.graph_db_path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert not dry_settings.tombstones_dir.exists()
+    assert await vectors.count(collection) == 5
+
+
+async def test_a_dry_run_still_reports_the_guard(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                        reconciliationMaxStaleFraction=0.1)
+    await configure(graph, "acme", 4)
+    await seed(vectors, stores.settings.knowledge_base_collection,
+               [chunk("old", "acme", 1), chunk("new", "acme", 4)])
+    figures = await one_pass(stores, dry_run=True)
+    assert tenant_figures(figures, "acme")["guard"] == GUARD_STALE_FRACTION
+
+
+async def test_disabled_reconciliation_does_nothing(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = make_settings(tmp_path, reconciliationAutoTombstone=True)
+    stores = Stores(settings, graph, vectors)
+    await configure(graph, "acme", 4)
+    await seed(vectors, settings.knowledge_base_collection, [chunk("old", "acme", 1)])
+    figures = await one_pass(stores)
+    assert (figures["enabled"], figures["tenants"]) == (False, [])
+    assert await vectors.count(settings.knowledge_base_collection) == 1
+    assert await graph.count("kb_ingestion_metrics") == 0
+    assert "reconciliation disabled" in capsys.readouterr().err
