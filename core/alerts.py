@@ -1,0 +1,416 @@
+"""The alert rule engine, pure: validate `alertRules`, evaluate them over a telemetry rollup,
+and word the alerts. No I/O and no clock: the caller passes `now_ms` and the cooldown state in
+and stores what comes back (see `core.alerting` for the pass around it).
+
+Ported from the original KbAlertRuleEngine, with its checks in its order and its reasons, and
+with three deliberate changes:
+
+- **The cooldown key includes the repo**: (tenant, repo, metric, severity, channel). The
+  original's `tenant|metric|severity|channel` let one repo's alert silence another's.
+- **Rules have a scope**: `"tenant"` (the default) adds up a tenant's repos; `"repo"` looks at
+  each (tenant, repo) on its own. A rollup row with a `repoSlug` is a repo row, one without is
+  a tenant row, and each rule reads only the rows of its scope. A tenant alert's repo is
+  `ALL_REPOS`.
+- **`a2a:` channels are rejected**: they addressed an agent mailbox this system does not have.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeGuard
+from urllib.parse import urlsplit
+
+from core.telemetry import KNOWN_METRICS
+
+Severity = Literal["warning", "critical"]
+DeliveryMode = Literal["wake", "audit"]
+Scope = Literal["tenant", "repo"]
+
+SEVERITIES: Final[tuple[Severity, ...]] = ("warning", "critical")
+DELIVERY_MODES: Final[tuple[DeliveryMode, ...]] = ("wake", "audit")
+#: The original's delivery mode for a rule that names none.
+DEFAULT_DELIVERY_MODE: Final[DeliveryMode] = "wake"
+SCOPES: Final[tuple[Scope, ...]] = ("tenant", "repo")
+#: Per tenant unless asked: drift in any of a tenant's repos is the tenant's drift.
+DEFAULT_SCOPE: Final[Scope] = "tenant"
+#: The repo of a tenant-scope alert (in its cooldown key and in `alerts_fired.repo_slug`):
+#: not a valid repo slug, so it cannot collide with a repo-scope alert of the same tenant.
+ALL_REPOS: Final = "*"
+
+CONSOLE: Final = "console"
+WEBHOOK_PREFIX: Final = "webhook:"
+#: The original's agent-mailbox channel; recognised only to be refused with a reason.
+A2A_PREFIX: Final = "a2a:"
+WEBHOOK_SCHEMES: Final = ("http", "https")
+
+#: Every key a rule may have; any other is reported (usually a typo, e.g. `scop`).
+RULE_KEYS: Final = ("metric", "threshold", "severity", "channels", "deliveryMode", "scope")
+
+# The original's reasons, word for word where it had them.
+REASON_NOT_A_TABLE: Final = "rule is not an object"
+REASON_THRESHOLD: Final = "threshold must be a finite number"
+REASON_SEVERITY: Final = f"severity must be one of: {', '.join(SEVERITIES)}"
+REASON_CHANNELS: Final = "channels must be a non-empty array (no implicit default)"
+REASON_DELIVERY_MODE: Final = f"deliveryMode must be one of: {', '.join(DELIVERY_MODES)}"
+REASON_SCOPE: Final = f"scope must be one of: {', '.join(SCOPES)}"
+
+
+def unknown_metric_reason(metric: Any) -> str:
+    """The original's wording, listing the metrics a rule may name."""
+    return f'unknown metric "{metric}" (expected one of: {", ".join(KNOWN_METRICS)})'
+
+
+def malformed_channel_reason(spec: Any) -> str:
+    """The original's wording for a channel spec that is not `console` or `webhook:<url>`."""
+    return f'malformed channel spec "{spec}"'
+
+
+def webhook_url_reason(spec: str) -> str:
+    """A `webhook:` channel whose target is not an http(s) URL with a host."""
+    return f"{malformed_channel_reason(spec)}: a webhook needs an http(s) URL"
+
+
+def a2a_channel_reason(spec: str) -> str:
+    """Why an `a2a:` channel (valid in the original) is refused here."""
+    return (
+        f'channel "{spec}" is not supported: this system has no agent mailbox '
+        f'(use "{CONSOLE}" or "{WEBHOOK_PREFIX}<http(s) URL>")'
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Channels
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """A parsed channel spec: where one alert goes."""
+
+    kind: Literal["console", "webhook"]
+    #: The spec exactly as configured (part of the cooldown key).
+    spec: str
+    #: The URL of a webhook; "" for the console.
+    url: str = ""
+
+    @property
+    def label(self) -> str:
+        """The spec with a webhook's path and query left out, for logs: webhook URLs often
+        carry a secret token in the path, and log lines travel further than the config."""
+        if self.kind != "webhook":
+            return self.spec
+        parts = urlsplit(self.url)
+        return f"{WEBHOOK_PREFIX}{parts.scheme}://{parts.netloc}/…"
+
+
+def channel_problem(spec: Any) -> str:
+    """Why `spec` is not a usable channel, or "" when it is."""
+    if not isinstance(spec, str):
+        return malformed_channel_reason(spec)
+    if spec == CONSOLE:
+        return ""
+    if spec.startswith(A2A_PREFIX):
+        return a2a_channel_reason(spec)
+    if spec.startswith(WEBHOOK_PREFIX):
+        return "" if _is_http_url(spec[len(WEBHOOK_PREFIX):]) else webhook_url_reason(spec)
+    return malformed_channel_reason(spec)
+
+
+def _is_http_url(url: str) -> bool:
+    """An absolute http(s) URL with a host, a valid port if any, and no whitespace."""
+    if not url or any(c.isspace() for c in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError:
+        return False
+    return parts.scheme in WEBHOOK_SCHEMES and bool(parts.hostname)
+
+
+def parse_channel(spec: str) -> Channel:
+    """The Channel for a spec; raises ValueError (with the validation reason) for a bad one,
+    so callers that skipped validation cannot deliver to something half-understood."""
+    problem = channel_problem(spec)
+    if problem:
+        raise ValueError(problem)
+    if spec == CONSOLE:
+        return Channel("console", spec)
+    return Channel("webhook", spec, spec[len(WEBHOOK_PREFIX):])
+
+
+def channel_label(spec: str) -> str:
+    """A loggable form of a channel spec (see `Channel.label`); bad specs are shown as given."""
+    try:
+        return parse_channel(spec).label
+    except ValueError:
+        return spec
+
+
+# --------------------------------------------------------------------------------------------
+# Rules
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRule:
+    """A rule that passed validation, with its defaults filled in."""
+
+    metric: str
+    threshold: float
+    severity: Severity
+    channels: tuple[str, ...]
+    delivery_mode: DeliveryMode = DEFAULT_DELIVERY_MODE
+    scope: Scope = DEFAULT_SCOPE
+
+
+@dataclass(frozen=True, slots=True)
+class RuleCheck:
+    """The verdict on one raw rule: `valid` and `reason` as the original's `{valid, reason}`,
+    plus the parsed rule when valid and the keys it did not recognise (valid or not)."""
+
+    valid: bool
+    reason: str = ""
+    rule: AlertRule | None = None
+    unknown_keys: tuple[str, ...] = ()
+
+
+def is_finite_number(value: Any) -> TypeGuard[float]:
+    """A finite int or float; bool is not a number here (TOML `true` is not a threshold)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def validate_alert_rule(rule: Any) -> RuleCheck:
+    """Check one raw `alertRules` table, in the original's order, stopping at the first fault.
+
+    Order: a table; a known metric; a finite threshold; a known severity; a non-empty list of
+    channels (no implicit default, so a rule never alerts somewhere nobody chose); each channel
+    well-formed; then, only when present, `deliveryMode` and `scope`.
+    """
+    if not isinstance(rule, Mapping):
+        return RuleCheck(False, REASON_NOT_A_TABLE)
+    unknown = tuple(sorted(str(k) for k in rule if k not in RULE_KEYS))
+
+    def invalid(reason: str) -> RuleCheck:
+        return RuleCheck(False, reason, unknown_keys=unknown)
+
+    metric = rule.get("metric")
+    if not isinstance(metric, str) or metric not in KNOWN_METRICS:
+        return invalid(unknown_metric_reason(metric))
+    threshold = rule.get("threshold")
+    if not is_finite_number(threshold):
+        return invalid(REASON_THRESHOLD)
+    severity = rule.get("severity")
+    if severity not in SEVERITIES:
+        return invalid(REASON_SEVERITY)
+    channels = rule.get("channels")
+    if not isinstance(channels, (list, tuple)) or not channels:
+        return invalid(REASON_CHANNELS)
+    for spec in channels:
+        problem = channel_problem(spec)
+        if problem:
+            return invalid(problem)
+    delivery_mode = rule.get("deliveryMode", DEFAULT_DELIVERY_MODE)
+    if delivery_mode not in DELIVERY_MODES:
+        return invalid(REASON_DELIVERY_MODE)
+    scope = rule.get("scope", DEFAULT_SCOPE)
+    if scope not in SCOPES:
+        return invalid(REASON_SCOPE)
+    parsed = AlertRule(
+        metric=metric,
+        threshold=threshold,
+        severity=severity,
+        channels=tuple(channels),
+        delivery_mode=delivery_mode,
+        scope=scope,
+    )
+    return RuleCheck(True, "", parsed, unknown)
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CooldownKey:
+    """What one cooldown covers: one alert per key per `alertingCooldownMs`."""
+
+    tenant_id: str
+    repo_slug: str
+    metric: str
+    severity: str
+    channel: str
+
+
+CooldownState = Mapping[CooldownKey, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One alert to deliver on one channel."""
+
+    tenant_id: str
+    repo_slug: str
+    metric: str
+    value: float
+    threshold: float
+    severity: Severity
+    channel: str
+    delivery_mode: DeliveryMode
+    scope: Scope
+    fired_at_ms: int
+
+    @property
+    def key(self) -> CooldownKey:
+        """The cooldown this alert starts."""
+        return CooldownKey(self.tenant_id, self.repo_slug, self.metric, self.severity,
+                           self.channel)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The original's alert fields (camelCase) plus `scope` and `firedAt`."""
+        return {
+            "tenantId": self.tenant_id,
+            "repoSlug": self.repo_slug,
+            "metric": self.metric,
+            "value": self.value,
+            "threshold": self.threshold,
+            "severity": self.severity,
+            "channel": self.channel,
+            "deliveryMode": self.delivery_mode,
+            "scope": self.scope,
+            "firedAt": self.fired_at_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRule:
+    """An invalid rule, its position in `alertRules`, and why it was skipped."""
+
+    index: int
+    rule: Any
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What one evaluation decided. `cooldown_state` is a new mapping (the input is never
+    changed) holding the input's stamps plus `now_ms` for every alert in `alerts`."""
+
+    alerts: tuple[Alert, ...] = ()
+    cooldown_state: dict[CooldownKey, int] = field(default_factory=dict)
+    skipped_rules: tuple[SkippedRule, ...] = ()
+    #: Breaches not alerted because their key was still cooling down.
+    suppressed: int = 0
+
+
+def breaches(value: Any, threshold: float) -> bool:
+    """A breach is a real number strictly above the threshold; missing, bool, text and NaN
+    never breach (an alert on a value nobody can read would be noise)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > threshold
+
+
+def _row_target(row: Any, scope: Scope) -> tuple[str, str] | None:
+    """(tenant, repo) of a rollup row that belongs to `scope`, else None."""
+    if not isinstance(row, Mapping) or not isinstance(row.get("tenantId"), str):
+        return None
+    repo = row.get("repoSlug")
+    if scope == "repo":
+        return (row["tenantId"], repo) if isinstance(repo, str) else None
+    return (row["tenantId"], ALL_REPOS) if "repoSlug" not in row else None
+
+
+def evaluate_alert_rules(
+    rules: Any,
+    rollup: Any,
+    *,
+    cooldown_state: CooldownState | None,
+    now_ms: int,
+    cooldown_ms: int,
+) -> Evaluation:
+    """Every alert the rules raise over the rollup, minus those still cooling down.
+
+    `rules` and `rollup` must be lists (or tuples); anything else gives an empty evaluation,
+    as in the original. Invalid rules land in `skipped_rules` and never stop the valid ones.
+    For each valid rule, each rollup row of its scope and each of its channels: a breach
+    fires unless the key fired less than `cooldown_ms` ago (so it fires again at exactly
+    `cooldown_ms`); firing stamps the key with `now_ms`, so a second rule on the same key in
+    the same evaluation is suppressed too.
+    """
+    state = dict(cooldown_state) if isinstance(cooldown_state, Mapping) else {}
+    if not isinstance(rules, (list, tuple)) or not isinstance(rollup, (list, tuple)):
+        return Evaluation(cooldown_state=state)
+    alerts: list[Alert] = []
+    skipped: list[SkippedRule] = []
+    suppressed = 0
+    for index, raw in enumerate(rules):
+        check = validate_alert_rule(raw)
+        if check.rule is None:
+            skipped.append(SkippedRule(index, raw, check.reason))
+            continue
+        rule = check.rule
+        for row in rollup:
+            target = _row_target(row, rule.scope)
+            if target is None or not breaches(row.get(rule.metric), rule.threshold):
+                continue
+            tenant_id, repo_slug = target
+            for channel in rule.channels:
+                key = CooldownKey(tenant_id, repo_slug, rule.metric, rule.severity, channel)
+                last = state.get(key)
+                if last is not None and now_ms - last < cooldown_ms:
+                    suppressed += 1
+                    continue
+                state[key] = now_ms
+                alerts.append(Alert(
+                    tenant_id=tenant_id,
+                    repo_slug=repo_slug,
+                    metric=rule.metric,
+                    value=row[rule.metric],
+                    threshold=rule.threshold,
+                    severity=rule.severity,
+                    channel=channel,
+                    delivery_mode=rule.delivery_mode,
+                    scope=rule.scope,
+                    fired_at_ms=now_ms,
+                ))
+    return Evaluation(tuple(alerts), state, tuple(skipped), suppressed)
+
+
+# --------------------------------------------------------------------------------------------
+# Wording
+# --------------------------------------------------------------------------------------------
+
+
+def format_number(value: float) -> str:
+    """A figure as the original (JavaScript) printed it: `3`, not `3.0`; `0.25` as is."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def alert_subject(alert: Alert) -> str:
+    """`[alert] warning: reconcileEvents 3 over threshold 0 (tenant t1)`; a repo-scope alert
+    names its repo too, or two repos' alerts would read the same."""
+    where = f"tenant {alert.tenant_id}"
+    if alert.scope == "repo":
+        where += f", repo {alert.repo_slug}"
+    return (
+        f"[alert] {alert.severity}: {alert.metric} {format_number(alert.value)} "
+        f"over threshold {format_number(alert.threshold)} ({where})"
+    )
+
+
+def alert_body(alert: Alert) -> str:
+    """The original's Markdown body, line for line."""
+    return "\n".join([
+        f"KB ingestion alert — **{alert.severity}**",
+        "",
+        f"- Tenant: `{alert.tenant_id}`",
+        f"- Repo: `{alert.repo_slug}`",
+        f"- Metric: `{alert.metric}`",
+        f"- Observed: {format_number(alert.value)} (threshold {format_number(alert.threshold)})",
+        "",
+        "Per-tenant KB ingestion telemetry crossed an operator-configured threshold.",
+    ])
