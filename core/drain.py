@@ -78,6 +78,7 @@ class DrainStats:
     replayed: int = 0
     duplicates: int = 0
     late_lines_handed_back: int = 0
+    interrupted: bool = False
     queue_rotated: bool = False
     orphan_recovered: bool = False
     duration_ms: int = 0
@@ -95,6 +96,7 @@ class DrainStats:
             "replayed": self.replayed,
             "duplicates": self.duplicates,
             "lateLinesHandedBack": self.late_lines_handed_back,
+            "interrupted": self.interrupted,
             "queueRotated": self.queue_rotated,
             "orphanRecovered": self.orphan_recovered,
             "durationMs": self.duration_ms,
@@ -128,12 +130,13 @@ async def drain_queue(
                 stats.orphan_recovered = True
                 log.warning("drain.orphan_recovering", path=str(settings.draining_path))
                 await _drain_file(stores, settings.draining_path, drain.process, stats)
-            if await asyncio.to_thread(
+            if not stats.interrupted and await asyncio.to_thread(
                 rotate_queue, settings.lazy_edges_queue_path, settings.draining_path
             ):
                 stats.queue_rotated = True
                 await _drain_file(stores, settings.draining_path, drain.process, stats)
-            await _forget_old_identities(stores, clock())
+            if not stats.interrupted:
+                await _forget_old_identities(stores, clock())
         finally:
             lock.release()
     drain.log_malformed()
@@ -162,10 +165,15 @@ async def _drain_file(
     stats: DrainStats,
 ) -> None:
     """Process every line of `path` in batches, then remove it, handing any bytes that a bare
-    producer wrote meanwhile back to the live queue."""
+    producer wrote meanwhile back to the live queue. When the daemon is stopping, return after
+    the current batch and keep the file: the next start drains the rest."""
     reader = await asyncio.to_thread(DrainingFile, path)
     try:
         while True:
+            if stores.control.stopping:
+                stats.interrupted = True
+                log.info("drain.interrupted", path=str(path), offset=reader.offset)
+                return
             batch = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES)
             if not batch and await asyncio.to_thread(reader.has_fragment):
                 await asyncio.sleep(LATE_WRITER_GRACE_S)  # let a writer finish its line
@@ -175,6 +183,7 @@ async def _drain_file(
             if not batch:
                 break
             await process(batch)
+            stores.control.progress()
         late = split_lines(await asyncio.to_thread(reader.remove_and_collect_late_bytes))
         if late:
             await asyncio.to_thread(append_locked, stores.settings.lazy_edges_queue_path, late)

@@ -13,7 +13,7 @@ from typing import Any, TextIO
 import structlog
 
 #: Third-party loggers that are chatty at INFO; their warnings and errors still come through.
-QUIET_LOGGERS = ("chromadb", "httpx", "httpcore", "apscheduler.executors", "urllib3")
+QUIET_LOGGERS = ("chromadb", "httpx", "httpcore", "apscheduler", "urllib3")
 
 _HANDLER_NAME = "kb-daemons"
 

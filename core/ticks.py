@@ -2,7 +2,8 @@
 
 A tick is a coroutine `tick(stores, dry_run) -> figures`. `run_tick` binds `daemon` and `tick`
 into the log context, times it, logs one canonical `tick.completed` line with its figures (or
-`tick.failed` with the traceback), and records the tick in SQLite unless it was a dry run.
+`tick.failed` with the traceback, or `tick.skipped` when another process holds the work's
+lock), and records the tick in SQLite unless it was a dry run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import structlog
 
 from core.clock import now_ms
+from core.errors import LockHeld
 from core.state import TickRecord, record_tick
 from core.stores import Stores
 
@@ -29,9 +31,14 @@ async def run_tick(
     after logging and recording it."""
     started_ms = now_ms()
     started = time.monotonic()
+    stores.control.progress()
     with structlog.contextvars.bound_contextvars(daemon=daemon, tick=tick_number):
         try:
             figures = dict(await tick(stores, dry_run))
+        except LockHeld as exc:
+            # Not a failure of this daemon: another process is doing the same work.
+            log.warning("tick.skipped", reason=str(exc))
+            raise
         except Exception as exc:
             duration_ms = int((time.monotonic() - started) * 1000)
             log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run, exc_info=True)

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
+from core.config import Settings
 from core.drain import rem_tick
+from core.runtime import DaemonSpec, Job, serve_main
 
 PROG = "daemons.drain"
 
@@ -21,6 +23,11 @@ def build_parser() -> Parser:
     parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
     add_run_flags(parser, tick=True)
     return parser
+
+
+def drain_daemon(settings: Settings) -> DaemonSpec:
+    """The drain daemon: one REM tick every `remIntervalMs`."""
+    return DaemonSpec("drain", (Job("drain", rem_tick, settings.rem_interval_ms),))
 
 
 async def tick_once(config: str | None, *, dry_run: bool, as_json: bool) -> int:
@@ -34,7 +41,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = build_parser().parse_args(argv)
     if args.tick:
         run_main(PROG, lambda: tick_once(args.config, dry_run=args.dry_run, as_json=args.json))
-    build_parser().error("daemon mode arrives with the runtime; use --tick")
+    if args.json:
+        build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
+    serve_main(PROG, config=args.config, build_specs=lambda s: [drain_daemon(s)],
+               dry_run=args.dry_run)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,479 @@
+"""Long-running daemons: APScheduler ticks under supervision, systemd notify, graceful shutdown.
+
+One `serve()` call runs one or more daemons in this process (`python -m daemons` runs both).
+Each daemon has its own `AsyncIOScheduler`, started inside the running loop, and its own SQLite
+connection; an embedded Chroma store is opened once and shared (it admits one process).
+
+What this does better than the original daemons:
+- **No lost first pass, no doubled pass.** A job's first run is due one interval after the
+  start of its last recorded tick (kept in SQLite): at once when that is past, otherwise after
+  the remainder. A restart neither skips nor doubles a pass.
+- **Supervision.** A tick that raises is logged with its traceback and the next one still
+  runs; repeated failures back off (logged once, and again on recovery). A daemon whose
+  scheduler dies is restarted with backoff; the other daemon in the process is unaffected.
+- **Graceful shutdown.** SIGTERM/SIGINT stop scheduling and ask running ticks to return after
+  their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
+  tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
+  its transaction rolls back and its lines stay on disk. A second signal exits at once.
+- **systemd.** READY=1 once every daemon's stores are open, WATCHDOG=1 at half of
+  WATCHDOG_USEC but only while the loop, the schedulers and running ticks make progress,
+  STOPPING=1 on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from typing import Any, NoReturn
+
+import structlog
+
+from core.cli import load_settings, run_main
+from core.clock import now_ms
+from core.config import Settings
+from core.errors import LockHeld, StoreUnavailable
+from core.graph import GraphDB
+from core.metrics import Metrics
+from core.sdnotify import Notifier
+from core.state import last_ticks
+from core.stores import Stores, TickControl
+from core.ticks import TickFn, run_tick
+from core.vectors import VectorStore
+
+log = structlog.get_logger(__name__)
+
+#: How long running ticks get to finish their current batch after SIGTERM. The units set
+#: TimeoutStopSec=45: this grace, plus closing the stores (< 5 s), stays well below it.
+SHUTDOWN_GRACE_S = 30.0
+#: A running tick that reports no progress for this long is hung: the watchdog stops pinging
+#: and systemd (WatchdogSec=180 in the units) restarts the process. Drain batches and reconcile
+#: pages report progress every second or so, so two minutes of silence is not a slow store.
+STALL_LIMIT_S = 120.0
+#: A tick may run at most max(its interval, this) before it is cancelled.
+MIN_TICK_TIMEOUT_S = 300.0
+#: Repeated failures stretch the wait before the next tick up to this many intervals.
+MAX_BACKOFF_FACTOR = 4
+#: A daemon (or the Chroma connection) that fails to start is retried after 1, 2, 4 ... s,
+#: up to this.
+RESTART_BACKOFF_MAX_S = 60.0
+#: How often each daemon checks its scheduler is alive.
+HEALTH_CHECK_S = 1.0
+#: Exit code of a second signal (forced exit): the next start recovers anything in flight.
+EXIT_FORCED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A tick function run every `interval_ms` (plus up to `jitter_s` of random delay)."""
+
+    name: str
+    tick: TickFn
+    interval_ms: int
+    jitter_s: float = 0.0
+    timeout_s: float | None = None
+
+    @property
+    def effective_timeout_s(self) -> float:
+        """The tick body's time limit: its own, else max(interval, MIN_TICK_TIMEOUT_S)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return max(self.interval_ms / 1000, MIN_TICK_TIMEOUT_S)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSpec:
+    """A daemon: a name and the jobs its scheduler runs."""
+
+    name: str
+    jobs: tuple[Job, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """Knobs of the runtime; the defaults are the production values (tests shorten them)."""
+
+    dry_run: bool = False
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S
+    stall_limit_s: float = STALL_LIMIT_S
+    restart_backoff_max_s: float = RESTART_BACKOFF_MAX_S
+    health_check_s: float = HEALTH_CHECK_S
+
+
+def first_run_delay_ms(last_started_ms: int | None, interval_ms: int, now: int) -> int:
+    """How long to wait before a job's first tick (pure): none without a previous tick or when
+    one interval has passed since it started; otherwise the remainder, never more than one
+    interval (a clock that went backwards must not postpone the pass indefinitely)."""
+    if last_started_ms is None:
+        return 0
+    return max(0, min(last_started_ms + interval_ms - now, interval_ms))
+
+
+def backoff_delay_ms(consecutive_failures: int, interval_ms: int) -> int | None:
+    """The wait before the next tick after repeated failures (pure): None for the first
+    failure (the normal interval applies), then 2, 4 ... intervals up to MAX_BACKOFF_FACTOR."""
+    if consecutive_failures < 2:
+        return None
+    factor: int = min(2 ** (consecutive_failures - 1), MAX_BACKOFF_FACTOR)
+    return interval_ms * factor
+
+
+async def wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to `seconds`, waking early when `stop` is set; True when it was."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+@dataclass(slots=True)
+class _JobState:
+    control: TickControl = field(default_factory=TickControl)
+    number: int = 0
+    failures: int = 0
+    backing_off: bool = False
+    running_since: float | None = None
+
+
+class DaemonRunner:
+    """One daemon: its scheduler, its SQLite connection, its running ticks."""
+
+    def __init__(
+        self,
+        spec: DaemonSpec,
+        *,
+        settings: Settings,
+        vectors: VectorStore,
+        options: RuntimeOptions,
+        metrics: Metrics,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.vectors = vectors
+        self.options = options
+        self.metrics = metrics
+        self.clock = clock
+        self.ready = asyncio.Event()
+        self.scheduler: Any = None
+        self._stores: Stores | None = None
+        self._states = {job.name: _JobState() for job in spec.jobs}
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Open the graph, schedule the jobs, and run until `stop`; raise if the scheduler
+        dies (the supervisor restarts this daemon)."""
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        graph = await GraphDB.open(self.settings.graph_db_path, read_only=self.options.dry_run)
+        try:
+            self._stores = Stores(self.settings, graph, self.vectors)
+            previous = await last_ticks(graph)
+            scheduler = AsyncIOScheduler(timezone=UTC)
+            for job in self.spec.jobs:
+                self._states[job.name].control = TickControl()
+                last = previous.get(job.name)
+                delay_ms = first_run_delay_ms(last.started_at if last else None,
+                                              job.interval_ms, self.clock())
+                scheduler.add_job(
+                    self._fire,
+                    trigger="interval",
+                    seconds=job.interval_ms / 1000,
+                    jitter=job.jitter_s or None,
+                    args=(job,),
+                    id=job.name,
+                    name=f"{self.spec.name}:{job.name}",
+                    next_run_time=datetime.now(UTC) + timedelta(milliseconds=delay_ms),
+                    max_instances=1,
+                    coalesce=True,
+                    # A tick that could not start on time still runs within one interval.
+                    misfire_grace_time=max(1, int(job.interval_ms / 1000)),
+                )
+                log.info("job.scheduled", daemon=self.spec.name, job=job.name,
+                         intervalS=job.interval_ms / 1000, firstTickInS=delay_ms / 1000,
+                         lastTickStartedAt=last.started_at if last else None)
+            scheduler.add_listener(self._on_scheduler_event,
+                                   EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+            scheduler.start()
+            self.scheduler = scheduler
+            self.ready.set()
+            while not stop.is_set():
+                await wait_for_stop(stop, self.options.health_check_s)
+                if not scheduler.running:
+                    raise RuntimeError(f"the {self.spec.name} scheduler stopped")
+        finally:
+            self.ready.clear()
+            for state in self._states.values():
+                state.control.request_stop()
+            if self.scheduler is not None:
+                self.scheduler.shutdown(wait=False)  # our ticks are shielded from its cancel
+                self.scheduler = None
+            await self._finish_running_ticks()
+            await graph.close()
+
+    async def _fire(self, job: Job) -> None:
+        """APScheduler's job: run the tick in a task of ours, shielded from the scheduler's
+        shutdown, which would cancel it mid-batch."""
+        state = self._states[job.name]
+        if state.control.stopping:
+            return
+        task = asyncio.create_task(self._run_job(job), name=f"{self.spec.name}:{job.name}")
+        self._running[job.name] = task
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # The scheduler's shutdown cancels its job; the tick itself runs on, finishing its
+            # batch under our shutdown grace. Only a cancel from anywhere else propagates.
+            if not state.control.stopping:
+                raise
+        finally:
+            if task.done():
+                self._running.pop(job.name, None)
+            else:  # the scheduler cancelled us: forget the task once it ends on its own
+                task.add_done_callback(partial(self._forget, job.name))
+
+    def _forget(self, name: str, _task: asyncio.Task[None]) -> None:
+        self._running.pop(name, None)
+
+    async def _run_job(self, job: Job) -> None:
+        state = self._states[job.name]
+        assert self._stores is not None
+        stores = replace(self._stores, control=state.control)
+        state.number += 1
+        state.running_since = time.monotonic()
+        outcome, figures = "failed", None
+        try:
+            async with asyncio.timeout(job.effective_timeout_s) as deadline:
+                figures = await run_tick(job.name, stores, job.tick,
+                                         dry_run=self.options.dry_run,
+                                         tick_number=state.number)
+            outcome = "ok"
+        except LockHeld:
+            outcome = "skipped"
+        except TimeoutError:
+            if deadline.expired():
+                outcome = "timeout"
+                log.error("tick.timed_out", daemon=self.spec.name, job=job.name,
+                          timeoutS=job.effective_timeout_s)
+        except Exception:
+            outcome = "failed"  # run_tick logged it with its traceback
+        finally:
+            duration = time.monotonic() - state.running_since
+            state.running_since = None
+        self.metrics.observe_tick(job.name, outcome=outcome, duration_s=duration,
+                                  figures=figures, finished_ts=time.time())
+        self._after_tick(job, state, outcome)
+
+    def _after_tick(self, job: Job, state: _JobState, outcome: str) -> None:
+        """Back off after repeated failures; say so once, and again on recovery."""
+        if outcome == "ok":
+            if state.backing_off:
+                log.info("tick.recovered", daemon=self.spec.name, job=job.name,
+                         afterFailures=state.failures)
+            state.failures, state.backing_off = 0, False
+            return
+        if outcome == "skipped":
+            return
+        state.failures += 1
+        delay_ms = backoff_delay_ms(state.failures, job.interval_ms)
+        if delay_ms is None or self.scheduler is None or state.control.stopping:
+            return
+        self.scheduler.modify_job(
+            job.name, next_run_time=datetime.now(UTC) + timedelta(milliseconds=delay_ms))
+        if not state.backing_off:
+            state.backing_off = True
+            log.warning("tick.backing_off", daemon=self.spec.name, job=job.name,
+                        failures=state.failures, nextTickInS=delay_ms / 1000)
+
+    def _on_scheduler_event(self, event: Any) -> None:
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES
+
+        if event.code == EVENT_JOB_MAX_INSTANCES:
+            log.warning("tick.overlap_skipped", daemon=self.spec.name, job=event.job_id,
+                        reason="the previous tick is still running")
+        else:
+            log.warning("tick.missed", daemon=self.spec.name, job=event.job_id)
+
+    async def _finish_running_ticks(self) -> None:
+        """Give running ticks the grace to finish their batch; then cancel what remains."""
+        running = list(self._running.values())
+        if not running:
+            return
+        log.info("shutdown.waiting_for_ticks", daemon=self.spec.name,
+                 ticks=[t.get_name() for t in running], graceS=self.options.shutdown_grace_s)
+        _, pending = await asyncio.wait(running, timeout=self.options.shutdown_grace_s)
+        for task in pending:
+            log.warning("shutdown.tick_cancelled", daemon=self.spec.name, tick=task.get_name())
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    def health_problem(self) -> str | None:
+        """Why this daemon is not making progress, or None when it is.
+
+        A daemon waiting to be restarted by its supervisor is not hung: it is handled.
+        """
+        scheduler = self.scheduler
+        if scheduler is None:
+            return None
+        if not scheduler.running:
+            return f"{self.spec.name}: scheduler stopped"
+        now = datetime.now(UTC)
+        for job in self.spec.jobs:
+            state = self._states[job.name]
+            if state.running_since is not None:
+                quiet = time.monotonic() - state.control.last_progress
+                if quiet > self.options.stall_limit_s:
+                    return f"{self.spec.name}:{job.name}: tick quiet for {quiet:.0f} s"
+                continue
+            scheduled = scheduler.get_job(job.name)
+            due = getattr(scheduled, "next_run_time", None)
+            late = job.interval_ms / 1000 + max(1.0, job.jitter_s) + self.options.stall_limit_s
+            if due is not None and (now - due).total_seconds() > late:
+                return f"{self.spec.name}:{job.name}: tick overdue since {due.isoformat()}"
+        return None
+
+
+async def _supervise(runner: DaemonRunner, stop: asyncio.Event, options: RuntimeOptions) -> None:
+    """Run a daemon until `stop`, restarting it with backoff whenever it dies."""
+    failures = 0
+    while not stop.is_set():
+        try:
+            await runner.run(stop)
+            return
+        except Exception:
+            failures += 1
+            delay = min(2.0 ** (failures - 1), options.restart_backoff_max_s)
+            log.error("daemon.died", daemon=runner.spec.name, restarts=failures,
+                      restartInS=delay, exc_info=True)
+            await wait_for_stop(stop, delay)
+
+
+async def _open_vectors(
+    settings: Settings, stop: asyncio.Event, options: RuntimeOptions
+) -> VectorStore | None:
+    """Open Chroma, retrying with backoff while a server is unreachable; None if stopped
+    first. A held embedded store is fatal (LockHeld): waiting would not free it."""
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            return await VectorStore.open(settings)
+        except LockHeld:
+            raise
+        except StoreUnavailable as exc:
+            log.error("store.unavailable", error=str(exc), retryInS=delay)
+            await wait_for_stop(stop, delay)
+            delay = min(delay * 2, options.restart_backoff_max_s)
+    return None
+
+
+async def _notify_systemd(notifier: Notifier, runners: Sequence[DaemonRunner],
+                         stop: asyncio.Event) -> None:
+    """READY=1 once every daemon has its stores open; then ping the watchdog, but only while
+    every daemon is making progress."""
+    await asyncio.gather(*(r.ready.wait() for r in runners))
+    notifier.send("READY=1", f"STATUS=running {', '.join(r.spec.name for r in runners)}")
+    log.info("daemons.ready", daemons=[r.spec.name for r in runners], pid=os.getpid())
+    interval = notifier.watchdog_interval_s
+    if interval is None:
+        return
+    withheld: str | None = None
+    while not stop.is_set():
+        problem = next((p for r in runners if (p := r.health_problem()) is not None), None)
+        if problem is None:
+            notifier.send("WATCHDOG=1")
+            if withheld is not None:
+                log.info("watchdog.resumed")
+        elif problem != withheld:
+            log.error("watchdog.withheld", reason=problem)
+        withheld = problem
+        await wait_for_stop(stop, interval)
+
+
+async def serve(
+    settings: Settings,
+    specs: Sequence[DaemonSpec],
+    *,
+    options: RuntimeOptions | None = None,
+    notifier: Notifier | None = None,
+    clock: Callable[[], int] = now_ms,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run the daemons until SIGTERM/SIGINT (or until `stop` is set by an embedding caller);
+    return the exit code (0 after a clean stop)."""
+    options = options or RuntimeOptions()
+    notifier = notifier or Notifier()
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            log.info("shutdown.requested", signal=signal.Signals(signum).name,
+                     graceS=options.shutdown_grace_s)
+            stop.set()
+            return
+        log.warning("shutdown.forced", signal=signal.Signals(signum).name)
+        sys.stderr.flush()
+        os._exit(EXIT_FORCED)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    metrics = Metrics(settings)
+    helpers: list[asyncio.Task[None]] = []
+    server: asyncio.Server | None = None
+    vectors: VectorStore | None = None
+    try:
+        vectors = await _open_vectors(settings, stop, options)
+        if vectors is None:
+            return 0
+        runners = [DaemonRunner(spec, settings=settings, vectors=vectors, options=options,
+                                metrics=metrics, clock=clock) for spec in specs]
+        supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)
+                      for r in runners]
+        helpers.append(asyncio.create_task(_notify_systemd(notifier, runners, stop)))
+        if settings.metrics_port:
+            server = await metrics.serve(settings.metrics_port)
+        await stop.wait()
+        notifier.send("STOPPING=1")
+        await asyncio.gather(*supervised)
+        return 0
+    finally:
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        if vectors is not None:
+            await vectors.close()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        log.info("shutdown.completed")
+
+
+def serve_main(
+    prog: str,
+    *,
+    config: str | None,
+    build_specs: Callable[[Settings], Sequence[DaemonSpec]],
+    dry_run: bool = False,
+) -> NoReturn:
+    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
+
+    async def main() -> int:
+        settings = load_settings(config)
+        return await serve(settings, build_specs(settings),
+                           options=RuntimeOptions(dry_run=dry_run))
+
+    run_main(prog, main)
