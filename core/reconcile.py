@@ -186,14 +186,19 @@ def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float)
 
 
 def actionable_stamp_ceiling(current_version: int, orphan_version_gap: Any) -> int | float:
-    """The highest stamp that is actionable (`stamp <= current - gap`), as an int when whole.
+    """The operand for Chroma's `$lte` that selects the actionable stamps (`stamp <= current -
+    gap`), as an int when whole.
 
-    For Chroma's `$lte`: Chroma compares an integer stamp against a fractional operand by
-    truncating the operand, which is exact for the non-negative ceilings that matter; the
-    engine re-checks every row it returns anyway.
+    Chroma 1.5.9 compares an integer stamp against a fractional operand by truncating the
+    operand toward zero (measured: `$lte 2.5` matches int 2, `$lte -0.5` matches int 0). That
+    is exact for a ceiling >= 0; below zero the ceiling is floored instead, so no integer stamp
+    above it comes back (a fractional stamp between the two is then left for a later look:
+    never deleted wrongly, and the engine re-checks every row anyway).
     """
     ceiling = current_version - resolve_orphan_version_gap(orphan_version_gap)
-    return int(ceiling) if float(ceiling).is_integer() else ceiling
+    if float(ceiling).is_integer():
+        return int(ceiling)
+    return ceiling if ceiling >= 0 else math.floor(ceiling)
 
 
 def confirm_tombstone_rows(

@@ -155,6 +155,8 @@ def test_the_actionable_ceiling_is_a_whole_number_when_it_can_be() -> None:
     assert actionable_stamp_ceiling(5, 2) == 3
     assert isinstance(actionable_stamp_ceiling(5, 2.0), int)
     assert actionable_stamp_ceiling(5, 2.5) == 2.5
+    # Below zero it is floored: Chroma truncates a fractional operand for integer stamps.
+    assert actionable_stamp_ceiling(1, 1.5) == -1
 
 
 def test_confirmation_keeps_only_this_tenants_still_actionable_rows() -> None:

@@ -18,7 +18,7 @@ from core.stores import Stores, open_stores
 from core.telemetry import EVENT_RECONCILE
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstones import restore_archive
+from core.tombstones import ArchivedChunk, ArchiveError, archive_line, restore_archive
 from core.vectors import ChromaRow, Include, VectorStore
 from tests.support import DIM, make_settings, seed
 
@@ -363,6 +363,34 @@ async def test_archive_then_restore_gives_back_identical_rows(
     again = await restore_archive(vectors, Path(archive))
     assert again.restored == 10
     assert await vectors.count(collection) == 10
+
+
+async def test_a_corrupt_archive_line_is_named_and_the_valid_lines_are_restored(
+    tmp_path: Path, vectors: VectorStore
+) -> None:
+    good = [archive_line(ArchivedChunk("kb-restore", "acme", ChromaRow(
+        f"r{i}", {"tenantId": "acme", "tenantConfigVersion": 1}, f"doc {i}", [0.5, 0.25]
+    )), archived_at_ms=1) for i in range(3)]
+    torn = good[2][: len(good[2]) // 2]  # a crash cut the last write short
+    archive = tmp_path / "archive.jsonl"
+    archive.write_bytes("\n".join([good[0], '{"format": 99}', "", good[1], torn]).encode()
+                        + b"\n\xff\xfe\n")
+    result = await restore_archive(vectors, archive)
+    assert result.restored == 2
+    assert [(b.line_number, b.reason.split(" (")[0]) for b in result.bad_lines] == [
+        (2, "unknown archive format 99"), (5, "not JSON"), (6, "not valid UTF-8"),
+    ]
+    assert sorted(r.id for r in await vectors.get_by_ids("kb-restore", ["r0", "r1", "r2"])) == [
+        "r0", "r1"
+    ]
+
+
+async def test_restoring_a_missing_archive_is_a_usage_error(
+    tmp_path: Path, vectors: VectorStore
+) -> None:
+    with pytest.raises(ArchiveError, match="archive not found") as caught:
+        await restore_archive(vectors, tmp_path / "nope.jsonl")
+    assert caught.value.exit_code == 2
 
 
 # -- paging -----------------------------------------------------------------------------------

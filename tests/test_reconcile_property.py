@@ -1,0 +1,171 @@
+"""Property: whatever the tenants, stamps and settings, reconciliation deletes only what it may,
+never more than the cap, and never anything that its archive cannot put back exactly.
+
+One embedded Chroma store serves every example (opening one takes seconds); each example gets
+its own collection and its own SQLite file, so examples cannot see each other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.graph import GraphDB
+from core.reconcile import (
+    diff_tenant_chunks,
+    is_real_number,
+    reconcile_tick,
+    stale_fraction_exceeded,
+)
+from core.stores import Stores
+from core.tenants import TENANT_CONFIG_LABEL
+from core.ticks import run_tick
+from core.tombstones import parse_archive_line, restore_archive
+from core.vectors import ChromaRow, Include, VectorStore
+from tests.support import make_settings, seed
+
+FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
+MISSING = object()
+TENANTS = ("acme", "beta", "gamma")
+#: Chunks of a tenant with no config node, and chunks with no tenant at all: never deleted.
+STRAY_TENANT = "stray"
+_example_numbers = itertools.count()
+
+stamps = st.one_of(
+    st.just(MISSING),
+    st.integers(min_value=-1, max_value=7),
+    st.floats(min_value=0, max_value=7, allow_nan=False, allow_infinity=False),
+    st.text(max_size=2),
+    st.booleans(),
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Tenants (version 0 = no config node), their chunks' stamps, and the settings."""
+
+    versions: dict[str, int]
+    chunks: list[tuple[str, str | None, Any]]
+    auto_tombstone: bool
+    gap: float
+    cap: int
+    max_fraction: float
+    passes: int
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    versions = {t: draw(st.integers(min_value=0, max_value=5)) for t in TENANTS}
+    chunks: list[tuple[str, str | None, Any]] = []
+    for owner in (*TENANTS, STRAY_TENANT, None):
+        for i, stamp in enumerate(draw(st.lists(stamps, max_size=12))):
+            chunks.append((f"{owner or 'none'}-{i}", owner, stamp))
+    return Scenario(
+        versions=versions,
+        chunks=chunks,
+        auto_tombstone=draw(st.booleans() | st.just(True)),
+        gap=draw(st.one_of(st.integers(min_value=1, max_value=4),
+                           st.floats(min_value=1, max_value=4))),
+        cap=draw(st.integers(min_value=0, max_value=8)),
+        max_fraction=draw(st.floats(min_value=0.05, max_value=1.0)),
+        passes=draw(st.integers(min_value=1, max_value=2)),
+    )
+
+
+def _metadata(owner: str | None, stamp: Any) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"sourcePath": "docs/x.md"}
+    if owner is not None:
+        metadata["tenantId"] = owner
+    if stamp is not MISSING:
+        metadata["tenantConfigVersion"] = stamp
+    return metadata
+
+
+def _may_be_deleted(row: ChromaRow, scenario: Scenario) -> bool:
+    """The invariant: only a configured tenant's chunk with a real numeric, actionable stamp."""
+    tenant = row.metadata.get("tenantId")
+    version = scenario.versions.get(tenant) if isinstance(tenant, str) else None
+    if not version:
+        return False
+    if not is_real_number(row.metadata.get("tenantConfigVersion")):
+        return False
+    return diff_tenant_chunks([row], version, scenario.gap).actionable_count == 1
+
+
+def _expected_first_pass(tenant: str, scenario: Scenario, rows: list[ChromaRow]) -> int:
+    """What the first pass must tombstone for `tenant`, worked out from the scenario alone."""
+    own = [r for r in rows if r.metadata.get("tenantId") == tenant]
+    actionable = diff_tenant_chunks(own, scenario.versions[tenant], scenario.gap).actionable_count
+    if not scenario.auto_tombstone or stale_fraction_exceeded(
+        actionable=actionable, total=len(own), max_fraction=scenario.max_fraction
+    ):
+        return 0
+    return min(scenario.cap, actionable)
+
+
+@settings(max_examples=15, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(scenario=scenarios())
+async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_and_restorably(
+    tmp_path: Path, vectors: VectorStore, scenario: Scenario
+) -> None:
+    number = next(_example_numbers)
+    collection = f"kb-property-{number}"
+    settings_ = make_settings(
+        tmp_path,
+        graphDbPath=str(tmp_path / f"graph-{number}.sqlite"),
+        knowledgeBaseCollection=collection,
+        reconciliationEnabled=True,
+        reconciliationAutoTombstone=scenario.auto_tombstone,
+        reconciliationOrphanVersionGap=scenario.gap,
+        reconciliationMaxDeletesPerTick=scenario.cap,
+        reconciliationMaxStaleFraction=scenario.max_fraction,
+    )
+    graph = await GraphDB.open(settings_.graph_db_path)
+    try:
+        for tenant, version in scenario.versions.items():
+            if version:
+                await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
+                                        {"version": version})
+        await vectors.ensure_collection(collection)
+        if scenario.chunks:
+            await seed(vectors, collection,
+                       [(i, _metadata(owner, stamp)) for i, owner, stamp in scenario.chunks])
+        all_ids = [i for i, _, _ in scenario.chunks]
+        before = {r.id: r for r in await vectors.get_by_ids(collection, all_ids, include=FULL)}
+
+        stores = Stores(settings_, graph, vectors)
+        archives: list[str] = []
+        for pass_number in range(scenario.passes):
+            figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+            archives.extend(figures["archives"])
+            assert figures["failedTenants"] == 0
+            for entry in figures["tenants"]:
+                assert entry["tombstonedCount"] <= scenario.cap
+                if entry["guard"] is not None or not scenario.auto_tombstone:
+                    assert entry["tombstonedCount"] == 0
+                if pass_number == 0:
+                    assert entry["tombstonedCount"] == _expected_first_pass(
+                        entry["tenantId"], scenario, list(before.values())
+                    )
+
+        remaining = {r.id for r in await vectors.get_by_ids(collection, all_ids, include=())}
+        deleted = set(before) - remaining
+        assert all(_may_be_deleted(before[i], scenario) for i in deleted), deleted
+
+        archived: set[str] = set()
+        for archive in archives:
+            result = await restore_archive(vectors, Path(archive))
+            assert result.bad_lines == ()
+            archived |= {parse_archive_line(line).row.id
+                         for line in Path(archive).read_text(encoding="utf-8").splitlines()}
+        assert archived == deleted
+        after = {r.id: r for r in await vectors.get_by_ids(collection, all_ids, include=FULL)}
+        assert after == before
+    finally:
+        await graph.close()
