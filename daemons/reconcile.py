@@ -1,0 +1,111 @@
+"""`python -m daemons.reconcile`: the reconciliation daemon, its one-shot pass and restore.
+
+    python -m daemons.reconcile [--config F] [--tick] [--dry-run] [--json]
+    python -m daemons.reconcile restore ARCHIVE [--config F]
+
+`--tick` runs one pass (`core.reconcile.reconcile_tick`) through `core.ticks.run_tick`, the
+same path the scheduler takes. Exit 0 done; 1 a store unreachable or a tenant failed (the
+`--json` figures are printed first); 2 usage, configuration or archive errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from core.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    add_config_flag,
+    add_run_flags,
+    emit_json,
+    load_settings,
+    run_main,
+)
+from core.reconcile import reconcile_tick
+from core.stores import open_stores
+from core.ticks import run_tick
+from core.tombstones import ensure_archive_file, restore_archive
+from core.vectors import VectorStore
+
+PROG = "daemons.reconcile"
+DAEMON = "reconcile"
+RESTORE = "restore"
+
+
+def build_parser() -> Parser:
+    """The pass/daemon flags."""
+    parser = Parser(
+        prog=PROG,
+        description="Find knowledge-base chunks stamped with an old tenant-config version, "
+        "report them and (opt-in) tombstone them.",
+        epilog=f"Put tombstoned chunks back: python -m {PROG} {RESTORE} ARCHIVE [--config F]",
+    )
+    add_run_flags(parser, tick=True)
+    return parser
+
+
+def build_restore_parser() -> Parser:
+    """`restore ARCHIVE [--config F]`."""
+    parser = Parser(prog=f"{PROG} {RESTORE}",
+                    description="Upsert the chunks of a tombstone archive back (idempotent).")
+    parser.add_argument("archive", metavar="ARCHIVE", type=Path,
+                        help="a .jsonl file under <dataDir>/tombstones/")
+    add_config_flag(parser)
+    return parser
+
+
+async def run_one_pass(args: argparse.Namespace) -> int:
+    """`--tick`: one pass over every configured tenant; figures on stdout with `--json`."""
+    settings = load_settings(args.config)
+    async with open_stores(settings, dry_run=args.dry_run) as stores:
+        figures = await run_tick(DAEMON, stores, reconcile_tick, dry_run=args.dry_run)
+    if args.json:
+        emit_json(figures)
+    return EXIT_FAILED if figures.get("failedTenants") else EXIT_OK
+
+
+async def run_restore(args: argparse.Namespace) -> int:
+    """`restore ARCHIVE`: put the archived chunks back; each unusable line named on stderr."""
+    settings = load_settings(args.config)
+    archive: Path = args.archive
+    ensure_archive_file(archive)
+    vectors = await VectorStore.open(settings)
+    try:
+        result = await restore_archive(vectors, archive)
+    finally:
+        await vectors.close()
+    for bad in result.bad_lines:
+        sys.stderr.write(f"{PROG}: error: {archive}:{bad.line_number}: {bad.reason}\n")
+    print(f"restored {result.restored} chunks from {archive}")
+    return EXIT_USAGE if result.bad_lines else EXIT_OK
+
+
+def run_daemon(args: argparse.Namespace) -> int:
+    """The long-running daemon (no `--tick`); provided by `core.runtime` once it exists."""
+    del args
+    sys.stderr.write(f"{PROG}: daemon mode is not available yet; use --tick\n")
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Parse, then hand over to exactly one of: restore, one pass, the daemon."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Dispatch on the first word rather than argparse subparsers: a subparser's defaults
+    # (here --config) would silently override the same flag given before the subcommand.
+    if argv[:1] == [RESTORE]:
+        restore_args = build_restore_parser().parse_args(argv[1:])
+        run_main(PROG, lambda: run_restore(restore_args))
+    args = build_parser().parse_args(argv)
+    if not args.tick:
+        raise SystemExit(run_daemon(args))
+    run_main(PROG, lambda: run_one_pass(args))
+
+
+if __name__ == "__main__":
+    main()

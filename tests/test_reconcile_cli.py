@@ -1,0 +1,202 @@
+"""`python -m daemons.reconcile` as operators run it: one pass, dry runs, the switch, restore,
+and the exit codes and one-line errors of CONTRACT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import Settings, load_config
+from core.graph import GraphDB
+from core.tenants import TENANT_CONFIG_LABEL
+from core.vectors import VectorStore
+from tests.support import seed
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(tmp_path: Path, **keys: Any) -> Path:
+    """A config file in tmp_path with `dataDir = "data"` plus the given keys."""
+    lines = ["[knowledgeBase]", 'dataDir = "data"']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
+    path = tmp_path / "kb.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def settings_of(config: Path) -> Settings:
+    return load_config(str(config)).settings
+
+
+async def _prepare(settings: Settings) -> None:
+    """Tenant `acme` at version 4 with two actionable, one within-grace and one current chunk."""
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL,
+                                {"version": 4, "repoSlug": "acme/repo"})
+    finally:
+        await graph.close()
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed(vectors, settings.knowledge_base_collection, [
+            (i, {"tenantId": "acme", "tenantConfigVersion": v})
+            for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))
+        ])
+    finally:
+        await vectors.close()
+
+
+def prepare(config: Path) -> Settings:
+    settings = settings_of(config)
+    asyncio.run(_prepare(settings))
+    return settings
+
+
+def chunk_count(settings: Settings) -> int:
+    async def count() -> int:
+        vectors = await VectorStore.open(settings)
+        try:
+            return await vectors.count(settings.knowledge_base_collection)
+        finally:
+            await vectors.close()
+
+    return asyncio.run(count())
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
+    env.pop("KB_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "daemons.reconcile", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_back(
+    tmp_path: Path,
+) -> None:
+    config = write_config(tmp_path, reconciliationEnabled=True,
+                          reconciliationAutoTombstone=True,
+                          reconciliationMaxStaleFraction=1.0)
+    settings = prepare(config)
+
+    ticked = run(tmp_path, "--tick", "--json", "--config", str(config))
+    assert ticked.returncode == 0, ticked.stderr
+    figures = json.loads(ticked.stdout)
+    assert figures["tenants"] == [{
+        "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 4, "scanned": 3,
+        "staleCount": 3, "actionableCount": 2, "tombstonedCount": 2, "guard": None,
+    }]
+    assert figures["failedTenants"] == 0 and "durationMs" in figures
+    assert chunk_count(settings) == 2
+
+    [archive] = figures["archives"]
+    restored = run(tmp_path, "restore", archive, "--config", str(config))
+    assert restored.returncode == 0, restored.stderr
+    assert restored.stdout == f"restored 2 chunks from {archive}\n"
+    assert chunk_count(settings) == 4
+    # Idempotent: a second restore changes nothing.
+    assert run(tmp_path, "restore", archive, "--config", str(config)).returncode == 0
+    assert chunk_count(settings) == 4
+    assert not (tmp_path / "home").exists(), "nothing may be written under $HOME"
+
+
+def test_a_dry_run_works_while_disabled_and_writes_nothing(tmp_path: Path) -> None:
+    config = write_config(tmp_path, reconciliationAutoTombstone=True,
+                          reconciliationMaxStaleFraction=1.0)
+    settings = prepare(config)
+    before = settings.graph_db_path.read_bytes()
+
+    result = run(tmp_path, "--tick", "--dry-run", "--json", "--config", str(config))
+
+    assert result.returncode == 0, result.stderr
+    [tenant] = json.loads(result.stdout)["tenants"]
+    assert (tenant["actionableCount"], tenant["tombstonedCount"]) == (2, 0)
+    assert settings.graph_db_path.read_bytes() == before
+    assert not settings.tombstones_dir.exists()
+    assert chunk_count(settings) == 4
+
+
+def test_disabled_reconciliation_logs_so_and_exits_zero(tmp_path: Path) -> None:
+    config = write_config(tmp_path, reconciliationAutoTombstone=True)
+    settings = prepare(config)
+    result = run(tmp_path, "--tick", "--json", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tenants"] == []
+    assert "reconciliation disabled" in result.stderr
+    assert chunk_count(settings) == 4
+
+
+def test_a_toml_syntax_error_is_exit_2_with_one_line_naming_file_line_and_column(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text("[knowledgeBase]\nreconciliationEnabled = tru\n", encoding="utf-8")
+    result = run(tmp_path, "--tick", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert f"{config}:2:" in result.stderr
+
+
+def test_an_unknown_flag_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    result = run(tmp_path, "--tick", "--frobnicate")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--frobnicate" in result.stderr
+
+
+def test_without_tick_the_daemon_mode_placeholder_says_so(tmp_path: Path) -> None:
+    result = run(tmp_path, "--config", str(write_config(tmp_path)))
+    assert result.returncode == 2
+    assert result.stderr == "daemons.reconcile: daemon mode is not available yet; use --tick\n"
+
+
+def test_restoring_a_missing_archive_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    result = run(tmp_path, "restore", str(tmp_path / "nope.jsonl"), "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "nope.jsonl: archive not found" in result.stderr
+
+
+def test_restoring_an_archive_with_a_corrupt_line_names_it_and_exits_2(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    archive = tmp_path / "cut.jsonl"
+    good = {"format": 1, "collection": "neo-knowledge-base", "tenantId": "acme", "id": "c1",
+            "embedding": [0.5, 0.5], "metadata": {"tenantId": "acme"}, "document": "d"}
+    archive.write_text(json.dumps(good) + "\n" + json.dumps(good)[:20] + "\n", encoding="utf-8")
+    result = run(tmp_path, "restore", str(archive), "--config", str(config))
+    assert result.returncode == 2
+    assert f"{archive}:2: not JSON" in result.stderr
+    assert result.stdout == f"restored 1 chunks from {archive}\n"
+
+
+def test_a_failing_tenant_prints_the_figures_then_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In-process, because the failure is injected: every Chroma call filtered on `acme`
+    raises, as when that tenant's reads time out."""
+    from daemons.reconcile import main
+
+    config = write_config(tmp_path, reconciliationEnabled=True)
+    prepare(config)
+    real = VectorStore._call_on_collection
+
+    def failing(self: VectorStore, name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+        if "acme" in json.dumps(kwargs.get("where")):
+            raise ConnectionError("injected failure for acme")
+        return real(self, name, method, kwargs)
+
+    monkeypatch.setattr(VectorStore, "_call_on_collection", failing)
+    with pytest.raises(SystemExit) as exited:
+        main(["--tick", "--json", "--config", str(config)])
+    assert exited.value.code == 1
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["failedTenants"] == 1
