@@ -116,9 +116,9 @@ async def deliver_alerts(
     """Deliver every alert on its channel; one Delivery per alert, in the input's order.
 
     Never raises for a delivery failure: each is logged with its alert's key and returned as
-    `delivered=False` with the reason. Runs at most `policy.concurrency` at once, and ends by
-    `policy.budget_s` from the call (counting the wait for a slot): an alert still pending
-    then is cancelled and reported as timed out.
+    `delivered=False` with the reason. Runs at most `policy.concurrency` webhook requests at
+    once (the console needs no slot), and ends by `policy.budget_s` from the call (counting
+    the wait for a slot): an alert still pending then is cancelled and reported as timed out.
     """
     if not alerts:
         return []
@@ -155,15 +155,18 @@ async def _deliver_within(
     tries = _Tries()
     bound = asyncio.timeout_at(deadline)
     try:
-        async with bound, slots:
+        async with bound:
             channel = parse_channel(alert.channel)
             if channel.kind == "console":
+                # Local and instant: it takes no HTTP slot, so hanging webhooks never delay it.
                 tries.count = 1
                 deliver_to_console(alert)
             else:
                 if client is None:
                     raise RuntimeError("no HTTP client for a webhook alert")
-                await _post_with_retries(client, alert, channel, policy=policy, tries=tries)
+                async with slots:
+                    await _post_with_retries(client, alert, channel, policy=policy,
+                                             tries=tries)
     except TimeoutError:
         if not bound.expired():
             raise  # not our deadline: a bug worth a traceback, not a quiet failure
