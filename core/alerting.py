@@ -97,7 +97,7 @@ async def alerting_tick(
     if not dry_run and evaluation.alerts:
         deliveries = await deliver_alerts(evaluation.alerts, policy=delivery)
         await record_deliveries(stores.graph, deliveries)
-    return _figures(settings.alerting_enabled, dry_run, rules, rollup, evaluation, deliveries,
+    return _figures(settings.alerting_enabled, rules, rollup, evaluation, deliveries,
                     window_ms=settings.alert_window_ms)
 
 
@@ -123,7 +123,6 @@ def _warn_about_rules(rules: Sequence[Any], evaluation: Evaluation) -> None:
 
 def _figures(
     enabled: bool,
-    dry_run: bool,
     rules: Sequence[Any],
     rollup: Sequence[dict[str, Any]],
     evaluation: Evaluation,
@@ -131,7 +130,11 @@ def _figures(
     *,
     window_ms: int,
 ) -> dict[str, Any]:
-    """The pass's `--json` figures; in a dry run `alerts` is what would have fired."""
+    """The pass's `--json` figures; in a dry run `alerts` is what would have fired.
+
+    No `dryRun` or `durationMs`: `run_tick` adds those to its log line and figures, and a
+    repeated key would be an error there.
+    """
     listed = [
         {**alert.as_dict(), "channel": channel_label(alert.channel),
          "subject": alert_subject(alert)}
@@ -144,7 +147,6 @@ def _figures(
             entry["error"] = done.error
     return {
         "enabled": enabled,
-        "dryRun": dry_run,
         "rules": len(rules),
         "invalidRules": len(evaluation.skipped_rules),
         "windowMs": window_ms,
