@@ -72,6 +72,14 @@ class DeliveryPolicy:
     concurrency: int = DELIVERY_CONCURRENCY
     budget_s: float = DELIVERY_BUDGET_S
 
+    def __post_init__(self) -> None:
+        # Zero tries would report an alert delivered that was never sent; zero slots or a
+        # zero bound would fail every alert without trying.
+        if self.attempts < 1 or self.concurrency < 1:
+            raise ValueError("attempts and concurrency must be at least 1")
+        if self.attempt_timeout_s <= 0 or self.budget_s <= 0 or self.backoff_s < 0:
+            raise ValueError("timeouts must be positive and the backoff not negative")
+
     def backoff_before(self, attempt: int) -> float:
         """The wait before try number `attempt` (2, 3, …): `backoff_s` doubling each time."""
         return float(self.backoff_s * 2 ** (attempt - 2))
@@ -215,32 +223,35 @@ async def _post_with_retries(
         if attempt > 1:
             await asyncio.sleep(policy.backoff_before(attempt))
         tries.count = attempt
+        started = time.monotonic()
         try:
-            await _post_once(client, channel, payload, timeout_s=policy.attempt_timeout_s)
-            return
+            status = await _post_once(client, channel, payload,
+                                      timeout_s=policy.attempt_timeout_s)
         except _Retryable as exc:
             if attempt == policy.attempts:
                 raise _Retryable(f"{exc} (after {attempt} tries)") from exc
             log.info("alert.webhook_retry", channel=channel.label, attempt=attempt,
                      error=str(exc))
+            continue
+        log.info("alert.webhook_delivered", channel=channel.label, status=status,
+                 attempt=attempt, durationMs=int((time.monotonic() - started) * 1000),
+                 subject=payload["subject"])
+        return
 
 
 async def _post_once(
     client: httpx.AsyncClient, channel: Channel, payload: dict[str, Any], *, timeout_s: float
-) -> None:
-    """One POST; returns on a 2xx, raises _Retryable or _Permanent otherwise."""
-    started = time.monotonic()
+) -> int:
+    """One POST; returns the status of a 2xx, raises _Retryable or _Permanent otherwise."""
     try:
         async with asyncio.timeout(timeout_s):
             response = await client.post(channel.url, json=payload, timeout=timeout_s)
     except TimeoutError as exc:
         raise _Retryable(f"no answer within {timeout_s:g} s") from exc
     except httpx.TransportError as exc:
-        raise _Retryable(f"{type(exc).__name__}: {exc or 'transport error'}") from exc
+        raise _Retryable(f"{type(exc).__name__}: {str(exc) or 'transport error'}") from exc
     if response.is_success:
-        log.info("alert.webhook_delivered", channel=channel.label, status=response.status_code,
-                 durationMs=int((time.monotonic() - started) * 1000))
-        return
+        return response.status_code
     detail = f"HTTP {response.status_code}"
     if response.text:
         detail += f": {response.text[:ERROR_BODY_CHARS]}"

@@ -244,3 +244,10 @@ async def test_a_failed_delivery_is_recorded_and_starts_no_cooldown(
     # The next pass tries the webhook again; the console alert is cooling down.
     second = await alerting_tick(stores, False, clock=lambda: NOW + 60_000, delivery=FAST)
     assert (second["fired"], second["suppressed"]) == (1, 1)
+
+
+@pytest.mark.parametrize("bad", [dict(attempts=0), dict(concurrency=0), dict(budget_s=0.0),
+                                 dict(attempt_timeout_s=-1.0)])
+def test_a_policy_that_could_not_really_try_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        DeliveryPolicy(**bad)
