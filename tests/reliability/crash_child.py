@@ -1,0 +1,105 @@
+"""A drain tick that kills itself with SIGKILL at a chosen point (the crash harness's child).
+
+    python -m tests.reliability.crash_child CONFIG POINT HIT [BATCH_LINES]
+
+POINT names where the process dies, the HIT-th time it gets there; `none` runs a clean tick.
+The points wrap real functions of the drainer; nothing else is changed. A SIGKILL leaves the
+disk exactly as a power cut of the process would: open transactions are lost, files stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import core.drain as drain
+from core.config import load_config
+from core.graph import Transaction
+from core.lazy_queue import DrainingFile
+from core.logs import configure_logging
+from core.stores import open_stores
+from core.ticks import run_tick
+
+POINTS = ("none", "before-rename", "after-rename", "mid-transaction", "after-dead-letters",
+          "after-commit", "before-remove")
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm(point: str, hit: int) -> None:
+    """Wrap the function that marks `point` so that its `hit`-th call kills the process."""
+    calls = {"n": 0}
+
+    def due() -> bool:
+        calls["n"] += 1
+        return calls["n"] == hit
+
+    def around(owner: Any, name: str, *, before: bool) -> None:
+        real: Callable[..., Any] = getattr(owner, name)
+        if asyncio.iscoroutinefunction(real):
+            async def wrapped_async(*args: Any, **kwargs: Any) -> Any:
+                if before and due():
+                    _die()
+                result = await real(*args, **kwargs)
+                if not before and due():
+                    _die()
+                return result
+            setattr(owner, name, wrapped_async)
+        else:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if before and due():
+                    _die()
+                result = real(*args, **kwargs)
+                if not before and due():
+                    _die()
+                return result
+            setattr(owner, name, wrapped)
+
+    if point == "before-rename":
+        around(drain, "rotate_queue", before=True)
+    elif point == "after-rename":
+        around(drain, "rotate_queue", before=False)
+    elif point == "mid-transaction":
+        around(Transaction, "link_edges", before=False)  # edges written, not committed
+    elif point == "after-dead-letters":
+        real_append: Callable[..., None] = getattr(drain, "append_locked")  # noqa: B009
+
+        def append(path: Path, lines: Any, **kwargs: Any) -> None:
+            real_append(path, lines, **kwargs)
+            if path.name.endswith(".dead.jsonl") and due():
+                _die()
+
+        setattr(drain, "append_locked", append)  # noqa: B010
+    elif point == "after-commit":
+        around(drain._BatchDrainer, "_write", before=False)
+    elif point == "before-remove":
+        around(DrainingFile, "remove_and_collect_late_bytes", before=True)
+    elif point != "none":
+        raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
+
+
+async def _tick(config: str) -> None:
+    settings = load_config(config, environ={}).settings
+    configure_logging("json")
+    async with open_stores(settings) as stores:
+        await run_tick("drain", stores, drain.rem_tick, dry_run=False)
+
+
+def main(argv: list[str]) -> int:
+    config, point, hit = argv[0], argv[1], int(argv[2])
+    if len(argv) > 3:
+        drain.DRAIN_BATCH_LINES = int(argv[3])
+    _arm(point, hit)
+    asyncio.run(_tick(config))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

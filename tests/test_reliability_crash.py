@@ -1,0 +1,29 @@
+"""Quick versions of the reliability suite's crash and concurrency runs (the long ones:
+`make test-reliability`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.reliability.crash_child import POINTS
+from tests.reliability.harness import crash_trials, producers_and_drainer
+
+
+def test_sigkill_at_every_point_of_a_drain_loses_nothing_and_applies_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    named_points = len(POINTS) - 1
+    result, outcomes = crash_trials(tmp_path, trials=named_points + 2, lines_per_trial=120)
+    assert result.ok, result
+    assert result.pending == 0
+    assert result.in_graph + result.dead_lettered + result.malformed_dead == result.appended
+    killed_points = {key.split(":")[0] for key, n in outcomes.items() if key.endswith("killed")}
+    assert len(killed_points) >= named_points - 1, outcomes
+
+
+def test_producers_with_and_without_the_lock_lose_nothing_while_the_daemon_drains(
+    tmp_path: Path,
+) -> None:
+    result = producers_and_drainer(tmp_path, producers=4, lines_each=400)
+    assert result.ok, result
+    assert result.in_graph == 1600
