@@ -1,0 +1,321 @@
+"""`python -m daemons.backfill`: flags, the time window, paging, dry runs, failures and progress.
+
+The window and paging cases call `core.priority_backfill` on the real fixture stores (fast);
+the cases whose promise is about the whole command (nothing written by a dry run, exit 1 with
+the failures listed) run it as a subprocess on a config in tmp_path.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.clock import now_ms
+from core.config import Settings
+from core.errors import StoreUnavailable
+from core.graph import GraphDB
+from core.priority_backfill import DAY_MS, priority_backfill
+from core.progress import LogProgress, TerminalProgress, choose_progress, render_bar
+from core.stores import Stores
+from core.timestamps import iso_from_ms
+from core.vectors import SCAN_PAGE_ROWS, VectorStore
+from daemons.backfill import main
+from tests.support import make_settings, seed
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_backfill_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command as an operator runs it: its own process, a config file in tmp_path."""
+    config = tmp_path / "kb.toml"
+    if not config.exists():
+        config.write_text('[knowledgeBase]\ndataDir = "data"\n')
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
+    env.pop("KB_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "daemons.backfill", "--config", str(config), *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def summary(sid: str, created: Any, **extra: Any) -> tuple[str, dict[str, Any]]:
+    return f"sum-{sid}", {"sessionId": sid, "createdAt": created, "title": sid, **extra}
+
+
+async def seed_sessions(
+    vectors: VectorStore, settings: Settings, summaries: Sequence[tuple[str, Mapping[str, Any]]],
+    *, memories_per_session: int = 1,
+) -> None:
+    await seed(vectors, settings.summary_collection, summaries)
+    memories = [(f"{m['sessionId']}-m{i}", {"sessionId": m["sessionId"], "createdAt": 1,
+                                           "userId": "u"})
+                for _, m in summaries for i in range(memories_per_session)]
+    if memories:
+        await seed(vectors, settings.memory_collection, memories)
+
+
+async def backfill(stores: Stores, *, days: int = 7, dry_run: bool = False,
+                   skip_drain: bool = True) -> dict[str, Any]:
+    report = await priority_backfill(stores, days=days, dry_run=dry_run, skip_drain=skip_drain,
+                                     progress=LogProgress())
+    return report.figures()
+
+
+# --- flags -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--days", "0"], ["--days", "-1"], ["--days", "abc"], ["--days", "1.5"], ["--days"], []],
+    ids=["zero", "negative", "word", "fraction", "no-value", "missing"],
+)
+def test_days_that_is_not_a_positive_whole_number_is_exit_2_with_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--dry-run"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert "--days" in err
+
+
+def test_an_unknown_flag_is_exit_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--days", "7", "--frobnicate"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--frobnicate" in err
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--days N", "--dry-run", "--skip-drain", "--json", "--config F"):
+        assert flag in out
+
+
+# --- the window ------------------------------------------------------------------------------
+
+
+async def test_days_7_ingests_the_session_from_2_days_ago_and_not_the_one_from_20(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    now = now_ms()
+    await seed_sessions(vectors, settings, [summary("recent", iso_from_ms(now - 2 * DAY_MS)),
+                                            summary("old", iso_from_ms(now - 20 * DAY_MS))])
+    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    assert figures["ok"] and figures["liveIngest"]["sessionsFound"] == 1
+    assert await graph.existing_ids(["session:recent", "session:old"]) == {"session:recent"}
+    assert await graph.existing_ids(["memory:recent-m0"]) == {"memory:recent-m0"}
+    node = await graph.node("session:recent")
+    assert node is not None and node.properties["liveIngested"] is True
+
+
+async def test_created_at_is_compared_as_a_time_in_every_format_writers_use(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    now = now_ms()
+    inside, outside = now - 2 * DAY_MS, now - 20 * DAY_MS
+    await seed_sessions(vectors, settings, [
+        summary("epoch-ms", inside),
+        summary("epoch-s", inside // 1000),
+        summary("epoch-ms-string", str(inside)),
+        summary("iso-z", iso_from_ms(inside)),
+        summary("iso-offset", iso_from_ms(inside).replace("Z", "+05:30")),
+        summary("iso-naive", iso_from_ms(inside).removesuffix("Z")),
+        # As strings these sort after any recent ISO date; as times they are 20 days old.
+        summary("old-epoch-ms", outside),
+        summary("old-epoch-s", outside // 1000),
+    ])
+    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    ingested = await graph.existing_ids([f"session:{s}" for s in (
+        "epoch-ms", "epoch-s", "epoch-ms-string", "iso-z", "iso-offset", "iso-naive",
+        "old-epoch-ms", "old-epoch-s")])
+    assert ingested == {f"session:{s}" for s in (
+        "epoch-ms", "epoch-s", "epoch-ms-string", "iso-z", "iso-offset", "iso-naive")}
+    assert figures["liveIngest"]["unparseableCreatedAt"] == 0
+
+
+async def test_an_unparseable_created_at_is_counted_and_named_in_the_log_and_figures(
+    graph: GraphDB, vectors: VectorStore, settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await seed_sessions(vectors, settings, [summary("fine", now_ms() - DAY_MS),
+                                            summary("garbled", "last tuesday")])
+    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    live = figures["liveIngest"]
+    assert live["unparseableCreatedAt"] == 1
+    assert live["unparseableRows"] == [
+        {"rowId": "sum-garbled", "sessionId": "garbled", "createdAt": "last tuesday"}]
+    assert "sum-garbled" in capsys.readouterr().err
+    # Counted and named, not a failure of the run: the row has no time to be in a window.
+    assert figures["ok"]
+
+
+async def test_summaries_beyond_one_page_are_all_read(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    count = SCAN_PAGE_ROWS + 7
+    created = now_ms() - DAY_MS
+    await seed_sessions(vectors, settings, [summary(f"s{i:05d}", created) for i in range(count)])
+    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    assert figures["ok"], figures["failures"]
+    assert figures["liveIngest"]["summariesScanned"] == count
+    assert figures["liveIngest"]["sessionsUpserted"] == count
+    assert await graph.count("nodes") == 2 * count
+
+
+# --- failures --------------------------------------------------------------------------------
+
+
+async def test_a_store_that_is_down_stops_the_run_instead_of_failing_each_session(
+    graph: GraphDB, vectors: VectorStore, settings: Settings,
+    chroma_fault: Callable[..., None],
+) -> None:
+    await seed_sessions(vectors, settings, [summary(f"s{i}", now_ms() - DAY_MS)
+                                            for i in range(3)])
+    chroma_fault(settings.memory_collection, "get")
+    with pytest.raises(StoreUnavailable, match="every session of a batch of 3"):
+        await backfill(Stores(settings, graph, vectors), days=7)
+    assert await graph.count("nodes") == 0
+
+
+def poison_session_node(graph_path: Path, session_id: str) -> None:
+    """A fault on the real graph: SQLite refuses to insert this one session's node."""
+    import sqlite3
+
+    conn = sqlite3.connect(graph_path)
+    conn.execute(
+        f"CREATE TRIGGER poison BEFORE INSERT ON nodes WHEN NEW.id = 'session:{session_id}' "
+        "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END")
+    conn.commit()
+    conn.close()
+
+
+async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_is_1(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed_sessions(vectors, settings, [summary(s, now_ms() - DAY_MS)
+                                                for s in ("a", "poisoned", "c")])
+    finally:
+        await vectors.close()
+    await (await GraphDB.open(settings.graph_db_path)).close()  # creates the schema
+    poison_session_node(settings.graph_db_path, "poisoned")
+
+    done = run_backfill_process(tmp_path, "--days", "7", "--json")
+    assert done.returncode == 1, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["ok"] is False and figures["failureCount"] == 1
+    assert figures["failures"][0].startswith("[poisoned] IntegrityError")
+    assert "poisoned" in done.stderr  # the log names it too
+    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    try:
+        assert await graph.existing_ids(["session:a", "session:poisoned", "session:c"]) == {
+            "session:a", "session:c"}
+    finally:
+        await graph.close()
+
+
+# --- dry run ---------------------------------------------------------------------------------
+
+
+async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed_sessions(vectors, settings, [summary(s, now_ms() - DAY_MS) for s in "ab"],
+                            memories_per_session=2)
+    finally:
+        await vectors.close()
+    graph = await GraphDB.open(settings.graph_db_path)
+    await graph.upsert_node("CONCEPT:x", "CONCEPT")
+    await graph.close()
+    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.lazy_edges_queue_path.write_bytes(
+        b'{"source":"CONCEPT:x","target":"memory:a-m0","relationship":"MENTIONED_IN"}\n'
+        b'not json\n')
+    files = [settings.graph_db_path, settings.lazy_edges_queue_path]
+    before = {p: p.read_bytes() for p in files}
+    listing = sorted(settings.lazy_edges_queue_path.parent.iterdir())
+
+    done = run_backfill_process(tmp_path, "--days", "7", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["dryRun"] is True
+    assert figures["liveIngest"]["sessionsUpserted"] == 2
+    assert figures["liveIngest"]["memoriesUpserted"] == 4
+    assert figures["drain"]["totalLines"] == 2
+    assert {p: p.read_bytes() for p in files} == before
+    assert sorted(settings.lazy_edges_queue_path.parent.iterdir()) == listing
+    # A read-only reader of a WAL database leaves an empty -wal (and a -shm index) behind:
+    # SQLite's read protocol, not data.
+    wal = Path(f"{settings.graph_db_path}-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+async def test_a_dry_run_tolerates_a_store_without_collections(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    figures = await backfill(Stores(settings, graph, vectors), dry_run=True, skip_drain=False)
+    assert "not found" in figures["liveIngest"]["skipped"]
+    assert figures["ok"] and figures["drain"]["totalLines"] == 0
+
+
+# --- progress --------------------------------------------------------------------------------
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_bar_and_anything_else_gets_log_lines() -> None:
+    assert isinstance(choose_progress(FakeTerminal()), TerminalProgress)
+    assert isinstance(choose_progress(io.StringIO()), LogProgress)
+
+
+def test_the_bar_redraws_in_place_and_ends_with_a_newline() -> None:
+    terminal = FakeTerminal()
+    ticks = iter([0.0, 0.0, 1.0, 2.0, 3.0])
+    bar = TerminalProgress(terminal, clock=lambda: next(ticks))
+    bar.start(400, label="sessions")
+    bar.advance(200)
+    bar.advance(200)
+    bar.finish()
+    drawn = terminal.getvalue()
+    assert drawn.count("\r") == 4 and drawn.endswith("\n")
+    assert "400/400 100%" in drawn.splitlines()[-1]
+
+
+def test_render_bar_shows_count_percentage_and_an_estimate_once_a_tenth_is_done() -> None:
+    assert render_bar(0, 1000, label="s", elapsed_s=0.0, width=10) == \
+        "s [..........] 0/1000   0%  0s"
+    assert render_bar(250, 1000, label="s", elapsed_s=10.0, width=10) == \
+        "s [##........] 250/1000  25%  10s, ~30s left"
+    assert render_bar(5, 0, label="s", elapsed_s=1.0, width=4) == "s [####] 0/0 100%  1s"
+
+
+async def test_summaries_without_a_memory_collection_fail_the_run_once_not_per_session(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    await seed(vectors, settings.summary_collection,
+               [summary(f"s{i}", now_ms() - DAY_MS) for i in range(3)])
+    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    assert figures["ok"] is False
+    assert "not found" in figures["liveIngest"]["error"]
+    assert figures["failureCount"] == 0
