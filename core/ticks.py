@@ -48,7 +48,7 @@ async def run_tick(
             raise
         duration_ms = int((time.monotonic() - started) * 1000)
         figures["durationMs"] = duration_ms
-        log.info("tick.completed", dryRun=dry_run, **figures)
+        log.info("tick.completed", **{"dryRun": dry_run, **figures})
         if not dry_run:
             await _record(stores, TickRecord(daemon, started_ms, now_ms(), duration_ms, True,
                                              figures))
