@@ -95,9 +95,9 @@ class PriorityBackfillReport:
             drain = {"error": self.drain_error}
         else:
             drain = {"skipped": self.drain_skipped}
-        # No `dryRun` key: `core.ticks.run_tick` logs its own next to these figures.
         return {
             "ok": self.ok,
+            "dryRun": self.dry_run,
             "days": self.days,
             "cutoffMs": self.cutoff_ms,
             "cutoff": iso_from_ms(self.cutoff_ms),

@@ -82,7 +82,6 @@ async def backfill(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"ok": False, "error": str(exc)})
         raise
-    figures["dryRun"] = args.dry_run
     if args.json:
         emit_json(figures)
     else:
