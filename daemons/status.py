@@ -1,0 +1,49 @@
+"""`python -m daemons.status [--json] [--config F]`: queue depth, dead letters, last ticks,
+per-tenant drift and recent alerts.
+
+Read-only and Chroma-free (see `core.status`), so it works beside running daemons, including
+on an embedded store they hold. A table on stdout; with `--json` exactly one JSON object.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
+from core.status import gather_status, render_status_text
+
+PROG = "daemons.status"
+
+
+def build_parser() -> Parser:
+    """Flags of the status command."""
+    parser = Parser(prog=f"python -m {PROG}",
+                    description="Show the lazy-edge queue, dead letters, each daemon's last "
+                    "tick, each tenant's config version and stale count, and recent alerts. "
+                    "Reads only; never opens Chroma.")
+    add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object on stdout instead of the tables")
+    return parser
+
+
+async def show_status(config: str | None, *, as_json: bool) -> int:
+    """Gather and print."""
+    status = await gather_status(load_settings(config))
+    if as_json:
+        emit_json(status)
+    else:
+        sys.stdout.write(render_status_text(status))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point."""
+    args = build_parser().parse_args(argv)
+    run_main(PROG, lambda: show_status(args.config, as_json=args.json))
+
+
+if __name__ == "__main__":
+    main()
