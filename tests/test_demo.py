@@ -1,0 +1,101 @@
+"""`python -m daemons.demo`: a dataset with every case the daemons handle, safe to re-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.demo_data import build_demo_dataset, synthetic_embedding
+from core.queue_lines import EdgeLine, MalformedLine, parse_line
+from core.vectors import VectorStore
+from tests.support import make_settings, seed
+
+REPO = Path(__file__).resolve().parent.parent
+PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}
+
+
+def run_demo(folder: Path) -> subprocess.CompletedProcess[str]:
+    config = folder / "kb.toml"
+    if not config.exists():
+        config.write_text('[knowledgeBase]\ndataDir = "data"\n')
+    env = {**os.environ, "HOME": str(folder / "home"), "ANONYMIZED_TELEMETRY": "False"}
+    env.pop("KB_CONFIG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "daemons.demo", "--config", str(config)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_the_dataset_holds_every_case_and_its_queue_has_no_clock_in_it() -> None:
+    dataset = build_demo_dataset(now_ms=1_800_000_000_000)
+    parsed = [parse_line(line) for line in dataset.queue_lines]
+    edges = [p for p in parsed if isinstance(p, EdgeLine)]
+    assert sum(isinstance(p, MalformedLine) for p in parsed) == 3
+    assert {e.relationship for e in edges} == PROVENANCE
+    memories = {f"memory:{row.id}" for row in dataset.memories}
+    row_targets = [n for e in edges for n in (e.source, e.target) if n.startswith("memory:")]
+    assert any(n not in memories for n in row_targets), "a hallucinated target"
+    assert any(n in memories for n in row_targets)
+    summarized = {row.metadata["sessionId"] for row in dataset.summaries}
+    sessions = {row.metadata["sessionId"] for row in dataset.memories}
+    assert sessions - summarized, "sessions without a summary"
+    assert len(dataset.tenants) == 3
+    assert len({row.metadata["tenantConfigVersion"] for row in dataset.chunks}) >= 2
+    # Built again at another time: the same queue bytes, so a re-run is recognized as applied.
+    assert build_demo_dataset(now_ms=1_900_000_000_000).queue_lines == dataset.queue_lines
+    assert synthetic_embedding("x") == synthetic_embedding("x") != synthetic_embedding("y")
+
+
+def graph_facts(folder: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{folder / 'data' / 'graph.sqlite'}?mode=ro", uri=True)
+    try:
+        return {
+            "edges": sorted(conn.execute(
+                "SELECT source, target, relationship, weight FROM edges").fetchall()),
+            "nodes": conn.execute("SELECT COUNT(*) FROM nodes").fetchone()[0],
+            "versions": sorted(conn.execute(
+                "SELECT id, json_extract(properties, '$.version') FROM nodes "
+                "WHERE label = 'KnowledgeBaseTenantConfig'").fetchall()),
+        }
+    finally:
+        conn.close()
+
+
+def test_a_second_run_applies_nothing_twice(tmp_path: Path) -> None:
+    first = run_demo(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "Tenants" in first.stdout and "dead letters: 3 (malformed 3)" in first.stdout
+    facts = graph_facts(tmp_path)
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    dead = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl.dead.jsonl"
+    dead_before = dead.read_bytes()
+
+    second = run_demo(tmp_path)
+    assert second.returncode == 0, second.stderr
+    # Same edges with the same weights (no reinforcement), same versions, no new dead letters.
+    assert graph_facts(tmp_path) == facts
+    assert dead.read_bytes() == dead_before
+    requeued = [json.loads(line) for line in queue.read_text().splitlines()]
+    assert len(requeued) == 2 and all(r["_drain"]["attempts"] == 2 for r in requeued)
+    assert "0 already applied" in first.stdout
+    assert "13 already applied" in second.stdout
+
+
+async def test_the_demo_refuses_a_store_that_holds_other_data(tmp_path: Path) -> None:
+    (tmp_path / "kb.toml").write_text('[knowledgeBase]\ndataDir = "data"\n')
+    settings = make_settings(tmp_path)
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed(vectors, settings.memory_collection,
+                   [(f"real-{i}", {"sessionId": "real", "createdAt": 1}) for i in range(30)])
+    finally:
+        await vectors.close()
+    done = run_demo(tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "refusing" in done.stderr
+    assert not (tmp_path / "data" / "memory-core").exists()
