@@ -29,6 +29,7 @@ import structlog
 
 from core.backfill import Reason, plan_backfill
 from core.clock import now_ms
+from core.errors import StoreUnavailable
 from core.ingest import live_ingest_since
 from core.lazy_queue import DrainingFile, append_locked, parse_many, rotate_queue, split_lines
 from core.locks import ProcessLock
@@ -65,7 +66,10 @@ class DrainStats:
     `totalLines` counts non-blank lines read; `processed` those acted on (not replays or
     duplicates); `succeeded` edges linked; `failed` lines whose endpoints did not resolve
     (`requeued` + those dead-lettered after their last attempt); `deadLettered` every line
-    written to the dead-letter file, `skippedMalformed` included.
+    written to the dead-letter file, `skippedMalformed` included; `deferred` lines put back
+    untouched because they already failed earlier in this tick (a line re-queued while the
+    leftover `.draining` is drained comes round again in the rotated queue: it must not spend
+    a second attempt in the same tick).
     """
 
     total_lines: int = 0
@@ -77,6 +81,7 @@ class DrainStats:
     skipped_malformed: int = 0
     replayed: int = 0
     duplicates: int = 0
+    deferred: int = 0
     late_lines_handed_back: int = 0
     interrupted: bool = False
     queue_rotated: bool = False
@@ -95,6 +100,7 @@ class DrainStats:
             "skippedMalformed": self.skipped_malformed,
             "replayed": self.replayed,
             "duplicates": self.duplicates,
+            "deferred": self.deferred,
             "lateLinesHandedBack": self.late_lines_handed_back,
             "interrupted": self.interrupted,
             "queueRotated": self.queue_rotated,
@@ -115,33 +121,46 @@ async def drain_queue(
     """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld when
     another drainer runs, StoreUnavailable when a store fails (nothing lost either way)."""
     started = time.monotonic()
-    settings = stores.settings
     stats = DrainStats()
     drain = _BatchDrainer(stores, stats, dry_run=dry_run, clock=clock)
-    if dry_run:
-        # Read in place: no lock, no rename, no write of any kind.
-        for path in (settings.draining_path, settings.lazy_edges_queue_path):
-            if path.exists():
-                await _read_in_place(path, drain.process)
-    else:
-        lock = drainer_lock(settings.lazy_edges_queue_path).acquire()
-        try:
-            if settings.draining_path.exists():
-                stats.orphan_recovered = True
-                log.warning("drain.orphan_recovering", path=str(settings.draining_path))
-                await _drain_file(stores, settings.draining_path, drain.process, stats)
-            if not stats.interrupted and await asyncio.to_thread(
-                rotate_queue, settings.lazy_edges_queue_path, settings.draining_path
-            ):
-                stats.queue_rotated = True
-                await _drain_file(stores, settings.draining_path, drain.process, stats)
-            if not stats.interrupted:
-                await _forget_old_identities(stores, clock())
-        finally:
-            lock.release()
+    try:
+        await (_read_queue_in_place(drain) if dry_run else _drain_under_lock(stores, drain))
+    except OSError as exc:
+        # Disk full, permissions, a vanished folder: fail the tick like a store outage;
+        # `.draining` (if any) stays for the next tick and nothing is lost.
+        raise QueueFileError(f"queue file error: {exc}") from exc
     drain.log_malformed()
     stats.duration_ms = int((time.monotonic() - started) * 1000)
     return stats
+
+
+async def _read_queue_in_place(drain: _BatchDrainer) -> None:
+    """Dry run: read `.draining` and the queue where they are; no lock, no rename, no write."""
+    settings = drain.stores.settings
+    for path in (settings.draining_path, settings.lazy_edges_queue_path):
+        if path.exists():
+            await _read_in_place(path, drain.process)
+
+
+async def _drain_under_lock(stores: Stores, drain: _BatchDrainer) -> None:
+    """The leftover `.draining` first, then the rotated queue, under the drainer lock."""
+    settings = stores.settings
+    stats = drain.stats
+    lock = drainer_lock(settings.lazy_edges_queue_path).acquire()
+    try:
+        if settings.draining_path.exists():
+            stats.orphan_recovered = True
+            log.warning("drain.orphan_recovering", path=str(settings.draining_path))
+            await _drain_file(stores, settings.draining_path, drain.process, stats)
+        if not stats.interrupted and await asyncio.to_thread(
+            rotate_queue, settings.lazy_edges_queue_path, settings.draining_path
+        ):
+            stats.queue_rotated = True
+            await _drain_file(stores, settings.draining_path, drain.process, stats)
+        if not stats.interrupted:
+            await _forget_old_identities(stores, drain.clock())
+    finally:
+        lock.release()
 
 
 async def _read_in_place(
@@ -199,6 +218,10 @@ async def _forget_old_identities(stores: Stores, now: int) -> None:
                               (now - APPLIED_LINE_RETENTION_MS,))
 
 
+class QueueFileError(StoreUnavailable):
+    """A queue file could not be read or written (disk full, permissions): exit 1."""
+
+
 class _BatchDrainer:
     """Resolves and applies one batch of lines at a time (see the module docstring)."""
 
@@ -210,6 +233,8 @@ class _BatchDrainer:
         self.dry_run = dry_run
         self.clock = clock
         self.malformed_examples: list[dict[str, Any]] = []
+        #: Lines that failed in this tick, by identity (bounded by the tick's failures).
+        self.failed_this_tick: set[str] = set()
 
     async def process(self, raw_lines: list[bytes]) -> None:
         """Apply one batch; raises StoreUnavailable (nothing of the batch written)."""
@@ -221,12 +246,16 @@ class _BatchDrainer:
 
         work: list[EdgeLine] = []
         malformed: list[MalformedLine] = []
+        deferred: list[bytes] = []
         seen: set[str] = set()
         for line in parsed:
             if line.line_id in settled:
                 self.stats.replayed += 1
             elif line.line_id in seen:
                 self.stats.duplicates += 1
+            elif line.line_id in self.failed_this_tick and isinstance(line, EdgeLine):
+                seen.add(line.line_id)
+                deferred.append(line.raw)
             else:
                 seen.add(line.line_id)
                 if isinstance(line, MalformedLine):
@@ -268,6 +297,7 @@ class _BatchDrainer:
                 settle.append((line.line_id, "dead", now))
             else:
                 requeue.append(requeue_line(line, reason=reason, now_ms=now))
+            self.failed_this_tick.add(line.line_id)
         for bad in malformed:
             dead.append(dead_letter_record(line_id=bad.line_id, reason=MALFORMED,
                                            detail=bad.detail, raw=bad.raw, attempts=0,
@@ -279,7 +309,8 @@ class _BatchDrainer:
 
         if not self.dry_run:
             await self._write(plan_apply=plan.apply, links=links, settle=settle,
-                              requeue=requeue, dead=dead)
+                              requeue=requeue + deferred, dead=dead)
+        self.stats.deferred += len(deferred)
         self.stats.succeeded += len(links)
         self.stats.requeued += len(requeue)
         self.stats.dead_lettered += len(dead)

@@ -54,6 +54,8 @@ class EdgeLine:
     attempts: int
     #: The line as an object (with any `_drain` removed), to re-queue or dead-letter it.
     body: Mapping[str, Any]
+    #: The line's bytes as read, to put back unchanged when it is deferred.
+    raw: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         properties={k: v for k, v in body.items() if k not in EDGE_FIELDS},
         attempts=attempts,
         body=body,
+        raw=raw,
     )
 
 

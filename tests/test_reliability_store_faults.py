@@ -1,0 +1,211 @@
+"""Store faults: a real Chroma server stopped before a tick or killed mid-pass, SQLite held by
+another writer, a full disk while re-queueing. Each time: the tick fails cleanly, nothing is
+lost or half-applied, and the next tick after the fault is gone completes the work."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import core.drain as drain
+import core.lazy_queue as lazy_queue
+from core.config import Settings
+from core.drain import drain_queue
+from core.errors import StoreUnavailable
+from core.graph import GraphDB
+from core.reconcile import reconcile_tick
+from core.stores import Stores
+from core.tenants import set_tenant_config
+from core.tombstones import restore_archive
+from core.vectors import VectorStore
+from tests.chroma_server import ChromaServer
+from tests.support import make_settings, seed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ChromaServer]:
+    chroma = ChromaServer(tmp_path / "server-data", home=tmp_path / "home")
+    chroma.start()
+    yield chroma
+    chroma.kill()
+
+
+def edge_line(target: str, n: int) -> str:
+    return json.dumps({"source": "CONCEPT:a", "target": target, "relationship": f"R{n}"})
+
+
+def run_tick(module: str, config: Path, tmp_path: Path) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
+    return subprocess.run([sys.executable, "-m", module, "--tick", "--json", "--config",
+                           str(config)], cwd=ROOT, env=env, capture_output=True, timeout=120,
+                          check=False)
+
+
+async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes(
+    server: ChromaServer, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, chromaUrl=server.url)
+    vectors = await VectorStore.open(settings)
+    await seed(vectors, settings.memory_collection, [(f"m{i}", {"sessionId": "s"})
+                                                     for i in range(5)])
+    await vectors.ensure_collection(settings.summary_collection)
+    await vectors.close()
+    graph = await GraphDB.open(settings.graph_db_path)
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await graph.close()
+    queue = settings.lazy_edges_queue_path
+    queue.parent.mkdir(parents=True, exist_ok=True)
+    queue.write_text("".join(edge_line(f"memory:m{i}", i) + "\n" for i in range(5)))
+    config = tmp_path / "kb.toml"
+    config.write_text(f'[knowledgeBase]\ndataDir = "{settings.data_dir}"\n'
+                      f'chromaUrl = "{server.url}"\nlogFormat = "json"\n')
+
+    server.stop()
+    failed = run_tick("daemons.drain", config, tmp_path)
+    assert failed.returncode == 1
+    assert json.loads(failed.stdout)["ok"] is False
+    assert len(queue.read_text().splitlines()) == 5, "every line still on disk"
+
+    server.start()
+    done = run_tick("daemons.drain", config, tmp_path)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert json.loads(done.stdout)["drain"]["succeeded"] == 5
+    assert not queue.exists()
+
+
+@pytest.fixture
+async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[Stores]:
+    """A server-mode tenant `t1` at version 3 with 3,000 chunks at stamp 1 (actionable)
+    and 1,000 at stamp 3 (current), plus 500 chunks of tenant `t2` with the same stamps."""
+    settings = make_settings(tmp_path, chromaUrl=server.url, reconciliationEnabled=True,
+                             reconciliationAutoTombstone=True,
+                             reconciliationMaxStaleFraction=1.0)
+    vectors = await VectorStore.open(settings)
+    rows = [(f"t1-old-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 1})
+            for i in range(3000)]
+    rows += [(f"t1-new-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 3})
+             for i in range(1000)]
+    rows += [(f"t2-{i}", {"tenantId": "t2", "repoSlug": "r", "tenantConfigVersion": 1})
+             for i in range(500)]
+    await seed(vectors, settings.knowledge_base_collection, rows)
+    graph = await GraphDB.open(settings.graph_db_path)
+    for _ in range(3):
+        await set_tenant_config(graph, "t1", repo_slug="r")
+    yield Stores(settings, graph, vectors)
+    await graph.close()
+    await vectors.close()
+
+
+def archived_ids(settings: Settings) -> set[str]:
+    ids: set[str] = set()
+    for archive in settings.tombstones_dir.glob("*.jsonl"):
+        for line in archive.read_text().splitlines():
+            ids.add(json.loads(line)["id"])
+    return ids
+
+
+async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_the_next_pass_completes(  # noqa: E501
+    kb: Stores, server: ChromaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = kb.settings
+    real_delete = VectorStore.delete_ids
+    batches = {"n": 0}
+
+    async def delete_then_die(self: VectorStore, name: str, ids: Any) -> int:
+        batches["n"] += 1
+        if batches["n"] == 2:
+            server.kill()  # the fault: the server dies between two delete batches
+        return await real_delete(self, name, ids)
+
+    monkeypatch.setattr(VectorStore, "delete_ids", delete_then_die)
+    figures = await reconcile_tick(kb, False)
+    monkeypatch.undo()
+    [t1] = figures["tenants"]
+    assert figures["failedTenants"] == 1
+    first_pass_deleted = t1["tombstonedCount"]
+    assert 0 < first_pass_deleted < 3000
+    row = await kb.graph.fetch_all(
+        "SELECT chunks_deleted, error_code FROM kb_ingestion_metrics WHERE tenant_id = 't1'")
+    assert row[0][0] == first_pass_deleted, "telemetry records what actually went"
+    assert row[0][1] is not None
+
+    server.start()
+    figures = await reconcile_tick(kb, False)
+    assert figures["failedTenants"] == 0
+    remaining = await kb.vectors.get_by_ids(
+        settings.knowledge_base_collection,
+        [f"t1-old-{i}" for i in range(3000)] + [f"t1-new-{i}" for i in range(1000)]
+        + [f"t2-{i}" for i in range(500)], include=())
+    remaining_ids = {r.id for r in remaining}
+    assert remaining_ids == {f"t1-new-{i}" for i in range(1000)} | {f"t2-{i}" for i in range(500)}
+    assert archived_ids(settings) >= {f"t1-old-{i}" for i in range(3000)}
+
+    for archive in settings.tombstones_dir.glob("*.jsonl"):
+        await restore_archive(kb.vectors, archive)
+    assert await kb.vectors.count(settings.knowledge_base_collection) == 4500
+
+
+async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeeds(
+    vectors: VectorStore, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    settings = make_settings(tmp_path)
+    graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=200)
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    queue = settings.lazy_edges_queue_path
+    queue.parent.mkdir(parents=True)
+    queue.write_text(edge_line("CONCEPT:b", 1) + "\n")
+    blocker = sqlite3.connect(settings.graph_db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="database is locked"):
+            await drain_queue(Stores(settings, graph, vectors))
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert settings.draining_path.exists(), "the lines wait on disk"
+    stats = await drain_queue(Stores(settings, graph, vectors))
+    assert stats.orphan_recovered and stats.succeeded == 1
+    await graph.close()
+
+
+async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_recovers(
+    vectors: VectorStore, graph: GraphDB, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    queue = settings.lazy_edges_queue_path
+    queue.parent.mkdir(parents=True)
+    queue.write_text(edge_line("CONCEPT:b", 1) + "\n" + edge_line("CONCEPT:ghost", 2) + "\n")
+    real_append = lazy_queue.append_locked
+
+    def no_space(path: Path, lines: Any, **kwargs: Any) -> None:
+        if path == queue:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_append(path, lines, **kwargs)
+
+    monkeypatch.setattr(drain, "append_locked", no_space)
+    with pytest.raises(StoreUnavailable, match="No space left on device"):
+        await drain_queue(Stores(settings, graph, vectors))
+    monkeypatch.undo()
+    assert settings.draining_path.exists()
+
+    stats = await drain_queue(Stores(settings, graph, vectors))
+    assert stats.orphan_recovered and stats.replayed == 1 and stats.requeued == 1
+    assert stats.deferred == 1, "re-queued by the leftover, not retried again in this tick"
+    [left] = [json.loads(x) for x in queue.read_text().splitlines()]
+    assert left["relationship"] == "R2" and left["_drain"]["attempts"] == 1
+    edge = await graph.edge("CONCEPT:a", "CONCEPT:b", "R1")
+    assert edge is not None and edge.weight == 1.0
