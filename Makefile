@@ -11,7 +11,7 @@ CONFIG ?=
 export ANONYMIZED_TELEMETRY := False
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test lint typecheck check docs run-daemons clean-data clean
+.PHONY: install test test-reliability lint typecheck check docs run-daemons chroma clean-data clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ test: $(STAMP)
 	if [ $$status -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	exit $$status
 
+# The long crash, concurrency and reconciliation-safety runs, with their table (minutes).
+test-reliability: $(STAMP)
+	$(BIN)/python -m tests.reliability
+
 lint: $(STAMP)
 	$(BIN)/ruff check core daemons tests benchmarks
 
@@ -39,6 +43,15 @@ check: lint typecheck test
 docs: $(STAMP)
 	$(BIN)/python -m core.config --example > config/kb.example.toml
 	$(BIN)/python -m core.config --readme README.md
+
+# Both daemons in one process, in the foreground, on the embedded store under .kb-data/
+# (or on the server that CONFIG's chromaUrl names). Ctrl-C stops them gracefully.
+run-daemons: $(STAMP)
+	$(BIN)/python -m daemons $(if $(CONFIG),--config $(CONFIG))
+
+# A local Chroma server on loopback for server mode (chromaUrl = "http://127.0.0.1:8000").
+chroma: $(STAMP)
+	$(BIN)/chroma run --host 127.0.0.1 --port 8000 --path .kb-data/chroma-server
 
 clean-data:
 	rm -rf .kb-data

@@ -6,14 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.reliability.crash_child import POINTS
-from tests.reliability.harness import crash_trials, producers_and_drainer
+from tests.reliability.harness import crash_trials, producers_and_drainer, two_drainers_at_once
+from tests.reliability.reconcile_safety import reconcile_trials
 
 
 def test_sigkill_at_every_point_of_a_drain_loses_nothing_and_applies_nothing_twice(
     tmp_path: Path,
 ) -> None:
     named_points = len(POINTS) - 1
-    result, outcomes = crash_trials(tmp_path, trials=named_points + 2, lines_per_trial=120)
+    result, outcomes = crash_trials(tmp_path, trials=named_points + 3, lines_per_trial=120)
     assert result.ok, result
     assert result.pending == 0
     assert result.in_graph + result.dead_lettered + result.malformed_dead == result.appended
@@ -27,3 +28,21 @@ def test_producers_with_and_without_the_lock_lose_nothing_while_the_daemon_drain
     result = producers_and_drainer(tmp_path, producers=4, lines_each=400)
     assert result.ok, result
     assert result.in_graph == 1600
+
+
+def test_randomized_reconciliation_deletes_only_the_plan_and_restores_exactly(
+    tmp_path: Path,
+) -> None:
+    figures = reconcile_trials(tmp_path, trials=6)
+    assert figures.trials == 6 and figures.deleted > 0
+    assert figures.deleted_outside_plan == 0 and figures.over_cap == 0
+    assert figures.not_restored_exactly == 0
+
+
+def test_two_drainers_started_together_one_works_the_other_is_refused(tmp_path: Path) -> None:
+    codes, errors, result = two_drainers_at_once(tmp_path, lines=3000)
+    assert sorted(codes) in ([0, 0], [0, 1])
+    for code, error in zip(codes, errors, strict=True):
+        if code == 1:
+            assert "held by pid" in error.splitlines()[-1]
+    assert result.ok, result

@@ -278,16 +278,24 @@ def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
     world = build_world(root)
     world.rng = random.Random(seed_value)
     points = [p for p in POINTS if p != "none"]
+    # Points passed once per tick die on their first pass; per-batch points at a random batch.
+    per_batch = {"mid-transaction": 4, "after-dead-letters": 3, "after-commit": 4,
+                 "before-remove": 2}
     outcomes: Counter[str] = Counter()
     for trial in range(trials):
         world.append(lines_per_trial)
-        if trial < len(points) * 2:
-            point, hit = points[trial % len(points)], 1 + trial // len(points)
-            status = run_crash_child(world, point, hit)
+        if trial < len(points):
+            point, hit = points[trial], 1
+        elif trial % 3 != 2:
+            point = world.rng.choice(points)
+            hit = world.rng.randint(1, per_batch.get(point, 1))
         else:
-            point = "random"
+            point, hit = "random", 0
+        if point == "random":
             status = run_crash_child(world, "none", 0,
                                      kill_after_s=world.rng.uniform(0.3, 2.5))
+        else:
+            status = run_crash_child(world, point, hit)
         outcomes[f"{point}:{'killed' if status else 'finished'}"] += 1
         interim = audit(world, allow_pending=True)
         assert not interim.applied_twice and not interim.lost, interim
@@ -319,3 +327,17 @@ def producers_and_drainer(root: Path, *, producers: int, lines_each: int) -> Aud
     assert daemon.returncode == 0, err.decode()[-3000:]
     final_drain(world)
     return audit(world)
+
+
+def two_drainers_at_once(root: Path, *, lines: int) -> tuple[list[int], list[str], Audit]:
+    """Start two one-shot drains together on one queue; their exit codes and errors, and the
+    audit after a final clean drain."""
+    world = build_world(root)
+    world.append(lines)
+    command = [sys.executable, "-m", "daemons.drain", "--tick", "--config", str(world.config)]
+    children = [subprocess.Popen(command, cwd=ROOT, env=world.env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE) for _ in range(2)]
+    errors = [child.communicate(timeout=300)[1].decode() for child in children]
+    codes = [child.returncode for child in children]
+    final_drain(world)
+    return codes, errors, audit(world)

@@ -1,0 +1,63 @@
+"""`python -m tests.reliability [--quick]` (`make test-reliability`): the long reliability runs
+and their table. Exit 1 unless nothing was lost and nothing was deleted outside the plan."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from core.logs import configure_logging
+from tests.reliability.harness import crash_trials, producers_and_drainer
+from tests.reliability.reconcile_safety import reconcile_trials
+
+LONG = {"crash_trials": 60, "lines_per_trial": 400, "producers": 4, "lines_each": 5000,
+        "reconcile_trials": 40}
+QUICK = {"crash_trials": 8, "lines_per_trial": 100, "producers": 4, "lines_each": 300,
+         "reconcile_trials": 5}
+
+
+def main(argv: list[str]) -> int:
+    sizes = QUICK if "--quick" in argv else LONG
+    configure_logging("json")
+    logging.getLogger().setLevel(logging.ERROR)
+    root = Path(tempfile.mkdtemp(prefix="kb-reliability-"))
+    rows: list[dict[str, Any]] = []
+    try:
+        started = time.monotonic()
+        crash, outcomes = crash_trials(root / "crash", trials=sizes["crash_trials"],
+                                       lines_per_trial=sizes["lines_per_trial"])
+        rows.append({"run": "crash (SIGKILL)", "trials": sizes["crash_trials"], **crash.row(),
+                     "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
+        concurrent = producers_and_drainer(root / "concurrency", producers=sizes["producers"],
+                                           lines_each=sizes["lines_each"])
+        rows.append({"run": f"{sizes['producers']} producers + daemon", "trials": 1,
+                     **concurrent.row(), "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
+        safety = reconcile_trials(root / "reconcile", trials=sizes["reconcile_trials"])
+        rows.append({"run": "reconcile safety", "trials": safety.trials, **safety.row(),
+                     "seconds": round(time.monotonic() - started, 1)})
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+    columns = ["run", "trials", "linesAppended", "linesInGraph", "linesDeadLettered",
+               "linesLost", "appliedTwice", "chunksDeleted", "chunksDeletedOutsidePlan",
+               "seconds"]
+    widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
+    ok = crash.ok and concurrent.ok and not safety.deleted_outside_plan and not safety.over_cap \
+        and not safety.not_restored_exactly
+    print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes), "runs": rows}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""Randomized reconciliation safety: random tenants, stamps, versions and guards; the pass may
+delete only what the rules allow, never more than the cap, and every deleted chunk must come
+back exactly from its archive.
+
+The plan is computed here from the rules as CONTRACT states them, independently of the
+engine: a chunk is actionable when its stamp is a real, finite number (not a boolean) below
+the tenant's version by at least the gap; a tenant whose actionable share of all its chunks
+exceeds `reconciliationMaxStaleFraction` loses nothing; at most the cap goes per pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.graph import GraphDB
+from core.reconcile import reconcile_tick
+from core.stores import Stores
+from core.tenants import set_tenant_config
+from core.tombstones import restore_archive
+from core.vectors import ChromaRow, VectorStore
+from tests.support import embedding_for, make_settings
+
+
+@dataclass
+class SafetyFigures:
+    """What the randomized passes did, against the plan."""
+
+    trials: int = 0
+    chunks: int = 0
+    deleted: int = 0
+    deleted_outside_plan: int = 0
+    over_cap: int = 0
+    not_restored_exactly: int = 0
+
+    def row(self) -> dict[str, Any]:
+        return {"reconcileTrials": self.trials, "chunksSeeded": self.chunks,
+                "chunksDeleted": self.deleted,
+                "chunksDeletedOutsidePlan": self.deleted_outside_plan + self.over_cap,
+                "chunksNotRestoredExactly": self.not_restored_exactly}
+
+
+def _random_stamp(rng: random.Random) -> Any:
+    return rng.choice([
+        None, rng.randint(0, 6), rng.randint(0, 6), rng.uniform(0, 6), str(rng.randint(0, 6)),
+        True, False, rng.randint(0, 6)])
+
+
+def _actionable(stamp: Any, version: int, gap: float) -> bool:
+    return (isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+            and math.isfinite(stamp) and stamp < version and version - stamp >= gap)
+
+
+async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> None:
+    gap = rng.choice([1, 2, 2.5, 3])
+    cap = rng.choice([0, 5, 40, 10_000])
+    fraction = rng.choice([0.2, 0.5, 1.0])
+    settings = make_settings(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
+                             reconciliationOrphanVersionGap=gap,
+                             reconciliationMaxDeletesPerTick=cap,
+                             reconciliationMaxStaleFraction=fraction)
+    tenants = {f"t{i}": rng.randint(0, 6) for i in range(rng.randint(1, 4))}
+    rows: list[ChromaRow] = []
+    for tenant in [*tenants, "unconfigured"]:
+        for n in range(rng.randint(0, 80)):
+            metadata: dict[str, Any] = {"tenantId": tenant, "repoSlug": "r", "sourcePath": f"{n}"}
+            stamp = _random_stamp(rng)
+            if stamp is not None:
+                metadata["tenantConfigVersion"] = stamp
+            row_id = f"{tenant}-{n}"
+            rows.append(ChromaRow(row_id, metadata, f"doc {row_id}", embedding_for(row_id)))
+    vectors = await VectorStore.open(settings)
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        collection = settings.knowledge_base_collection
+        await vectors.upsert(collection, rows, create=True)
+        for tenant, version in tenants.items():
+            for _ in range(version):
+                await set_tenant_config(graph, tenant, repo_slug="r")
+        await reconcile_tick(Stores(settings, graph, vectors), False)
+        left = {r.id for r in await vectors.get_by_ids(collection, [r.id for r in rows],
+                                                        include=())}
+        deleted = {r.id for r in rows} - left
+        by_id = {r.id: r for r in rows}
+        for tenant in [*tenants, "unconfigured"]:
+            own = [r for r in rows if r.metadata["tenantId"] == tenant]
+            version = tenants.get(tenant, 0)
+            allowed = {r.id for r in own
+                       if version > 0 and _actionable(r.metadata.get("tenantConfigVersion"),
+                                                      version, gap)}
+            if own and len(allowed) / len(own) > fraction:
+                allowed = set()
+            gone = {r.id for r in own} & deleted
+            figures.deleted_outside_plan += len(gone - allowed)
+            figures.over_cap += max(0, len(gone) - cap)
+        figures.deleted += len(deleted)
+        figures.chunks += len(rows)
+        for archive in sorted(settings.tombstones_dir.glob("*.jsonl")):
+            await restore_archive(vectors, archive)
+        restored = await vectors.get_by_ids(collection, sorted(deleted),
+                                            include=("metadatas", "documents", "embeddings"))
+        exact = {r.id for r in restored
+                 if r.metadata == by_id[r.id].metadata and r.document == by_id[r.id].document
+                 and r.embedding is not None
+                 and all(math.isclose(a, b, rel_tol=1e-6) for a, b in
+                         zip(r.embedding, by_id[r.id].embedding or [], strict=True))}
+        figures.not_restored_exactly += len(deleted - exact)
+        figures.trials += 1
+    finally:
+        await graph.close()
+        await vectors.close()
+
+
+def reconcile_trials(root: Path, *, trials: int, seed_value: int = 11) -> SafetyFigures:
+    """Run `trials` randomized passes, each in a fresh store under `root`."""
+    rng = random.Random(seed_value)
+    figures = SafetyFigures()
+    for trial in range(trials):
+        asyncio.run(_one_trial(root / f"trial-{trial}", rng, figures))
+    return figures
