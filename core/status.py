@@ -22,6 +22,7 @@ import json
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -114,22 +115,40 @@ class QueueFileStatus:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class _OpenFile:
+    """A file being read: its size and mtime when opened, and its non-blank lines."""
+
+    size: int
+    mtime_ms: int
+    lines: Iterator[bytes | None]
+
+
+@contextmanager
+def _open_lines(path: Path) -> Iterator[_OpenFile | None]:
+    """The non-blank bounded lines of `path` (see `iter_bounded_lines`); None when the file
+    does not exist, which for every file status reads means "nothing yet"."""
+    try:
+        stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
+    except FileNotFoundError:
+        yield None
+        return
+    with stream:
+        info = os.fstat(stream.fileno())
+        lines = (raw for raw in iter_bounded_lines(stream) if raw is None or raw.strip())
+        yield _OpenFile(info.st_size, int(info.st_mtime * 1000), lines)
+
+
 def read_queue_file(path: Path) -> QueueFileStatus:
     """Count a queue file's non-blank lines and find its oldest line's time; the file's
     mtime stands in when no line carries one."""
     status = QueueFileStatus(path)
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    except FileNotFoundError:
-        return status
-    with stream:
-        info = os.fstat(stream.fileno())
-        status.present = True
-        status.bytes = info.st_size
-        drain_marker = b'"' + DRAIN_KEY.encode() + b'"'
-        for raw in iter_bounded_lines(stream):
-            if raw is not None and not raw.strip():
-                continue
+    drain_marker = b'"' + DRAIN_KEY.encode() + b'"'
+    with _open_lines(path) as opened:
+        if opened is None:
+            return status
+        status.present, status.bytes = True, opened.size
+        for raw in opened.lines:
             status.lines += 1
             if raw is None:
                 continue
@@ -139,7 +158,7 @@ def read_queue_file(path: Path) -> QueueFileStatus:
             if found is not None and (status.oldest_ms is None or found[0] < status.oldest_ms):
                 status.oldest_ms, status.oldest_from = found
         if status.oldest_ms is None and status.lines:
-            status.oldest_ms, status.oldest_from = int(info.st_mtime * 1000), "mtime"
+            status.oldest_ms, status.oldest_from = opened.mtime_ms, "mtime"
     return status
 
 
@@ -171,16 +190,11 @@ class DeadLetterStatus:
 def read_dead_letters(path: Path) -> DeadLetterStatus:
     """Count the dead-letter records by their `reason` (a torn record is `unreadable`)."""
     status = DeadLetterStatus(path)
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
-    except FileNotFoundError:
-        return status
-    with stream:
-        status.present = True
-        status.bytes = os.fstat(stream.fileno()).st_size
-        for raw in iter_bounded_lines(stream):
-            if raw is not None and not raw.strip():
-                continue
+    with _open_lines(path) as opened:
+        if opened is None:
+            return status
+        status.present, status.bytes = True, opened.size
+        for raw in opened.lines:
             status.total += 1
             reason, dead_at = _dead_letter_fields(raw)
             status.by_reason[reason] += 1
@@ -233,7 +247,7 @@ async def _tables(graph: GraphDB) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-async def _graph_counts(graph: GraphDB, path: Path, tables: set[str]) -> dict[str, Any]:
+async def _graph_counts(graph: GraphDB, tables: set[str], *, path: Path) -> dict[str, Any]:
     """Nodes, edges, and MEMORY / SESSION nodes by provenance marker."""
     result = _empty_graph(path, present=True)
     if "nodes" in tables:
@@ -328,7 +342,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> dict[s
     graph = await GraphDB.open(path, read_only=True)
     try:
         tables = await _tables(graph)
-        status["graph"] = await _graph_counts(graph, path, tables)
+        status["graph"] = await _graph_counts(graph, tables, path=path)
         status["ticks"] = await _ticks(graph, tables)
         status["tenants"] = await _tenants(graph, tables)
         status["alerts"] = await _alerts(graph, tables)

@@ -86,14 +86,15 @@ async def run_demo(config: str | None) -> int:
         reconciled = await run_tick("reconcile", report_only(stores), reconcile_tick,
                                     dry_run=False)
     status = await gather_status(settings)
-    sys.stdout.write(render_story(seeded, drained, reconciled, config=config))
+    sys.stdout.write(render_story(seeded, drained=drained, reconciled=reconciled,
+                                  config=config))
     sys.stdout.write("\n" + render_status_text(status))
     sys.stdout.write(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return EXIT_OK
 
 
-def render_story(seeded: dict[str, Any], drained: dict[str, Any], reconciled: dict[str, Any],
-                 *, config: str | None) -> str:
+def render_story(seeded: dict[str, Any], *, drained: dict[str, Any],
+                 reconciled: dict[str, Any], config: str | None) -> str:
     """What just happened, in the order it happened, with the figures that show it."""
     live = drained.get("liveIngest", {})
     drain = drained.get("drain", {})
