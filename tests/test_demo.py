@@ -84,6 +84,7 @@ def test_a_second_run_applies_nothing_twice(tmp_path: Path) -> None:
     assert len(requeued) == 2 and all(r["_drain"]["attempts"] == 2 for r in requeued)
     assert "0 already applied" in first.stdout
     assert "13 already applied" in second.stdout
+    assert not (tmp_path / "home").exists(), "nothing may be written under $HOME"
 
 
 async def test_the_demo_refuses_a_store_that_holds_other_data(tmp_path: Path) -> None:
