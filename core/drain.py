@@ -370,10 +370,10 @@ async def rem_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
         report = await live_ingest_since(stores.graph, stores.vectors, settings, cutoff,
                                          dry_run=dry_run)
         live: dict[str, Any] = report.figures()
+        if not dry_run:  # only a completed ingestion moves the watermark
+            await set_value(stores.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
     except CollectionMissing as exc:
         log.warning("ingest.skipped", reason=str(exc))
         live = {"cutoffMs": cutoff, "skipped": str(exc)}
-    if not dry_run:
-        await set_value(stores.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
     drained = await drain_queue(stores, dry_run=dry_run)
     return {"liveIngest": live, "drain": drained.figures()}

@@ -30,6 +30,7 @@ from core.nodes import (
     session_node,
 )
 from core.timestamps import epoch_ms_from_created_at
+from core.vectors import CollectionMissing
 
 if TYPE_CHECKING:
     from core.config import Settings
@@ -151,7 +152,13 @@ async def _sync_batch(
 ) -> SyncStats:
     stats = SyncStats()
     summaries = await vectors.get_where_in(settings.summary_collection, "sessionId", session_ids)
-    memories = await vectors.get_where_in(settings.memory_collection, "sessionId", session_ids)
+    try:
+        memories = await vectors.get_where_in(settings.memory_collection, "sessionId",
+                                              session_ids)
+    except CollectionMissing:
+        # No memory collection yet: the sessions still land; their memories reach the graph
+        # by lazy back-fill or a later sync.
+        memories = []
 
     rows_by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
     for row in summaries:

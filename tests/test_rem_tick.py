@@ -73,3 +73,20 @@ async def test_a_tick_without_collections_skips_ingestion_and_still_drains(
     figures = await rem_tick(Stores(settings, graph, vectors), False)
     assert "not found" in figures["liveIngest"]["skipped"]
     assert figures["drain"]["totalLines"] == 0
+
+
+async def test_sessions_land_even_before_the_memory_collection_exists(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    await seed(vectors, settings.summary_collection,
+               [("sum-x", {"sessionId": "x", "createdAt": iso_from_ms(now_ms() - HOUR_MS)})])
+    figures = await rem_tick(Stores(settings, graph, vectors), False)
+    assert figures["liveIngest"]["sessionsUpserted"] == 1
+    assert await get_value(graph, LIVE_INGEST_WATERMARK) is not None
+
+
+async def test_a_skipped_ingestion_does_not_move_the_watermark(
+    graph: GraphDB, vectors: VectorStore, settings: Settings
+) -> None:
+    await rem_tick(Stores(settings, graph, vectors), False)  # no summary collection yet
+    assert await get_value(graph, LIVE_INGEST_WATERMARK) is None
