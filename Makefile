@@ -11,7 +11,7 @@ CONFIG ?=
 export ANONYMIZED_TELEMETRY := False
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-reliability lint typecheck check docs run-daemons chroma clean-data clean
+.PHONY: install test test-reliability lint typecheck check docs run-daemons demo chroma clean-data clean
 
 install: $(STAMP)
 
@@ -48,6 +48,10 @@ docs: $(STAMP)
 # (or on the server that CONFIG's chromaUrl names). Ctrl-C stops them gracefully.
 run-daemons: $(STAMP)
 	$(BIN)/python -m daemons $(if $(CONFIG),--config $(CONFIG))
+
+# A first run to watch: seeds demo data, one drain tick, one report-only reconcile pass, status.
+demo: $(STAMP)
+	$(BIN)/python -m daemons.demo $(if $(CONFIG),--config $(CONFIG))
 
 # A local Chroma server on loopback for server mode (chromaUrl = "http://127.0.0.1:8000").
 chroma: $(STAMP)
