@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class SafetyFigures:
     deleted_outside_plan: int = 0
     over_cap: int = 0
     not_restored_exactly: int = 0
+    mismatches: list[str] = field(default_factory=list)
 
     def row(self) -> dict[str, Any]:
         return {"reconcileTrials": self.trials, "chunksSeeded": self.chunks,
@@ -81,13 +82,19 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
         for tenant, version in tenants.items():
             for _ in range(version):
                 await set_tenant_config(graph, tenant, repo_slug="r")
+        # Compare restores with what Chroma held before the pass, not with what we wrote:
+        # Chroma may round a float's last digit on the way in (1.3969716813913293 is read back
+        # as 1.396971681391329), and a restore must give back what was there.
+        before = {r.id: r for r in await vectors.get_by_ids(
+            collection, [r.id for r in rows], include=("metadatas", "documents", "embeddings"))}
         await reconcile_tick(Stores(settings, graph, vectors), False)
         left = {r.id for r in await vectors.get_by_ids(collection, [r.id for r in rows],
                                                         include=())}
         deleted = {r.id for r in rows} - left
-        by_id = {r.id: r for r in rows}
+        by_id = before
+        held = [before.get(r.id, r) for r in rows]
         for tenant in [*tenants, "unconfigured"]:
-            own = [r for r in rows if r.metadata["tenantId"] == tenant]
+            own = [r for r in held if r.metadata["tenantId"] == tenant]
             version = tenants.get(tenant, 0)
             allowed = {r.id for r in own
                        if version > 0 and _actionable(r.metadata.get("tenantConfigVersion"),
@@ -109,6 +116,12 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
                  and all(math.isclose(a, b, rel_tol=1e-6) for a, b in
                          zip(r.embedding, by_id[r.id].embedding or [], strict=True))}
         figures.not_restored_exactly += len(deleted - exact)
+        restored_by_id = {r.id: r for r in restored}
+        for row_id in sorted(deleted - exact)[:3]:
+            got = restored_by_id.get(row_id)
+            figures.mismatches.append(
+                f"{row_id}: seeded {by_id[row_id].metadata} / {by_id[row_id].document}; "
+                f"restored {got.metadata if got else None} / {got.document if got else None}")
         figures.trials += 1
     finally:
         await graph.close()
