@@ -1,0 +1,342 @@
+"""Reconciliation benchmark: one pass over one tenant at several sizes (10% stale), dry and with
+tombstones, against the floors of the same storage work, each contender in a child process on
+a fresh copy of the same seeded store.
+
+    python -m benchmarks.reconcile_bench [--smoke] [--repeats N] [--sizes 20000,50000]
+    python -m benchmarks.reconcile_bench --seed ROOT --size N          # (child) grow a store
+    python -m benchmarks.reconcile_bench --contender NAME --data ROOT  # (child) one contender
+
+The contenders:
+
+- **dry**: `core.reconcile.reconcile_tick(stores, dry_run=True)` with tombstoning configured,
+  so it also counts the tenant for the stale-fraction guard, as a preview of a real pass would;
+- **tombstone**: the same pass for real: archive each batch, then delete it;
+- **scan-floor**: a bare paged scan of the rows the pass classifies (the tenant's chunks
+  stamped below its current version), metadatas only, at the pass's page size;
+- **tombstone-floor**: that scan, then the same deletes by ids in batches of Chroma's maximum,
+  with nothing else (no count, no confirmation read, no archive).
+
+Chunks carry the synthetic 4-number embeddings of `tests.support` (no model is ever loaded);
+the archive of a real 384-number embedding costs more, see the README's "Performance".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bare_stores import open_chroma, settings_for
+from benchmarks.harness import (
+    ChildRun,
+    Measure,
+    Target,
+    child_env,
+    copy_data,
+    emit_report,
+    format_table,
+    make_workdir,
+    progress,
+    quiet_child_logging,
+    ratio,
+    remove_tree,
+    run_child,
+)
+
+MODULE = "benchmarks.reconcile_bench"
+CONTENDERS = ("dry", "tombstone", "scan-floor", "tombstone-floor")
+#: Which floor each pass is held against.
+FLOOR_OF = {"dry": "scan-floor", "tombstone": "tombstone-floor"}
+
+#: Issue 9's sizes (chunks of the one tenant) and a smoke pair (two sizes, so growth is
+#: computed the same way).
+FULL_SIZES = (20_000, 50_000, 100_000)
+SMOKE_SIZES = (400, 1_000)
+#: One chunk in this many is stale (10%, issue 9).
+STALE_EVERY = 10
+TENANT = "bench-tenant"
+#: The tenant's current config version, and the stamps of its fresh and stale chunks: stale
+#: chunks are two versions behind, so with the default gap of 2 every stale chunk is
+#: actionable and the tombstone pass deletes all of them.
+CURRENT_VERSION = 3
+STALE_STAMP = 1
+#: A cap no benchmark size reaches: the pass deletes every actionable chunk in one pass.
+UNCAPPED_DELETES = 10_000_000
+#: Characters of each chunk's document: the size of a small knowledge-base chunk, so that
+#: reading documents for the archive costs something real.
+DOCUMENT_CHARS = 400
+#: Issue 9's targets: a pass's time over its floor's, and how much more its peak memory may
+#: grow than the floor's.
+MAX_OVER_FLOOR = 1.5
+MAX_EXTRA_RSS_MIB = 50.0
+
+
+def chunk_rows(start: int, stop: int) -> list[tuple[str, dict[str, Any], str]]:
+    """Chunks `start`..`stop` of the tenant (pure): id, metadata, document."""
+    rows = []
+    for i in range(start, stop):
+        stamp = STALE_STAMP if i % STALE_EVERY == 0 else CURRENT_VERSION
+        rows.append((f"chunk-{i:07d}", {
+            "tenantId": TENANT, "repoSlug": f"{TENANT}/docs", "tenantConfigVersion": stamp,
+            "sourcePath": f"docs/page-{i // 20:05d}.md", "ingestedAt": 1_714_000_000_000 + i,
+        }, (f"Chunk {i} of the knowledge base. " * 20)[:DOCUMENT_CHARS]))
+    return rows
+
+
+def stale_count(size: int) -> int:
+    """How many of the first `size` chunks are stale."""
+    return len(range(0, size, STALE_EVERY))
+
+
+# ------------------------------------------------------------------------------------------
+# Children
+# ------------------------------------------------------------------------------------------
+
+
+async def grow_store(root: Path, size: int) -> dict[str, Any]:
+    """(child) Add chunks to `root` until its tenant has `size`; give the tenant its config
+    (version CURRENT_VERSION) the first time."""
+    from core.graph import GraphDB
+    from core.tenants import set_tenant_config, tenant_version
+    from core.vectors import ChromaRow, VectorStore
+    from tests.support import embedding_for
+
+    settings = settings_for(root)
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        while await tenant_version(graph, TENANT) < CURRENT_VERSION:
+            await set_tenant_config(graph, TENANT, repo_slug=f"{TENANT}/docs")
+    finally:
+        await graph.close()
+    vectors = await VectorStore.open(settings)
+    try:
+        await vectors.ensure_collection(settings.knowledge_base_collection)
+        present = await vectors.count(settings.knowledge_base_collection)
+        await vectors.upsert(settings.knowledge_base_collection, [
+            ChromaRow(row_id, metadata, document, embedding_for(row_id))
+            for row_id, metadata, document in chunk_rows(present, size)
+        ])
+        total = await vectors.count(settings.knowledge_base_collection)
+    finally:
+        await vectors.close()
+    return {"chunks": total, "stale": stale_count(total)}
+
+
+async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
+    """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
+    from core.reconcile import reconcile_tick
+    from core.stores import open_stores
+
+    settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
+                            reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
+    measure = Measure()
+    async with open_stores(settings, dry_run=dry_run) as stores:
+        measure.start()
+        figures = await reconcile_tick(stores, dry_run)
+        measure.stop()
+        remaining = await stores.vectors.count(settings.knowledge_base_collection)
+    [tenant] = figures["tenants"]
+    return {**measure.figures(), "scanned": tenant["scanned"], "stale": tenant["staleCount"],
+            "tombstoned": tenant["tombstonedCount"], "remaining": remaining,
+            "failedTenants": figures["failedTenants"]}
+
+
+def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
+    """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
+    by ids; nothing else."""
+    from core.reconcile import candidate_where
+    from core.vectors import SCAN_PAGE_ROWS
+
+    settings = settings_for(root)
+    client = open_chroma(settings)
+    where = candidate_where(TENANT, CURRENT_VERSION)
+    measure = Measure()
+    measure.start()
+    collection = client.get_collection(settings.knowledge_base_collection,
+                                       embedding_function=None)
+    ids: list[str] = []
+    scanned = offset = 0
+    while True:
+        page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
+                              offset=offset)
+        scanned += len(page["ids"])
+        if delete:
+            ids.extend(page["ids"])
+        if len(page["ids"]) < SCAN_PAGE_ROWS:
+            break
+        offset += len(page["ids"])
+    batch = int(client.get_max_batch_size())
+    for start in range(0, len(ids), batch):
+        collection.delete(ids=ids[start:start + batch])
+    measure.stop()
+    return {**measure.figures(), "scanned": scanned, "stale": scanned, "tombstoned": len(ids),
+            "remaining": int(collection.count()), "failedTenants": 0}
+
+
+def run_contender(name: str, root: Path) -> dict[str, Any]:
+    """(child) Run one contender on `root`."""
+    quiet_child_logging()
+    if name in ("dry", "tombstone"):
+        figures = asyncio.run(run_pass(root, dry_run=name == "dry"))
+    elif name in ("scan-floor", "tombstone-floor"):
+        figures = run_floor(root, delete=name == "tombstone-floor")
+    else:
+        raise ValueError(f"unknown contender {name!r}")
+    return {"contender": name, **figures}
+
+
+# ------------------------------------------------------------------------------------------
+# The benchmark (parent)
+# ------------------------------------------------------------------------------------------
+
+
+def run_reconcile_benchmark(sizes: Sequence[int], *, repeats: int = 1,
+                            contenders: Sequence[str] = CONTENDERS) -> dict[str, Any]:
+    """Grow one store through the sizes (seeding costs ~3,500 rows/s, so each size adds only
+    what the previous one lacks and is copied aside), then run every contender on a fresh copy
+    of each size (best of `repeats`, taken in turns)."""
+    sizes = sorted(sizes)
+    workdir = make_workdir("reconcile")
+    try:
+        env = child_env(workdir)
+        grow = workdir / "grow"
+        for size in sizes:
+            progress(f"reconcile: seeding {size:,} chunks")
+            run_child(MODULE, ["--seed", str(grow), "--size", str(size)], env=env)
+            copy_data(grow, workdir / f"seed-{size}")
+        remove_tree(grow)
+        runs: dict[int, dict[str, list[ChildRun]]] = {}
+        for size in sizes:
+            runs[size] = {name: [] for name in contenders}
+            for turn in range(repeats):
+                for name in contenders:
+                    root = copy_data(workdir / f"seed-{size}", workdir / f"{name}-{size}")
+                    progress(f"reconcile: {name} at {size:,} (run {turn + 1}/{repeats})")
+                    runs[size][name].append(run_child(
+                        MODULE, ["--contender", name, "--data", str(root)], env=env))
+                    remove_tree(root)
+            remove_tree(workdir / f"seed-{size}")
+        return summarize(sizes, runs)
+    finally:
+        remove_tree(workdir)
+
+
+def summarize(sizes: Sequence[int], runs: dict[int, dict[str, list[ChildRun]]]
+              ) -> dict[str, Any]:
+    """Per size and contender: best run; the pass/floor ratios, growth and memory targets;
+    and whether each contender did its work (stale chunks found, and deleted when it should)."""
+    by_size: dict[str, dict[str, dict[str, Any]]] = {}
+    problems: list[str] = []
+    for size in sizes:
+        entry: dict[str, dict[str, Any]] = {}
+        for name, child_runs in runs[size].items():
+            best = min(child_runs, key=lambda r: float(r.report["inProcessS"]))
+            report = {**best.report, "wholeProcessS": round(best.wall_s, 3),
+                      "inProcessRunsS": [float(r.report["inProcessS"]) for r in child_runs]}
+            entry[name] = report
+            deletes = name in ("tombstone", "tombstone-floor")
+            expected = {"stale": stale_count(size),
+                        "tombstoned": stale_count(size) if deletes else 0,
+                        "remaining": size - (stale_count(size) if deletes else 0),
+                        "failedTenants": 0}
+            problems += [f"{name} at {size}: {key} {report[key]} != expected {value}"
+                         for key, value in expected.items() if report[key] != value]
+        by_size[str(size)] = entry
+    targets: list[Target] = []
+    smallest, largest = str(sizes[0]), str(sizes[-1])
+    growth: dict[str, float] = {}
+    for name, floor in FLOOR_OF.items():
+        if name not in runs[sizes[0]] or floor not in runs[sizes[0]]:
+            continue
+        for size in sizes:
+            entry = by_size[str(size)]
+            entry[name]["overFloor"] = ratio(entry[name]["inProcessS"],
+                                             entry[floor]["inProcessS"])
+            targets.append(Target(f"reconcile {name} at {size:,}: time / {floor}",
+                                  entry[name]["overFloor"], MAX_OVER_FLOOR, unit="x"))
+            extra = entry[name]["peakRssGrowthMiB"] - entry[floor]["peakRssGrowthMiB"]
+            targets.append(Target(f"reconcile {name} at {size:,}: peak RSS growth over "
+                                  f"{floor}'s", extra, MAX_EXTRA_RSS_MIB, unit=" MiB"))
+        for contender in (name, floor):
+            growth[contender] = ratio(by_size[largest][contender]["inProcessS"],
+                                      by_size[smallest][contender]["inProcessS"])
+        if len(sizes) > 1:
+            targets.append(Target(
+                f"reconcile {name}: time growth {int(smallest):,} -> {int(largest):,} "
+                f"(limit: {floor}'s)", growth[name], growth[floor], unit="x"))
+    return {
+        "sizes": list(sizes),
+        "staleShare": 1 / STALE_EVERY,
+        "runs": by_size,
+        "timeGrowth": growth,
+        "consistent": not problems,
+        "problems": problems,
+        "targets": [t.as_dict() for t in targets],
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """The reconciliation section of the printed table."""
+    rows = []
+    for size, entry in result["runs"].items():
+        for name, c in entry.items():
+            rows.append([f"{int(size):,}", name, c["inProcessS"], c.get("overFloor", ""),
+                         c["wholeProcessS"], c["peakRssGrowthMiB"], c["stale"],
+                         c["tombstoned"]])
+    head = (f"Reconciliation: one tenant, {result['staleShare']:.0%} stale "
+            f"(in-process s; x floor: the pass over its floor)")
+    body = format_table(["chunks", "contender", "in-process s", "x floor", "whole-process s",
+                         "peak RSS +MiB", "stale", "tombstoned"], rows)
+    growth = ", ".join(f"{name} {value:.2f}x" for name, value in result["timeGrowth"].items())
+    tail = [f"time growth smallest -> largest size: {growth}",
+            f"consistent (every contender did its work): {result['consistent']}"]
+    return "\n".join([head, body, *tail])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Parent flags and the children's."""
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs per contender and size; the best is reported")
+    parser.add_argument("--sizes", help="comma-separated chunk counts (default: 20k, 50k, 100k)")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                        help="comma-separated subset to run (default: all)")
+    parser.add_argument("--seed", type=Path, metavar="ROOT", help="(child) grow a store")
+    parser.add_argument("--size", type=int, help="(child) chunks to grow the store to")
+    parser.add_argument("--contender", choices=CONTENDERS, help="(child) run one contender")
+    parser.add_argument("--data", type=Path, metavar="ROOT", help="(child) the seeded root")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Child or parent, by flags."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        if args.size is None:
+            parser.error("--seed needs --size N")
+        quiet_child_logging()
+        emit_report(asyncio.run(grow_store(args.seed, args.size)))
+        return 0
+    if args.contender is not None:
+        if args.data is None:
+            parser.error("--contender needs --data ROOT")
+        emit_report(run_contender(args.contender, args.data))
+        return 0
+    sizes: Sequence[int] = SMOKE_SIZES if args.smoke else FULL_SIZES
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    chosen = [c for c in args.contenders.split(",") if c]
+    if not chosen or set(chosen) - set(CONTENDERS):
+        parser.error(f"--contenders: choose from {CONTENDERS}")
+    result = run_reconcile_benchmark(sizes, repeats=args.repeats, contenders=chosen)
+    print(table(result))
+    emit_report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

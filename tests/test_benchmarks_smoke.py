@@ -1,0 +1,117 @@
+"""The benchmarks keep working: `python -m benchmarks --smoke` runs every benchmark at tiny sizes
+and its report has the promised shape, with every contender having done the same work.
+
+Speed is never asserted here (the machine is shared and the sizes are tiny); `make bench` runs
+the full sizes and the README records those figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.harness import WORKDIR_PREFIX, repo_root
+
+#: Generous: the smoke run takes ~20 s here, most of it interpreter and Chroma start-ups.
+SMOKE_TIMEOUT_S = 180
+
+
+def leftover_workdirs() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"))
+
+
+@pytest.fixture(scope="module")
+def smoke_run() -> tuple[list[str], dict[str, Any], set[Path]]:
+    """One smoke run shared by the tests below: stdout lines, the report, and the benchmark
+    temp folders that existed before it."""
+    before = leftover_workdirs()
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke"], cwd=repo_root(),
+                          capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    return lines, json.loads(lines[-1]), before
+
+
+def test_stdout_ends_with_exactly_one_json_object(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    lines, report, _ = smoke_run
+    objects = [line for line in lines if line.startswith("{")]
+    assert objects == [lines[-1]]
+    assert report["mode"] == "smoke"
+    assert {"drain", "reconcile", "idle", "targets", "machine"} <= report.keys()
+    assert any(line.startswith("Drain:") for line in lines)
+    assert any(line.startswith("Targets") for line in lines)
+
+
+def test_every_drain_contender_ends_with_the_same_graph(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    drain = smoke_run[1]["drain"]
+    expected = drain["expected"]
+    assert drain["consistent"], drain["mismatches"]
+    assert set(drain["contenders"]) == {"drainer", "baseline", "floor"}
+    edges = {c["edges"] for c in drain["contenders"].values()}
+    nodes = {c["nodes"] for c in drain["contenders"].values()}
+    assert edges == {expected["edgesAfter"]} and nodes == {expected["nodesAfter"]}
+    assert expected["edgesAfter"] > expected["edgesBefore"]
+    for contender in drain["contenders"].values():
+        assert contender["linked"] == expected["linked"] > 0
+        assert 0 < contender["inProcessS"] <= contender["wholeProcessS"]
+        assert contender["edgesPerS"] > 0
+    for name in ("drainer", "baseline"):
+        assert drain["contenders"][name]["malformed"] == expected["malformed"] > 0
+        assert drain["contenders"][name]["unresolved"] == expected["unresolved"] > 0
+    assert drain["drainerOverFloor"] > 0 and drain["speedupOverBaseline"] > 0
+
+
+def test_every_reconcile_contender_finds_and_deletes_the_stale_chunks(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    reconcile = smoke_run[1]["reconcile"]
+    assert reconcile["consistent"], reconcile["problems"]
+    assert len(reconcile["sizes"]) >= 2
+    for size, runs in reconcile["runs"].items():
+        stale = int(size) // 10
+        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor"}
+        assert {r["stale"] for r in runs.values()} == {stale}
+        assert runs["dry"]["tombstoned"] == runs["scan-floor"]["tombstoned"] == 0
+        assert runs["tombstone"]["tombstoned"] == runs["tombstone-floor"]["tombstoned"] == stale
+        assert runs["tombstone"]["remaining"] == int(size) - stale
+        for run in runs.values():
+            assert run["inProcessS"] > 0 and "peakRssGrowthMiB" in run
+    assert {"dry", "tombstone", "scan-floor", "tombstone-floor"} <= reconcile["timeGrowth"].keys()
+
+
+def test_the_idle_daemon_is_measured_and_stops_cleanly(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    idle = smoke_run[1]["idle"]
+    assert idle["exitCode"] == 0
+    assert idle["jobs"] >= 1 and idle["windowS"] >= 3
+    assert idle["cpuPercentOfOneCore"] >= 0
+
+
+def test_every_target_is_reported_with_its_verdict(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    targets = smoke_run[1]["targets"]
+    names = " ".join(t["name"] for t in targets)
+    for part in ("drainer / floor", "baseline", "reconcile dry", "reconcile tombstone",
+                 "time growth", "peak RSS", "idle"):
+        assert part in names
+    for target in targets:
+        assert {"name", "value", "limit", "kind", "met"} <= target.keys()
+        assert isinstance(target["met"], bool)
+
+
+def test_no_temp_data_is_left_behind(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    assert leftover_workdirs() - smoke_run[2] == set()
