@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from core.config import Settings
 from core.graph import GraphDB
 from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
-from core.stores import Stores, open_stores
+from core.stores import Stores, TickControl, open_stores
 from core.telemetry import EVENT_RECONCILE
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
@@ -475,3 +476,36 @@ async def test_disabled_reconciliation_does_nothing(
     assert await vectors.count(settings.knowledge_base_collection) == 1
     assert await graph.count("kb_ingestion_metrics") == 0
     assert "reconciliation disabled" in capsys.readouterr().err
+
+
+# -- stopping ---------------------------------------------------------------------------------
+
+
+class StopOnFirstProgress(TickControl):
+    """The runtime's stop signal arriving while the first tenant is being scanned."""
+
+    def progress(self) -> None:
+        super().progress()
+        if structlog.contextvars.get_contextvars().get("tenant"):
+            self.request_stop()
+
+
+async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_resumes(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    settings = make_settings(tmp_path, reconciliationEnabled=True,
+                             reconciliationAutoTombstone=True,
+                             reconciliationMaxStaleFraction=1.0)
+    for tenant in ("aaa", "bbb"):
+        await configure(graph, tenant, 3)
+        await seed(vectors, settings.knowledge_base_collection,
+                   [chunk(f"{tenant}{i}", tenant, 1) for i in range(3)])
+
+    stopped = await one_pass(Stores(settings, graph, vectors, StopOnFirstProgress()))
+    assert stopped["stopped"] is True
+    assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
+    assert stopped["tombstonedCount"] == 0  # scanned, but no delete batch began
+    assert await vectors.count(settings.knowledge_base_collection) == 6
+
+    resumed = await one_pass(Stores(settings, graph, vectors))
+    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 6)
