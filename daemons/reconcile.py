@@ -4,8 +4,9 @@
     python -m daemons.reconcile restore ARCHIVE [--config F]
 
 `--tick` runs one pass (`core.reconcile.reconcile_tick`) through `core.ticks.run_tick`, the
-same path the scheduler takes. Exit 0 done; 1 a store unreachable or a tenant failed (the
-`--json` figures are printed first); 2 usage, configuration or archive errors.
+same path the scheduler takes, then one alerting pass (`core.alerting.alerting_tick`) when
+alerting is enabled, as CONTRACT says. Exit 0 done; 1 a store unreachable or a tenant failed
+(the `--json` object is printed first); 2 usage, configuration or archive errors.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from core.alerting import alerting_tick
 from core.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,6 +29,7 @@ from core.cli import (
     load_settings,
     run_main,
 )
+from core.errors import KbError
 from core.reconcile import reconcile_tick
 from core.stores import open_stores
 from core.ticks import run_tick
@@ -35,6 +38,7 @@ from core.vectors import VectorStore
 
 PROG = "daemons.reconcile"
 DAEMON = "reconcile"
+ALERTING = "alerting"
 RESTORE = "restore"
 
 
@@ -61,13 +65,27 @@ def build_restore_parser() -> Parser:
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
-    """`--tick`: one pass over every configured tenant; figures on stdout with `--json`."""
+    """`--tick`: one pass over every configured tenant, then the alerting pass when enabled.
+
+    With `--json`, exactly one object: the reconcile figures with `ok` (false when a tenant
+    failed) and the alerting figures under `alerting`; `{"ok": false, "error": ...}` when a
+    store could not be used (as `core.cli.run_one_tick` prints for the other daemons).
+    """
     settings = load_settings(args.config)
-    async with open_stores(settings, dry_run=args.dry_run) as stores:
-        figures = await run_tick(DAEMON, stores, reconcile_tick, dry_run=args.dry_run)
+    try:
+        async with open_stores(settings, dry_run=args.dry_run) as stores:
+            figures = await run_tick(DAEMON, stores, reconcile_tick, dry_run=args.dry_run)
+            if settings.alerting_enabled:
+                figures[ALERTING] = await run_tick(ALERTING, stores, alerting_tick,
+                                                   dry_run=args.dry_run)
+    except KbError as exc:
+        if args.json:
+            emit_json({"ok": False, "error": str(exc)})
+        raise
+    ok = not figures.get("failedTenants")
     if args.json:
-        emit_json(figures)
-    return EXIT_FAILED if figures.get("failedTenants") else EXIT_OK
+        emit_json({"ok": ok, **figures})
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 async def run_restore(args: argparse.Namespace) -> int:

@@ -95,7 +95,8 @@ def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_ba
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 4, "scanned": 3,
         "staleCount": 3, "actionableCount": 2, "tombstonedCount": 2, "guard": None,
     }]
-    assert figures["failedTenants"] == 0 and "durationMs" in figures
+    assert (figures["ok"], figures["failedTenants"]) == (True, 0)
+    assert "durationMs" in figures and "alerting" not in figures
     assert chunk_count(settings) == 2
 
     [archive] = figures["archives"]
@@ -199,4 +200,23 @@ def test_a_failing_tenant_prints_the_figures_then_exits_1(
         main(["--tick", "--json", "--config", str(config)])
     assert exited.value.code == 1
     figures = json.loads(capsys.readouterr().out)
-    assert figures["failedTenants"] == 1
+    assert (figures["ok"], figures["failedTenants"]) == (False, 1)
+
+
+def test_a_tick_runs_the_alerting_pass_after_reconciling_when_alerting_is_on(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text(
+        '[knowledgeBase]\ndataDir = "data"\nreconciliationEnabled = true\n'
+        "alertingEnabled = true\n"
+        '[[knowledgeBase.alertRules]]\nmetric = "reconcileEvents"\nthreshold = 0\n'
+        'severity = "warning"\nchannels = ["console"]\n',
+        encoding="utf-8",
+    )
+    prepare(config)
+    result = run(tmp_path, "--tick", "--json", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["staleCount"] == 3
+    assert figures["alerting"]["fired"] == 1
