@@ -47,6 +47,13 @@ def stores_for(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any
     return Stores(settings, graph, vectors)
 
 
+def tombstoning(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> Stores:
+    """Stores with auto-tombstone on and the stale-fraction guard out of the way (unless the
+    test sets it), for tests about what gets deleted."""
+    return stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
+                      **{"reconciliationMaxStaleFraction": 1.0, **toml})
+
+
 async def one_pass(stores: Stores, *, dry_run: bool = False) -> dict[str, Any]:
     """One pass through the same path as `--tick`."""
     return await run_tick("reconcile", stores, reconcile_tick, dry_run=dry_run)
@@ -122,8 +129,7 @@ async def test_with_auto_tombstone_off_nothing_goes_and_one_row_records_the_drif
 async def test_with_auto_tombstone_on_exactly_the_actionable_chunks_go(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "acme", 5)
     await seed(vectors, collection, [
@@ -160,8 +166,7 @@ async def test_orphans_within_the_grace_gap_are_reported_but_never_deleted(
 async def test_two_tenants_with_the_same_stamps_are_judged_by_their_own_versions(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "ahead", 5)
     await configure(graph, "behind", 3)
@@ -251,8 +256,7 @@ async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore,
     tenant_fault: Callable[[str], None], capsys: pytest.CaptureFixture[str],
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "aaa-broken", 3)
     await configure(graph, "bbb-fine", 3)
@@ -274,8 +278,7 @@ async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
 async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, chroma_fault: Callable[..., None]
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(4)])
@@ -304,8 +307,7 @@ async def test_a_chunk_handed_to_another_tenant_before_the_delete_is_never_delet
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
@@ -336,8 +338,7 @@ async def test_a_chunk_handed_to_another_tenant_before_the_delete_is_never_delet
 async def test_archive_then_restore_gives_back_identical_rows(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
-                        reconciliationMaxStaleFraction=1.0)
+    stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "acme", 4)
     await seed(vectors, collection, [chunk(f"doc{i}", "acme", i % 2) for i in range(6)])
