@@ -57,8 +57,15 @@ ON CONFLICT(source, target, relationship) DO UPDATE SET
 """
 
 
+#: One encoder for every property object: `json.dumps` with keywords builds a new encoder per
+#: call, which was a third of the cost of encoding a 45,000-edge drain's properties (measured).
+_PROPERTIES_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def _json(value: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(value or {}), ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON of a property object (a non-dict mapping is copied into a dict first: the
+    encoder only knows dicts)."""
+    return _PROPERTIES_ENCODER.encode(value if type(value) is dict else dict(value or {}))
 
 
 def _store_error(path: Path, action: str, exc: BaseException) -> StoreUnavailable:
