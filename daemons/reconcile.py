@@ -29,8 +29,10 @@ from core.cli import (
     load_settings,
     run_main,
 )
+from core.config import Settings
 from core.errors import KbError
 from core.reconcile import reconcile_tick
+from core.runtime import DaemonSpec, Job, serve_main
 from core.stores import open_stores
 from core.ticks import run_tick
 from core.tombstones import ensure_archive_file, restore_archive
@@ -39,6 +41,9 @@ from core.vectors import VectorStore
 PROG = "daemons.reconcile"
 DAEMON = "reconcile"
 ALERTING = "alerting"
+#: Jitter of the pass: up to 1% of the interval, at most a minute (36 s on the hourly default).
+RECONCILE_JITTER_FRACTION = 0.01
+RECONCILE_JITTER_MAX_S = 60.0
 RESTORE = "restore"
 
 
@@ -104,11 +109,17 @@ async def run_restore(args: argparse.Namespace) -> int:
     return EXIT_USAGE if result.bad_lines else EXIT_OK
 
 
-def run_daemon(args: argparse.Namespace) -> int:
-    """The long-running daemon (no `--tick`); provided by `core.runtime` once it exists."""
-    del args
-    sys.stderr.write(f"{PROG}: daemon mode is not available yet; use --tick\n")
-    return EXIT_USAGE
+def reconcile_daemon(settings: Settings) -> DaemonSpec:
+    """The reconcile daemon: a pass every `reconciliationIntervalMs` (with a little jitter, so
+    that several hosts do not scan one Chroma server in step), plus the alerting job every
+    `alertingIntervalMs` when alerting is enabled. With reconciliation disabled the pass job
+    still ticks and logs that it is disabled: the daemon idles, visibly."""
+    interval = settings.reconciliation_interval_ms
+    jobs = [Job(DAEMON, reconcile_tick, interval,
+                jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
+    if settings.alerting_enabled:
+        jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
+    return DaemonSpec(DAEMON, tuple(jobs))
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
@@ -121,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         run_main(PROG, lambda: run_restore(restore_args))
     args = build_parser().parse_args(argv)
     if not args.tick:
-        raise SystemExit(run_daemon(args))
+        if args.json:
+            build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
+        serve_main(PROG, config=args.config, build_specs=lambda s: [reconcile_daemon(s)],
+                   dry_run=args.dry_run)
     run_main(PROG, lambda: run_one_pass(args))
 
 

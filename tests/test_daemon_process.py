@@ -68,3 +68,33 @@ def test_sigterm_during_a_long_drain_exits_0_and_loses_no_line(tmp_path: Path) -
     graph.close()
     assert weights == (total, 1.0, 1.0), "every line applied exactly once"
     assert not draining.exists()
+
+
+def test_both_daemons_run_in_one_process_tick_and_stop_cleanly_on_ctrl_c(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n'
+                      "reconciliationEnabled = true\n")
+    daemon = start(["daemons", "--config", str(config)], tmp_path)
+    ticks = tmp_path / "data/graph.sqlite"
+
+    def both_ticked() -> bool:
+        if not ticks.exists():
+            return False
+        db = sqlite3.connect(f"file:{ticks}?mode=ro", uri=True)
+        try:
+            return {r[0] for r in db.execute("SELECT daemon FROM daemon_ticks")} == {
+                "drain", "reconcile"}
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            db.close()
+
+    wait_for(lambda: both_ticked() or daemon.poll() is not None, timeout=60)
+    daemon.send_signal(signal.SIGINT)
+    _, err = daemon.communicate(timeout=60)
+    assert daemon.returncode == 0, err.decode()[-2000:]
+    events = [json.loads(x)["event"] for x in err.decode().splitlines() if x.startswith("{")]
+    assert events.count("tick.completed") >= 2
+    assert events[-1] == "shutdown.completed"

@@ -154,10 +154,12 @@ def test_an_unknown_flag_is_exit_2_with_one_line(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and "--frobnicate" in result.stderr
 
 
-def test_without_tick_the_daemon_mode_placeholder_says_so(tmp_path: Path) -> None:
-    result = run(tmp_path, "--config", str(write_config(tmp_path)))
+def test_json_without_tick_is_a_usage_error_because_a_daemon_logs_its_figures(
+    tmp_path: Path,
+) -> None:
+    result = run(tmp_path, "--json", "--config", str(write_config(tmp_path)))
     assert result.returncode == 2
-    assert result.stderr == "daemons.reconcile: daemon mode is not available yet; use --tick\n"
+    assert result.stderr.count("\n") == 1 and "--json" in result.stderr
 
 
 def test_restoring_a_missing_archive_is_exit_2_with_one_line(tmp_path: Path) -> None:
