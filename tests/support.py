@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,3 +40,24 @@ async def seed(
          for i, m in rows],
         create=True,
     )
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child_env(home: Path) -> dict[str, str]:
+    """The environment of a command a test runs: its own $HOME (nothing may land in the real
+    one), telemetry off, and no config or notify socket inherited from the test's shell."""
+    env = {**os.environ, "HOME": str(home), "ANONYMIZED_TELEMETRY": "False"}
+    env.pop("KB_CONFIG", None)
+    env.pop("NOTIFY_SOCKET", None)
+    return env
+
+
+def run_module(*args: str, home: Path, stdin: str | None = None,
+               timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """`python -m <args>` from the repository, as an operator runs it; never raises on a
+    non-zero exit (tests assert the code)."""
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=child_env(home),
+                          input=stdin, capture_output=True, text=True, timeout=timeout,
+                          check=False)

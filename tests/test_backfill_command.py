@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,7 @@ from core.stores import Stores
 from core.timestamps import iso_from_ms
 from core.vectors import SCAN_PAGE_ROWS, VectorStore
 from daemons.backfill import main
-from tests.support import make_settings, seed
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import make_settings, run_module, seed
 
 
 def run_backfill_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -38,12 +34,8 @@ def run_backfill_process(tmp_path: Path, *args: str) -> subprocess.CompletedProc
     config = tmp_path / "kb.toml"
     if not config.exists():
         config.write_text('[knowledgeBase]\ndataDir = "data"\n')
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "daemons.backfill", "--config", str(config), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )
+    return run_module("daemons.backfill", "--config", str(config), *args,
+                      home=tmp_path / "home")
 
 
 def summary(sid: str, created: Any, **extra: Any) -> tuple[str, dict[str, Any]]:

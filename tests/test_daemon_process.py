@@ -11,15 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def start(args: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    env.pop("NOTIFY_SOCKET", None)
-    return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT,
+                            env=child_env(tmp_path / "home"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
 
 
 def wait_for(predicate: object, timeout: float) -> None:

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from core.demo_data import build_demo_dataset, synthetic_embedding
 from core.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.vectors import VectorStore
-from tests.support import make_settings, seed
+from tests.support import make_settings, run_module, seed
 
-REPO = Path(__file__).resolve().parent.parent
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}
 
 
@@ -23,12 +20,7 @@ def run_demo(folder: Path) -> subprocess.CompletedProcess[str]:
     config = folder / "kb.toml"
     if not config.exists():
         config.write_text('[knowledgeBase]\ndataDir = "data"\n')
-    env = {**os.environ, "HOME": str(folder / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "daemons.demo", "--config", str(config)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )
+    return run_module("daemons.demo", "--config", str(config), home=folder / "home")
 
 
 def test_the_dataset_holds_every_case_and_its_queue_has_no_clock_in_it() -> None:

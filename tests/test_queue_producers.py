@@ -7,7 +7,6 @@ import fcntl
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.lazy_queue import append_locked, enqueue_edges, rotate_queue
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import run_module
 
 
 def edge(i: int) -> bytes:
@@ -70,11 +68,8 @@ def test_enqueue_appends_nothing_when_any_line_is_malformed(tmp_path: Path) -> N
     assert queue.read_bytes() == edge(1) + b"\n" + edge(2) + b"\n"
 
 
-def run(args: list[str], tmp_path: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, input=stdin,
-                          capture_output=True, timeout=120, check=False)
+def run(args: list[str], tmp_path: Path, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    return run_module(*args, home=tmp_path / "home", stdin=stdin.decode())
 
 
 def write_config(tmp_path: Path, extra: str = "") -> Path:
@@ -88,7 +83,7 @@ def test_enqueue_command_names_each_bad_line_and_exits_2(tmp_path: Path) -> None
     result = run(["daemons.enqueue", "--config", str(config)], tmp_path,
                  stdin=edge(1) + b"\n[]\n" + edge(2) + b"\n{\n")
     assert result.returncode == 2
-    err = result.stderr.decode()
+    err = result.stderr
     assert "line 2: a line must be a JSON object, got array" in err
     assert "line 4: invalid JSON" in err
     assert not (tmp_path / "data/memory-core/lazy-edges.jsonl").exists()
@@ -121,7 +116,7 @@ def test_drain_tick_exits_1_when_the_store_is_unreachable_and_keeps_the_lines(
     result = run(["daemons.drain", "--tick", "--json", "--config", str(config)], tmp_path)
     assert result.returncode == 1
     assert json.loads(result.stdout)["ok"] is False
-    assert "Chroma server http://127.0.0.1:9" in result.stderr.decode().splitlines()[-1]
+    assert "Chroma server http://127.0.0.1:9" in result.stderr.splitlines()[-1]
     assert queue.read_bytes() == edge(1) + b"\n"
 
 
@@ -130,12 +125,12 @@ def test_a_config_syntax_error_is_exit_2_with_one_line(tmp_path: Path) -> None:
     config.write_text("[knowledgeBase]\nremIntervalMs = \n")
     result = run(["daemons.drain", "--tick", "--config", str(config)], tmp_path)
     assert result.returncode == 2
-    lines = result.stderr.decode().strip().splitlines()
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{config}:2:" in lines[0]
 
 
 def test_an_unknown_flag_is_exit_2_naming_it(tmp_path: Path) -> None:
     result = run(["daemons.drain", "--tik"], tmp_path)
     assert result.returncode == 2
-    lines = result.stderr.decode().strip().splitlines()
+    lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--tik" in lines[0]

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,9 +16,7 @@ from core.config import Settings, load_config
 from core.graph import GraphDB
 from core.tenants import TENANT_CONFIG_LABEL
 from core.vectors import VectorStore
-from tests.support import seed
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import run_module, seed
 
 
 def write_config(tmp_path: Path, **keys: Any) -> Path:
@@ -72,12 +68,7 @@ def chunk_count(settings: Settings) -> int:
 
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "daemons.reconcile", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
-    )
+    return run_module("daemons.reconcile", *args, home=tmp_path / "home")
 
 
 def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_back(

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +25,7 @@ from core.tenants import set_tenant_config
 from core.tombstones import restore_archive
 from core.vectors import VectorStore
 from tests.chroma_server import ChromaServer
-from tests.support import make_settings, seed
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import make_settings, run_module, seed
 
 
 @pytest.fixture
@@ -44,11 +40,9 @@ def edge_line(target: str, n: int) -> str:
     return json.dumps({"source": "CONCEPT:a", "target": target, "relationship": f"R{n}"})
 
 
-def run_tick(module: str, config: Path, tmp_path: Path) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    return subprocess.run([sys.executable, "-m", module, "--tick", "--json", "--config",
-                           str(config)], cwd=ROOT, env=env, capture_output=True, timeout=120,
-                          check=False)
+def run_tick(module: str, config: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return run_module(module, "--tick", "--json", "--config", str(config),
+                      home=tmp_path / "home")
 
 
 async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes(
@@ -78,7 +72,7 @@ async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes
 
     server.start()
     done = run_tick("daemons.drain", config, tmp_path)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["drain"]["succeeded"] == 5
     assert not queue.exists()
 

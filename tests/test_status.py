@@ -22,7 +22,7 @@ from core.status import (
     render_status_text,
 )
 from daemons.status import main
-from tests.support import make_settings
+from tests.support import child_env, make_settings, run_module
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,18 +51,9 @@ def write_config(folder: Path) -> Path:
     return config
 
 
-def child_env(folder: Path) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(folder / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return env
-
-
-def run_module(folder: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", module, "--config", str(folder / "kb.toml"), *args],
-        cwd=REPO, env=child_env(folder), capture_output=True, text=True, timeout=60,
-        check=False,
-    )
+def run_command(folder: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_module(module, "--config", str(folder / "kb.toml"), *args,
+                      home=folder / "home")
 
 
 # --- nothing yet -----------------------------------------------------------------------------
@@ -152,13 +143,13 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A data dir after one `daemons.demo` run (its own process, as a newcomer runs it)."""
     folder = tmp_path_factory.mktemp("demo")
     write_config(folder)
-    done = run_module(folder, "daemons.demo")
+    done = run_command(folder, "daemons.demo")
     assert done.returncode == 0, done.stderr
     yield folder
 
 
 def status_json(folder: Path) -> dict[str, Any]:
-    done = run_module(folder, "daemons.status", "--json")
+    done = run_command(folder, "daemons.status", "--json")
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 1
     parsed: dict[str, Any] = json.loads(done.stdout)
@@ -193,13 +184,13 @@ def test_status_works_while_another_process_holds_the_embedded_store(demo_dir: P
     graph_file = demo_dir / "data" / "graph.sqlite"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_STORE, str(demo_dir / "kb.toml")],
-        cwd=REPO, env=child_env(demo_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        cwd=REPO, env=child_env(demo_dir / "home"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         # The hold is real: a command that opens Chroma is refused...
-        refused = run_module(demo_dir, "daemons.backfill", "--days", "1", "--dry-run")
+        refused = run_command(demo_dir, "daemons.backfill", "--days", "1", "--dry-run")
         assert refused.returncode == 1 and "held by pid" in refused.stderr
         # ...while status, which never opens it, reads everything and writes nothing.
         before = (graph_file.read_bytes(), graph_file.stat().st_mtime_ns)
@@ -215,7 +206,7 @@ def test_status_works_while_another_process_holds_the_embedded_store(demo_dir: P
 
 
 def test_the_text_view_after_the_demo_is_a_readable_table(demo_dir: Path) -> None:
-    done = run_module(demo_dir, "daemons.status")
+    done = run_command(demo_dir, "daemons.status")
     assert done.returncode == 0, done.stderr
     for heading in ("Graph", "Lazy-edge queue", "Last ticks", "Tenants", "Recent alerts"):
         assert heading in done.stdout

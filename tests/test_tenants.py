@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,7 @@ from core.tenants import (
     set_tenant_config,
     tenant_version,
 )
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.support import run_module
 
 
 async def test_a_tenant_without_a_config_node_is_at_version_zero(graph: GraphDB) -> None:
@@ -100,12 +97,7 @@ async def test_concurrent_writers_each_get_their_own_version(settings: Settings)
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "daemons.tenants", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-    )
+    return run_module("daemons.tenants", *args, home=tmp_path / "home")
 
 
 def test_the_admin_command_sets_and_lists_versions(tmp_path: Path) -> None:

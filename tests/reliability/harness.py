@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -27,7 +26,7 @@ from core.config import Settings, load_config
 from core.graph import GraphDB
 from core.vectors import VectorStore
 from tests.reliability.crash_child import POINTS
-from tests.support import seed
+from tests.support import child_env, seed
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Failed tries before a line is dead-lettered in these worlds: small, so that lines to
@@ -40,14 +39,6 @@ MALFORMED_SAMPLES = (b"{not json", b"null", b"[1, 2]", b'"text"', b"\xff\xfe\x00
                      b'{"source": "CONCEPT:c0", "relationship": "R"}', b"123",
                      b'{"source": "CONCEPT:c0", "target": "CONCEPT:c1", "relationship": "R",'
                      b' "weight": NaN}')
-
-
-def child_env(home: Path) -> dict[str, str]:
-    """The environment of every child process: no real $HOME, no telemetry."""
-    env = {**os.environ, "HOME": str(home), "ANONYMIZED_TELEMETRY": "False"}
-    env.pop("KB_CONFIG", None)
-    env.pop("NOTIFY_SOCKET", None)
-    return env
 
 
 @dataclass
