@@ -591,7 +591,8 @@ def summarize(sizes: DrainSizes, expected: dict[str, int],
     def over(numerator: str, denominator: str, key: str) -> float | None:
         if numerator not in contenders or denominator not in contenders:
             return None
-        return ratio(float(contenders[numerator][key]), float(contenders[denominator][key]))
+        return round(ratio(float(contenders[numerator][key]),
+                           float(contenders[denominator][key])), 3)
 
     over_floor = over("drainer", "floor", "inProcessS")
     speedup = over("baseline", "drainer", "inProcessS")
