@@ -35,7 +35,7 @@ from core.config import KEYS_BY_NAME
 from core.telemetry import EVENT_ERROR, EVENT_RECONCILE, record_ingestion_metric
 from core.tenants import TenantConfig, list_tenants
 from core.tombstones import TombstoneArchive
-from core.vectors import CollectionMissing
+from core.vectors import SCAN_PAGE_ROWS, CollectionMissing
 
 if TYPE_CHECKING:
     from core.config import Settings
@@ -58,12 +58,13 @@ GUARD_STALE_FRACTION = "stale-fraction"
 #: 1,000 130-140 MB, 500 80-105 MB, 250 72-91 MB; 250 takes ~11 s against ~9 s for 500.
 #: 250 keeps a pass inside the 100 MB budget. See README "Reconciliation".
 TOMBSTONE_BATCH_ROWS = 250
-#: Rows per read of the actionable set in the delete phase (ids and metadatas only, well under
-#: 1 KB a row and under Chroma's 32,766-row metadata limit). Every read re-runs the `where` over
-#: the whole tenant (~0.13 s at 100,000 chunks), so the set is read in pages this big and each
-#: page is then deleted TOMBSTONE_BATCH_ROWS at a time. One read per 250-row batch took 40
-#: reads, 5.3 s of a 10.5 s pass tombstoning 10,000 of 100,000 chunks (measured).
-TOMBSTONE_PAGE_ROWS = 10_000
+#: Rows per read of the actionable set in the delete phase (ids and metadatas only): the
+#: candidate scan's page. Every read re-runs the `where` over the whole tenant (~0.13 s at
+#: 100,000 chunks), so the set is read a page at a time and each page is then deleted
+#: TOMBSTONE_BATCH_ROWS at a time. One read per 250-row batch took 40 reads, 5.3 s of a 10.5 s
+#: pass tombstoning 10,000 of 100,000 chunks; pages of 10,000 were no faster than pages of
+#: 2,000 but peaked 40 MB higher (measured).
+TOMBSTONE_PAGE_ROWS = SCAN_PAGE_ROWS
 #: Rows per page when counting a tenant's chunks for the guard (ids only). Each page re-runs
 #: the `where` over the tenant and skips its offset, so fewer, larger pages are faster, while
 #: Chroma's buffers for a page grow the process. Counting 100,000 chunks (measured): pages of
