@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: Prefix of every temp folder a benchmark makes (all under the system temp dir, never the
 #: repository or $HOME), so a leftover from a killed run is easy to recognize and remove.
@@ -176,7 +176,7 @@ class Target:
     value: float
     limit: float
     #: "max": the value must be at most the limit; "min": at least.
-    kind: str = "max"
+    kind: Literal["max", "min"] = "max"
     unit: str = ""
 
     @property
