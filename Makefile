@@ -11,7 +11,7 @@ CONFIG ?=
 export ANONYMIZED_TELEMETRY := False
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-reliability lint typecheck check docs run-daemons demo chroma clean-data clean
+.PHONY: install test test-reliability bench lint typecheck check docs run-daemons demo chroma clean-data clean
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ test: $(STAMP)
 # The long crash, concurrency and reconciliation-safety runs, with their table (minutes).
 test-reliability: $(STAMP)
 	$(BIN)/python -m tests.reliability
+
+# The benchmarks at full size (about 5 minutes): a table per benchmark, then one JSON object.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks --repeats 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check core daemons tests benchmarks
