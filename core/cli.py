@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NoReturn
 
 import structlog
@@ -96,19 +96,31 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
 
 
 async def run_one_tick(
-    daemon: str, tick: TickFn, *, config: str | None, dry_run: bool, as_json: bool
-) -> dict[str, Any]:
+    daemon: str,
+    tick: TickFn,
+    *,
+    config: str | None,
+    dry_run: bool,
+    as_json: bool,
+    followers: Callable[[Settings], Sequence[tuple[str, TickFn]]] = lambda _settings: (),
+    succeeded: Callable[[Mapping[str, Any]], bool] = lambda _figures: True,
+) -> bool:
     """The `--tick` path of a daemon: load settings, open the stores, run the same tick the
-    scheduler runs, print the figures with `--json`. A failure still prints one JSON object
+    scheduler runs (then each follower tick the settings call for, its figures under its
+    name), and print the figures with `--json`. Returns whether the run did its work
+    (`succeeded` of the figures). A failure still prints one JSON object
     (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
     settings = load_settings(config)
     try:
         async with open_stores(settings, dry_run=dry_run) as stores:
             figures = await run_tick(daemon, stores, tick, dry_run=dry_run)
+            for name, follower in followers(settings):
+                figures[name] = await run_tick(name, stores, follower, dry_run=dry_run)
     except KbError as exc:
         if as_json:
             emit_json({"ok": False, "error": str(exc)})
         raise
+    ok = succeeded(figures)
     if as_json:
-        emit_json({"ok": True, **figures})
-    return figures
+        emit_json({"ok": ok, **figures})
+    return ok

@@ -33,7 +33,7 @@ def drain_daemon(settings: Settings) -> DaemonSpec:
 async def tick_once(config: str | None, *, dry_run: bool, as_json: bool) -> int:
     """One REM tick, as the scheduler would run it."""
     await run_one_tick("drain", rem_tick, config=config, dry_run=dry_run, as_json=as_json)
-    return EXIT_OK
+    return EXIT_OK  # re-queued edges still count as done
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -25,16 +25,14 @@ from core.cli import (
     Parser,
     add_config_flag,
     add_run_flags,
-    emit_json,
     load_settings,
     run_main,
+    run_one_tick,
 )
 from core.config import Settings
-from core.errors import KbError
 from core.reconcile import reconcile_tick
 from core.runtime import DaemonSpec, Job, serve_main
-from core.stores import open_stores
-from core.ticks import run_tick
+from core.ticks import TickFn
 from core.tombstones import ensure_archive_file, restore_archive
 from core.vectors import VectorStore
 
@@ -74,23 +72,17 @@ async def run_one_pass(args: argparse.Namespace) -> int:
 
     With `--json`, exactly one object: the reconcile figures with `ok` (false when a tenant
     failed) and the alerting figures under `alerting`; `{"ok": false, "error": ...}` when a
-    store could not be used (as `core.cli.run_one_tick` prints for the other daemons).
+    store could not be used. Exit 1 when a tenant failed.
     """
-    settings = load_settings(args.config)
-    try:
-        async with open_stores(settings, dry_run=args.dry_run) as stores:
-            figures = await run_tick(DAEMON, stores, reconcile_tick, dry_run=args.dry_run)
-            if settings.alerting_enabled:
-                figures[ALERTING] = await run_tick(ALERTING, stores, alerting_tick,
-                                                   dry_run=args.dry_run)
-    except KbError as exc:
-        if args.json:
-            emit_json({"ok": False, "error": str(exc)})
-        raise
-    ok = not figures.get("failedTenants")
-    if args.json:
-        emit_json({"ok": ok, **figures})
+    ok = await run_one_tick(
+        DAEMON, reconcile_tick, config=args.config, dry_run=args.dry_run, as_json=args.json,
+        followers=alerting_follower, succeeded=lambda figures: not figures.get("failedTenants"))
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def alerting_follower(settings: Settings) -> list[tuple[str, TickFn]]:
+    """The alerting pass after a one-shot reconcile pass, when alerting is enabled."""
+    return [(ALERTING, alerting_tick)] if settings.alerting_enabled else []
 
 
 async def run_restore(args: argparse.Namespace) -> int:
@@ -117,8 +109,8 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
     interval = settings.reconciliation_interval_ms
     jobs = [Job(DAEMON, reconcile_tick, interval,
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
-    if settings.alerting_enabled:
-        jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
+    jobs += [Job(name, tick, settings.alerting_interval_ms)
+             for name, tick in alerting_follower(settings)]
     return DaemonSpec(DAEMON, tuple(jobs))
 
 
