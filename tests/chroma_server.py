@@ -25,9 +25,12 @@ def free_port() -> int:
 class ChromaServer:
     """One `chroma run` process over `path`."""
 
-    def __init__(self, path: Path, *, home: Path) -> None:
+    def __init__(self, path: Path, *, home: Path,
+                 command_prefix: list[str] | None = None) -> None:
         self.path = path
         self.home = home
+        #: How to start `chroma` (default: the venv's own); a test may wrap it (tests/mdwe.py).
+        self.command_prefix = command_prefix or [str(Path(sys.executable).with_name("chroma"))]
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -37,11 +40,10 @@ class ChromaServer:
 
     def start(self) -> None:
         """Start the server and wait for its heartbeat."""
-        chroma = Path(sys.executable).with_name("chroma")
         env = {**os.environ, "HOME": str(self.home), "ANONYMIZED_TELEMETRY": "False"}
         self.home.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [str(chroma), "run", "--path", str(self.path), "--host", "127.0.0.1",
+            [*self.command_prefix, "run", "--path", str(self.path), "--host", "127.0.0.1",
              "--port", str(self.port)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from core.config import load_config
 from core.runtime import SHUTDOWN_GRACE_S, STALL_LIMIT_S
+from tests.chroma_server import ChromaServer
+from tests.mdwe import EXIT_UNSUPPORTED
+from tests.support import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
+MDWE = ROOT / "tests" / "mdwe.py"
 UNITS = sorted((ROOT / "systemd").glob("*.service"))
 
 
@@ -59,3 +67,61 @@ def test_units_pass_systemd_analyze_verify() -> None:
     problems = [line for line in (result.stdout + result.stderr).splitlines()
                 if line.strip() and "is not executable" not in line]  # /opt is not installed here
     assert problems == []
+
+
+@pytest.mark.parametrize("name", ["kb-drain.service", "kb-reconcile.service"])
+def test_daemon_units_do_not_restart_loop_on_a_usage_error(name: str) -> None:
+    unit = unit_settings(ROOT / "systemd" / name)
+    assert unit["RestartPreventExitStatus"] == "2"
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_are_rated_at_most_2_5_by_systemd_analyze_security(unit: Path) -> None:
+    result = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)],
+                            capture_output=True, text=True, check=False)
+    rating = re.search(r"Overall exposure level for \S+: ([0-9.]+)", result.stdout)
+    assert rating is not None, result.stdout[-500:] + result.stderr[-500:]
+    assert float(rating.group(1)) <= 2.5, result.stdout
+
+
+def under_mdwe(*argv: str, home: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a command with W+X memory refused (tests/mdwe.py); skip where the kernel cannot."""
+    result = subprocess.run([sys.executable, str(MDWE), *argv], cwd=ROOT,
+                            env=child_env(home), capture_output=True, text=True,
+                            timeout=timeout, check=False)
+    if result.returncode == EXIT_UNSUPPORTED:
+        pytest.skip("this kernel has no PR_SET_MDWE")
+    return result
+
+
+def test_both_daemons_tick_with_writable_executable_memory_refused(tmp_path: Path) -> None:
+    """The units set MemoryDenyWriteExecute=yes: chromadb (Rust bindings, numpy) and the
+    daemons must work without W+X mappings, on a store they create."""
+    config = tmp_path / "kb.toml"
+    config.write_text(f'[knowledgeBase]\ndataDir = "{tmp_path / "data"}"\n')
+    for daemon in ("daemons.drain", "daemons.reconcile"):
+        result = under_mdwe(sys.executable, "-m", daemon, "--tick", "--json",
+                            "--config", str(config), home=tmp_path / "home")
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert json.loads(result.stdout)["ok"] is True
+
+
+def test_the_chroma_server_answers_with_writable_executable_memory_refused(
+    tmp_path: Path,
+) -> None:
+    """kb-chroma.service sets MemoryDenyWriteExecute=yes too."""
+    chroma = str(Path(sys.executable).with_name("chroma"))
+    server = ChromaServer(tmp_path / "store", home=tmp_path / "home",
+                          command_prefix=[sys.executable, str(MDWE), chroma])
+    try:
+        server.start()
+    except RuntimeError as exc:
+        if f"exited with {EXIT_UNSUPPORTED}" in str(exc):
+            pytest.skip("this kernel has no PR_SET_MDWE")
+        raise
+    try:
+        with urllib.request.urlopen(f"{server.url}/api/v2/heartbeat", timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        server.stop()
