@@ -76,6 +76,11 @@ def load_settings(config: str | None) -> Settings:
     return loaded.settings
 
 
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 session`, `2 sessions`, `0 summaries` (pass `plural` where adding an s is wrong)."""
+    return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
+
+
 def emit_json(figures: Any) -> None:
     """The one JSON object of a `--json` run, on stdout."""
     sys.stdout.write(json.dumps(figures, default=str, sort_keys=True) + "\n")

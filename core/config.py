@@ -276,7 +276,12 @@ def resolve_config(
     Pure: no file access, no clock. `base_dir` anchors relative paths (the config file's folder,
     or the current folder when no file is used).
     """
-    warnings: list[ConfigWarning] = []
+    warnings: list[ConfigWarning] = [
+        ConfigWarning(name, f"table [{name}] ignored: did you mean [{TABLE}]? "
+                            "(table names are case-sensitive)")
+        for name in document
+        if name != TABLE and _folded(name) == _folded(TABLE)
+    ]
     table = document.get(TABLE, {})
     if not isinstance(table, Mapping):
         warnings.append(
@@ -324,6 +329,12 @@ def resolve_config(
             value = value.rstrip("/")
         resolved[key.field_name] = value
     return LoadedConfig(Settings(**resolved, source=source), tuple(warnings))
+
+
+def _folded(name: str) -> str:
+    """A table name with case and separators removed: `knowledge_base`, `Knowledge-Base` and
+    `knowledgebase` all fold to the same word as `knowledgeBase`."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
 def _absolute(base_dir: Path, value: str | Path) -> Path:
@@ -435,18 +446,32 @@ EXAMPLE_ALERT_RULES_TOML: tuple[str, ...] = (
 )
 
 
+# The example's one uncommented key. Relative paths resolve against the config file's folder,
+# so a copy at config/kb.toml names the repository's .kb-data, the folder `make run-daemons`
+# and `make demo` use without a config file: copying the example does not move the data.
+EXAMPLE_DATA_DIR = "../.kb-data"
+EXAMPLE_DATA_DIR_TOML: tuple[str, ...] = (
+    "# Relative to this file's folder: config/kb.toml -> <repository>/.kb-data, the folder",
+    "# used when there is no config file at all.",
+    f"dataDir = {toml_literal(EXAMPLE_DATA_DIR)}",
+)
+
+
 def render_example_toml() -> str:
     """`config/kb.example.toml`: every key commented out at its default, with its reason."""
     lines = [
-        "# Example configuration for the kb daemons. Every key is shown at its default;",
-        "# uncomment and change what you need, then save as config/kb.toml (or pass --config).",
-        "# Generated from core/config.py (make docs); do not edit by hand.",
+        "# Example configuration for the kb daemons, ready to copy as it is:",
+        "#   cp config/kb.example.toml config/kb.toml",
+        "# Every key but dataDir is shown commented out at its default; uncomment what you",
+        "# change. Generated from core/config.py (make docs); do not edit by hand.",
         "",
         f"[{TABLE}]",
     ]
     for key in KEYS:
         lines.append(f"# {key.reason} ({key.type_text})")
-        if key.type == "rules":
+        if key.name == "dataDir":
+            lines.extend(EXAMPLE_DATA_DIR_TOML)
+        elif key.type == "rules":
             lines.append(f"# {key.name} = []")
             lines.extend(EXAMPLE_ALERT_RULES_TOML)
         else:

@@ -20,6 +20,7 @@ from core.cli import (
     EXIT_OK,
     Parser,
     add_run_flags,
+    counted,
     emit_json,
     load_settings,
     run_main,
@@ -34,6 +35,9 @@ PROG = "daemons.backfill"
 #: The name this run is recorded under in `daemon_ticks`, so `daemons.status` shows when the
 #: last eager back-fill ran and what it did.
 TICK_NAME = "backfill"
+
+#: The window when `--days` is not given: the original `priorityBackfill --days` default.
+DEFAULT_DAYS = 30
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
 
@@ -55,10 +59,11 @@ def build_parser() -> Parser:
         epilog="exit codes: 0 done; 1 a session failed (each is listed) or a store was "
         "unreachable or locked; 2 a usage or configuration error",
     )
-    parser.add_argument("--days", metavar="N", type=positive_days, required=True,
-                        help="window in days, a whole number >= 1: sessions whose summary "
-                        "createdAt (ISO-8601 or epoch ms/s, compared as a time) is within the "
-                        "last N days are ingested")
+    parser.add_argument("--days", metavar="N", type=positive_days, default=DEFAULT_DAYS,
+                        help="window in days, a whole number >= 1 (default "
+                        f"{DEFAULT_DAYS}, as the original's priorityBackfill): sessions whose "
+                        "summary createdAt (ISO-8601 or epoch ms/s, compared as a time) is "
+                        "within the last N days are ingested")
     parser.add_argument("--skip-drain", action="store_true",
                         help="do not drain the lazy-edge queue after ingesting")
     add_run_flags(parser)
@@ -99,14 +104,16 @@ def render_summary(figures: dict[str, Any]) -> str:
         lines.append(f"  live ingestion skipped: {live['skipped']}")
     else:
         lines.append(
-            f"  {live['summariesScanned']} summaries scanned, {live['sessionsFound']} sessions "
-            f"in the window; {verb} {live['sessionsUpserted']} sessions and "
-            f"{live['memoriesUpserted']} memories ({live['sessionsSkipped']} sessions and "
-            f"{live['memoriesSkipped']} memories already up to date)")
+            f"  {counted(live['summariesScanned'], 'summary', 'summaries')} scanned, "
+            f"{counted(live['sessionsFound'], 'session')} in the window; {verb} "
+            f"{counted(live['sessionsUpserted'], 'session')} and "
+            f"{counted(live['memoriesUpserted'], 'memory', 'memories')} "
+            f"({counted(live['sessionsSkipped'], 'session')} and "
+            f"{counted(live['memoriesSkipped'], 'memory', 'memories')} already up to date)")
         if live["unparseableCreatedAt"]:
             named = ", ".join(str(r.get("rowId")) for r in live["unparseableRows"])
-            lines.append(f"  {live['unparseableCreatedAt']} summaries with an unparseable "
-                         f"createdAt were not considered: {named}")
+            lines.append(f"  {counted(live['unparseableCreatedAt'], 'summary', 'summaries')} "
+                         f"with an unparseable createdAt were not considered: {named}")
     drain = figures["drain"]
     if "skipped" in drain:
         lines.append(f"  drain skipped ({drain['skipped']})")
@@ -114,8 +121,8 @@ def render_summary(figures: dict[str, Any]) -> str:
         lines.append(f"  drain failed: {drain['error']}")
     else:
         lines.append(
-            f"  queue: {drain['totalLines']} lines, {drain['succeeded']} linked, "
-            f"{drain['requeued']} re-queued, {drain['deadLettered']} dead-lettered"
+            f"  queue: {counted(drain['totalLines'], 'line')}, {drain['succeeded']:,} linked, "
+            f"{drain['requeued']:,} re-queued, {drain['deadLettered']:,} dead-lettered"
             + (" (dry run: counted only)" if figures["dryRun"] else ""))
     if figures["failureCount"]:
         lines.append(f"  {figures['failureCount']} failure(s):")

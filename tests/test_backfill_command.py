@@ -25,7 +25,7 @@ from core.progress import LogProgress, TerminalProgress, choose_progress, render
 from core.stores import Stores
 from core.timestamps import iso_from_ms
 from core.vectors import SCAN_PAGE_ROWS, VectorStore
-from daemons.backfill import main
+from daemons.backfill import build_parser, main
 from tests.support import make_settings, run_module, seed
 
 
@@ -66,8 +66,8 @@ async def backfill(stores: Stores, *, days: int = 7, dry_run: bool = False,
 
 @pytest.mark.parametrize(
     "argv",
-    [["--days", "0"], ["--days", "-1"], ["--days", "abc"], ["--days", "1.5"], ["--days"], []],
-    ids=["zero", "negative", "word", "fraction", "no-value", "missing"],
+    [["--days", "0"], ["--days", "-1"], ["--days", "abc"], ["--days", "1.5"], ["--days"]],
+    ids=["zero", "negative", "word", "fraction", "no-value"],
 )
 def test_days_that_is_not_a_positive_whole_number_is_exit_2_with_one_line(
     argv: list[str], capsys: pytest.CaptureFixture[str]
@@ -78,6 +78,10 @@ def test_days_that_is_not_a_positive_whole_number_is_exit_2_with_one_line(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1, err
     assert "--days" in err
+
+
+def test_days_defaults_to_30_as_in_the_original() -> None:
+    assert build_parser().parse_args([]).days == 30
 
 
 def test_an_unknown_flag_is_exit_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -312,3 +316,19 @@ async def test_summaries_without_a_memory_collection_still_bring_their_sessions(
     assert figures["failureCount"] == 0
     assert await graph.existing_ids(["session:s0", "session:s1", "session:s2"]) == {
         "session:s0", "session:s1", "session:s2"}
+
+
+async def test_the_summary_for_a_person_counts_in_the_singular_for_one(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed_sessions(vectors, settings, [summary("only", now_ms() - DAY_MS)],
+                            memories_per_session=1)
+    finally:
+        await vectors.close()
+
+    done = run_backfill_process(tmp_path, "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "would ingest 1 session and 1 memory " in done.stdout, done.stdout
+    assert "1 sessions" not in done.stdout and "1 memories" not in done.stdout
+    assert "last 30 day(s)" in done.stdout  # --days defaults to 30

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -220,14 +221,47 @@ def test_example_config_is_generated_from_the_keys_and_parses_to_defaults(tmp_pa
     assert example == render_example_toml(), "run `make docs` to regenerate the example"
     names = {k.name for k in KEYS}
     key_lines = [
-        line[2:] for line in example.splitlines()
-        if line.startswith("# ") and line[2:].split(" = ")[0] in names
+        line.removeprefix("# ") for line in example.splitlines()
+        if line.removeprefix("# ").split(" = ")[0] in names
     ]
     assert {line.split(" = ")[0] for line in key_lines} == names
-    # Uncommented, every line (but the <dataDir> placeholders) reads back as its default.
+    # Uncommented, every line (but the <dataDir> placeholders) reads back as its default, with
+    # the data folder one level up (the example lives in config/).
     document = tomllib.loads(
         "[knowledgeBase]\n" + "\n".join(x for x in key_lines if "<dataDir>" not in x)
     )
-    loaded = resolve_config(document, base_dir=tmp_path)
+    config_dir = tmp_path / "config"
+    loaded = resolve_config(document, base_dir=config_dir)
     assert loaded.warnings == ()
     assert loaded.settings == resolve_config({}, base_dir=tmp_path).settings
+
+
+def test_the_example_copied_to_config_kb_toml_keeps_the_data_folder_of_no_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cp config/kb.example.toml config/kb.toml` must not move the data: the copy is found
+    by the default lookup and names the same `.kb-data` as running with no file at all."""
+    monkeypatch.chdir(tmp_path)
+    without_file = load_config(None, environ={}).settings
+    (tmp_path / "config").mkdir()
+    shutil.copy(ROOT / "config/kb.example.toml", tmp_path / "config/kb.toml")
+    with_copy = load_config(None, environ={})
+    assert with_copy.warnings == ()
+    assert with_copy.settings.source == (tmp_path / "config/kb.toml").resolve()
+    assert with_copy.settings.data_dir == without_file.data_dir == (tmp_path / ".kb-data")
+    assert with_copy.settings.graph_db_path == without_file.graph_db_path
+
+
+@pytest.mark.parametrize("name", ["knowledgebase", "knowledge_base", "KnowledgeBase",
+                                  "knowledge-base"])
+def test_a_near_miss_table_name_is_warned_about_by_name(name: str, tmp_path: Path) -> None:
+    loaded = resolve_config({name: {"remIntervalMs": 5}}, base_dir=tmp_path)
+    assert [w.key for w in loaded.warnings] == [name]
+    assert "did you mean [knowledgeBase]" in loaded.warnings[0].message
+    assert loaded.settings.rem_interval_ms == 3_600_000  # the near miss is not read
+
+
+def test_other_tables_are_not_taken_for_a_near_miss(tmp_path: Path) -> None:
+    loaded = resolve_config({"knowledgeBase": {}, "tool": {"x": 1}, "knowledge": {}},
+                            base_dir=tmp_path)
+    assert loaded.warnings == ()
