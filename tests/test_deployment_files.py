@@ -125,3 +125,27 @@ def test_the_chroma_server_answers_with_writable_executable_memory_refused(
             assert reply.status == 200
     finally:
         server.stop()
+
+
+def test_every_console_script_names_a_command_entry_point() -> None:
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {"kb-daemons", "kb-drain", "kb-reconcile", "kb-backfill",
+                            "kb-enqueue", "kb-tenants", "kb-status"}
+    for target in scripts.values():
+        module, _, function = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+
+
+def test_an_installed_console_script_runs_without_an_activated_venv(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("kb-status")
+    if not script.exists():
+        pytest.skip("the project is not installed into this interpreter's environment")
+    env = {k: v for k, v in child_env(tmp_path).items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run([str(script), "--help"], env=env, capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "status" in result.stdout
