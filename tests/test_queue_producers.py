@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from core.lazy_queue import append_locked, enqueue_edges, rotate_queue
+from core.lazy_queue import (
+    append_locked,
+    enqueue_edges,
+    generation_path,
+    new_generation,
+    rotate_queue,
+)
 from tests.support import run_module
 
 
@@ -48,14 +54,16 @@ def test_rotation_refuses_to_overwrite_a_leftover_draining_file(tmp_path: Path) 
     queue.write_bytes(edge(1) + b"\n")
     draining.write_bytes(edge(0) + b"\n")
     with pytest.raises(FileExistsError):
-        rotate_queue(queue, draining)
+        rotate_queue(queue, draining, new_generation(now_ms=0, dead_letters_size=0))
     assert draining.read_bytes() == edge(0) + b"\n" and queue.exists()
 
 
 def test_an_empty_queue_is_not_rotated(tmp_path: Path) -> None:
     queue = tmp_path / "q.jsonl"
     queue.write_bytes(b"")
-    assert rotate_queue(queue, tmp_path / "q.jsonl.draining") is False
+    draining = tmp_path / "q.jsonl.draining"
+    assert rotate_queue(queue, draining, new_generation(now_ms=0, dead_letters_size=0)) is False
+    assert not generation_path(draining).exists(), "no sidecar without a rotation"
 
 
 def test_enqueue_appends_nothing_when_any_line_is_malformed(tmp_path: Path) -> None:
