@@ -45,27 +45,23 @@ ENDPOINT_MISSING = "endpoint-missing"
 
 @dataclass(slots=True)
 class Parsed:
-    """A non-blank read line, parsed, with its identity in this generation."""
+    """A non-blank read line, parsed (its position: `read.offset` in the batch's generation)."""
 
-    read_at: str
     read: ReadLine
     line: EdgeLine | MalformedLine
 
 
-def parse_batch(generation: str, lines: Sequence[ReadLine]) -> list[Parsed]:
+def parse_batch(lines: Sequence[ReadLine]) -> list[Parsed]:
     """Parse every non-blank line; an over-limit (spilled) line is malformed without a parse."""
     parsed: list[Parsed] = []
     for read in lines:
         raw = read.raw
         if read.spilled is not None:
-            size = read.spilled.size
-            parsed.append(Parsed(position_id(generation, read.offset), read, MalformedLine(
-                f"line is {size} bytes (limit {MAX_LINE_BYTES}); its bytes are kept in the "
-                "dead-letter folder", b"")))
-            continue
-        if raw[:1] != b"{" and not raw.strip():
-            continue
-        parsed.append(Parsed(position_id(generation, read.offset), read, parse_line(raw)))
+            parsed.append(Parsed(read, MalformedLine(
+                f"line is {read.spilled.size} bytes (limit {MAX_LINE_BYTES}); its bytes are "
+                "kept in the dead-letter folder", b"")))
+        elif raw[:1] == b"{" or raw.strip():
+            parsed.append(Parsed(read, parse_line(raw)))
     return parsed
 
 
@@ -96,17 +92,6 @@ class Known:
     legacy_settled: Collection[str] = frozenset()
     #: Whether this generation is a `.draining` an earlier version left (identity by content).
     legacy_file: bool = False
-
-
-@dataclass(slots=True)
-class WorkLine:
-    """A valid line to act on: where it was read, its identity, the edge."""
-
-    read_at: str
-    line_id: str
-    line: EdgeLine
-    #: Its legacy identity, recorded as settled when it is (migration only).
-    legacy_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -147,28 +132,36 @@ class BatchPlan:
 
 @dataclass(slots=True)
 class Triage:
-    """The batch sorted before resolution: work to resolve, and a plan of the rest."""
+    """The batch sorted before resolution: the work lines to resolve, and a plan of the rest."""
 
-    work: list[WorkLine]
+    generation: str
+    work: list[Parsed]
     plan: BatchPlan
+    #: Legacy identities of work lines, by offset (migration only; empty otherwise).
+    legacy_ids: dict[int, str] = field(default_factory=dict)
 
 
-def triage(parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
+def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
     """Sort parsed lines (see the module docstring); malformed lines get their dead letters."""
     plan = BatchPlan(total_lines=len(parsed))
-    work: list[WorkLine] = []
+    triaged = Triage(generation, [], plan)
+    work = triaged.work
     tokens_seen: set[str] = set()
     legacy_seen: set[str] = set()
+    legacy_file = known.legacy_file
+    dead_written = known.dead_written
     for item in parsed:
         line = item.line
-        legacy_id = legacy_id_of(item, legacy_file=known.legacy_file)
-        if legacy_id is not None and (legacy_id in known.legacy_settled
-                                      or legacy_id in legacy_seen):
-            plan.replayed += 1
-            continue
-        token = line.token_id if isinstance(line, EdgeLine) else None
+        legacy_id = None
+        if legacy_file or (type(line) is EdgeLine and line.legacy_id is not None):
+            legacy_id = legacy_id_of(item, legacy_file=legacy_file)
+            if legacy_id is not None and (legacy_id in known.legacy_settled
+                                          or legacy_id in legacy_seen):
+                plan.replayed += 1
+                continue
+        token = line.token_id if type(line) is EdgeLine else None
         if token is not None:
-            assert isinstance(line, EdgeLine)
+            assert type(line) is EdgeLine
             if token in tokens_seen or known.outstanding.get(token) != line.attempts:
                 plan.duplicates += 1  # a copy a crash left behind; its token is used up
                 continue
@@ -179,7 +172,7 @@ def triage(parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
                 continue
         if legacy_id is not None:
             legacy_seen.add(legacy_id)
-        if item.read_at in known.dead_written:
+        if dead_written and position_id(generation, item.read.offset) in dead_written:
             plan.already_dead += 1
             plan.processed += 1
             if token is not None:
@@ -187,23 +180,31 @@ def triage(parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
             if legacy_id is not None:
                 plan.legacy_settled.append((legacy_id, "dead"))
             continue
-        if isinstance(line, MalformedLine):
+        if type(line) is MalformedLine:
+            read_at = position_id(generation, item.read.offset)
             plan.malformed += 1
             plan.processed += 1
-            plan.dead_letters.append(DeadLetter(item.read_at, dead_letter_record(
-                line_id=item.read_at, read_at=item.read_at, reason=MALFORMED,
-                detail=line.detail, attempts=0, now_ms=now_ms, line=line.raw,
-                spilled=item.read.spilled)))
+            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
+                line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
+                attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
             if legacy_id is not None:
                 plan.legacy_settled.append((legacy_id, "dead"))
             continue
-        work.append(WorkLine(item.read_at, token or item.read_at, line, legacy_id))
-    return Triage(work, plan)
+        if legacy_id is not None:
+            triaged.legacy_ids[item.read.offset] = legacy_id
+        work.append(item)
+    return triaged
 
 
-def endpoints_of(work: Sequence[WorkLine]) -> list[str]:
-    """The distinct endpoints the work lines need, in order."""
-    return list(dict.fromkeys(n for w in work for n in (w.line.source, w.line.target)))
+def endpoints_of(work: Sequence[Parsed]) -> list[str]:
+    """The distinct endpoints of the work lines, in order."""
+    endpoints: dict[str, None] = {}
+    for item in work:
+        line = item.line
+        assert type(line) is EdgeLine
+        endpoints[line.source] = None
+        endpoints[line.target] = None
+    return list(endpoints)
 
 
 def decide(
@@ -214,40 +215,51 @@ def decide(
     endpoint that does not resolve to its reason (the back-fill's)."""
     plan = triaged.plan
     links = plan.links
-    for work in triaged.work:
-        line = work.line
-        token = line.token_id
-        plan.processed += 1
-        if line.source not in unresolved and line.target not in unresolved:
-            links.append(EdgeRow(line.source, line.target, line.relationship, line.weight,
+    legacy_ids = triaged.legacy_ids
+    for item in triaged.work:
+        line = item.line
+        assert type(line) is EdgeLine
+        source, target, token = line.source, line.target, line.token_id
+        if source not in unresolved and target not in unresolved:
+            links.append(EdgeRow(source, target, line.relationship, line.weight,
                                  line.properties))
             if token is not None:
                 plan.tokens_consumed.append(token)
-            if work.legacy_id is not None:
-                plan.legacy_settled.append((work.legacy_id, "applied"))
+            if legacy_ids and item.read.offset in legacy_ids:
+                plan.legacy_settled.append((legacy_ids[item.read.offset], "applied"))
             continue
-        missing = [n for n in (line.source, line.target) if n in unresolved]
-        reason = unresolved[missing[0]]
-        plan.failed.append(work.line_id)
-        if line.attempts + 1 >= max_attempts:
-            plan.dead_after_attempts += 1
-            plan.dead_letters.append(DeadLetter(work.read_at, dead_letter_record(
-                line_id=work.line_id, read_at=work.read_at, reason=reason,
-                detail=f"unresolved: {missing}", attempts=line.attempts + 1, now_ms=now_ms,
-                line=_body_bytes(line))))
-            if token is not None:
-                plan.tokens_consumed.append(token)
-            outcome = "dead"
-        else:
-            plan.requeued += 1
-            plan.requeue.append(requeue_line(line, line_id=work.line_id, reason=reason,
-                                             now_ms=now_ms))
-            plan.tokens_issued.append((work.line_id, line.attempts + 1))
-            outcome = "requeued"
-        if work.legacy_id is not None:
-            plan.legacy_settled.append((work.legacy_id, outcome))
+        _settle_failure(triaged, item, line, unresolved, max_attempts=max_attempts,
+                        now_ms=now_ms)
+    plan.processed += len(triaged.work)
     plan.succeeded = len(links)
     return plan
+
+
+def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: Mapping[str, str],
+                    *, max_attempts: int, now_ms: int) -> None:
+    """A line whose endpoints do not all resolve: re-queued, or dead after its last try."""
+    plan = triaged.plan
+    read_at = position_id(triaged.generation, item.read.offset)
+    line_id = line.token_id or read_at
+    missing = [n for n in (line.source, line.target) if n in unresolved]
+    reason = unresolved[missing[0]]
+    plan.failed.append(line_id)
+    if line.attempts + 1 >= max_attempts:
+        plan.dead_after_attempts += 1
+        plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
+            line_id=line_id, read_at=read_at, reason=reason, detail=f"unresolved: {missing}",
+            attempts=line.attempts + 1, now_ms=now_ms, line=_body_bytes(line))))
+        if line.token_id is not None:
+            plan.tokens_consumed.append(line.token_id)
+        outcome = "dead"
+    else:
+        plan.requeued += 1
+        plan.requeue.append(requeue_line(line, line_id=line_id, reason=reason, now_ms=now_ms))
+        plan.tokens_issued.append((line_id, line.attempts + 1))
+        outcome = "requeued"
+    legacy_id = triaged.legacy_ids.get(item.read.offset)
+    if legacy_id is not None:
+        plan.legacy_settled.append((legacy_id, outcome))
 
 
 def _body_bytes(line: EdgeLine) -> bytes:

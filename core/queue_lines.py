@@ -28,7 +28,7 @@ import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -95,7 +95,8 @@ class MalformedLine:
 def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
     """Parse one line (its newline stripped or not) into an edge or a malformed record; never
     raises. Over-long lines are malformed without being parsed."""
-    raw = raw.rstrip(b"\r\n")
+    if raw[-1:] in (b"\n", b"\r"):
+        raw = raw.rstrip(b"\r\n")
     if len(raw) > MAX_LINE_BYTES:
         return MalformedLine(f"line is {len(raw)} bytes (limit {MAX_LINE_BYTES})", raw)
     try:
@@ -104,15 +105,18 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         return MalformedLine(_decode_problem(raw, str(exc)), raw)
     if type(value) is not dict:
         return MalformedLine(f"a line must be a JSON object, got {_json_type(value)}", raw)
-    problem = _field_problem(value)
-    if problem is not None:
-        return MalformedLine(problem, raw)
-
+    source, target = value.get("source"), value.get("target")
+    relationship, weight = value.get("relationship"), value.get("weight", 1.0)
+    # One quick test for the common, valid line; `_field_problem` says what is wrong otherwise.
+    # (orjson never yields a non-finite float, and integers past 64 bits become floats.)
+    if not (_is_id(source) and _is_id(target) and _is_id(relationship)
+            and (type(weight) is float or type(weight) is int)):
+        return MalformedLine(_field_problem(value), raw)
     line = EdgeLine(
-        source=normalize_graph_node_id(value["source"]),
-        target=normalize_graph_node_id(value["target"]),
-        relationship=value["relationship"],
-        weight=float(value.get("weight", 1.0)),
+        source=_canonical(source),
+        target=_canonical(target),
+        relationship=relationship,
+        weight=float(weight),
         properties={k: v for k, v in value.items() if k not in EDGE_FIELDS},
         body=value,
         raw=raw,
@@ -124,6 +128,20 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         if type(drain) is dict:
             _read_bookkeeping(line, drain)
     return line
+
+
+def _is_id(value: Any) -> TypeGuard[str]:
+    """A usable id or relationship: a non-blank string of at most MAX_FIELD_CHARS, no NUL."""
+    return (type(value) is str and 0 < len(value) <= MAX_FIELD_CHARS and not value.isspace()
+            and "\x00" not in value)
+
+
+def _canonical(node_id: str) -> str:
+    """`normalize_graph_node_id`, skipped for the ids it cannot change: only a `memory:` or
+    `session:` prefix in another case is rewritten, and canonical ones are the common case."""
+    if node_id[:1] not in "mMsS" or node_id.startswith(("memory:", "session:")):
+        return node_id
+    return str(normalize_graph_node_id(node_id))
 
 
 def _read_bookkeeping(line: EdgeLine, drain: Mapping[str, Any]) -> None:
@@ -156,7 +174,8 @@ def _decode_problem(raw: bytes, message: str) -> str:
     return f"invalid JSON: {message}"
 
 
-def _field_problem(value: Mapping[str, Any]) -> str | None:
+def _field_problem(value: Mapping[str, Any]) -> str:
+    """Why a line's fields do not make an edge (the first problem found)."""
     for name in ("source", "target", "relationship"):
         if name not in value:
             return f"missing {name}"
@@ -169,12 +188,7 @@ def _field_problem(value: Mapping[str, Any]) -> str | None:
             return f"{name} is {len(field)} characters (limit {MAX_FIELD_CHARS})"
         if "\x00" in field:
             return f"{name} contains a NUL character"
-    if "weight" in value:
-        weight = value["weight"]
-        # orjson never yields a non-finite float, and integers past 64 bits become floats.
-        if type(weight) is not int and type(weight) is not float:
-            return f"weight must be a number, got {_json_type(weight)}"
-    return None
+    return f"weight must be a number, got {_json_type(value.get('weight'))}"
 
 
 def _json_type(value: Any) -> str:
