@@ -104,12 +104,13 @@ from core.vectors import CollectionMissing, VectorStoreError
 log = structlog.get_logger(__name__)
 
 #: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
-#: batches rewrite fewer index pages per commit; 20,000 lines of a few hundred bytes are ~5 MB.
+#: batches rewrite fewer index pages per commit (DRAIN_BATCH_BYTES usually decides first).
 DRAIN_BATCH_LINES = 20_000
 #: Bytes of lines per batch, which bounds a batch of large lines (up to 1 MiB each): parsed,
-#: the worst JSON (`[[],[],...]`) takes ~21x its bytes as Python objects, so 4 MiB of lines
-#: stay under ~90 MB whatever they hold. Real lines make DRAIN_BATCH_LINES decide.
-DRAIN_BATCH_BYTES = 4 << 20
+#: the worst JSON (`[[],[],...]`) takes ~21x its bytes as Python objects, so 3 MiB of such
+#: lines peak at ~115 MB over an empty tick (measured; the bound is 150). Real lines, a few
+#: hundred bytes each, fill ~12,000 lines per batch.
+DRAIN_BATCH_BYTES = 3 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).
