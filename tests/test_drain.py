@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -458,3 +460,49 @@ async def test_producers_append_whole_lines_and_repair_a_torn_tail(tmp_path: Pat
     queue.write_bytes(b'{"torn": ')  # a producer crashed mid-line
     append_locked(queue, [line("A", "B")])
     assert queue.read_bytes().split(b"\n") == [b'{"torn": ', line("A", "B"), b""]
+
+
+LEGACY_DDL = """
+CREATE TABLE applied_lines (line_id TEXT PRIMARY KEY, outcome TEXT NOT NULL,
+                            settled_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX applied_lines_settled ON applied_lines(settled_at);
+"""
+
+
+async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once_then_go(
+    stores: Stores,
+) -> None:
+    s = stores.settings
+    applied = line("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
+    pending = line("CONCEPT:a", "CONCEPT:b", "OLD_PENDING")
+
+    def requeued(rel: str, legacy_id: str) -> bytes:
+        return json.dumps({"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": rel,
+                           "_drain": {"lineId": legacy_id, "attempts": 1}}).encode()
+
+    settled_id, open_id = "a" * 64, "b" * 64
+    # The earlier version applied `applied` and a re-queued line, then stopped mid-drain: its
+    # `.draining` has no sidecar, and a crash of it left two copies of an open re-queued line.
+    await stores.graph.link_nodes("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
+    conn = sqlite3.connect(s.graph_db_path)
+    conn.executescript(LEGACY_DDL)
+    conn.executemany("INSERT INTO applied_lines VALUES (?, 'applied', 0)",
+                     [(hashlib.sha256(applied).hexdigest(),), (settled_id,)])
+    conn.commit()
+    conn.close()
+    write_queue(s.draining_path, [applied, pending])
+    write_queue(s.lazy_edges_queue_path, [requeued("OLD_SETTLED", settled_id),
+                                          requeued("OLD_OPEN", open_id),
+                                          requeued("OLD_OPEN", open_id)])
+    reopened = await GraphDB.open(s.graph_db_path)  # an old database still opens
+    try:
+        stats = await drain_queue(Stores(s, reopened, stores.vectors))
+        weights = {r[0]: r[1] for r in await reopened.fetch_all(
+            "SELECT relationship, weight FROM edges")}
+        tables = {r[0] for r in await reopened.fetch_all(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        await reopened.close()
+    assert weights == {"OLD_APPLIED": 1.0, "OLD_PENDING": 1.0, "OLD_OPEN": 1.0}
+    assert (stats.succeeded, stats.replayed) == (2, 3)
+    assert "applied_lines" not in tables, "dropped after the first complete tick"
