@@ -63,7 +63,6 @@ from core.drain_plan import (
     Known,
     Parsed,
     decide,
-    endpoints_of,
     legacy_id_of,
     parse_batch,
     triage,
@@ -451,7 +450,7 @@ class _Drainer:
         now = self.clock()
         triaged = triage(generation.id, parsed,
                          await self._known(parsed, legacy_file=generation.legacy), now_ms=now)
-        endpoints = endpoints_of(triaged.work)
+        endpoints = list(triaged.endpoints)
         present = await self.graph.existing_ids(endpoints)
         missing = [n for n in endpoints if n not in present]
         backfill = await plan_backfill(self.graph, self.stores.vectors, self.settings,

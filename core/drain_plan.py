@@ -137,6 +137,8 @@ class Triage:
     generation: str
     work: list[Parsed]
     plan: BatchPlan
+    #: The distinct endpoints of the work lines, in order (the keys; values unused).
+    endpoints: dict[str, None] = field(default_factory=dict)
     #: Legacy identities of work lines, by offset (migration only; empty otherwise).
     legacy_ids: dict[int, str] = field(default_factory=dict)
 
@@ -145,7 +147,7 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
     """Sort parsed lines (see the module docstring); malformed lines get their dead letters."""
     plan = BatchPlan(total_lines=len(parsed))
     triaged = Triage(generation, [], plan)
-    work = triaged.work
+    work, endpoints = triaged.work, triaged.endpoints
     tokens_seen: set[str] = set()
     legacy_seen: set[str] = set()
     legacy_file = known.legacy_file
@@ -180,7 +182,7 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
             if legacy_id is not None:
                 plan.legacy_settled.append((legacy_id, "dead"))
             continue
-        if type(line) is MalformedLine:
+        if isinstance(line, MalformedLine):
             read_at = position_id(generation, item.read.offset)
             plan.malformed += 1
             plan.processed += 1
@@ -193,18 +195,9 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
         if legacy_id is not None:
             triaged.legacy_ids[item.read.offset] = legacy_id
         work.append(item)
-    return triaged
-
-
-def endpoints_of(work: Sequence[Parsed]) -> list[str]:
-    """The distinct endpoints of the work lines, in order."""
-    endpoints: dict[str, None] = {}
-    for item in work:
-        line = item.line
-        assert type(line) is EdgeLine
         endpoints[line.source] = None
         endpoints[line.target] = None
-    return list(endpoints)
+    return triaged
 
 
 def decide(

@@ -69,6 +69,8 @@ class World:
     valid: Counter[str] = field(default_factory=Counter)
     #: Malformed lines appended (copies counted: each is a line of its own).
     malformed: int = 0
+    #: Valid lines appended as a byte-identical copy of an earlier one.
+    repeats: int = 0
     lines: dict[str, bytes] = field(default_factory=dict)
     next_line: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(7))
@@ -92,6 +94,7 @@ class World:
         if roll < MALFORMED_SHARE + REPEAT_SHARE and self.lines:
             relationship = self.rng.choice(list(self.lines))
             self.valid[relationship] += 1
+            self.repeats += 1
             return self.lines[relationship]
         relationship = f"R{n}"
         self.valid[relationship] += 1
@@ -209,6 +212,7 @@ class Audit:
     #: Over-limit lines whose side file is missing or does not match its record.
     spill_mismatches: list[str] = field(default_factory=list)
     malformed_appended: int = 0
+    repeats_appended: int = 0
 
     @property
     def ok(self) -> bool:
@@ -221,7 +225,8 @@ class Audit:
                     or self.spill_mismatches)
 
     def row(self) -> dict[str, Any]:
-        return {"linesAppended": self.appended, "linesInGraph": self.in_graph,
+        return {"linesAppended": self.appended, "byteIdenticalRepeats": self.repeats_appended,
+                "linesInGraph": self.in_graph,
                 "linesDeadLettered": self.dead_lettered + self.malformed_dead,
                 "linesPending": self.pending, "linesLost": len(self.lost),
                 "appliedTwice": len(self.applied_twice),
@@ -338,7 +343,7 @@ def audit(world: World, *, allow_pending: bool = False) -> Audit:
         dead_without_reason=without_reason, unexpected_edges=unexpected,
         dead_twice=sorted(str(k) for k, n in read_at.items() if n > 1),
         spill_mismatches=spill_mismatches,
-        malformed_appended=world.malformed)
+        malformed_appended=world.malformed, repeats_appended=world.repeats)
 
 
 def _spill_matches(folder: Path, record: dict[str, Any]) -> bool:
@@ -395,7 +400,9 @@ def producers_and_drainer(root: Path, *, producers: int, lines_each: int) -> Aud
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-3000:]
-        world.valid.update(out.decode().split())
+        written = Counter(out.decode().split())
+        world.valid.update(written)
+        world.repeats += sum(n - 1 for n in written.values())
     time.sleep(0.5)
     daemon.send_signal(signal.SIGTERM)
     _, err = daemon.communicate(timeout=120)
