@@ -266,10 +266,11 @@ class _Drainer:
         self.dry_run = dry_run
         self.clock = clock
         self.malformed_examples: list[dict[str, Any]] = []
-        #: Identities of lines that failed in this tick (bounded by the tick's failures).
-        self.failed_this_tick: set[str] = set()
-        #: Positions whose dead letters are in the file (found on recovery, or written by
-        #: this tick, committed or not): never a second record for one of them.
+        #: When the tick started: lines re-queued since are deferred (`Known`).
+        self.started_ms = clock()
+        #: Positions whose dead letters are in the file but not yet behind a committed offset
+        #: (found on recovery, or written by a batch whose commit failed): never a second
+        #: record for one of them. Bounded by a batch: a commit forgets what it settled.
         self.dead_written: set[str] = set()
         #: Legacy identities settled in this tick (migration only).
         self.legacy_seen: set[str] = set()
@@ -465,13 +466,13 @@ class _Drainer:
         """What the stores and this tick know about these lines (two small queries at most)."""
         tokens = [p.line.token_id for p in parsed
                   if isinstance(p.line, EdgeLine) and p.line.token_id is not None]
-        outstanding: dict[str, int] = {}
+        outstanding: dict[str, tuple[int, int]] = {}
         if tokens and self.drain_tables:
             rows = await self.graph.fetch_all(
-                "SELECT line_id, attempts FROM drain_requeued "
+                "SELECT line_id, attempts, requeued_at FROM drain_requeued "
                 "WHERE line_id IN (SELECT value FROM json_each(?))",
                 (orjson.dumps(tokens).decode(),))
-            outstanding = {str(r[0]): int(r[1]) for r in rows}
+            outstanding = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
         legacy_settled: set[str] = self.legacy_seen
         if self.legacy_table:
             ids = [i for p in parsed if (i := legacy_id_of(p, legacy_file=legacy_file))]
@@ -481,7 +482,7 @@ class _Drainer:
                     "WHERE line_id IN (SELECT value FROM json_each(?))",
                     (orjson.dumps(ids).decode(),))
                 legacy_settled = self.legacy_seen | {str(r[0]) for r in rows}
-        return Known(outstanding=outstanding, failed_this_tick=self.failed_this_tick,
+        return Known(outstanding=outstanding, tick_started_ms=self.started_ms,
                      dead_written=self.dead_written, legacy_settled=legacy_settled,
                      legacy_file=legacy_file)
 
@@ -498,6 +499,9 @@ class _Drainer:
             await backfill.apply(tx)
             await tx.link_edges(plan.links)
             await self._commit_bookkeeping(tx.conn, batch, plan, now=now)
+        if self.dead_written:  # everything before the committed offset is settled for good
+            self.dead_written = {p for p in self.dead_written
+                                 if not _settled_by(p, batch.generation.id, batch.end_offset)}
 
     async def _commit_bookkeeping(self, conn: Any, batch: _Batch, plan: BatchPlan,
                                   *, now: int) -> None:
@@ -527,7 +531,6 @@ class _Drainer:
         stats.replayed += plan.replayed
         stats.duplicates += plan.duplicates
         stats.deferred += plan.deferred
-        self.failed_this_tick.update(plan.failed)
         self.legacy_seen.update(legacy_id for legacy_id, _ in plan.legacy_settled)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
@@ -590,6 +593,12 @@ async def _read_batch(reader: QueueReader) -> list[ReadLine]:
         lines = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES,
                                         DRAIN_BATCH_BYTES, final=True)
     return lines
+
+
+def _settled_by(read_at: str, generation: str, committed_offset: int) -> bool:
+    """Whether the position `read_at` lies before `generation`'s committed offset."""
+    gen, _, offset = read_at.partition(":")
+    return gen == generation and int(offset) < committed_offset
 
 
 def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str]:

@@ -6,10 +6,11 @@ batch, asks the stores a few bulk questions, and calls these in turn:
 1. `parse_batch`: every read line parsed (blank lines dropped), with its position.
 2. `triage`, given what the stores and this tick already know (`Known`): a copy of a
    re-queued line whose token is not outstanding is a duplicate left by a crash (skipped); a
-   line that already failed earlier in this tick is deferred (put back untouched: a tick spends
-   at most one attempt per line); a line whose dead letter a crashed attempt already wrote
-   keeps that record (never a second one); a line that earlier versions of the drainer already
-   settled is a replay (skipped); a malformed line is dead-lettered; the rest is work.
+   line that already failed earlier in this tick (its token was issued since the tick began)
+   is deferred (put back untouched: a tick spends at most one attempt per line); a
+   line whose dead letter a crashed attempt already wrote keeps that record (never a second
+   one); a line that earlier versions of the drainer already settled is a replay (skipped); a
+   malformed line is dead-lettered; the rest is work.
 3. `decide`, given which endpoints cannot be resolved and why: each work line is linked,
    re-queued with one more attempt, or dead-lettered after its last.
 
@@ -23,8 +24,6 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import orjson
-
 from core.lazy_queue import ReadLine
 from core.nodes import EdgeRow
 from core.queue_lines import (
@@ -33,6 +32,7 @@ from core.queue_lines import (
     EdgeLine,
     MalformedLine,
     dead_letter_record,
+    json_line,
     parse_line,
     position_id,
     requeue_line,
@@ -81,10 +81,12 @@ def legacy_id_of(item: Parsed, *, legacy_file: bool) -> str | None:
 class Known:
     """What the stores and this tick know about a batch's lines, read before deciding."""
 
-    #: Outstanding re-queue tokens of the batch's re-queued lines: lineId -> attempts.
-    outstanding: Mapping[str, int] = field(default_factory=dict)
-    #: Identities (lineId) of lines that failed earlier in this tick.
-    failed_this_tick: Collection[str] = frozenset()
+    #: Outstanding re-queue tokens of the batch's re-queued lines: lineId -> (attempts, when
+    #: the token was issued, epoch ms).
+    outstanding: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: When this tick started (epoch ms): a line whose token was issued since failed earlier
+    #: in this tick (it was re-queued while the leftover `.draining` was drained).
+    tick_started_ms: int = 0
     #: Positions (readAt) whose dead letter is already in the file (a crashed attempt, or a
     #: failed commit of this tick, wrote it).
     dead_written: Collection[str] = frozenset()
@@ -116,8 +118,6 @@ class BatchPlan:
     tokens_consumed: list[str] = field(default_factory=list)
     #: Legacy identities settled here, with their outcome (migration only).
     legacy_settled: list[tuple[str, str]] = field(default_factory=list)
-    #: Identities of the lines that failed in this batch (re-queued or dead after attempts).
-    failed: list[str] = field(default_factory=list)
     total_lines: int = 0
     processed: int = 0
     succeeded: int = 0
@@ -164,11 +164,12 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
         token = line.token_id if type(line) is EdgeLine else None
         if token is not None:
             assert type(line) is EdgeLine
-            if token in tokens_seen or known.outstanding.get(token) != line.attempts:
+            issued = known.outstanding.get(token)
+            if token in tokens_seen or issued is None or issued[0] != line.attempts:
                 plan.duplicates += 1  # a copy a crash left behind; its token is used up
                 continue
             tokens_seen.add(token)
-            if token in known.failed_this_tick:
+            if issued[1] >= known.tick_started_ms:
                 plan.deferred += 1
                 plan.requeue.append(line.raw)
                 continue
@@ -236,7 +237,6 @@ def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: M
     line_id = line.token_id or read_at
     missing = [n for n in (line.source, line.target) if n in unresolved]
     reason = unresolved[missing[0]]
-    plan.failed.append(line_id)
     if line.attempts + 1 >= max_attempts:
         plan.dead_after_attempts += 1
         plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
@@ -258,4 +258,4 @@ def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: M
 def _body_bytes(line: EdgeLine) -> bytes:
     """The line as its producer wrote it (without `_drain`): bytes as read when it carried no
     bookkeeping, re-serialized otherwise."""
-    return orjson.dumps(line.body) if line.had_drain_key else line.raw
+    return json_line(line.body) if line.had_drain_key else line.raw

@@ -46,7 +46,7 @@ from typing import IO, BinaryIO
 import orjson
 
 from core.errors import ConfigError
-from core.queue_lines import MAX_LINE_BYTES, MalformedLine, SpilledBytes, parse_line
+from core.queue_lines import MAX_LINE_BYTES, MalformedLine, SpilledBytes, json_line, parse_line
 
 #: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
 #: enough that the reader's buffer stays a few MiB whatever the line sizes.
@@ -160,7 +160,7 @@ def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProbl
         if isinstance(parsed, MalformedLine):
             problems.append(LineProblem(number, parsed.detail))
         elif parsed.had_drain_key:
-            valid.append(orjson.dumps(parsed.body))
+            valid.append(json_line(parsed.body))
         else:
             valid.append(line)
     return valid, problems

@@ -143,3 +143,24 @@ async def test_lines_just_under_the_limit_that_parse_into_millions_of_objects_st
     print(f"peak RSS over an empty tick: {growth / MIB:.1f} MiB")
     assert report["drain"]["succeeded"] == lines
     assert growth <= MAX_GROWTH_BYTES, f"peak RSS grew {growth / MIB:.0f} MiB over an empty tick"
+
+
+async def test_failing_lines_cost_a_batch_of_memory_not_a_queue_of_it(tmp_path: Path) -> None:
+    # What a tick keeps per failing line (dead letters, re-queued lines, what it remembers
+    # about them) must be bounded by a batch: ten times the lines, about the same peak.
+    empty = await make_world(tmp_path / "empty")
+    baseline = run_tick(empty, tmp_path / "home")
+    growth = {}
+    for pairs in (20_000, 200_000):
+        world = await make_world(tmp_path / f"failing-{pairs}")
+        with world.queue.open("wb") as out:
+            for i in range(pairs):  # a malformed line, and one re-queued: no such target
+                out.write(b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "x": NaN}\n')
+                out.write(edge(f"R{i}").replace(b"CONCEPT:b", b"CONCEPT:ghost") + b"\n")
+        report = run_tick(world, tmp_path / "home")
+        assert (report["drain"]["skippedMalformed"], report["drain"]["requeued"]) == (
+            pairs, pairs)
+        growth[pairs] = (report["peakKiB"] - baseline["peakKiB"]) * 1024
+    print({n: f"{g / MIB:.1f} MiB" for n, g in growth.items()})
+    assert growth[200_000] <= MAX_GROWTH_BYTES
+    assert growth[200_000] - growth[20_000] <= 15 * MIB, "memory grows with the queue"
