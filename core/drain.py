@@ -278,6 +278,8 @@ class _Drainer:
         self.drain_tables = True
         #: The dead-letter file's size after our last append, recorded with each commit.
         self.dead_letters_size = 0
+        #: The generation of the last commit (the first commit of another forgets the rest).
+        self.current_generation: str | None = None
 
     # ---------------------------------------------------------------------------- files
 
@@ -301,9 +303,8 @@ class _Drainer:
                                            s.draining_path, generation):
                     self.stats.queue_rotated = True
                     await self._drain_generation(generation, 0)
-            drained = self.stats.orphan_recovered or self.stats.queue_rotated
-            if not self.stats.interrupted and (drained or self.legacy_table):
-                await self._finish_tick()
+            if not self.stats.interrupted and self.legacy_table:
+                await self._drop_legacy_identities()
         finally:
             lock.release()
 
@@ -389,16 +390,12 @@ class _Drainer:
             finally:
                 await asyncio.to_thread(reader.close)
 
-    async def _finish_tick(self) -> None:
-        """After a complete tick no generation is in flight: forget their offsets, and (once)
-        drop the legacy identity table: every line an earlier version could have settled has
-        now been read and settled under the new identities."""
+    async def _drop_legacy_identities(self) -> None:
+        """After the first complete tick, drop the legacy identity table: every line an earlier
+        version could have settled has now been read and settled under the new identities."""
         async with self.graph.write() as tx:
-            await tx.conn.execute("DELETE FROM drain_generations")
-            if self.legacy_table:
-                await tx.conn.execute(f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}")
-        if self.legacy_table:
-            log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
+            await tx.conn.execute(f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}")
+        log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
 
     # --------------------------------------------------------------------------- batches
 
@@ -499,6 +496,7 @@ class _Drainer:
             await backfill.apply(tx)
             await tx.link_edges(plan.links)
             await self._commit_bookkeeping(tx.conn, batch, plan, now=now)
+        self.current_generation = batch.generation.id
         if self.dead_written:  # everything before the committed offset is settled for good
             self.dead_written = {p for p in self.dead_written
                                  if not _settled_by(p, batch.generation.id, batch.end_offset)}
@@ -506,7 +504,13 @@ class _Drainer:
     async def _commit_bookkeeping(self, conn: Any, batch: _Batch, plan: BatchPlan,
                                   *, now: int) -> None:
         """The committed offset, the tokens used and issued, the legacy identities settled."""
-        await conn.execute(_COMMIT_OFFSET, (batch.generation.id, batch.end_offset,
+        generation = batch.generation.id
+        if self.current_generation != generation:
+            # One `.draining` at a time: the offsets of every other generation belong to files
+            # that are gone, and are forgotten in the first commit of the next one.
+            await conn.execute("DELETE FROM drain_generations WHERE generation != ?",
+                               (generation,))
+        await conn.execute(_COMMIT_OFFSET, (generation, batch.end_offset,
                                             self.dead_letters_size, now))
         if plan.tokens_consumed:
             await conn.executemany(_USE_TOKEN, [(t,) for t in plan.tokens_consumed])

@@ -29,7 +29,7 @@ from core.vectors import VectorStore
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed
 
-CRASH_POINTS = ("rotate", "link_edges", "write", "remove", "append", "finish")
+CRASH_POINTS = ("rotate", "link_edges", "write", "remove", "append")
 
 
 class SimulatedCrash(BaseException):
@@ -90,7 +90,6 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
                 "write": (drain._Drainer, "_write"),
                 "remove": (QueueReader, "remove_and_collect_late_bytes"),
                 "append": (drain, "append_locked"),
-                "finish": (drain._Drainer, "_finish_tick"),
             }[point]
             real = getattr(owner, name)
 

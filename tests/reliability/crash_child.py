@@ -27,7 +27,7 @@ from core.ticks import run_tick
 
 POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",
           "mid-transaction", "after-dead-letters", "after-requeue", "after-commit",
-          "before-remove", "after-remove", "before-finish")
+          "before-remove", "after-remove")
 
 
 def _die() -> None:
@@ -90,8 +90,6 @@ def _arm(point: str, hit: int) -> None:
         around(drain, "hand_back_late_bytes", before=True)
     elif point == "after-remove":  # `.draining` unlinked; sidecar and offset row still there
         around(lazy_queue.QueueReader, "remove_and_collect_late_bytes", before=False)
-    elif point == "before-finish":
-        around(drain._Drainer, "_finish_tick", before=True)
     elif point != "none":
         raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
 
