@@ -311,7 +311,12 @@ class _Drainer:
     async def _resume_leftover(self) -> tuple[Generation, int]:
         """The leftover's generation and the offset to resume at: its sidecar and committed
         offset, or (no sidecar: an earlier version's file, or one made by hand) a fresh
-        generation from the first byte. Collects the dead letters a crashed batch wrote."""
+        generation from the first byte. Collects the dead letters a crashed batch wrote.
+
+        A committed offset past the file's end means the sidecar does not describe this file
+        (only something outside the drainer can cause it): the file is drained from its first
+        byte under a fresh generation, because resuming could skip lines nobody read, while
+        starting over can at worst apply lines a second time, and says so in the log."""
         s = self.settings
         generation = await asyncio.to_thread(read_generation, s.draining_path)
         if generation is not None:

@@ -506,3 +506,44 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
     assert weights == {"OLD_APPLIED": 1.0, "OLD_PENDING": 1.0, "OLD_OPEN": 1.0}
     assert (stats.succeeded, stats.replayed) == (2, 3)
     assert "applied_lines" not in tables, "dropped after the first complete tick"
+
+
+async def test_a_stale_sidecar_never_binds_the_next_queue_file(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"OLD{i}")
+                                          for i in range(20)])
+    # Dies right after `.draining` is unlinked: its sidecar and committed offset remain. The
+    # next queue file may even get the unlinked file's inode number.
+    real = QueueReader.remove_and_collect_late_bytes
+
+    def unlink_then_die(self: QueueReader) -> Iterator[bytes]:
+        real(self)
+        raise SimulatedCrash("after the unlink")
+
+    monkeypatch.setattr(QueueReader, "remove_and_collect_late_bytes", unlink_then_die)
+    with pytest.raises(SimulatedCrash):
+        await drain_queue(stores)
+    monkeypatch.undo()
+    assert generation_path(s.draining_path).exists() and not s.draining_path.exists()
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"NEW{i}")
+                                          for i in range(3)])
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 3, "the new file is read from its first byte"
+    rows = await stores.graph.fetch_all(
+        "SELECT COUNT(*) FROM edges WHERE relationship LIKE 'NEW%'")
+    assert rows[0][0] == 3
+
+
+async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"R{i}")
+                                          for i in range(20)])
+    await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")  # committed, not removed
+    # Something replaced `.draining` with a shorter file behind the drainer's back.
+    s.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 1, "drained from its first byte: nothing is skipped"
