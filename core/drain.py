@@ -26,9 +26,11 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
   fails twice with an error that is not an outage is split in halves until the line that
   fails alone is isolated and dead-lettered (`unprocessable`); the others are applied.
   Outages are told apart first: a SQLite error by its result code (busy, locked, I/O, full
-  ...), a Chroma error by asking the store a harmless question (if that fails too, the store
-  is down). An outage fails the tick, keeps `.draining` for the next one and spends no line's
-  attempts.
+  ...), a Chroma error by its kind (only a request refused for its data, 400/413 or refused by
+  the client, can be the batch's fault) and by asking the store a harmless question (if that
+  fails too, the store is down). An outage fails the tick, keeps `.draining` for the next one
+  and spends no line's attempts. A line is isolated only after three tries alone, a moment
+  apart, so a store that flaps cannot get a good line dead-lettered.
 - **Bounded memory.** `.draining` is read in chunks, a batch is at most DRAIN_BATCH_LINES
   lines and DRAIN_BATCH_BYTES bytes, and a line over the limit is never held: it is streamed
   to `<queue>.dead/` and its dead letter names the file, its size and its SHA-256.
@@ -54,7 +56,7 @@ from typing import Any
 import orjson
 import structlog
 
-from core.backfill import BackfillPlan, Reason, plan_backfill
+from core.backfill import BackfillPlan, plan_backfill
 from core.clock import now_ms
 from core.drain_plan import (
     ENDPOINT_MISSING,
@@ -116,6 +118,11 @@ LATE_WRITER_GRACE_S = 0.05
 MALFORMED_LOGGED = 10
 #: Tries of a batch before it is split (the split halves get one each).
 BATCH_TRIES = 2
+#: Tries of a line alone before it is dead-lettered `unprocessable`, with ISOLATION_BACKOFF_S
+#: times the try number between them: a store that flaps (answers the probe, fails the next
+#: request) must not get a good line dead-lettered by bad luck.
+ISOLATION_TRIES = 3
+ISOLATION_BACKOFF_S = 0.2
 #: The id asked of Chroma to tell an outage from a request that failed on its data.
 PROBE_ID = "kb-daemons-probe"
 #: How much of an isolated line's error goes into its dead letter.
@@ -408,8 +415,12 @@ class _Drainer:
         """Apply a batch; when it fails `tries` times with an error that is not an outage,
         split it until the failing line is alone, and dead-letter that line (see the module
         docstring). Outages propagate: the tick fails and nothing is spent."""
+        alone = len(batch.lines) == 1
+        tries = ISOLATION_TRIES if alone else tries
         error: Exception | None = None
         for attempt in range(1, tries + 1):
+            if alone and attempt > 1:
+                await asyncio.sleep(ISOLATION_BACKOFF_S * (attempt - 1))
             try:
                 await self._apply(batch)
                 return
@@ -421,7 +432,7 @@ class _Drainer:
                             fromOffset=batch.lines[0].offset, toOffset=batch.end_offset,
                             lines=len(batch.lines), attempt=attempt, error=repr(exc))
         assert error is not None
-        if len(batch.lines) == 1:
+        if alone:
             await self._isolate(batch, error)
             return
         for half in batch.halves():
@@ -431,7 +442,9 @@ class _Drainer:
         """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
         rather than that this batch's data made a call fail."""
         if isinstance(exc, VectorStoreError):
-            return not await self._chroma_answers()
+            # Only a request the store refused for its data, while the store answers a
+            # harmless one, is the batch's fault; anything else is an outage.
+            return not (_refused_for_its_data(exc) and await self._chroma_answers())
         return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
 
     async def _chroma_answers(self) -> bool:
@@ -611,17 +624,30 @@ def _settled_by(read_at: str, generation: str, committed_offset: int) -> bool:
 
 
 def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str]:
-    """Each endpoint that does not resolve, with its reason. Raises VectorStoreError when a
-    Chroma read failed: the caller tells an outage from a failure caused by the batch."""
+    """Each endpoint that does not resolve, with its reason. Raises the VectorStoreError a
+    Chroma read failed with: the caller tells an outage from a request refused for its data."""
+    if backfill.fetch_errors:
+        raise backfill.fetch_errors[0]
     unresolved: dict[str, str] = {}
     for node_id in missing:
         if backfill.resolved(node_id):
             continue
         result = backfill.results.get(node_id)
-        if result is not None and result.reason is Reason.CHROMA_FETCH_FAILED:
-            raise VectorStoreError(f"back-fill fetch failed: {result.error}")
         unresolved[node_id] = str(result.reason) if result is not None else ENDPOINT_MISSING
     return unresolved
+
+
+def _refused_for_its_data(error: VectorStoreError) -> bool:
+    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError: an invalid
+    argument, a duplicate id, a batch too big), or the client did before sending it (a
+    ValueError or TypeError). A server error, a rate limit, a refused connection, a timeout
+    is an outage."""
+    import chromadb.errors
+
+    cause = error.__cause__
+    if isinstance(cause, chromadb.errors.ChromaError):
+        return cause.code() in (400, 413)
+    return isinstance(cause, (ValueError, TypeError))
 
 
 async def _table_exists(graph: GraphDB, table: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chromadb.errors import InternalError
 
 from core.config import Settings
 from core.drain import drain_queue
@@ -192,14 +193,14 @@ async def test_a_line_failing_for_a_reason_nobody_foresaw_is_isolated_and_the_re
 
 
 def fail_gets_naming(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
-                     poisoned_id: str | None) -> None:
-    """A Chroma `get` that fails when it asks for `poisoned_id` (a request the store rejects
-    for its data), or every `get` when None (the store is down)."""
+                     poisoned_id: str | None, error: type[Exception] = ValueError) -> None:
+    """A Chroma `get` that fails when it asks for `poisoned_id`, or every `get` when None (the
+    store is down). A ValueError is how the client refuses a request for its data."""
     real = vectors._call_on_collection
 
     def failing(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
         if method == "get" and (poisoned_id is None or poisoned_id in (kwargs.get("ids") or ())):
-            raise ValueError(f"injected: the store rejects this request ({poisoned_id})")
+            raise error(f"injected: the request fails ({poisoned_id})")
         return real(name, method, kwargs)
 
     monkeypatch.setattr(vectors, "_call_on_collection", failing)
@@ -220,6 +221,20 @@ async def test_a_chroma_request_failing_on_one_lines_data_isolates_that_line_onl
     assert dead["reason"] == "unprocessable" and "memory:poisoned" in dead["line"]
     assert await stores.graph.existing_ids([f"memory:m{i}" for i in range(5)]) == {
         f"memory:m{i}" for i in range(5)}
+
+
+@pytest.mark.parametrize("error", [ConnectionError, TimeoutError, InternalError])
+async def test_a_server_error_on_one_request_is_an_outage_even_when_the_store_answers_others(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
+) -> None:
+    s = stores.settings
+    fail_gets_naming(stores.vectors, monkeypatch, "flaky", error)
+    write(s.lazy_edges_queue_path, [edge("R1").replace(b"CONCEPT:b", b"memory:flaky"),
+                                    edge("R2")])
+    with pytest.raises(StoreUnavailable):
+        await drain_queue(stores)
+    assert dead_letters(s) == [], "never dead-lettered for the store's trouble"
+    assert s.draining_path.exists() and b"_drain" not in s.draining_path.read_bytes()
 
 
 async def test_a_chroma_outage_fails_the_tick_dead_letters_nothing_and_spends_no_attempt(
