@@ -27,6 +27,11 @@ def line(source: str, target: str, rel: str = "MENTIONED_IN", **extra: Any) -> b
     return json.dumps({"source": source, "target": target, "relationship": rel, **extra}).encode()
 
 
+def numbered_lines(prefix: str, count: int) -> list[bytes]:
+    """`count` lines between the two concepts, relationships `<prefix>0`, `<prefix>1`, ..."""
+    return [line("CONCEPT:a", "CONCEPT:b", f"{prefix}{i}") for i in range(count)]
+
+
 def write_queue(path: Path, lines: list[bytes], *, raw_tail: bytes = b"") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("ab") as f:
@@ -512,8 +517,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"OLD{i}")
-                                          for i in range(20)])
+    write_queue(s.lazy_edges_queue_path, numbered_lines("OLD", 20))
     # Dies right after `.draining` is unlinked: its sidecar and committed offset remain. The
     # next queue file may even get the unlinked file's inode number.
     real = QueueReader.remove_and_collect_late_bytes
@@ -527,8 +531,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
         await drain_queue(stores)
     monkeypatch.undo()
     assert generation_path(s.draining_path).exists() and not s.draining_path.exists()
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"NEW{i}")
-                                          for i in range(3)])
+    write_queue(s.lazy_edges_queue_path, numbered_lines("NEW", 3))
     stats = await drain_queue(stores)
     assert stats.succeeded == 3, "the new file is read from its first byte"
     rows = await stores.graph.fetch_all(
@@ -540,8 +543,7 @@ async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
     stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", f"R{i}")
-                                          for i in range(20)])
+    write_queue(s.lazy_edges_queue_path, numbered_lines("R", 20))
     await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")  # committed, not removed
     # Something replaced `.draining` with a shorter file behind the drainer's back.
     s.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
