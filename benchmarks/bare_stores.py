@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks.harness import DATA_SUBDIR
 
 #: Tables `count_rows` may be asked about (the name goes into SQL text).
-COUNTABLE_TABLES = frozenset({"nodes", "edges", "applied_lines"})
+COUNTABLE_TABLES = frozenset({"nodes", "edges"})
 
 
 def settings_for(root: Path, **overrides: Any) -> Any:

@@ -88,6 +88,9 @@ class BackfillPlan:
     results: dict[str, BackfillResult] = field(default_factory=dict)
     nodes: list[NodeRow] = field(default_factory=list)
     edges: list[EdgeRow] = field(default_factory=list)
+    #: The Chroma failures behind `chroma-fetch-failed` results, as raised (a caller that must
+    #: tell an outage from a request refused for its data looks at their causes).
+    fetch_errors: list[VectorStoreError] = field(default_factory=list)
 
     def resolved(self, node_id: str) -> bool:
         """Whether `node_id` exists, or will once the plan is written."""
@@ -181,6 +184,8 @@ async def _fetch_memories(
     except (CollectionMissing, VectorStoreError) as exc:
         reason = (Reason.NO_COLLECTION if isinstance(exc, CollectionMissing)
                   else Reason.CHROMA_FETCH_FAILED)
+        if isinstance(exc, VectorStoreError):
+            plan.fetch_errors.append(exc)
         for key in keys:
             plan.results[memory_node_id(key)] = BackfillResult.of(
                 reason, memory_node_id(key), str(exc))
@@ -207,6 +212,7 @@ async def _plan_sessions(
     except CollectionMissing as exc:
         return BackfillResult.of(Reason.NO_COLLECTION, None, str(exc))
     except VectorStoreError as exc:
+        plan.fetch_errors.append(exc)
         return BackfillResult.of(Reason.CHROMA_FETCH_FAILED, None, str(exc))
     by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
     for row in rows:

@@ -258,7 +258,7 @@ def _value_ok(key: Key, value: Any) -> bool:
     """Whether a value of the right type is also in range."""
     match key.type:
         case "path":
-            return bool(value != "")
+            return bool(value != "") and "\x00" not in value  # no file has a NUL in its name
         case "url":
             return _url(value)
         case "collection":

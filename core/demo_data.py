@@ -13,8 +13,8 @@ It is shaped so that one drain tick and one reconcile pass each have real work t
   and actionable chunks), one slightly behind, one clean.
 
 Re-running is safe: Chroma rows and graph nodes are upserted, a tenant's version is raised only
-up to its target, and the queue lines are byte-identical each time (no clock in them), so the
-drainer recognizes them as already applied and changes nothing.
+up to its target, and the queue lines are appended only by the first run on a store (a line
+appended again would be a new mention: it would reinforce its edge again).
 
 Embeddings are synthetic (derived from the row id): no model is loaded or downloaded.
 """
@@ -31,8 +31,10 @@ from typing import Any
 
 import structlog
 
+from core import clock
 from core.lazy_queue import append_locked
 from core.nodes import NodeRow
+from core.state import get_value, set_value
 from core.stores import Stores
 from core.tenants import set_tenant_config, tenant_version
 from core.timestamps import iso_from_ms
@@ -262,6 +264,9 @@ def build_demo_dataset(*, now_ms: int) -> DemoDataset:
     )
 
 
+#: daemon_state key set once the demo's queue lines were appended to a store.
+DEMO_QUEUE_SEEDED = "demo.queueSeeded"
+
 # --------------------------------------------------------------------------------------------
 # Seeding (I/O)
 # --------------------------------------------------------------------------------------------
@@ -285,15 +290,19 @@ async def seed_demo(stores: Stores, dataset: DemoDataset) -> dict[str, Any]:
             version = (await set_tenant_config(stores.graph, tenant.tenant_id,
                                                repo_slug=tenant.repo_slug)).version
         versions[tenant.tenant_id] = version
-    await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path,
-                            list(dataset.queue_lines))
+    appended = 0
+    if await get_value(stores.graph, DEMO_QUEUE_SEEDED) is None:
+        await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path,
+                                list(dataset.queue_lines))
+        await set_value(stores.graph, DEMO_QUEUE_SEEDED, "1", now_ms=clock.now_ms())
+        appended = len(dataset.queue_lines)
     seeded = {
         "memories": len(dataset.memories),
         "summaries": len(dataset.summaries),
         "chunks": len(dataset.chunks),
         "anchorNodes": len(dataset.anchor_nodes),
         "tenantVersions": versions,
-        "queueLines": len(dataset.queue_lines),
+        "queueLines": appended,
     }
     log.info("demo.seeded", **seeded)
     return seeded

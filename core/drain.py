@@ -1,75 +1,160 @@
 """The drain daemon's work: one REM tick = live ingestion, then draining the lazy-edge queue.
 
-The drainer never loses a line and never applies one twice:
-- it holds a drainer lock, so two drainers never race (the second is refused, naming the first);
-- a leftover `.draining` (a crash) is drained before the live queue is rotated, so a rotation
-  never overwrites unread lines;
-- lines are handled in batches: one SQLite query for which endpoints exist, one Chroma `get`
-  for the missing memories, one for their sessions, one transaction for the new nodes, the
-  edges and the identities of the lines that took effect. A replayed line (same identity) is
-  skipped, so a crash between a commit and the removal of `.draining` changes nothing;
-- dead letters are made durable before the transaction that settles them, re-queued lines are
-  written after it; `.draining` is removed only when every line in it is committed, re-queued
-  or dead-lettered;
-- a Chroma or SQLite failure fails the tick and leaves `.draining` in place for the next one:
-  an outage never burns a line's attempts.
+Every appended line takes effect exactly once, whatever its bytes and wherever a crash lands:
+
+- **Identity by position.** A rotated queue (`.draining`) is a generation with a random id in
+  a sidecar (`core.lazy_queue`); a line is (generation, byte offset). Each batch's transaction
+  writes its nodes and edges *and* the generation's committed offset, so a restart resumes
+  right after the last committed line: a replay is impossible, and a byte-identical line
+  appended again is simply another line (it reinforces the edge again, as the original did).
+  No identity is kept per applied line.
+- **Order of writes per batch**: (1) over-limit lines are streamed to side files while they
+  are read; (2) dead letters are appended and fsynced; (3) re-queued lines are appended and
+  fsynced; (4) one transaction: back-filled nodes, edges, the committed offset (with the
+  dead-letter file's size), and the re-queue tokens issued and used up. A SIGKILL between any
+  two steps leaves nothing applied twice and nothing lost:
+  - before (4) nothing took effect, and the batch is read again from the committed offset;
+  - dead letters written by a batch that never committed are found again by their `readAt`
+    (they can only follow the dead-letter size the last commit recorded) and kept, not
+    written twice, so one line never has two records;
+  - a re-queued line carries a token (its lineId and attempt count) that is outstanding only
+    once the commit recorded it, and is used up in the transaction that settles the line: a
+    copy a crash left in the queue (the batch was re-read and re-queued it again, or applied
+    it) is recognized and skipped.
+- **No line can stop the queue.** Anything a line can carry is caught by the parser
+  (`core.queue_lines`) and dead-lettered as malformed. For what nobody foresaw, a batch that
+  fails twice with an error that is not an outage is split in halves until the line that
+  fails alone is isolated and dead-lettered (`unprocessable`); the others are applied.
+  Outages are told apart first: a SQLite error by its result code (busy, locked, I/O, full
+  ...), a Chroma error by its kind (only a request refused for its data, 400/413 or refused by
+  the client, can be the batch's fault) and by asking the store a harmless question (if that
+  fails too, the store is down). An outage fails the tick, keeps `.draining` for the next one
+  and spends no line's attempts. A line is isolated only after three tries alone, a moment
+  apart, so a store that flaps cannot get a good line dead-lettered.
+- **Bounded memory.** `.draining` is read in chunks, a batch is at most DRAIN_BATCH_LINES
+  lines and DRAIN_BATCH_BYTES bytes, and a line over the limit is never held: it is streamed
+  to `<queue>.dead/` and its dead letter names the file, its size and its SHA-256.
+- One drainer at a time (a lock); a leftover `.draining` (a crash, a stop) is drained before
+  the live queue is rotated, so a rotation never overwrites unread lines.
+
+Migration: earlier versions identified a line by the SHA-256 of its bytes, kept 30 days in
+`applied_lines`. When that table exists, a `.draining` they left (no sidecar) and lines they
+re-queued are checked against it once, then the table is dropped after the first complete tick.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import gc
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 
-from core.backfill import Reason, plan_backfill
+from core.backfill import BackfillPlan, plan_backfill
 from core.clock import now_ms
-from core.errors import StoreUnavailable
+from core.drain_plan import (
+    ENDPOINT_MISSING,
+    BatchPlan,
+    DeadLetter,
+    Known,
+    Parsed,
+    decide,
+    legacy_id_of,
+    parse_batch,
+    triage,
+)
+from core.errors import LockHeld, StoreUnavailable
+from core.graph import GraphDB
 from core.ingest import live_ingest_since
-from core.lazy_queue import DrainingFile, append_locked, parse_many, rotate_queue, split_lines
+from core.lazy_queue import (
+    Generation,
+    QueueReader,
+    ReadLine,
+    append_locked,
+    dead_letters_of,
+    file_size,
+    hand_back_late_bytes,
+    new_generation,
+    read_generation,
+    refuse_symlinked_queue,
+    remove_generation,
+    rotate_queue,
+    spill_dir,
+    write_generation,
+)
 from core.locks import ProcessLock
-from core.nodes import EdgeRow
 from core.queue_lines import (
-    MALFORMED,
+    UNPROCESSABLE,
     EdgeLine,
     MalformedLine,
     dead_letter_record,
-    requeue_line,
+    parse_line,
+    position_id,
 )
+from core.schema import LEGACY_APPLIED_LINES
 from core.state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores import Stores
 from core.vectors import CollectionMissing, VectorStoreError
 
 log = structlog.get_logger(__name__)
 
-#: Lines per batch: one Chroma get of up to this many memories and one transaction. 5,000
-#: lines are ~1-2 MB in memory and keep every Chroma call below its limits.
-DRAIN_BATCH_LINES = 5_000
-#: How long a line's identity is remembered after it took effect. A replay can only happen
-#: on the tick after a crash; 30 days leaves room for a long outage.
-APPLIED_LINE_RETENTION_MS = 30 * 86_400_000
+#: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
+#: batches rewrite fewer index pages per commit (DRAIN_BATCH_BYTES usually decides first).
+DRAIN_BATCH_LINES = 20_000
+#: Bytes of lines per batch, which bounds a batch of large lines (up to 1 MiB each): parsed,
+#: the worst JSON (`[[],[],...]`) takes ~21x its bytes as Python objects, so 3 MiB of such
+#: lines peak at ~115 MB over an empty tick (measured; the bound is 150). Real lines, a few
+#: hundred bytes each, fill ~12,000 lines per batch.
+DRAIN_BATCH_BYTES = 3 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).
 MALFORMED_LOGGED = 10
+#: Tries of a batch before it is split (the split halves get one each).
+BATCH_TRIES = 2
+#: Tries of a line alone before it is dead-lettered `unprocessable`, with ISOLATION_BACKOFF_S
+#: times the try number between them: a store that flaps (answers the probe, fails the next
+#: request) must not get a good line dead-lettered by bad luck.
+ISOLATION_TRIES = 3
+ISOLATION_BACKOFF_S = 0.2
+#: The id asked of Chroma to tell an outage from a request that failed on its data.
+PROBE_ID = "kb-daemons-probe"
+#: How much of an isolated line's error goes into its dead letter.
+ISOLATED_DETAIL_CHARS = 500
+
+_COMMIT_OFFSET = """
+INSERT INTO drain_generations(generation, committed_offset, dead_letters_size, updated_at)
+VALUES (?, ?, ?, ?)
+ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
+    dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
+"""
+_USE_TOKEN = "DELETE FROM drain_requeued WHERE line_id = ?"
+_ISSUE_TOKEN = ("INSERT OR REPLACE INTO drain_requeued(line_id, attempts, requeued_at) "
+                "VALUES (?, ?, ?)")
+_LEGACY_SETTLE = (f"INSERT OR IGNORE INTO {LEGACY_APPLIED_LINES}(line_id, outcome, settled_at) "
+                  "VALUES (?, ?, ?)")
 
 
 @dataclass(slots=True)
 class DrainStats:
     """Figures of one drain.
 
-    `totalLines` counts non-blank lines read; `processed` those acted on (not replays or
-    duplicates); `succeeded` edges linked; `failed` lines whose endpoints did not resolve
-    (`requeued` + those dead-lettered after their last attempt); `deadLettered` every line
-    written to the dead-letter file, `skippedMalformed` included; `deferred` lines put back
-    untouched because they already failed earlier in this tick (a line re-queued while the
-    leftover `.draining` is drained comes round again in the rotated queue: it must not spend
-    a second attempt in the same tick).
+    `totalLines` counts non-blank lines read; `processed` those acted on (not replays,
+    duplicates or deferred lines); `succeeded` edges linked; `failed` lines whose endpoints did
+    not resolve (`requeued` + those dead-lettered after their last attempt); `deadLettered`
+    every line settled in the dead-letter file, `skippedMalformed` and `isolated` included;
+    `isolated` lines dead-lettered `unprocessable` by the split defence; `duplicates` copies of
+    re-queued lines whose token was already used (left by a crash); `replayed` lines an earlier
+    version had already settled (migration only); `deferred` lines put back untouched because
+    they already failed earlier in this tick (a line re-queued while the leftover `.draining`
+    is drained comes round again in the rotated queue: it must not spend a second attempt in
+    the same tick).
     """
 
     total_lines: int = 0
@@ -79,6 +164,7 @@ class DrainStats:
     requeued: int = 0
     dead_lettered: int = 0
     skipped_malformed: int = 0
+    isolated: int = 0
     replayed: int = 0
     duplicates: int = 0
     deferred: int = 0
@@ -98,6 +184,7 @@ class DrainStats:
             "requeued": self.requeued,
             "deadLettered": self.dead_lettered,
             "skippedMalformed": self.skipped_malformed,
+            "isolated": self.isolated,
             "replayed": self.replayed,
             "duplicates": self.duplicates,
             "deferred": self.deferred,
@@ -115,247 +202,458 @@ def drainer_lock(queue_path: Path) -> ProcessLock:
                        purpose=f"the drainer of {queue_path}")
 
 
-async def drain_queue(
-    stores: Stores, *, dry_run: bool = False, clock: Callable[[], int] = now_ms
-) -> DrainStats:
-    """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld when
-    another drainer runs, StoreUnavailable when a store fails (nothing lost either way)."""
-    started = time.monotonic()
-    stats = DrainStats()
-    drain = _BatchDrainer(stores, stats, dry_run=dry_run, clock=clock)
-    try:
-        await (_read_queue_in_place(drain) if dry_run else _drain_under_lock(stores, drain))
-    except OSError as exc:
-        # Disk full, permissions, a vanished folder: fail the tick like a store outage;
-        # `.draining` (if any) stays for the next tick and nothing is lost.
-        raise QueueFileError(f"queue file error: {exc}") from exc
-    drain.log_malformed()
-    stats.duration_ms = int((time.monotonic() - started) * 1000)
-    return stats
-
-
-async def _read_queue_in_place(drain: _BatchDrainer) -> None:
-    """Dry run: read `.draining` and the queue where they are; no lock, no rename, no write."""
-    settings = drain.stores.settings
-    for path in (settings.draining_path, settings.lazy_edges_queue_path):
-        if path.exists():
-            await _read_in_place(path, drain.process)
-
-
-async def _drain_under_lock(stores: Stores, drain: _BatchDrainer) -> None:
-    """The leftover `.draining` first, then the rotated queue, under the drainer lock."""
-    settings = stores.settings
-    stats = drain.stats
-    lock = drainer_lock(settings.lazy_edges_queue_path).acquire()
-    try:
-        if settings.draining_path.exists():
-            stats.orphan_recovered = True
-            log.warning("drain.orphan_recovering", path=str(settings.draining_path))
-            await _drain_file(stores, settings.draining_path, drain.process, stats)
-        if not stats.interrupted and await asyncio.to_thread(
-            rotate_queue, settings.lazy_edges_queue_path, settings.draining_path
-        ):
-            stats.queue_rotated = True
-            await _drain_file(stores, settings.draining_path, drain.process, stats)
-        if not stats.interrupted:
-            await _forget_old_identities(stores, drain.clock())
-    finally:
-        lock.release()
-
-
-async def _read_in_place(
-    path: Path, process: Callable[[list[bytes]], Awaitable[None]]
-) -> None:
-    reader = await asyncio.to_thread(DrainingFile, path)
-    try:
-        while batch := await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES):
-            await process(batch)
-        fragment = await asyncio.to_thread(reader.take_fragment)
-        if fragment.strip():
-            await process(split_lines(fragment))
-    finally:
-        reader.close()
-
-
-async def _drain_file(
-    stores: Stores,
-    path: Path,
-    process: Callable[[list[bytes]], Awaitable[None]],
-    stats: DrainStats,
-) -> None:
-    """Process every line of `path` in batches, then remove it, handing any bytes that a bare
-    producer wrote meanwhile back to the live queue. When the daemon is stopping, return after
-    the current batch and keep the file: the next start drains the rest."""
-    reader = await asyncio.to_thread(DrainingFile, path)
-    try:
-        while True:
-            if stores.control.stopping:
-                stats.interrupted = True
-                log.info("drain.interrupted", path=str(path), offset=reader.offset)
-                return
-            batch = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES)
-            if not batch and await asyncio.to_thread(reader.has_fragment):
-                await asyncio.sleep(LATE_WRITER_GRACE_S)  # let a writer finish its line
-                batch = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES)
-                if not batch:
-                    batch = split_lines(await asyncio.to_thread(reader.take_fragment))
-            if not batch:
-                break
-            await process(batch)
-            stores.control.progress()
-        late = split_lines(await asyncio.to_thread(reader.remove_and_collect_late_bytes))
-        if late:
-            await asyncio.to_thread(append_locked, stores.settings.lazy_edges_queue_path, late)
-            stats.late_lines_handed_back += len(late)
-            log.info("drain.late_lines_handed_back", count=len(late))
-    finally:
-        reader.close()
-
-
-async def _forget_old_identities(stores: Stores, now: int) -> None:
-    async with stores.graph.write() as tx:
-        await tx.conn.execute("DELETE FROM applied_lines WHERE settled_at < ?",
-                              (now - APPLIED_LINE_RETENTION_MS,))
-
-
 class QueueFileError(StoreUnavailable):
     """A queue file could not be read or written (disk full, permissions): exit 1."""
 
 
-class _BatchDrainer:
-    """Resolves and applies one batch of lines at a time (see the module docstring)."""
+async def drain_queue(
+    stores: Stores, *, dry_run: bool = False, clock: Callable[[], int] = now_ms
+) -> DrainStats:
+    """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld when
+    another drainer runs, StoreUnavailable when a store fails (nothing lost either way),
+    QueuePathIsSymlink (exit 2) when the queue path is a symbolic link."""
+    started = time.monotonic()
+    refuse_symlinked_queue(stores.settings.lazy_edges_queue_path)
+    stats = DrainStats()
+    drainer = _Drainer(stores, stats, dry_run=dry_run, clock=clock)
+    try:
+        with _cyclic_gc_paused():
+            await (drainer.read_in_place() if dry_run else drainer.drain_under_lock())
+    except OSError as exc:
+        # Disk full, permissions, a vanished folder: fail the tick like a store outage;
+        # `.draining` (if any) stays for the next tick and nothing is lost.
+        raise QueueFileError(f"queue file error: {exc}") from exc
+    drainer.log_malformed()
+    stats.duration_ms = int((time.monotonic() - started) * 1000)
+    return stats
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the drain. A drain allocates several
+    containers per line (the parsed object, its properties, the rows to write), and every few
+    thousand allocations the collector walks the whole heap, which with chromadb loaded is
+    large: a quarter of a 50,000-line drain went there (measured). Nothing the drain allocates
+    forms a reference cycle, so reference counting frees it all the same; the collector runs
+    again as soon as the drain returns."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Consecutive lines of one generation, and the offset right after the last of them."""
+
+    generation: Generation
+    lines: list[ReadLine]
+    end_offset: int
+
+    def halves(self) -> tuple[_Batch, _Batch]:
+        middle = len(self.lines) // 2
+        left, right = self.lines[:middle], self.lines[middle:]
+        return (_Batch(self.generation, left, right[0].offset),
+                _Batch(self.generation, right, self.end_offset))
+
+
+class _Drainer:
+    """One tick's drain: the files, the batches, and what this tick learned on the way."""
 
     def __init__(
         self, stores: Stores, stats: DrainStats, *, dry_run: bool, clock: Callable[[], int]
     ) -> None:
         self.stores = stores
+        self.settings = stores.settings
+        self.graph: GraphDB = stores.graph
         self.stats = stats
         self.dry_run = dry_run
         self.clock = clock
         self.malformed_examples: list[dict[str, Any]] = []
-        #: Lines that failed in this tick, by identity (bounded by the tick's failures).
-        self.failed_this_tick: set[str] = set()
+        #: When the tick started: lines re-queued since are deferred (`Known`).
+        self.started_ms = clock()
+        #: Positions whose dead letters are in the file but not yet behind a committed offset
+        #: (found on recovery, or written by a batch whose commit failed): never a second
+        #: record for one of them. Bounded by a batch: a commit forgets what it settled.
+        self.dead_written: set[str] = set()
+        #: Legacy identities settled in this tick (migration only).
+        self.legacy_seen: set[str] = set()
+        self.legacy_table = False
+        self.drain_tables = True
+        #: The dead-letter file's size after our last append, recorded with each commit.
+        self.dead_letters_size = 0
+        #: The generation of the last commit (the first commit of another forgets the rest).
+        self.current_generation: str | None = None
 
-    async def process(self, raw_lines: list[bytes]) -> None:
-        """Apply one batch; raises StoreUnavailable (nothing of the batch written)."""
-        settings = self.stores.settings
-        graph = self.stores.graph
-        parsed = parse_many(raw_lines)
-        self.stats.total_lines += len(parsed)
-        settled = await _settled_ids(self.stores, [p.line_id for p in parsed])
+    # ---------------------------------------------------------------------------- files
 
-        work: list[EdgeLine] = []
-        malformed: list[MalformedLine] = []
-        deferred: list[bytes] = []
-        seen: set[str] = set()
-        for line in parsed:
-            if line.line_id in settled:
-                self.stats.replayed += 1
-            elif line.line_id in seen:
-                self.stats.duplicates += 1
-            elif line.line_id in self.failed_this_tick and isinstance(line, EdgeLine):
-                seen.add(line.line_id)
-                deferred.append(line.raw)
+    async def drain_under_lock(self) -> None:
+        """The leftover `.draining` first, then the rotated queue, under the drainer lock."""
+        s = self.settings
+        lock = drainer_lock(s.lazy_edges_queue_path).acquire()
+        try:
+            self.legacy_table = await _table_exists(self.graph, LEGACY_APPLIED_LINES)
+            if s.draining_path.exists():
+                self.stats.orphan_recovered = True
+                log.warning("drain.orphan_recovering", path=str(s.draining_path))
+                await self._drain_generation(*await self._resume_leftover())
             else:
-                seen.add(line.line_id)
-                if isinstance(line, MalformedLine):
-                    malformed.append(line)
-                else:
-                    work.append(line)
-        self.stats.processed += len(work) + len(malformed)
+                # A sidecar without its file: the crash came after `.draining` was removed.
+                await asyncio.to_thread(remove_generation, s.draining_path)
+            if not self.stats.interrupted:
+                generation = new_generation(now_ms=self.clock(),
+                                            dead_letters_size=file_size(s.dead_letter_path))
+                if await asyncio.to_thread(rotate_queue, s.lazy_edges_queue_path,
+                                           s.draining_path, generation):
+                    self.stats.queue_rotated = True
+                    await self._drain_generation(generation, 0)
+            if not self.stats.interrupted and self.legacy_table:
+                await self._drop_legacy_identities()
+        finally:
+            lock.release()
 
-        endpoints = list(dict.fromkeys(n for line in work for n in (line.source, line.target)))
-        present = await graph.existing_ids(endpoints)
-        missing = [n for n in endpoints if n not in present]
-        plan = await plan_backfill(graph, self.stores.vectors, settings, missing,
-                                   existing=present)
-        for outcome in plan.results.values():
-            if outcome.reason is Reason.CHROMA_FETCH_FAILED:
-                # An outage is not the line's fault: fail the tick, keep every line.
-                raise VectorStoreError(f"back-fill fetch failed: {outcome.error}")
+    async def _resume_leftover(self) -> tuple[Generation, int]:
+        """The leftover's generation and the offset to resume at: its sidecar and committed
+        offset, or (no sidecar: an earlier version's file, or one made by hand) a fresh
+        generation from the first byte. Collects the dead letters a crashed batch wrote.
 
-        now = self.clock()
-        links: list[EdgeRow] = []
-        settle: list[tuple[str, str, int]] = []
-        requeue: list[bytes] = []
-        dead: list[bytes] = []
-        for line in work:
-            unresolved = [n for n in (line.source, line.target)
-                          if n not in present and not plan.resolved(n)]
-            if not unresolved:
-                links.append(EdgeRow(line.source, line.target, line.relationship, line.weight,
-                                     line.properties))
-                settle.append((line.line_id, "applied", now))
+        A committed offset past the file's end means the sidecar does not describe this file
+        (only something outside the drainer can cause it): the file is drained from its first
+        byte under a fresh generation, because resuming could skip lines nobody read, while
+        starting over can at worst apply lines a second time, and says so in the log."""
+        s = self.settings
+        generation = await asyncio.to_thread(read_generation, s.draining_path)
+        if generation is not None:
+            committed, dead_size = await self._progress(generation.id)
+            size = file_size(s.draining_path)
+            if committed is not None and committed > size:
+                # Committed past the file's end: this sidecar belongs to another file.
+                log.error("drain.sidecar_mismatch", generation=generation.id,
+                          committedOffset=committed, size=size)
+                generation = None
+            else:
+                after = dead_size if dead_size is not None else generation.dead_letters_size
+                self.dead_written |= await asyncio.to_thread(
+                    dead_letters_of, s.dead_letter_path, generation.id, after=after)
+                return generation, committed or 0
+        generation = new_generation(now_ms=self.clock(),
+                                    dead_letters_size=file_size(s.dead_letter_path),
+                                    legacy=self.legacy_table)
+        await asyncio.to_thread(write_generation, s.draining_path, generation)
+        log.warning("drain.leftover_adopted", generation=generation.id,
+                    legacy=generation.legacy)
+        return generation, 0
+
+    async def _drain_generation(self, generation: Generation, start: int) -> None:
+        """Process every line of `.draining` from `start` in batches, then remove it (and its
+        sidecar), handing bytes a bare producer wrote meanwhile back to the live queue. When
+        the daemon is stopping, return after the current batch and keep the file: the next
+        start resumes after the committed offset."""
+        s = self.settings
+        self.dead_letters_size = file_size(s.dead_letter_path)
+        reader = await asyncio.to_thread(
+            QueueReader, s.draining_path, start=start, spill_to=spill_dir(s.dead_letter_path),
+            name_of=lambda offset: f"{generation.id}-{offset}.line")
+        try:
+            while True:
+                if self.stores.control.stopping:
+                    self.stats.interrupted = True
+                    log.info("drain.interrupted", path=str(s.draining_path),
+                             offset=reader.offset)
+                    return
+                lines = await _read_batch(reader)
+                if not lines:
+                    break
+                await self._settle(_Batch(generation, lines, reader.offset))
+                self.stores.control.progress()
+            late = await asyncio.to_thread(hand_back_late_bytes, reader,
+                                           s.lazy_edges_queue_path)
+            await asyncio.to_thread(remove_generation, s.draining_path)
+            if late:
+                self.stats.late_lines_handed_back += late
+                log.info("drain.late_lines_handed_back", count=late)
+        finally:
+            await asyncio.to_thread(reader.close)
+
+    async def read_in_place(self) -> None:
+        """Dry run: read `.draining` (from its committed offset) and the queue where they are;
+        no lock, no rename, no write, no side file."""
+        s = self.settings
+        self.drain_tables = await _table_exists(self.graph, "drain_requeued")
+        self.legacy_table = await _table_exists(self.graph, LEGACY_APPLIED_LINES)
+        leftover = await asyncio.to_thread(read_generation, s.draining_path)
+        start = 0
+        if leftover is not None and self.drain_tables:
+            start = (await self._progress(leftover.id))[0] or 0
+        legacy = leftover.legacy if leftover is not None else self.legacy_table
+        dry = Generation("dry-run-leftover", 0, 0, legacy)
+        for path, generation, offset in ((s.draining_path, leftover or dry, start),
+                                         (s.lazy_edges_queue_path,
+                                          Generation("dry-run", 0, 0), 0)):
+            if not path.exists():
                 continue
-            result = plan.results.get(unresolved[0])
-            reason = str(result.reason) if result is not None else "endpoint-missing"
-            if line.attempts + 1 >= settings.lazy_edge_max_attempts:
-                dead.append(dead_letter_record(
-                    line_id=line.line_id, reason=reason, detail=f"unresolved: {unresolved}",
-                    raw=requeue_line(line, reason=reason, now_ms=now),
-                    attempts=line.attempts + 1, now_ms=now))
-                settle.append((line.line_id, "dead", now))
-            else:
-                requeue.append(requeue_line(line, reason=reason, now_ms=now))
-            self.failed_this_tick.add(line.line_id)
-        for bad in malformed:
-            dead.append(dead_letter_record(line_id=bad.line_id, reason=MALFORMED,
-                                           detail=bad.detail, raw=bad.raw, attempts=0,
-                                           now_ms=now))
-            settle.append((bad.line_id, "dead", now))
-            if len(self.malformed_examples) < MALFORMED_LOGGED:
-                self.malformed_examples.append({"lineId": bad.line_id[:12],
-                                                "detail": bad.detail})
+            reader = await asyncio.to_thread(QueueReader, path, start=offset)
+            try:
+                while lines := await _read_batch(reader):
+                    await self._settle(_Batch(generation, lines, reader.offset))
+            finally:
+                await asyncio.to_thread(reader.close)
 
+    async def _drop_legacy_identities(self) -> None:
+        """After the first complete tick, drop the legacy identity table: every line an earlier
+        version could have settled has now been read and settled under the new identities."""
+        async with self.graph.write() as tx:
+            await tx.conn.execute(f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}")
+        log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
+
+    # --------------------------------------------------------------------------- batches
+
+    async def _settle(self, batch: _Batch, *, tries: int = BATCH_TRIES) -> None:
+        """Apply a batch; when it fails `tries` times with an error that is not an outage,
+        split it until the failing line is alone, and dead-letter that line (see the module
+        docstring). Outages propagate: the tick fails and nothing is spent."""
+        alone = len(batch.lines) == 1
+        tries = ISOLATION_TRIES if alone else tries
+        error: Exception | None = None
+        for attempt in range(1, tries + 1):
+            if alone and attempt > 1:
+                await asyncio.sleep(ISOLATION_BACKOFF_S * (attempt - 1))
+            try:
+                await self._apply(batch)
+                return
+            except Exception as exc:
+                if await self._is_outage(exc):
+                    raise
+                error = exc
+                log.warning("drain.batch_failed", generation=batch.generation.id,
+                            fromOffset=batch.lines[0].offset, toOffset=batch.end_offset,
+                            lines=len(batch.lines), attempt=attempt, error=repr(exc))
+        assert error is not None
+        if alone:
+            await self._isolate(batch, error)
+            return
+        for half in batch.halves():
+            await self._settle(half, tries=1)
+
+    async def _is_outage(self, exc: Exception) -> bool:
+        """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
+        rather than that this batch's data made a call fail."""
+        if isinstance(exc, VectorStoreError):
+            # Only a request the store refused for its data, while the store answers a
+            # harmless one, is the batch's fault; anything else is an outage.
+            return not (_refused_for_its_data(exc) and await self._chroma_answers())
+        return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
+
+    async def _chroma_answers(self) -> bool:
+        """Whether both collections the drain reads answer a harmless `get`."""
+        s = self.settings
+        for collection in (s.memory_collection, s.summary_collection):
+            try:
+                await self.stores.vectors.get_by_ids(collection, [PROBE_ID])
+            except CollectionMissing:
+                continue
+            except Exception:
+                return False
+        return True
+
+    async def _apply(self, batch: _Batch) -> None:
+        """Resolve and write one batch (see the module docstring for the order of writes)."""
+        generation = batch.generation
+        parsed = parse_batch(batch.lines)
+        now = self.clock()
+        triaged = triage(generation.id, parsed,
+                         await self._known(parsed, legacy_file=generation.legacy), now_ms=now)
+        endpoints = list(triaged.endpoints)
+        present = await self.graph.existing_ids(endpoints)
+        missing = [n for n in endpoints if n not in present]
+        backfill = await plan_backfill(self.graph, self.stores.vectors, self.settings,
+                                       missing, existing=present)
+        plan = decide(triaged, _unresolved(missing, backfill),
+                      max_attempts=self.settings.lazy_edge_max_attempts, now_ms=now)
         if not self.dry_run:
-            await self._write(plan_apply=plan.apply, links=links, settle=settle,
-                              requeue=requeue + deferred, dead=dead)
-        self.stats.deferred += len(deferred)
-        self.stats.succeeded += len(links)
-        self.stats.requeued += len(requeue)
-        self.stats.dead_lettered += len(dead)
-        self.stats.skipped_malformed += len(malformed)
-        self.stats.failed += len(work) - len(links)
+            await self._write(batch, plan, backfill, now=now)
+        self._account(plan, parsed, generation.id)
 
-    async def _write(
-        self,
-        *,
-        plan_apply: Callable[[Any], Awaitable[None]],
-        links: Sequence[EdgeRow],
-        settle: Sequence[tuple[str, str, int]],
-        requeue: Sequence[bytes],
-        dead: Sequence[bytes],
-    ) -> None:
-        settings = self.stores.settings
-        if dead:  # durable before the transaction that marks these lines settled
-            await asyncio.to_thread(append_locked, settings.dead_letter_path, dead)
-        async with self.stores.graph.write() as tx:
-            await plan_apply(tx)
-            await tx.link_edges(links)
-            # In key order: a B-tree takes sorted keys faster than random SHA-256 ids.
-            await tx.conn.executemany(
-                "INSERT OR IGNORE INTO applied_lines(line_id, outcome, settled_at) "
-                "VALUES (?, ?, ?)", sorted(settle))
-        if requeue:  # after the commit: a crash before it re-queues again, with the same id
-            await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path, requeue)
+    async def _known(self, parsed: Sequence[Parsed], *, legacy_file: bool) -> Known:
+        """What the stores and this tick know about these lines (two small queries at most)."""
+        tokens = [p.line.token_id for p in parsed
+                  if isinstance(p.line, EdgeLine) and p.line.token_id is not None]
+        outstanding: dict[str, tuple[int, int]] = {}
+        if tokens and self.drain_tables:
+            rows = await self.graph.fetch_all(
+                "SELECT line_id, attempts, requeued_at FROM drain_requeued "
+                "WHERE line_id IN (SELECT value FROM json_each(?))",
+                (orjson.dumps(tokens).decode(),))
+            outstanding = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+        legacy_settled: set[str] = self.legacy_seen
+        if self.legacy_table:
+            ids = [i for p in parsed if (i := legacy_id_of(p, legacy_file=legacy_file))]
+            if ids:
+                rows = await self.graph.fetch_all(
+                    f"SELECT line_id FROM {LEGACY_APPLIED_LINES} "
+                    "WHERE line_id IN (SELECT value FROM json_each(?))",
+                    (orjson.dumps(ids).decode(),))
+                legacy_settled = self.legacy_seen | {str(r[0]) for r in rows}
+        return Known(outstanding=outstanding, tick_started_ms=self.started_ms,
+                     dead_written=self.dead_written, legacy_settled=legacy_settled,
+                     legacy_file=legacy_file)
+
+    async def _write(self, batch: _Batch, plan: BatchPlan, backfill: BackfillPlan,
+                     *, now: int) -> None:
+        s = self.settings
+        if plan.dead_letters:  # durable before the commit; a crash keeps them (readAt)
+            self.dead_letters_size = await asyncio.to_thread(
+                append_locked, s.dead_letter_path, [d.record for d in plan.dead_letters])
+            self.dead_written.update(d.read_at for d in plan.dead_letters)
+        if plan.requeue:  # durable before the commit; a crash leaves copies whose token is void
+            await asyncio.to_thread(append_locked, s.lazy_edges_queue_path, plan.requeue)
+        async with self.graph.write() as tx:
+            await backfill.apply(tx)
+            await tx.link_edges(plan.links)
+            await self._commit_bookkeeping(tx.conn, batch, plan, now=now)
+        self.current_generation = batch.generation.id
+        if self.dead_written:  # everything before the committed offset is settled for good
+            self.dead_written = {p for p in self.dead_written
+                                 if not _settled_by(p, batch.generation.id, batch.end_offset)}
+
+    async def _commit_bookkeeping(self, conn: Any, batch: _Batch, plan: BatchPlan,
+                                  *, now: int) -> None:
+        """The committed offset, the tokens used and issued, the legacy identities settled."""
+        generation = batch.generation.id
+        if self.current_generation != generation:
+            # One `.draining` at a time: the offsets of every other generation belong to files
+            # that are gone, and are forgotten in the first commit of the next one.
+            await conn.execute("DELETE FROM drain_generations WHERE generation != ?",
+                               (generation,))
+        await conn.execute(_COMMIT_OFFSET, (generation, batch.end_offset,
+                                            self.dead_letters_size, now))
+        if plan.tokens_consumed:
+            await conn.executemany(_USE_TOKEN, [(t,) for t in plan.tokens_consumed])
+        if plan.tokens_issued:
+            await conn.executemany(_ISSUE_TOKEN,
+                                   [(line_id, n, now) for line_id, n in plan.tokens_issued])
+        if plan.legacy_settled and self.legacy_table:
+            await conn.executemany(_LEGACY_SETTLE,
+                                   [(i, outcome, now) for i, outcome in plan.legacy_settled])
+
+    def _account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
+        """Add a written batch's figures to the tick's and remember what later batches of the
+        tick must know."""
+        stats = self.stats
+        stats.total_lines += plan.total_lines
+        stats.processed += plan.processed
+        stats.succeeded += plan.succeeded
+        stats.requeued += plan.requeued
+        stats.failed += plan.requeued + plan.dead_after_attempts
+        stats.dead_lettered += len(plan.dead_letters) + plan.already_dead
+        stats.skipped_malformed += plan.malformed
+        stats.replayed += plan.replayed
+        stats.duplicates += plan.duplicates
+        stats.deferred += plan.deferred
+        self.legacy_seen.update(legacy_id for legacy_id, _ in plan.legacy_settled)
+        if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
+            for item in parsed:
+                if isinstance(item.line, MalformedLine):
+                    self.malformed_examples.append({"readAt": position_id(generation,
+                                                                          item.read.offset),
+                                                    "detail": item.line.detail[:200]})
+                    if len(self.malformed_examples) >= MALFORMED_LOGGED:
+                        break
+
+    async def _isolate(self, batch: _Batch, error: Exception) -> None:
+        """Dead-letter the one line that fails alone (`unprocessable`, with the error)."""
+        read = batch.lines[0]
+        read_at = position_id(batch.generation.id, read.offset)
+        line_id, attempts, token = read_at, 0, None
+        try:
+            parsed = parse_line(read.raw) if read.spilled is None else None
+        except Exception:  # the parser itself may be what fails
+            parsed = None
+        if isinstance(parsed, EdgeLine):
+            attempts, token = parsed.attempts, parsed.token_id
+            line_id = token or read_at
+        detail = f"{type(error).__name__}: {error}"[:ISOLATED_DETAIL_CHARS]
+        log.error("drain.line_isolated", readAt=read_at, lineId=line_id, error=detail)
+        plan = BatchPlan(total_lines=1, processed=1)
+        if read_at in self.dead_written:
+            plan.already_dead = 1
+        else:
+            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
+                line_id=line_id, read_at=read_at, reason=UNPROCESSABLE, detail=detail,
+                attempts=attempts, now_ms=self.clock(), line=read.raw, spilled=read.spilled)))
+        if token is not None:
+            plan.tokens_consumed.append(token)
+        if not self.dry_run:
+            await self._write(batch, plan, BackfillPlan(), now=self.clock())
+        self._account(plan, (), batch.generation.id)
+        self.stats.isolated += 1
 
     def log_malformed(self) -> None:
         """One warning per tick naming a few malformed lines (all are in the dead letters)."""
         if self.malformed_examples:
             log.warning("drain.malformed_lines", count=self.stats.skipped_malformed,
                         examples=self.malformed_examples,
-                        deadLetterFile=str(self.stores.settings.dead_letter_path))
+                        deadLetterFile=str(self.settings.dead_letter_path))
+
+    async def _progress(self, generation: str) -> tuple[int | None, int | None]:
+        """A generation's committed offset and dead-letter size, or (None, None)."""
+        rows = await self.graph.fetch_all(
+            "SELECT committed_offset, dead_letters_size FROM drain_generations "
+            "WHERE generation = ?", (generation,))
+        return (int(rows[0][0]), int(rows[0][1])) if rows else (None, None)
 
 
-async def _settled_ids(stores: Stores, line_ids: Sequence[str]) -> set[str]:
-    """Which of these line identities already took effect (applied or dead-lettered)."""
-    if not line_ids:
-        return set()
-    rows = await stores.graph.fetch_all(
-        "SELECT line_id FROM applied_lines WHERE line_id IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(line_ids)),),
-    )
-    return {row[0] for row in rows}
+async def _read_batch(reader: QueueReader) -> list[ReadLine]:
+    """The next batch of whole lines; at the end of the file, after a short wait for a bare
+    producer to finish, an unterminated last line counts as a line."""
+    lines = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES, DRAIN_BATCH_BYTES)
+    if not lines and await asyncio.to_thread(reader.has_more):
+        await asyncio.sleep(LATE_WRITER_GRACE_S)  # let a writer finish its line
+        lines = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES,
+                                        DRAIN_BATCH_BYTES, final=True)
+    return lines
+
+
+def _settled_by(read_at: str, generation: str, committed_offset: int) -> bool:
+    """Whether the position `read_at` lies before `generation`'s committed offset."""
+    gen, _, offset = read_at.partition(":")
+    return gen == generation and int(offset) < committed_offset
+
+
+def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str]:
+    """Each endpoint that does not resolve, with its reason. Raises the VectorStoreError a
+    Chroma read failed with: the caller tells an outage from a request refused for its data."""
+    if backfill.fetch_errors:
+        raise backfill.fetch_errors[0]
+    unresolved: dict[str, str] = {}
+    for node_id in missing:
+        if backfill.resolved(node_id):
+            continue
+        result = backfill.results.get(node_id)
+        unresolved[node_id] = str(result.reason) if result is not None else ENDPOINT_MISSING
+    return unresolved
+
+
+def _refused_for_its_data(error: VectorStoreError) -> bool:
+    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError: an invalid
+    argument, a duplicate id, a batch too big), or the client did before sending it (a
+    ValueError or TypeError). A server error, a rate limit, a refused connection, a timeout
+    is an outage."""
+    import chromadb.errors
+
+    cause = error.__cause__
+    if isinstance(cause, chromadb.errors.ChromaError):
+        return cause.code() in (400, 413)
+    return isinstance(cause, (ValueError, TypeError))
+
+
+async def _table_exists(graph: GraphDB, table: str) -> bool:
+    rows = await graph.fetch_all(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    return bool(rows)
 
 
 async def rem_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:

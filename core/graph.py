@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import orjson
 import structlog
 
-from core.errors import StoreUnavailable
+from core.errors import KbError, StoreUnavailable
 from core.ids import normalize_graph_node_id
 from core.nodes import EdgeRow, NodeRow
 from core.schema import ALL_DDL
@@ -37,11 +38,15 @@ REINFORCE_FACTOR = 0.1
 MAX_WEIGHT = 5.0
 
 _INSERT_NODE_IF_ABSENT = "INSERT OR IGNORE INTO nodes(id, label, properties) VALUES (?, ?, ?)"
+# A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
+# make json_patch fail on every later write to the row; it is replaced instead of merged.
 _UPSERT_NODE = """
 INSERT INTO nodes(id, label, properties) VALUES (?, ?, ?)
 ON CONFLICT(id) DO UPDATE SET
     label = excluded.label,
-    properties = json_patch(json_patch(nodes.properties, excluded.properties), ?)
+    properties = json_patch(json_patch(CASE WHEN json_valid(nodes.properties)
+                                            THEN nodes.properties ELSE '{}' END,
+                                       excluded.properties), ?)
 """
 _INSERT_EDGE_IF_ABSENT = """
 INSERT OR IGNORE INTO edges(source, target, relationship, weight, properties)
@@ -53,22 +58,38 @@ INSERT INTO edges(source, target, relationship, weight, properties) VALUES (?, ?
 ON CONFLICT(source, target, relationship) DO UPDATE SET
     weight = MIN(COALESCE(NULLIF(edges.weight, 0), 1.0) + excluded.weight * {REINFORCE_FACTOR},
                  {MAX_WEIGHT}),
-    properties = json_patch(edges.properties, excluded.properties)
+    properties = CASE WHEN json_valid(edges.properties)
+                      THEN json_patch(edges.properties, excluded.properties)
+                      ELSE excluded.properties END
 """
 
 
-#: One encoder for every property object: `json.dumps` with keywords builds a new encoder per
-#: call, which was a third of the cost of encoding a 45,000-edge drain's properties (measured).
-_PROPERTIES_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+#: SQLite primary result codes that say the database cannot be used right now (permission,
+#: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
+#: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
+#: Every other code (SQLITE_ERROR such as "malformed JSON", constraint, too big, mismatch...)
+#: is a statement the data made fail.
+_OUTAGE_CODES = frozenset({3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 23, 26})
+
+
+class GraphDataError(KbError):
+    """A statement failed because of the data it carried, not because SQLite is unavailable:
+    retrying the same data fails the same way (the drainer isolates the line that causes it)."""
 
 
 def _json(value: Mapping[str, Any] | None) -> str:
-    """Compact JSON of a property object (a non-dict mapping is copied into a dict first: the
-    encoder only knows dicts)."""
-    return _PROPERTIES_ENCODER.encode(value if type(value) is dict else dict(value or {}))
+    """Compact JSON of a property object, always valid JSON: orjson refuses what JSON cannot
+    hold (a lone surrogate, an integer past 64 bits, a non-string key) with an error instead of
+    writing it, and writes a non-finite float as null (lines with one are malformed anyway)."""
+    return orjson.dumps(value if type(value) is dict else dict(value or {})).decode()
 
 
-def _store_error(path: Path, action: str, exc: BaseException) -> StoreUnavailable:
+def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
+    """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
+    one, to be safe: an outage spends no line's attempts), GraphDataError otherwise."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF not in _OUTAGE_CODES:
+        return GraphDataError(f"SQLite {path}: {action} failed: {exc}")
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
 
 
@@ -154,7 +175,7 @@ class GraphDB:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
         except (sqlite3.Error, OSError) as exc:
-            raise _store_error(path, "open", exc) from exc
+            raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
         try:
             if not read_only:
                 await conn.execute("PRAGMA journal_mode=WAL")
@@ -166,7 +187,7 @@ class GraphDB:
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise _store_error(path, "open", exc) from exc
+                raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
             raise
         return cls(conn, path, read_only=read_only)
 
@@ -179,14 +200,15 @@ class GraphDB:
         """A `BEGIN IMMEDIATE` transaction, committed on success and rolled back on any error.
 
         Lock contention past busy_timeout and disk errors surface as StoreUnavailable: the
-        caller's tick fails cleanly and nothing half-written remains.
+        caller's tick fails cleanly and nothing half-written remains. A statement the data made
+        fail (malformed JSON, a constraint) surfaces as GraphDataError, also fully rolled back.
         """
         if self.read_only:
             raise RuntimeError("write on a read-only graph (dry run)")
         try:
             await self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise _store_error(self.path, "begin write", exc) from exc
+            raise StoreUnavailable(f"SQLite {self.path}: begin write failed: {exc}") from exc
         try:
             yield Transaction(self._conn)
             await self._conn.execute("COMMIT")
@@ -214,7 +236,7 @@ class GraphDB:
             return set()
         rows = await self.fetch_all(
             "SELECT id FROM nodes WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(ids)),),
+            (orjson.dumps(list(ids)).decode(),),
         )
         return {row[0] for row in rows}
 
@@ -251,8 +273,8 @@ class GraphDB:
 
     async def count(self, table: str) -> int:
         """Rows in one of the project's tables (for status and tests)."""
-        if table not in {"nodes", "edges", "applied_lines", "kb_ingestion_metrics",
-                         "alerts_fired"}:
+        if table not in {"nodes", "edges", "drain_generations", "drain_requeued",
+                         "kb_ingestion_metrics", "alerts_fired"}:
             raise ValueError(f"unknown table {table!r}")
         rows = await self.fetch_all(f"SELECT COUNT(*) FROM {table}")
         return int(rows[0][0])

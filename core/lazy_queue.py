@@ -1,10 +1,23 @@
-"""The lazy-edge queue file: the producers' append protocol and the drainer's file handling.
+"""The lazy-edge queue files: the producers' append protocol and the drainer's file handling.
 
 Producer protocol (CONTRACT): open for append and create, take an exclusive `flock`, check the
 open file is still the one at the path (same inode) or reopen, write whole lines in one write,
-close. The drainer renames the queue to `<queue>.draining` while holding that same lock, so a
-cooperating producer can never write into a file that is being drained: it wakes up holding a
-lock on a renamed inode, sees the path no longer points at it, and reopens.
+close. A write that fails part-way (a full disk) is cut back to the file's size before it under
+the same lock, so a producer appends all of its lines or none. The drainer renames the queue
+to `<queue>.draining` while holding that lock, so a cooperating producer can never write into
+a file that is being drained: it wakes up holding a lock on a renamed inode, sees the path no
+longer points at it, and reopens.
+
+Generations. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically:
+temp file, fsync, rename, fsync of the folder) naming a fresh random generation id. A line's
+identity is (generation, byte offset), and the drainer stores the highest offset it committed
+for the generation in the same SQLite transaction as the batch's writes; a restart resumes
+after it. The sidecar, not the inode, binds the id to the file: an unlinked `.draining`'s inode
+number can be handed to the next queue file, and resuming that file at a stale offset would
+skip real lines. The sidecar is removed only after `.draining` is (and a sidecar found without
+`.draining` is stale and removed first thing), so it never outlives its file into the next
+one. A `.draining` without a sidecar (left by an earlier version, or made by hand) gets a fresh
+generation and is drained from its first byte.
 
 Producers that append without the lock (a bare `>>`, `appendFileSync`) are served too: before
 the drainer removes `.draining` it reads any bytes that arrived after its last read, and after
@@ -12,23 +25,51 @@ the removal it reads the open file once more and hands anything new to the live 
 producer that keeps one file handle open across drains would keep writing into the removed
 file; such a producer must reopen per write, as those two do.)
 
+A queue path that is a symbolic link is refused (`QueuePathIsSymlink`, exit 2): renaming it
+would move the link and leave its target growing, never drained again.
+
 Everything here is blocking file I/O; the drainer calls it through `asyncio.to_thread`.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import itertools
 import os
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from core.queue_lines import EdgeLine, MalformedLine, parse_line
+import orjson
+
+from core.errors import ConfigError
+from core.queue_lines import MAX_LINE_BYTES, MalformedLine, SpilledBytes, json_line, parse_line
+
+#: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
+#: enough that the reader's buffer stays a few MiB whatever the line sizes.
+READ_CHUNK_BYTES = 1 << 20
+#: Bytes read per call while skipping or copying an over-long line.
+_SKIP_CHUNK = 1 << 16
+
+
+class QueuePathIsSymlink(ConfigError):
+    """`lazyEdgesQueuePath` is a symbolic link: refused (exit 2, one line)."""
+
+
+def refuse_symlinked_queue(queue_path: Path) -> None:
+    """Raise QueuePathIsSymlink when the queue path is a symbolic link (see module docstring)."""
+    if queue_path.is_symlink():
+        raise QueuePathIsSymlink(
+            f"lazyEdgesQueuePath {queue_path} is a symbolic link (to {os.readlink(queue_path)}); "
+            "the drainer renames the queue file, which would move the link: point "
+            "lazyEdgesQueuePath at the file itself")
 
 
 def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside `path` durable."""
+    """Make a rename, create or unlink inside `path` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -43,18 +84,28 @@ def _write_all(fd: int, payload: bytes) -> None:
         view = view[written:]
 
 
-def append_locked(path: Path, lines: Sequence[bytes], *, durable: bool = True) -> None:
-    """Append whole lines to `path` with the producer lock protocol (see module docstring).
-
-    If the file does not end with a newline (a producer crashed mid-line), a newline is written
-    first, so the torn fragment stays a line of its own instead of corrupting ours.
-    """
+def append_locked(path: Path, lines: Sequence[bytes], *, durable: bool = True) -> int:
+    """Append whole lines to `path` with the producer lock protocol; returns the file's size
+    after the write (0 when there was nothing to write)."""
     if not lines:
-        return
+        return 0
     payload = b"".join(line.rstrip(b"\r\n") + b"\n" for line in lines)
+    return append_stream_locked(path, [payload], durable=durable)
+
+
+def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -> int:
+    """Append `chunks` (which together are whole lines) under the producer lock, all or none:
+    when a write or the fsync fails (a full disk), the file is truncated back to its size
+    before this call, still under the lock, and the error propagates. Returns the size after.
+
+    If the file does not end with a newline (a producer crashed mid-line), a newline is
+    written first, so the torn fragment stays a line of its own instead of corrupting ours; a
+    last chunk without a newline gets one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Read-write (not write-only) so that the last byte can be checked through this fd.
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             opened = os.fstat(fd)
@@ -64,16 +115,26 @@ def append_locked(path: Path, lines: Sequence[bytes], *, durable: bool = True) -
                 continue  # renamed away while we waited for the lock: reopen
             if (opened.st_dev, opened.st_ino) != (current.st_dev, current.st_ino):
                 continue  # the path now names a new file: reopen
-            prefix = b""
-            if opened.st_size > 0:
-                with open(path, "rb") as tail:
-                    tail.seek(opened.st_size - 1)
-                    if tail.read(1) != b"\n":
-                        prefix = b"\n"
-            _write_all(fd, prefix + payload)
-            if durable:
-                os.fsync(fd)
-            return
+            original_size = opened.st_size
+            try:
+                if original_size > 0 and os.pread(fd, 1, original_size - 1) != b"\n":
+                    _write_all(fd, b"\n")
+                last = b"\n"
+                for chunk in chunks:
+                    if chunk:
+                        _write_all(fd, chunk)
+                        last = chunk[-1:]
+                if last != b"\n":
+                    _write_all(fd, b"\n")
+                if durable:
+                    os.fsync(fd)
+            except BaseException:
+                # All or nothing: cut our bytes off before anyone else can take the lock.
+                os.ftruncate(fd, original_size)
+                if durable:
+                    os.fsync(fd)
+                raise
+            return os.fstat(fd).st_size
         finally:
             os.close(fd)  # also releases the flock
 
@@ -87,7 +148,8 @@ class LineProblem:
 
 
 def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProblem]]:
-    """Validate producer input: the non-blank lines, and a problem for each malformed one."""
+    """Validate producer input: the non-blank lines as they will be appended (each a new line:
+    any `_drain` bookkeeping is stripped), and a problem for each malformed one."""
     valid: list[bytes] = []
     problems: list[LineProblem] = []
     for number, raw in enumerate(raw_lines, start=1):
@@ -97,6 +159,8 @@ def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProbl
         parsed = parse_line(line)
         if isinstance(parsed, MalformedLine):
             problems.append(LineProblem(number, parsed.detail))
+        elif parsed.had_drain_key:
+            valid.append(json_line(parsed.body))
         else:
             valid.append(line)
     return valid, problems
@@ -104,20 +168,94 @@ def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProbl
 
 def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProblem]:
     """The library producer call: check every line, then append all of them in one locked
-    write, or none when any is malformed (the problems are returned)."""
+    write, or none when any is malformed (the problems are returned). Raises
+    QueuePathIsSymlink for a symlinked queue path, OSError when the write fails (nothing of it
+    is left in the queue)."""
+    refuse_symlinked_queue(queue_path)
     valid, problems = check_lines(raw_lines)
     if not problems:
         append_locked(queue_path, valid)
     return problems
 
 
-def rotate_queue(queue_path: Path, draining_path: Path) -> bool:
-    """Rename the live queue to `.draining` under the producers' lock; False when there is no
-    queue or it is empty. The caller has made sure `.draining` does not exist (a leftover is
-    always drained first, so a rotation never overwrites unread lines)."""
+# --------------------------------------------------------------------------------------------
+# Generations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The identity of one `.draining` file, as its sidecar records it."""
+
+    id: str
+    rotated_at_ms: int
+    #: The dead-letter file's size at rotation: records of this generation can only follow it.
+    dead_letters_size: int
+    #: A `.draining` an earlier version left (adopted without a sidecar): its lines may have
+    #: been settled under their content identity (see `core.drain`, migration).
+    legacy: bool = False
+
+
+def new_generation(*, now_ms: int, dead_letters_size: int, legacy: bool = False) -> Generation:
+    """A fresh generation with a random 128-bit id (32 hex digits)."""
+    return Generation(uuid.uuid4().hex, now_ms, dead_letters_size, legacy)
+
+
+def generation_path(draining_path: Path) -> Path:
+    """The sidecar of `.draining`: `<queue>.draining.id`."""
+    return draining_path.with_name(draining_path.name + ".id")
+
+
+def write_generation(draining_path: Path, generation: Generation) -> None:
+    """Write the sidecar atomically and durably (temp file, fsync, rename, fsync folder)."""
+    target = generation_path(draining_path)
+    temp = target.with_name(target.name + ".tmp")
+    payload = orjson.dumps({"generation": generation.id, "rotatedAt": generation.rotated_at_ms,
+                            "deadLettersSize": generation.dead_letters_size,
+                            "legacy": generation.legacy})
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, payload + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, target)
+    fsync_dir(target.parent)
+
+
+def read_generation(draining_path: Path) -> Generation | None:
+    """The sidecar's generation, or None when there is none or it is unreadable."""
+    try:
+        value = orjson.loads(generation_path(draining_path).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    gen, rotated, dead = (value.get("generation"), value.get("rotatedAt"),
+                          value.get("deadLettersSize"))
+    if not (isinstance(gen, str) and len(gen) == 32 and type(rotated) is int
+            and type(dead) is int):
+        return None
+    return Generation(gen, rotated, dead, value.get("legacy") is True)
+
+
+def remove_generation(draining_path: Path) -> None:
+    """Remove the sidecar (after `.draining` is gone, or when it is stale)."""
+    try:
+        generation_path(draining_path).unlink()
+    except FileNotFoundError:
+        return
+    fsync_dir(draining_path.parent)
+
+
+def rotate_queue(queue_path: Path, draining_path: Path, generation: Generation) -> bool:
+    """Under the producers' lock: write `generation`'s sidecar, then rename the live queue to
+    `.draining`. False (and no sidecar written) when there is no queue or it is empty. The
+    caller has made sure `.draining` does not exist (a leftover is always drained first, so a
+    rotation never overwrites unread lines)."""
     while True:
         try:
-            fd = os.open(queue_path, os.O_RDONLY)
+            fd = os.open(queue_path, os.O_RDONLY | os.O_NOFOLLOW)
         except FileNotFoundError:
             return False
         try:
@@ -133,6 +271,7 @@ def rotate_queue(queue_path: Path, draining_path: Path) -> bool:
                 return False
             if draining_path.exists():
                 raise FileExistsError(f"{draining_path} exists; drain it before rotating")
+            write_generation(draining_path, generation)
             os.rename(queue_path, draining_path)
             fsync_dir(queue_path.parent)
             return True
@@ -140,58 +279,273 @@ def rotate_queue(queue_path: Path, draining_path: Path) -> bool:
             os.close(fd)
 
 
-class DrainingFile:
-    """Reads `.draining` in batches of whole lines, remembering how far it got.
+# --------------------------------------------------------------------------------------------
+# Reading `.draining` in bounded memory
+# --------------------------------------------------------------------------------------------
 
-    An unterminated last line is held back (a bare producer may be mid-write) until
-    `take_fragment`, which the drainer calls once it has waited for the writer to finish.
-    """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
-        self.offset = 0
+def spill_dir(dead_letter_path: Path) -> Path:
+    """The folder that keeps over-limit lines' bytes: `<queue>.dead/`, beside the dead-letter
+    file `<queue>.dead.jsonl`."""
+    return dead_letter_path.with_suffix("")
 
-    def read_lines(self, max_lines: int) -> list[bytes]:
-        """Up to `max_lines` complete lines after the last one read (newlines stripped)."""
-        lines: list[bytes] = []
-        self._file.seek(self.offset)
-        while len(lines) < max_lines:
-            line = self._file.readline()
-            if not line.endswith(b"\n"):
-                break
-            self.offset += len(line)
-            lines.append(line[:-1])
-        return lines
 
-    def has_fragment(self) -> bool:
-        """Whether bytes follow the last complete line."""
-        return os.fstat(self._file.fileno()).st_size > self.offset
+@dataclass(slots=True)
+class ReadLine:
+    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
+    for a line over MAX_LINE_BYTES, where its bytes went instead."""
 
-    def take_fragment(self) -> bytes:
-        """The bytes after the last complete line, consumed as one final line."""
-        self._file.seek(self.offset)
-        rest = self._file.read()
-        self.offset += len(rest)
-        return rest
+    offset: int
+    raw: bytes
+    spilled: SpilledBytes | None = None
 
-    def remove_and_collect_late_bytes(self) -> bytes:
-        """Unlink the file, then read anything a bare producer wrote after our last read,
-        through the handle we still hold (the inode lives until we close it)."""
-        os.unlink(self.path)
-        fsync_dir(self.path.parent)
-        return self.take_fragment()
+
+class _Spill:
+    """An over-limit line being copied out: hashed and (unless a dry run) written to a file."""
+
+    def __init__(self, offset: int, folder: Path | None, name: str) -> None:
+        self.offset = offset
+        self.size = 0
+        self.hasher = hashlib.sha256()
+        self.folder = folder
+        self.name = name
+        self.file: BinaryIO | None = None
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.file = open(folder / name, "wb")  # noqa: SIM115 - closed in finish()/close()
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.size += len(data)
+        self.hasher.update(data)
+        if self.file is not None:
+            self.file.write(data)
+
+    def finish(self) -> ReadLine:
+        relative = None
+        if self.file is not None and self.folder is not None:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            self.file = None
+            fsync_dir(self.folder)
+            relative = f"{self.folder.name}/{self.name}"
+        return ReadLine(self.offset, b"",
+                        SpilledBytes(relative, self.size, self.hasher.hexdigest()))
 
     def close(self) -> None:
-        """Close the handle."""
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+class QueueReader:
+    """Reads a queue file from a byte offset in batches of whole lines, in bounded memory.
+
+    At most READ_CHUNK_BYTES + MAX_LINE_BYTES are buffered: a line that grows past
+    MAX_LINE_BYTES is streamed, chunk by chunk, to `<spill_to>/<name_of(offset)>` (or only
+    hashed when `spill_to` is None, in a dry run) and comes back as a ReadLine with `spilled`.
+    An unterminated last line is held back (a bare producer may be mid-write) until a read
+    with `final=True`, which the drainer makes once it has waited for the writer to finish.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        start: int = 0,
+        spill_to: Path | None = None,
+        name_of: Callable[[int], str] = lambda offset: f"{offset}.line",
+        chunk_bytes: int = READ_CHUNK_BYTES,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.path = path
+        self._file: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._file.seek(start)
+        #: File offset of the first byte not yet handed out as part of a line.
+        self.offset = start
+        self._buf = b""
+        self._pos = 0  # bytes of _buf already handed out
+        self._spill: _Spill | None = None
+        self._spill_to = spill_to
+        self._name_of = name_of
+        self._chunk = chunk_bytes
+        self._max_line = max_line_bytes
+
+    def read_lines(self, max_lines: int, max_bytes: int, *, final: bool = False) -> list[ReadLine]:
+        """Up to `max_lines` lines (or until `max_bytes` of them) after the last one read.
+        With `final`, the end of the file ends the last line even without a newline."""
+        lines: list[ReadLine] = []
+        taken = 0
+        while len(lines) < max_lines and taken < max_bytes:
+            line = self._next_line(final=final)
+            if line is None:
+                break
+            lines.append(line)
+            taken += len(line.raw) + 1
+        return lines
+
+    def _next_line(self, *, final: bool) -> ReadLine | None:
+        if self._spill is not None:
+            return self._continue_spill(final=final)
+        while True:
+            newline = self._buf.find(b"\n", self._pos)
+            if newline >= 0:
+                start = self.offset
+                raw = self._buf[self._pos:newline]
+                self._pos = newline + 1
+                self.offset += len(raw) + 1
+                if len(raw) > self._max_line:  # complete, already in memory, but over the limit
+                    spill = self._start_spill(start)
+                    spill.write(raw)
+                    self._spill = None
+                    return spill.finish()
+                return ReadLine(start, raw)
+            pending = len(self._buf) - self._pos
+            if pending > self._max_line:
+                spill = self._start_spill(self.offset)
+                spill.write(memoryview(self._buf)[self._pos:])
+                self._buf, self._pos = b"", 0
+                return self._continue_spill(final=final)
+            chunk = self._file.read(self._chunk)
+            if not chunk:
+                if final and pending:
+                    start = self.offset
+                    raw = self._buf[self._pos:]
+                    self._buf, self._pos = b"", 0
+                    self.offset += len(raw)
+                    return ReadLine(start, raw)
+                return None
+            self._buf = self._buf[self._pos:] + chunk
+            self._pos = 0
+
+    def _start_spill(self, offset: int) -> _Spill:
+        self._spill = _Spill(offset, self._spill_to, self._name_of(offset))
+        return self._spill
+
+    def _continue_spill(self, *, final: bool) -> ReadLine | None:
+        spill = self._spill
+        assert spill is not None
+        while True:
+            chunk = self._file.read(self._chunk)
+            if not chunk:
+                if not final:
+                    return None  # the writer may still be writing it
+                self.offset = spill.offset + spill.size
+                self._spill = None
+                return spill.finish()
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                spill.write(chunk)
+                continue
+            spill.write(memoryview(chunk)[:newline])
+            self._buf, self._pos = chunk, newline + 1
+            self.offset = spill.offset + spill.size + 1
+            self._spill = None
+            return spill.finish()
+
+    def has_more(self) -> bool:
+        """Whether bytes follow the last line handed out."""
+        return os.fstat(self._file.fileno()).st_size > self.offset
+
+    def remove_and_collect_late_bytes(self) -> Iterator[bytes]:
+        """Unlink the file, then yield (in chunks) anything a bare producer wrote after the
+        last line handed out, read through the handle we still hold (the inode lives until we
+        close it)."""
+        os.unlink(self.path)
+        fsync_dir(self.path.parent)
+        return self._rest()
+
+    def _rest(self) -> Iterator[bytes]:
+        self._file.seek(self.offset)
+        while chunk := self._file.read(self._chunk):
+            yield chunk
+
+    def close(self) -> None:
+        """Close the handle (and an unfinished spill file)."""
+        if self._spill is not None:
+            self._spill.close()
         self._file.close()
 
 
-def split_lines(payload: bytes) -> list[bytes]:
-    """Whole lines of a byte string (a final unterminated fragment counts as a line)."""
-    return [line for line in payload.split(b"\n") if line.strip()]
+def hand_back_late_bytes(reader: QueueReader, queue_path: Path) -> int:
+    """Remove `.draining` and append whatever a bare producer wrote into it after the last
+    line read to the live queue (streamed, under the producers' lock); the number of lines
+    handed back. Leading whitespace-only chunks are blank lines: nothing to hand back."""
+    late = reader.remove_and_collect_late_bytes()
+    first = next((chunk for chunk in late if chunk.strip()), None)
+    if first is None:
+        return 0
+    lines = 0
+    last = b"\n"
+
+    def counted() -> Iterator[bytes]:
+        nonlocal lines, last
+        for chunk in itertools.chain([first], late):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+            yield chunk
+
+    append_stream_locked(queue_path, counted())
+    return lines + (last != b"\n")
 
 
-def parse_many(raw_lines: Iterable[bytes]) -> list[EdgeLine | MalformedLine]:
-    """Parse non-blank lines in order."""
-    return [parse_line(raw) for raw in raw_lines if raw.strip()]
+#: The longest dead-letter record read back: a record quotes a line of at most MAX_LINE_BYTES,
+#: which JSON escaping can grow six-fold (control bytes become `\u00XX`).
+DEAD_LETTER_RECORD_LIMIT = 8 * MAX_LINE_BYTES
+
+
+def file_size(path: Path) -> int:
+    """A file's size, 0 when it does not exist."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def dead_letters_of(dead_letter_path: Path, generation: str, *, after: int) -> set[str]:
+    """The positions (`readAt`) of `generation` that already have a dead-letter record.
+
+    Only the drainer appends to the file, and only right before the commit that records the
+    file's size (`after`), so a record of a batch that never committed can only follow `after`.
+    When the file no longer fits that (an operator removed records), the whole file is read.
+    """
+    size = file_size(dead_letter_path)
+    if size == 0:
+        return set()
+    found: set[str] = set()
+    marker = b'"readAt":"' + generation.encode() + b":"
+    with open(dead_letter_path, "rb") as stream:
+        start = 0
+        if 0 < after <= size:
+            stream.seek(after - 1)
+            start = after if stream.read(1) == b"\n" else 0
+        stream.seek(start)
+        for raw in iter_bounded_lines(stream, limit=DEAD_LETTER_RECORD_LIMIT):
+            if raw is None or marker not in raw:
+                continue
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            read_at = record.get("readAt") if isinstance(record, dict) else None
+            if isinstance(read_at, str) and read_at.startswith(generation + ":"):
+                found.add(read_at)
+    return found
+
+
+def iter_bounded_lines(stream: IO[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
+    """Each line of a binary stream without its newline, or None for a line longer than
+    `limit` (which is skipped in chunks, never held whole). A last line without a newline
+    counts: a producer may be writing it."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if line.endswith(b"\n"):
+            yield line[:-1]
+        elif len(line) <= limit:
+            yield line  # the unterminated last line
+        else:
+            while (chunk := stream.readline(_SKIP_CHUNK)) and not chunk.endswith(b"\n"):
+                pass
+            yield None

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import orjson
+
 from core.ids import memory_node_id, session_node_id
 from core.timestamps import epoch_ms_from_created_at
 
@@ -49,13 +51,40 @@ class EdgeRow:
     properties: Mapping[str, Any] | None = None
 
 
+#: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, which
+#: was most of the cost of back-filling 12,000 memories (measured).
+_JS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def js_json(value: Any) -> str:
     """Compact key-sorted JSON formatted as JavaScript's JSON.stringify would (integral floats
-    without a fraction, non-ASCII unescaped), so hashes match the original system's."""
-    return json.dumps(_js_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    without a fraction, non-ASCII unescaped), so hashes match the original system's.
+
+    A value without floats (the usual payload: strings, integers, booleans, null) is written by
+    orjson, whose output for those is byte-identical to the standard encoder's (a property test
+    holds it to that) at a fraction of the cost; anything else goes to the standard encoder."""
+    normalized = _js_numbers(value)
+    if _float_free(normalized):
+        try:
+            return orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:
+            pass  # a non-string key or an integer past 64 bits: the standard encoder decides
+    return _JS_ENCODER.encode(normalized)
+
+
+def _float_free(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return all(_float_free(v) for v in value.values())
+    if kind is list:
+        return all(_float_free(v) for v in value)
+    return kind is str or kind is int or kind is bool or value is None
 
 
 def _js_numbers(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or value is None or kind is bool:  # the common leaves
+        return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
     if isinstance(value, Mapping):

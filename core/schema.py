@@ -44,16 +44,34 @@ CREATE INDEX IF NOT EXISTS kb_ingestion_metrics_window
     ON kb_ingestion_metrics(timestamp, tenant_id, repo_slug);
 """
 
-# Identities of queue lines that have taken effect (applied to the graph or dead-lettered),
-# written in the same transaction as their effect so a replay after a crash changes nothing.
-APPLIED_LINES_DDL = """
-CREATE TABLE IF NOT EXISTS applied_lines (
+# The drainer's progress and its re-queue tokens (see core.drain). Identity is by position: a
+# line is (generation of its `.draining` file, byte offset), so exactly-once needs only one row
+# per file in flight, written in the same transaction as the batch's nodes and edges, plus one
+# row per line waiting in the queue for another try. Nothing is kept per applied line.
+DRAIN_DDL = """
+CREATE TABLE IF NOT EXISTS drain_generations (
+    generation TEXT PRIMARY KEY,
+    -- Every line before this byte offset of the generation has taken effect.
+    committed_offset INTEGER NOT NULL,
+    -- The dead-letter file's size right after this generation's last committed batch: a
+    -- record after it was written by a batch that never committed.
+    dead_letters_size INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS drain_requeued (
+    -- A re-queued line's identity and attempt count: the token it carries in `_drain`. The
+    -- drainer accepts a copy of the line only while its token is here, and consumes the token
+    -- in the transaction that settles the line.
     line_id TEXT PRIMARY KEY,
-    outcome TEXT NOT NULL,
-    settled_at INTEGER NOT NULL
+    attempts INTEGER NOT NULL,
+    requeued_at INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS applied_lines_settled ON applied_lines(settled_at);
 """
+
+#: The 30-day per-line identity table of earlier versions (identity by content). It is no
+#: longer created; an existing one is read once to settle lines those versions left in flight,
+#: then dropped by the drainer (`core.drain`).
+LEGACY_APPLIED_LINES = "applied_lines"
 
 # Per-daemon bookkeeping: the last completed tick (so a restart neither skips nor doubles a
 # pass) and small values such as the live-ingestion watermark.
@@ -100,4 +118,4 @@ CREATE TABLE IF NOT EXISTS alerts_fired (
 CREATE INDEX IF NOT EXISTS alerts_fired_at ON alerts_fired(fired_at);
 """
 
-ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, APPLIED_LINES_DDL, STATE_DDL, ALERTS_DDL)
+ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, DRAIN_DDL, STATE_DDL, ALERTS_DDL)

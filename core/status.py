@@ -25,12 +25,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from core.alerting import recent_alerts
 from core.clock import now_ms
 from core.config import Settings
 from core.graph import GraphDB
+from core.lazy_queue import DEAD_LETTER_RECORD_LIMIT, iter_bounded_lines
 from core.nodes import MEMORY_LABEL, SESSION_LABEL
 from core.queue_lines import DRAIN_KEY, MAX_LINE_BYTES
 from core.state import last_ticks
@@ -40,30 +41,10 @@ from core.timestamps import epoch_ms_from_created_at, iso_from_ms
 
 #: The reason shown for a dead-letter line that is not a readable record (a torn write).
 UNREADABLE_DEAD_LETTER = "unreadable"
-#: Bytes read per call while skipping the rest of an over-long line.
-_SKIP_CHUNK = 1 << 16
 
 # --------------------------------------------------------------------------------------------
 # Files (blocking; called through asyncio.to_thread)
 # --------------------------------------------------------------------------------------------
-
-
-def iter_bounded_lines(stream: IO[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
-    """Each line of a binary stream without its newline, or None for a line longer than
-    `limit` (which is skipped in chunks, never held whole). A last line without a newline
-    counts: a producer may be writing it."""
-    while True:
-        line = stream.readline(limit + 1)
-        if not line:
-            return
-        if line.endswith(b"\n"):
-            yield line[:-1]
-        elif len(line) <= limit:
-            yield line  # the unterminated last line
-        else:
-            while (chunk := stream.readline(_SKIP_CHUNK)) and not chunk.endswith(b"\n"):
-                pass
-            yield None
 
 
 def line_time(raw: bytes) -> tuple[int, str] | None:
@@ -125,7 +106,7 @@ class _OpenFile:
 
 
 @contextmanager
-def _open_lines(path: Path) -> Iterator[_OpenFile | None]:
+def _open_lines(path: Path, *, limit: int = MAX_LINE_BYTES) -> Iterator[_OpenFile | None]:
     """The non-blank bounded lines of `path` (see `iter_bounded_lines`); None when the file
     does not exist, which for every file status reads means "nothing yet"."""
     try:
@@ -135,7 +116,8 @@ def _open_lines(path: Path) -> Iterator[_OpenFile | None]:
         return
     with stream:
         info = os.fstat(stream.fileno())
-        lines = (raw for raw in iter_bounded_lines(stream) if raw is None or raw.strip())
+        lines = (raw for raw in iter_bounded_lines(stream, limit=limit)
+                 if raw is None or raw.strip())
         yield _OpenFile(info.st_size, int(info.st_mtime * 1000), lines)
 
 
@@ -188,9 +170,11 @@ class DeadLetterStatus:
 
 
 def read_dead_letters(path: Path) -> DeadLetterStatus:
-    """Count the dead-letter records by their `reason` (a torn record is `unreadable`)."""
+    """Count the dead-letter records by their `reason` (a torn record is `unreadable`). A
+    record quotes a line of up to MAX_LINE_BYTES, escaped: it is read whole up to
+    DEAD_LETTER_RECORD_LIMIT."""
     status = DeadLetterStatus(path)
-    with _open_lines(path) as opened:
+    with _open_lines(path, limit=DEAD_LETTER_RECORD_LIMIT) as opened:
         if opened is None:
             return status
         status.present, status.bytes = True, opened.size

@@ -103,13 +103,15 @@ def render_story(seeded: dict[str, Any], *, drained: dict[str, Any],
         "Demo",
         f"  seeded {seeded['memories']} memories, {seeded['summaries']} session summaries "
         f"(2 sessions have none), {seeded['chunks']} knowledge-base chunks for "
-        f"{len(seeded['tenantVersions'])} tenants, {seeded['queueLines']} queue lines",
+        f"{len(seeded['tenantVersions'])} tenants, "
+        + (f"{seeded['queueLines']} queue lines" if seeded["queueLines"]
+           else "no queue lines (an earlier run appended them: a line appended again would "
+                "be a new mention)"),
         f"  drain tick: live-ingested {live.get('sessionsUpserted', 0)} sessions and "
         f"{live.get('memoriesUpserted', 0)} memories; drained {drain.get('totalLines', 0)} "
         f"lines: {drain.get('succeeded', 0)} linked (back-filling what was missing), "
         f"{drain.get('requeued', 0)} re-queued (hallucinated targets), "
-        f"{drain.get('deadLettered', 0)} dead-lettered (malformed), "
-        f"{drain.get('replayed', 0) + drain.get('duplicates', 0)} already applied",
+        f"{drain.get('deadLettered', 0)} dead-lettered (malformed)",
         f"  reconcile pass (report-only): {reconciled.get('staleCount', 0)} stale chunks "
         f"found, {reconciled.get('tombstonedCount', 0)} tombstoned",
         "",

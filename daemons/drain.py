@@ -13,6 +13,7 @@ from typing import NoReturn
 from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
 from core.config import Settings
 from core.drain import rem_tick
+from core.lazy_queue import refuse_symlinked_queue
 from core.runtime import DaemonSpec, Job, serve_main
 
 PROG = "daemons.drain"
@@ -26,7 +27,9 @@ def build_parser() -> Parser:
 
 
 def drain_daemon(settings: Settings) -> DaemonSpec:
-    """The drain daemon: one REM tick every `remIntervalMs`."""
+    """The drain daemon: one REM tick every `remIntervalMs`. A symlinked queue path is refused
+    at start (exit 2, one line), and again by every tick should one appear later."""
+    refuse_symlinked_queue(settings.lazy_edges_queue_path)
     return DaemonSpec("drain", (Job("drain", rem_tick, settings.rem_interval_ms),))
 
 

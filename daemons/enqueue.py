@@ -2,7 +2,11 @@
 
 Every line is checked before any is written: when one is malformed nothing is appended, each
 bad line is named by its number on stderr, and the exit code is 2. Valid input is appended in
-one locked write (the producer protocol in `core.lazy_queue`).
+one locked write (the producer protocol in `core.lazy_queue`); when that write fails (a full
+disk) the queue is cut back to its size before it, so nothing is appended, and the exit code
+is 1. Every line is a new line: a `_drain` key (the drainer's bookkeeping, present on a line
+copied from the queue or a dead letter) is stripped. A queue path that is a symbolic link is
+refused (exit 2).
 """
 
 from __future__ import annotations
@@ -13,7 +17,15 @@ from typing import NoReturn
 
 import structlog
 
-from core.cli import EXIT_OK, EXIT_USAGE, Parser, add_config_flag, load_settings, run_main
+from core.cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    add_config_flag,
+    load_settings,
+    run_main,
+)
 from core.lazy_queue import enqueue_edges
 
 PROG = "daemons.enqueue"
@@ -31,7 +43,11 @@ async def enqueue_stdin(config: str | None) -> int:
     """Read stdin, check it, append it."""
     settings = load_settings(config)
     lines = sys.stdin.buffer.read().split(b"\n")
-    problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
+    try:
+        problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
+    except OSError as exc:
+        sys.stderr.write(f"{PROG}: nothing appended: {exc}\n")
+        return EXIT_FAILED
     if problems:
         for problem in problems:
             sys.stderr.write(f"{PROG}: line {problem.number}: {problem.detail}\n")

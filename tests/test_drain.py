@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from collections.abc import AsyncIterator, Callable
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import core.drain as drain
 from core.config import Settings
 from core.drain import DrainStats, drain_queue, drainer_lock
 from core.errors import LockHeld, StoreUnavailable
 from core.graph import GraphDB
-from core.lazy_queue import DrainingFile, append_locked
+from core.lazy_queue import QueueReader, ReadLine, append_locked, enqueue_edges, generation_path
 from core.stores import Stores, open_stores
 from core.vectors import VectorStore
 from tests.support import make_settings, seed
@@ -22,6 +25,11 @@ from tests.support import make_settings, seed
 
 def line(source: str, target: str, rel: str = "MENTIONED_IN", **extra: Any) -> bytes:
     return json.dumps({"source": source, "target": target, "relationship": rel, **extra}).encode()
+
+
+def numbered_lines(prefix: str, count: int) -> list[bytes]:
+    """`count` lines between the two concepts, relationships `<prefix>0`, `<prefix>1`, ..."""
+    return [line("CONCEPT:a", "CONCEPT:b", f"{prefix}{i}") for i in range(count)]
 
 
 def write_queue(path: Path, lines: list[bytes], *, raw_tail: bytes = b"") -> None:
@@ -147,17 +155,159 @@ async def test_a_leftover_draining_file_is_drained_first_then_the_queue(stores: 
     assert not s.draining_path.exists()
 
 
-async def test_a_line_replayed_after_a_crash_does_not_reinforce_the_edge(stores: Stores) -> None:
-    s = stores.settings
-    applied = [line("CONCEPT:a", "CONCEPT:b", justification="once")]
-    write_queue(s.lazy_edges_queue_path, applied)
-    await drain_queue(stores)
-    # A crash after the commit but before `.draining` was removed leaves the same bytes behind.
-    write_queue(s.draining_path, applied)
+class SimulatedCrash(BaseException):
+    """Stands for SIGKILL: not an Exception, so no handler of the drainer takes it."""
+
+
+def crash_on(monkeypatch: pytest.MonkeyPatch, name: str, *, after: bool = False,
+             path_suffix: str | None = None) -> None:
+    """Make `core.drain.<name>` die (before or after doing its work), optionally only for
+    calls whose first argument is a path ending in `path_suffix`."""
+    real = getattr(drain, name)
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        if path_suffix is not None and not str(args[0]).endswith(path_suffix):
+            return real(*args, **kwargs)
+        if after:
+            real(*args, **kwargs)
+        raise SimulatedCrash(name)
+
+    monkeypatch.setattr(drain, name, dying)
+
+
+async def crashing_drain(stores: Stores, monkeypatch: pytest.MonkeyPatch, name: str,
+                         **how: Any) -> None:
+    crash_on(monkeypatch, name, **how)
+    with pytest.raises(SimulatedCrash):
+        await drain_queue(stores)
+    monkeypatch.undo()
+
+
+async def weight(stores: Stores, rel: str = "MENTIONED_IN") -> float | None:
+    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", rel)
+    return None if edge is None else edge.weight
+
+
+async def test_the_same_line_appended_in_three_ticks_reinforces_the_edge_each_time(
+    stores: Stores,
+) -> None:
+    same = line("CONCEPT:a", "CONCEPT:b", justification="again")
+    weights = []
+    for _ in range(3):
+        append_locked(stores.settings.lazy_edges_queue_path, [same])
+        stats = await drain_queue(stores)
+        assert (stats.succeeded, stats.replayed, stats.duplicates) == (1, 0, 0)
+        weights.append(await weight(stores))
+    assert weights == [1.0, pytest.approx(1.1), pytest.approx(1.2)]
+
+
+async def test_the_same_line_twice_in_one_batch_counts_twice(stores: Stores) -> None:
+    same = line("CONCEPT:a", "CONCEPT:b")
+    write_queue(stores.settings.lazy_edges_queue_path, [same, same])
     stats = await drain_queue(stores)
-    assert (stats.replayed, stats.succeeded) == (1, 0)
-    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
+    assert stats.succeeded == 2
+    assert await weight(stores) == pytest.approx(1.1)
+
+
+async def test_a_crash_after_the_commit_replays_nothing_on_restart(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    same = line("CONCEPT:a", "CONCEPT:b", justification="once")
+    write_queue(s.lazy_edges_queue_path, [same, same])
+    # Dies after the batch committed, before `.draining` is removed.
+    await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")
+    assert s.draining_path.exists()
+    stats = await drain_queue(stores)
+    assert stats.orphan_recovered and stats.total_lines == 0 and stats.succeeded == 0
+    assert await weight(stores) == pytest.approx(1.1)
+    assert not s.draining_path.exists() and not generation_path(s.draining_path).exists()
+
+
+async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")] * 3)
+    monkeypatch.setattr(drain, "DRAIN_BATCH_LINES", 2)
+    real_write = drain._Drainer._write
+    calls = {"n": 0}
+
+    async def dies_on_second_batch(self: Any, *args: Any, **kwargs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise SimulatedCrash("before the second commit")
+        await real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(drain._Drainer, "_write", dies_on_second_batch)
+    with pytest.raises(SimulatedCrash):
+        await drain_queue(stores)
+    assert await weight(stores) == pytest.approx(1.1), "the first batch (2 lines) committed"
+    monkeypatch.setattr(drain._Drainer, "_write", real_write)
+    stats = await drain_queue(stores)
+    assert stats.orphan_recovered and stats.total_lines == 1
+    assert await weight(stores) == pytest.approx(1.2)
+
+
+async def test_a_crash_after_the_dead_letters_never_writes_a_second_record(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [b"{bad", b"{bad", line("CONCEPT:a", "CONCEPT:b")])
+    await crashing_drain(stores, monkeypatch, "append_locked", after=True,
+                         path_suffix=".dead.jsonl")
+    assert len(dead_letters(s)) == 2 and await weight(stores) is None
+    stats = await drain_queue(stores)
+    dead = dead_letters(s)
+    assert len(dead) == 2 and len({d["readAt"] for d in dead}) == 2
+    assert stats.dead_lettered == 2 and stats.succeeded == 1
+    assert await weight(stores) == 1.0
+
+
+async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_skipped(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
+    await crashing_drain(stores, monkeypatch, "append_locked", after=True,
+                         path_suffix="lazy-edges.jsonl")
+    assert len(queued(s)) == 1, "the re-queued copy was written, the commit was not"
+    stats = await drain_queue(stores)  # the leftover re-queues it again, then the queue
+    assert stats.requeued == 1 and stats.deferred == 1 and stats.duplicates == 1
+    [left] = queued(s)
+    assert left["_drain"]["attempts"] == 1
+    await seed(stores.vectors, s.memory_collection, [("late", {"sessionId": "s1"})])
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 1
+    edge = await stores.graph.edge("CONCEPT:a", "memory:late", "MENTIONED_IN")
     assert edge is not None and edge.weight == 1.0
+    assert await stores.graph.count("drain_requeued") == 0, "the token was used up"
+
+
+async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
+    graph: GraphDB, vectors: VectorStore, tmp_path: Path
+) -> None:
+    settings = make_settings(tmp_path, lazyEdgeMaxAttempts=2)
+    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    stores = Stores(settings, graph, vectors)
+    await seed(vectors, settings.memory_collection, [("m0", {"sessionId": "s0"})])
+    await seed(vectors, settings.summary_collection, [("sum0", {"sessionId": "s0"})])
+    append_locked(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
+    await drain_queue(stores)
+    requeued_copy = settings.lazy_edges_queue_path.read_bytes().strip()
+    assert b'"_drain"' in requeued_copy
+    await drain_queue(stores)
+    [dead] = dead_letters(settings)
+    assert dead["attempts"] == 2 and "_drain" not in json.loads(dead["line"])
+    await seed(vectors, settings.memory_collection, [("late", {"sessionId": "s0"})])
+    # The operator feeds back the dead letter, and a copy that still has its `_drain` key.
+    assert enqueue_edges(settings.lazy_edges_queue_path,
+                         [dead["line"].encode(), requeued_copy]) == []
+    assert b"_drain" not in settings.lazy_edges_queue_path.read_bytes()
+    stats = await drain_queue(stores)
+    assert (stats.succeeded, stats.duplicates, stats.requeued) == (2, 0, 0)
+    edge = await graph.edge("CONCEPT:a", "memory:late", "MENTIONED_IN")
+    assert edge is not None and edge.weight == pytest.approx(1.1)
 
 
 async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: Stores) -> None:
@@ -222,18 +372,19 @@ async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
-    real_read = DrainingFile.read_lines
+    real_read = QueueReader.read_lines
     appended: list[bool] = []
 
-    def read_then_producer_appends(self: DrainingFile, max_lines: int) -> list[bytes]:
-        lines = real_read(self, max_lines)
+    def read_then_producer_appends(self: QueueReader, max_lines: int, max_bytes: int,
+                                   *, final: bool = False) -> list[ReadLine]:
+        lines = real_read(self, max_lines, max_bytes, final=final)
         if not appended:  # a producer that opened the file before the rename writes now
             appended.append(True)
             with self.path.open("ab") as f:
                 f.write(line("CONCEPT:a", "CONCEPT:b", "R2") + b"\n")
         return lines
 
-    monkeypatch.setattr(DrainingFile, "read_lines", read_then_producer_appends)
+    monkeypatch.setattr(QueueReader, "read_lines", read_then_producer_appends)
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
     assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "R2") is not None
@@ -244,14 +395,14 @@ async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
-    real_remove = DrainingFile.remove_and_collect_late_bytes
+    real_remove = QueueReader.remove_and_collect_late_bytes
 
-    def producer_appends_then_remove(self: DrainingFile) -> bytes:
+    def producer_appends_then_remove(self: QueueReader) -> Iterator[bytes]:
         with self.path.open("ab") as f:
             f.write(line("CONCEPT:a", "CONCEPT:b", "LATE") + b"\n")
         return real_remove(self)
 
-    monkeypatch.setattr(DrainingFile, "remove_and_collect_late_bytes",
+    monkeypatch.setattr(QueueReader, "remove_and_collect_late_bytes",
                         producer_appends_then_remove)
     stats = await drain_queue(stores)
     assert stats.late_lines_handed_back == 1
@@ -314,3 +465,87 @@ async def test_producers_append_whole_lines_and_repair_a_torn_tail(tmp_path: Pat
     queue.write_bytes(b'{"torn": ')  # a producer crashed mid-line
     append_locked(queue, [line("A", "B")])
     assert queue.read_bytes().split(b"\n") == [b'{"torn": ', line("A", "B"), b""]
+
+
+LEGACY_DDL = """
+CREATE TABLE applied_lines (line_id TEXT PRIMARY KEY, outcome TEXT NOT NULL,
+                            settled_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX applied_lines_settled ON applied_lines(settled_at);
+"""
+
+
+async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once_then_go(
+    stores: Stores,
+) -> None:
+    s = stores.settings
+    applied = line("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
+    pending = line("CONCEPT:a", "CONCEPT:b", "OLD_PENDING")
+
+    def requeued(rel: str, legacy_id: str) -> bytes:
+        return json.dumps({"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": rel,
+                           "_drain": {"lineId": legacy_id, "attempts": 1}}).encode()
+
+    settled_id, open_id = "a" * 64, "b" * 64
+    # The earlier version applied `applied` and a re-queued line, then stopped mid-drain: its
+    # `.draining` has no sidecar, and a crash of it left two copies of an open re-queued line.
+    await stores.graph.link_nodes("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
+    conn = sqlite3.connect(s.graph_db_path)
+    conn.executescript(LEGACY_DDL)
+    conn.executemany("INSERT INTO applied_lines VALUES (?, 'applied', 0)",
+                     [(hashlib.sha256(applied).hexdigest(),), (settled_id,)])
+    conn.commit()
+    conn.close()
+    write_queue(s.draining_path, [applied, pending])
+    write_queue(s.lazy_edges_queue_path, [requeued("OLD_SETTLED", settled_id),
+                                          requeued("OLD_OPEN", open_id),
+                                          requeued("OLD_OPEN", open_id)])
+    reopened = await GraphDB.open(s.graph_db_path)  # an old database still opens
+    try:
+        stats = await drain_queue(Stores(s, reopened, stores.vectors))
+        weights = {r[0]: r[1] for r in await reopened.fetch_all(
+            "SELECT relationship, weight FROM edges")}
+        tables = {r[0] for r in await reopened.fetch_all(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        await reopened.close()
+    assert weights == {"OLD_APPLIED": 1.0, "OLD_PENDING": 1.0, "OLD_OPEN": 1.0}
+    assert (stats.succeeded, stats.replayed) == (2, 3)
+    assert "applied_lines" not in tables, "dropped after the first complete tick"
+
+
+async def test_a_stale_sidecar_never_binds_the_next_queue_file(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, numbered_lines("OLD", 20))
+    # Dies right after `.draining` is unlinked: its sidecar and committed offset remain. The
+    # next queue file may even get the unlinked file's inode number.
+    real = QueueReader.remove_and_collect_late_bytes
+
+    def unlink_then_die(self: QueueReader) -> Iterator[bytes]:
+        real(self)
+        raise SimulatedCrash("after the unlink")
+
+    monkeypatch.setattr(QueueReader, "remove_and_collect_late_bytes", unlink_then_die)
+    with pytest.raises(SimulatedCrash):
+        await drain_queue(stores)
+    monkeypatch.undo()
+    assert generation_path(s.draining_path).exists() and not s.draining_path.exists()
+    write_queue(s.lazy_edges_queue_path, numbered_lines("NEW", 3))
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 3, "the new file is read from its first byte"
+    rows = await stores.graph.fetch_all(
+        "SELECT COUNT(*) FROM edges WHERE relationship LIKE 'NEW%'")
+    assert rows[0][0] == 3
+
+
+async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = stores.settings
+    write_queue(s.lazy_edges_queue_path, numbered_lines("R", 20))
+    await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")  # committed, not removed
+    # Something replaced `.draining` with a shorter file behind the drainer's back.
+    s.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
+    stats = await drain_queue(stores)
+    assert stats.succeeded == 1, "drained from its first byte: nothing is skipped"

@@ -18,7 +18,9 @@ async def test_schema_and_pragmas(graph: GraphDB) -> None:
     columns = {r[1] for r in await graph.fetch_all("PRAGMA table_info(edges)")}
     assert {"source", "target", "relationship", "weight", "properties"} <= columns
     tables = {r[0] for r in await graph.fetch_all("SELECT name FROM sqlite_master")}
-    assert {"nodes", "edges", "kb_ingestion_metrics", "applied_lines"} <= tables
+    assert {"nodes", "edges", "kb_ingestion_metrics", "drain_generations",
+            "drain_requeued"} <= tables
+    assert "applied_lines" not in tables, "the 30-day identity table is gone"
 
 
 async def test_upsert_merges_properties(graph: GraphDB) -> None:

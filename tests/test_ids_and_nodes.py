@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from core.ids import normalize_graph_node_id, parse_row_node_id
 from core.nodes import (
+    _js_numbers,
     js_json,
     memory_node,
     memory_payload_hash,
@@ -65,6 +69,25 @@ def test_payload_hash_ignores_fields_it_does_not_mirror_and_sees_those_it_does()
 
 def test_js_json_formats_numbers_and_text_as_javascript_does() -> None:
     assert js_json({"b": 1.0, "a": "é"}) == '{"a":"é","b":1}'
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=JSON_VALUES)
+def test_js_json_is_byte_identical_to_the_standard_encoder_whatever_the_value(
+    value: Any,
+) -> None:
+    # Payload hashes already stored in graphs depend on these exact bytes.
+    reference = json.dumps(_js_numbers(value), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    assert js_json(value) == reference
 
 
 def test_memory_and_session_nodes_carry_exactly_one_marker() -> None:

@@ -23,13 +23,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 import core.drain as drain
 from core.errors import StoreUnavailable
 from core.graph import GraphDB, Transaction
-from core.lazy_queue import DrainingFile
+from core.lazy_queue import QueueReader
 from core.stores import Stores
 from core.vectors import VectorStore
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed
 
-CRASH_POINTS = ("rotate", "link_edges", "write", "remove")
+CRASH_POINTS = ("rotate", "link_edges", "write", "remove", "append")
 
 
 class SimulatedCrash(BaseException):
@@ -87,8 +87,9 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
             owner, name = {
                 "rotate": (drain, "rotate_queue"),
                 "link_edges": (Transaction, "link_edges"),
-                "write": (drain._BatchDrainer, "_write"),
-                "remove": (DrainingFile, "remove_and_collect_late_bytes"),
+                "write": (drain._Drainer, "_write"),
+                "remove": (QueueReader, "remove_and_collect_late_bytes"),
+                "append": (drain, "append_locked"),
             }[point]
             real = getattr(owner, name)
 

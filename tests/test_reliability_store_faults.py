@@ -196,8 +196,11 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
     monkeypatch.undo()
     assert settings.draining_path.exists()
 
+    # The re-queue failed before the batch's commit: nothing of it took effect.
+    assert await graph.edge("CONCEPT:a", "CONCEPT:b", "R1") is None
+    assert not queue.exists() or queue.read_bytes() == b"", "no partial re-queue left behind"
     stats = await drain_queue(Stores(settings, graph, vectors))
-    assert stats.orphan_recovered and stats.replayed == 1 and stats.requeued == 1
+    assert stats.orphan_recovered and stats.succeeded == 1 and stats.requeued == 1
     assert stats.deferred == 1, "re-queued by the leftover, not retried again in this tick"
     [left] = [json.loads(x) for x in queue.read_text().splitlines()]
     assert left["relationship"] == "R2" and left["_drain"]["attempts"] == 1

@@ -46,9 +46,9 @@ def main(argv: list[str]) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
-    columns = ["run", "trials", "linesAppended", "linesInGraph", "linesDeadLettered",
-               "linesLost", "appliedTwice", "chunksDeleted", "chunksDeletedOutsidePlan",
-               "seconds"]
+    columns = ["run", "trials", "linesAppended", "byteIdenticalRepeats", "linesInGraph",
+               "linesDeadLettered", "linesLost", "appliedTwice", "deadLetteredTwice",
+               "chunksDeleted", "chunksDeletedOutsidePlan", "seconds"]
     widths = {c: max(len(c), *(len(str(r.get(c, "-"))) for r in rows)) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import core.drain as drain
+import core.lazy_queue as lazy_queue
 from core.config import load_config
 from core.graph import Transaction
-from core.lazy_queue import DrainingFile
 from core.logs import configure_logging
 from core.stores import open_stores
 from core.ticks import run_tick
 
-POINTS = ("none", "before-rename", "after-rename", "mid-transaction", "after-dead-letters",
-          "after-commit", "before-remove")
+POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",
+          "mid-transaction", "after-dead-letters", "after-requeue", "after-commit",
+          "before-remove", "after-remove")
 
 
 def _die() -> None:
@@ -64,23 +65,31 @@ def _arm(point: str, hit: int) -> None:
 
     if point == "before-rename":
         around(drain, "rotate_queue", before=True)
+    elif point == "after-sidecar":  # the generation's sidecar is written, the queue not renamed
+        around(lazy_queue, "write_generation", before=False)
     elif point == "after-rename":
         around(drain, "rotate_queue", before=False)
+    elif point == "after-spill":  # an over-limit line's side file is complete
+        around(lazy_queue._Spill, "finish", before=False)
     elif point == "mid-transaction":
         around(Transaction, "link_edges", before=False)  # edges written, not committed
-    elif point == "after-dead-letters":
-        real_append: Callable[..., None] = getattr(drain, "append_locked")  # noqa: B009
+    elif point in ("after-dead-letters", "after-requeue"):
+        real_append: Callable[..., int] = getattr(drain, "append_locked")  # noqa: B009
+        to_dead_letters = point == "after-dead-letters"  # else: re-queued lines to the queue
 
-        def append(path: Path, lines: Any, **kwargs: Any) -> None:
-            real_append(path, lines, **kwargs)
-            if path.name.endswith(".dead.jsonl") and due():
+        def append(path: Path, lines: Any, **kwargs: Any) -> int:
+            size = real_append(path, lines, **kwargs)
+            if path.name.endswith(".dead.jsonl") == to_dead_letters and due():
                 _die()
+            return size
 
         setattr(drain, "append_locked", append)  # noqa: B010
     elif point == "after-commit":
-        around(drain._BatchDrainer, "_write", before=False)
+        around(drain._Drainer, "_write", before=False)
     elif point == "before-remove":
-        around(DrainingFile, "remove_and_collect_late_bytes", before=True)
+        around(drain, "hand_back_late_bytes", before=True)
+    elif point == "after-remove":  # `.draining` unlinked; sidecar and offset row still there
+        around(lazy_queue.QueueReader, "remove_and_collect_late_bytes", before=False)
     elif point != "none":
         raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
 

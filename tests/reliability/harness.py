@@ -1,15 +1,18 @@
 """The reliability harness: a small world (Chroma rows, graph nodes, a queue), processes that
 drain it while crashing or competing, and the audit that proves nothing was lost.
 
-Every queue line has a unique relationship (`R<n>`), so each line maps to exactly one edge: a
-line applied once leaves its edge with weight 1.0; applied twice, 1.1. The audit accepts only
-two fates for a valid line: its edge in the graph exactly once, or the line in the dead-letter
-file with a reason. Malformed lines must be dead letters with reason `malformed`.
+Every distinct queue line has its own relationship (`R<n>`), so it maps to exactly one edge,
+and some lines are appended again byte for byte: each copy is one mention. An edge's weight
+says how many copies took effect (1.0 for one, 1.1 for two, ...: every line has weight 1).
+The audit accepts only two fates for each copy: applied once, or dead-lettered once with a
+reason. Malformed lines (some repeated byte for byte too, some over the 1 MiB limit) must be
+dead letters with reason `malformed`, one record each; no two records may share a `readAt`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import signal
@@ -23,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Settings, load_config
-from core.graph import GraphDB
+from core.graph import REINFORCE_FACTOR, GraphDB
+from core.lazy_queue import read_generation
 from core.vectors import VectorStore
 from tests.reliability.crash_child import POINTS
 from tests.support import child_env, seed
@@ -38,7 +42,20 @@ CONCEPTS = 10
 MALFORMED_SAMPLES = (b"{not json", b"null", b"[1, 2]", b'"text"', b"\xff\xfe\x00",
                      b'{"source": "CONCEPT:c0", "relationship": "R"}', b"123",
                      b'{"source": "CONCEPT:c0", "target": "CONCEPT:c1", "relationship": "R",'
-                     b' "weight": NaN}')
+                     b' "weight": NaN}',
+                     b'{"source": "CONCEPT:c0", "target": "CONCEPT:c1", "relationship": "\\ud800"}',
+                     b'{"source": "CONCEPT:c0", "target": "CONCEPT:c1", "relationship": "R",'
+                     b' "x": 1e999}')
+#: Shares of the lines a world appends: byte-identical repeats of an earlier valid line,
+#: malformed lines, and lines over the 1 MiB limit (dead-lettered with their bytes in a file).
+REPEAT_SHARE = 0.15
+MALFORMED_SHARE = 0.08
+OVERSIZE_SHARE = 0.003
+OVERSIZE_LINE = b'{"padding": "' + b"x" * ((1 << 20) + 4096) + b'"}'
+#: Points of the drain that a crash child dies at on the n-th pass (points passed once per
+#: tick die on their first pass); used to vary where per-batch points strike.
+PER_BATCH_POINTS = {"mid-transaction": 4, "after-dead-letters": 3, "after-requeue": 3,
+                    "after-commit": 4, "before-remove": 2}
 
 
 @dataclass
@@ -48,10 +65,13 @@ class World:
     root: Path
     config: Path
     settings: Settings
-    valid: set[str] = field(default_factory=set)  # relationships of valid lines
-    # Distinct malformed lines: byte-identical lines share one identity, so a repeat of a
-    # malformed line is recognized as the same line and dead-lettered once.
-    malformed: set[bytes] = field(default_factory=set)
+    #: Relationship of each distinct valid line -> copies appended.
+    valid: Counter[str] = field(default_factory=Counter)
+    #: Malformed lines appended (copies counted: each is a line of its own).
+    malformed: int = 0
+    #: Valid lines appended as a byte-identical copy of an earlier one.
+    repeats: int = 0
+    lines: dict[str, bytes] = field(default_factory=dict)
     next_line: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(7))
 
@@ -61,16 +81,23 @@ class World:
 
     def line(self) -> bytes:
         """One random line: mostly valid (existing, back-fillable or hallucinated targets),
-        some malformed."""
+        some a byte-identical repeat of an earlier one, some malformed or over the limit."""
         n = self.next_line
         self.next_line += 1
         roll = self.rng.random()
-        if roll < 0.08:
-            bad = self.rng.choice(MALFORMED_SAMPLES)
-            self.malformed.add(bad)
-            return bad
+        if roll < OVERSIZE_SHARE:
+            self.malformed += 1
+            return OVERSIZE_LINE
+        if roll < MALFORMED_SHARE:
+            self.malformed += 1
+            return self.rng.choice(MALFORMED_SAMPLES)
+        if roll < MALFORMED_SHARE + REPEAT_SHARE and self.lines:
+            relationship = self.rng.choice(list(self.lines))
+            self.valid[relationship] += 1
+            self.repeats += 1
+            return self.lines[relationship]
         relationship = f"R{n}"
-        self.valid.add(relationship)
+        self.valid[relationship] += 1
         source = f"CONCEPT:c{self.rng.randrange(CONCEPTS)}"
         if roll < 0.45:
             target = f"CONCEPT:c{self.rng.randrange(CONCEPTS)}"
@@ -78,15 +105,22 @@ class World:
             target = f"{self.rng.choice(['memory', 'MEMORY'])}:m{self.rng.randrange(MEMORIES)}"
         else:
             target = f"memory:ghost{n}"
-        return json.dumps({"source": source, "target": target, "relationship": relationship,
+        line = json.dumps({"source": source, "target": target, "relationship": relationship,
                            "justification": f"line {n}", "timestamp": n}).encode()
+        self.lines[relationship] = line
+        return line
 
-    def append(self, count: int) -> None:
-        """Append lines the way a bare producer does (open, write, close)."""
+    def append(self, count: int, *, oversize: int = 0) -> None:
+        """Append lines the way a bare producer does (open, write, close); `oversize` more
+        lines over the limit among them."""
+        lines = [self.line() for _ in range(count)]
+        for _ in range(oversize):
+            self.malformed += 1
+            lines.insert(self.rng.randrange(len(lines) + 1), OVERSIZE_LINE)
         path = self.settings.lazy_edges_queue_path
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab") as queue:
-            queue.write(b"".join(self.line() + b"\n" for _ in range(count)))
+            queue.write(b"".join(line + b"\n" for line in lines))
 
 
 def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
@@ -161,7 +195,7 @@ def final_drain(world: World) -> None:
 
 @dataclass
 class Audit:
-    """Where every appended line ended up."""
+    """Where every appended line ended up (copies counted one by one)."""
 
     appended: int
     in_graph: int
@@ -173,25 +207,33 @@ class Audit:
     both: list[str]
     dead_without_reason: int
     unexpected_edges: int
-
+    #: Positions (`readAt`) with more than one dead-letter record.
+    dead_twice: list[str] = field(default_factory=list)
+    #: Over-limit lines whose side file is missing or does not match its record.
+    spill_mismatches: list[str] = field(default_factory=list)
     malformed_appended: int = 0
+    repeats_appended: int = 0
 
     @property
     def ok(self) -> bool:
-        """Nothing lost, nothing applied twice, nothing both applied and dead, every distinct
-        malformed line dead-lettered (once all pending lines are drained)."""
-        malformed_missing = self.pending == 0 and self.malformed_dead < self.malformed_appended
+        """Nothing lost, nothing applied twice, nothing both applied and dead, no line with two
+        dead letters, every malformed line dead-lettered once (once nothing is pending)."""
+        malformed_wrong = self.malformed_dead > self.malformed_appended or (
+            self.pending == 0 and self.malformed_dead != self.malformed_appended)
         return not (self.lost or self.applied_twice or self.both or self.dead_without_reason
-                    or self.unexpected_edges or malformed_missing)
+                    or self.unexpected_edges or malformed_wrong or self.dead_twice
+                    or self.spill_mismatches)
 
     def row(self) -> dict[str, Any]:
-        return {"linesAppended": self.appended, "linesInGraph": self.in_graph,
+        return {"linesAppended": self.appended, "byteIdenticalRepeats": self.repeats_appended,
+                "linesInGraph": self.in_graph,
                 "linesDeadLettered": self.dead_lettered + self.malformed_dead,
                 "linesPending": self.pending, "linesLost": len(self.lost),
-                "appliedTwice": len(self.applied_twice)}
+                "appliedTwice": len(self.applied_twice),
+                "deadLetteredTwice": len(self.dead_twice)}
 
 
-def _relationship_of(text: str) -> str | None:
+def _relationship_of(text: str | bytes) -> str | None:
     try:
         value = json.loads(text)
     except ValueError:
@@ -201,65 +243,114 @@ def _relationship_of(text: str) -> str | None:
 
 
 def pending_relationships(settings: Settings) -> Counter[str]:
-    """Relationships of valid lines still on disk (queue or `.draining`)."""
+    """Copies of valid lines still on disk (queue or `.draining`), by relationship. Lines a
+    committed batch already read are skipped, and so are re-queued copies whose token is used
+    up (a crash left them; the drainer skips them): neither is pending."""
     found: Counter[str] = Counter()
+    committed, tokens = _drain_state(settings)
     for path in (settings.lazy_edges_queue_path, settings.draining_path):
-        if path.exists():
-            for raw in path.read_bytes().splitlines():
-                rel = _relationship_of(raw.decode("utf-8", "replace"))
-                if rel is not None:
-                    found[rel] += 1
+        if not path.exists():
+            continue
+        start = 0
+        if path == settings.draining_path:
+            generation = read_generation(path)
+            start = committed.get(generation.id, 0) if generation is not None else 0
+        with path.open("rb") as stream:
+            stream.seek(start)
+            for raw in stream:
+                if len(raw) > 1 << 20:
+                    continue
+                try:
+                    value = json.loads(raw)
+                except ValueError:
+                    continue
+                if not isinstance(value, dict) or not isinstance(value.get("relationship"), str):
+                    continue
+                drain = value.get("_drain")
+                if isinstance(drain, dict) and tokens.get(str(drain.get("lineId"))) != drain.get(
+                        "attempts"):
+                    continue
+                found[value["relationship"]] += 1
     return found
 
 
+def _drain_state(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """Committed offsets by generation, and outstanding re-queue tokens."""
+    if not settings.graph_db_path.exists():
+        return {}, {}
+    db = sqlite3.connect(f"file:{settings.graph_db_path}?mode=ro", uri=True)
+    try:
+        committed = dict(db.execute("SELECT generation, committed_offset FROM drain_generations"))
+        tokens = dict(db.execute("SELECT line_id, attempts FROM drain_requeued"))
+    except sqlite3.OperationalError:
+        return {}, {}
+    finally:
+        db.close()
+    return committed, tokens
+
+
 def audit(world: World, *, allow_pending: bool = False) -> Audit:
-    """Check every line's fate (see the module docstring)."""
+    """Check every copy's fate (see the module docstring)."""
     s = world.settings
-    edges: dict[str, list[float]] = {}
+    applied: Counter[str] = Counter()
+    unexpected = 0
     if s.graph_db_path.exists():
         db = sqlite3.connect(f"file:{s.graph_db_path}?mode=ro", uri=True)
         try:
             for rel, weight in db.execute(
                     "SELECT relationship, weight FROM edges WHERE relationship != 'ORIGINATES_IN'"):
-                edges.setdefault(rel, []).append(weight)
+                if rel not in world.valid:
+                    unexpected += 1
+                    continue
+                applied[rel] += round((weight - 1.0) / REINFORCE_FACTOR) + 1
         finally:
             db.close()
     dead: Counter[str] = Counter()
-    malformed_ids: set[str] = set()
+    malformed_dead = 0
     without_reason = 0
+    read_at: Counter[str] = Counter()
+    spill_mismatches: list[str] = []
     if s.dead_letter_path.exists():
-        for raw in s.dead_letter_path.read_text().splitlines():
+        for raw in s.dead_letter_path.read_bytes().splitlines():
             record = json.loads(raw)
+            read_at[record.get("readAt")] += 1
             if not record.get("reason"):
                 without_reason += 1
             if record.get("reason") == "malformed":
-                # Dead letters are written at least once: a crash between writing them and
-                # the commit that settles them repeats them on replay (same lineId).
-                malformed_ids.add(record["lineId"])
+                malformed_dead += 1
+                if "lineFile" in record and not _spill_matches(s.dead_letter_path.parent, record):
+                    spill_mismatches.append(record["readAt"])
                 continue
             rel = _relationship_of(record.get("line", ""))
             if rel is not None:
                 dead[rel] += 1
     pending = pending_relationships(s) if allow_pending else Counter()
     lost, twice, both = [], [], []
-    for rel in sorted(world.valid):
-        weights = edges.get(rel, [])
-        if len(weights) > 1 or any(w != 1.0 for w in weights):
+    for rel, copies in sorted(world.valid.items()):
+        if applied[rel] + dead[rel] > copies:
             twice.append(rel)
-        if weights and dead[rel]:
+        if applied[rel] and dead[rel]:
             both.append(rel)
-        if not weights and not dead[rel] and not pending[rel]:
+        if applied[rel] + dead[rel] + pending[rel] < copies:
             lost.append(rel)
-    unexpected = sum(len(w) for rel, w in edges.items() if rel not in world.valid)
     return Audit(
-        appended=len(world.valid) + len(world.malformed),
-        in_graph=sum(1 for rel in world.valid if edges.get(rel)),
-        dead_lettered=sum(1 for rel in world.valid if dead[rel]),
-        malformed_dead=len(malformed_ids),
-        pending=sum(1 for rel in world.valid if pending[rel]),
+        appended=sum(world.valid.values()) + world.malformed,
+        in_graph=sum(min(applied[rel], n) for rel, n in world.valid.items()),
+        dead_lettered=sum(min(dead[rel], n) for rel, n in world.valid.items()),
+        malformed_dead=malformed_dead,
+        pending=sum(min(pending[rel], n) for rel, n in world.valid.items()),
         lost=lost, applied_twice=twice, both=both,
         dead_without_reason=without_reason, unexpected_edges=unexpected,
-        malformed_appended=len(world.malformed))
+        dead_twice=sorted(str(k) for k, n in read_at.items() if n > 1),
+        spill_mismatches=spill_mismatches,
+        malformed_appended=world.malformed, repeats_appended=world.repeats)
+
+
+def _spill_matches(folder: Path, record: dict[str, Any]) -> bool:
+    path = folder / record["lineFile"]
+    if not path.exists() or path.stat().st_size != record["lineBytes"]:
+        return False
+    return bool(hashlib.sha256(path.read_bytes()).hexdigest() == record["lineSha256"])
 
 
 def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
@@ -269,12 +360,9 @@ def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
     world = build_world(root)
     world.rng = random.Random(seed_value)
     points = [p for p in POINTS if p != "none"]
-    # Points passed once per tick die on their first pass; per-batch points at a random batch.
-    per_batch = {"mid-transaction": 4, "after-dead-letters": 3, "after-commit": 4,
-                 "before-remove": 2}
+    per_batch = PER_BATCH_POINTS
     outcomes: Counter[str] = Counter()
     for trial in range(trials):
-        world.append(lines_per_trial)
         if trial < len(points):
             point, hit = points[trial], 1
         elif trial % 3 != 2:
@@ -282,6 +370,7 @@ def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
             hit = world.rng.randint(1, per_batch.get(point, 1))
         else:
             point, hit = "random", 0
+        world.append(lines_per_trial, oversize=int(point == "after-spill"))
         if point == "random":
             status = run_crash_child(world, "none", 0,
                                      kill_after_s=world.rng.uniform(0.3, 2.5))
@@ -289,7 +378,7 @@ def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
             status = run_crash_child(world, point, hit)
         outcomes[f"{point}:{'killed' if status else 'finished'}"] += 1
         interim = audit(world, allow_pending=True)
-        assert not interim.applied_twice and not interim.lost, interim
+        assert not (interim.applied_twice or interim.lost or interim.dead_twice), interim
     final_drain(world)
     return audit(world), outcomes
 
@@ -311,7 +400,9 @@ def producers_and_drainer(root: Path, *, producers: int, lines_each: int) -> Aud
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err.decode()[-3000:]
-        world.valid.update(out.decode().split())
+        written = Counter(out.decode().split())
+        world.valid.update(written)
+        world.repeats += sum(n - 1 for n in written.values())
     time.sleep(0.5)
     daemon.send_signal(signal.SIGTERM)
     _, err = daemon.communicate(timeout=120)

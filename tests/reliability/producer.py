@@ -1,4 +1,5 @@
-"""A producer process for the concurrency test: appends unique edge lines to the queue.
+"""A producer process for the concurrency test: appends edge lines to the queue, every seventh
+one twice, byte for byte (two mentions of one edge).
 
     python tests/reliability/producer.py MODE CONFIG ID COUNT
 
@@ -33,9 +34,11 @@ def main(mode: str, config: str, producer: str, count: int) -> None:
         lines = []
         for i in range(start, min(start + CHUNK, count)):
             rel = f"P{producer}-{i}"
-            written.append(rel)
-            lines.append(json.dumps({"source": f"CONCEPT:c{i % 10}", "target":
-                                     f"CONCEPT:c{(i + 1) % 10}", "relationship": rel}).encode())
+            line = json.dumps({"source": f"CONCEPT:c{i % 10}", "target":
+                               f"CONCEPT:c{(i + 1) % 10}", "relationship": rel}).encode()
+            copies = 2 if i % 7 == 0 else 1
+            written.extend([rel] * copies)
+            lines.extend([line] * copies)
         if mode == "bare":
             for line in lines:
                 with queue.open("ab") as f:
