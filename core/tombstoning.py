@@ -1,0 +1,346 @@
+"""Tombstoning one tenant: archive exactly what a staleness predicate returns, then let the
+store delete by that same predicate, so the store decides at delete time.
+
+The rule this module keeps: **every chunk that is deleted is in an archive with the content it
+had when it was deleted, and a chunk written or re-stamped after the pass read it is never
+deleted.**
+
+How:
+
+- **The predicate** of a band is `tenantId = T AND tenantConfigVersion <= ceiling AND after <
+  ingestedAt <= through`, sent as the `where` of one delete request and evaluated by Chroma
+  when that request runs. A chunk re-stamped at the current version no longer matches. A chunk
+  rewritten by a re-ingest carries a new `ingestedAt` (CONTRACT: epoch ms of its ingestion),
+  later than `through`, which is always an `ingestedAt` the pass itself read and never later
+  than the moment the pass started reading; so it no longer matches either, whatever stamp the
+  writer gave it.
+- **Held chunks.** An actionable chunk with no numeric `ingestedAt`, or one later than the
+  pass's read, cannot match `$lte through` (checked on Chroma 1.5.9: a missing key, a string
+  or a bool never matches a numeric comparison) and is never deleted: nothing would tell a
+  rewrite of it from the archived content. The pass reports how many it held.
+- **Bands** keep each delete request short and bound the pass by the cap. The scan keeps the
+  `ingestedAt` of the oldest `cap` actionable chunks (`OldestIngested`: memory bounded by the
+  cap, not the tenant); `plan_bands` cuts them, sorted, into bands of about `BAND_ROWS`,
+  never splitting equal values. The last band may hold more chunks than the cap leaves (equal
+  values past the cap): it is archived whole and deleted with `limit`, so the store removes at
+  most the cap's remainder, and whichever it picks is archived.
+- **Per band**: read the band's whole rows (one `get` when it fits a page: a snapshot; else
+  page by page, then one ids-only read of the whole band finds any row that slipped between
+  pages, and it is fetched by id and archived too); check every returned row against the rule
+  (this tenant's, an actionable stamp, a numeric `ingestedAt` not after the pass's read: the
+  store and the rule must agree, or nothing of the band goes); append and fsync the archive;
+  then one `delete(where=band)`, whose reply says how many went.
+
+What no client can close, measured on a Chroma 1.5.9 server (`chroma run`): an upsert whose
+request overlaps a where-delete request in time can still be lost (3-5 of about 400
+overlapping upserts; none embedded). Bands keep each request to about a second at 100,000
+chunks. What the predicate cannot see: a writer that rewrites a chunk's document but keeps
+both its old stamp and its old `ingestedAt`, between the band's read and its delete.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from core.clock import now_ms
+from core.tombstones import TombstoneArchive
+
+if TYPE_CHECKING:
+    from core.vectors import ColumnPage, VectorStore
+
+log = structlog.get_logger(__name__)
+
+TENANT_KEY: Final = "tenantId"
+STAMP_KEY: Final = "tenantConfigVersion"
+INGESTED_KEY: Final = "ingestedAt"
+
+#: Chunks per planned band: the rows of one delete request and of one archive read.
+#: Embedded, sized for speed: a where-delete of 2,000 of 100,000 chunks takes ~1 s (bands of
+#: 1,000: 9.7 s for 10,000 rows against 7.0 s, every request re-evaluating the `where` over
+#: the tenant; 5,000: no faster). Against a server, smaller bands do not shrink the store's
+#: window (module docstring): in the race test (3 writers re-ingesting stale chunks through a
+#: 4,000-chunk pass, 3 runs each) bands of 2,000 / 500 / 250 / 100 lost 2-16 / 10-19 / 6-10 /
+#: 9-13 ids per pass, while the pass took 1x / 1.5x / 2x / 3.3x as long: each request is
+#: shorter, but there are as many more of them. Embeddings stay numpy: ~8 MB a read.
+BAND_ROWS: Final = 2_000
+#: Ids-only re-reads of a band read in several pages before giving up on it (each round
+#: archives what slipped between pages; a band still changing after this many is left alone).
+BAND_VERIFY_ROUNDS: Final = 3
+
+Number = int | float
+
+
+def is_real_number(value: Any) -> bool:
+    """True for a finite int or float; False for bool (an int subclass), NaN, ±inf, strings.
+    The one definition of "a number" for stamps and `ingestedAt` alike."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
+    """The chunk's `ingestedAt` when a band can hold it: a real number not later than the
+    pass's read; None for a chunk the pass must hold (never delete)."""
+    if not isinstance(metadata, Mapping):
+        return None
+    value: Any = metadata.get(INGESTED_KEY)
+    return value if is_real_number(value) and value <= read_ms else None
+
+
+class OldestIngested:
+    """The `ingestedAt` of the oldest `capacity` chunks offered, in memory bounded by the
+    capacity (a max-heap of negated values): the chunks a capped pass deletes first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, capacity)
+        self._heap: list[Number] = []
+
+    def offer(self, value: Number) -> None:
+        """Keep `value` if it is among the oldest `capacity` seen."""
+        if self.capacity == 0:
+            return
+        if len(self._heap) < self.capacity:
+            heapq.heappush(self._heap, -value)
+        elif -value > self._heap[0]:
+            heapq.heapreplace(self._heap, -value)
+
+    def sorted(self) -> list[Number]:
+        """The kept values, oldest first."""
+        return sorted(-v for v in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen."""
+
+    after: Number | None
+    through: Number
+    planned: int
+
+
+def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
+    """Cut sorted `ingestedAt` values into bands of at most `band_rows` (pure).
+
+    Equal values are never split (a band boundary must be a value change, or the predicate
+    could not tell them apart): a band ends before a run of equal values that would overflow
+    it, and a run longer than `band_rows` is a band of its own.
+    """
+    bands: list[Band] = []
+    start, count = 0, len(values)
+    while start < count:
+        end = min(start + band_rows, count)
+        if end < count and values[end] == values[end - 1]:
+            run_start = end - 1
+            while run_start > start and values[run_start - 1] == values[end - 1]:
+                run_start -= 1
+            if run_start > start:
+                end = run_start
+            else:
+                while end < count and values[end] == values[end - 1]:
+                    end += 1
+        bands.append(Band(values[start - 1] if start else None, values[end - 1], end - start))
+        start = end
+    return bands
+
+
+def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
+    """The band's predicate, as Chroma `where`. Numeric operands are exact against float
+    values and, for operands >= 0, against integer ones (Chroma truncates a fractional
+    operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    clauses: list[dict[str, Any]] = [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}}]
+    if band.after is not None:
+        clauses.append({INGESTED_KEY: {"$gt": band.after}})
+    clauses.append({INGESTED_KEY: {"$lte": band.through}})
+    return {"$and": clauses}
+
+
+def rule_violations(
+    page: ColumnPage, *, tenant_id: str, is_actionable: Callable[[Any], bool], read_ms: int
+) -> list[str]:
+    """Ids in a page the rule would not delete (pure): another tenant's, a stamp that is not
+    actionable, no numeric `ingestedAt` or one after the pass's read. The store returned
+    them for the band's predicate, so any here means the store and the rule disagree."""
+    bad = []
+    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
+        if (metadata.get(TENANT_KEY) != tenant_id or not is_actionable(metadata.get(STAMP_KEY))
+                or deletion_bound(metadata, read_ms=read_ms) is None):
+            bad.append(row_id)
+    return bad
+
+
+class BandRefused(Exception):
+    """A band the pass will not delete (the store and the rule disagree, or it kept
+    changing while it was read); nothing of it was deleted."""
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneJob:
+    """Everything one tenant's tombstoning needs, fixed for the whole tenant."""
+
+    vectors: VectorStore
+    collection: str
+    tenant_id: str
+    #: `$lte` operand selecting actionable stamps (see `actionable_stamp_ceiling`).
+    ceiling: Number
+    #: The engine's verdict on one stamp value.
+    is_actionable: Callable[[Any], bool]
+    #: When the pass started reading this tenant (epoch ms): no band reaches past it.
+    read_ms: int
+    tombstones_dir: Path
+    pass_id: str
+    #: Chunks per planned band.
+    band_rows: int = BAND_ROWS
+
+    @property
+    def read_rows(self) -> int:
+        """Rows per read of a band: a quarter above `band_rows`, so a band that gained a few
+        rows since it was planned is still read in one snapshot."""
+        return self.band_rows + self.band_rows // 4
+
+
+@dataclass(slots=True)
+class TombstoneProgress:
+    """What has gone so far (kept up to date, so a failure part-way reports the truth)."""
+
+    tombstoned: int = 0
+    archived: int = 0
+    bands_done: int = 0
+    bands_refused: int = 0
+    archive: TombstoneArchive | None = None
+
+
+class TombstoneFailed(Exception):
+    """A delete request failed; the progress already holds what actually went."""
+
+
+async def tombstone_bands(
+    job: TombstoneJob,
+    oldest: Sequence[Number],
+    *,
+    cap: int,
+    progress: TombstoneProgress,
+    stopping: Callable[[], bool],
+    beat: Callable[[], None],
+) -> None:
+    """Cut the sorted `ingestedAt` of the oldest deletable chunks into bands, then archive and
+    delete band after band until the cap is reached, the bands run out or the daemon is
+    stopping (checked between bands, never inside one)."""
+    for band in plan_bands(oldest, band_rows=job.band_rows):
+        remaining = cap - progress.tombstoned
+        if remaining <= 0 or stopping():
+            return
+        try:
+            await _tombstone_band(job, band, remaining=remaining, progress=progress)
+        except BandRefused as exc:
+            progress.bands_refused += 1
+            log.error("reconcile.band_refused", after=band.after, through=band.through,
+                      reason=str(exc), message="nothing of this band was deleted")
+        beat()
+
+
+async def _tombstone_band(
+    job: TombstoneJob, band: Band, *, remaining: int, progress: TombstoneProgress
+) -> None:
+    where = band_where(job.tenant_id, job.ceiling, band)
+    archived: set[str] = set()
+    offset, pages = 0, 0
+    while True:
+        page = await job.vectors.get_page(job.collection, where=where, limit=job.read_rows,
+                                          offset=offset)
+        bad = rule_violations(page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
+                              read_ms=job.read_ms)
+        if bad:
+            raise BandRefused(f"the store returned {len(bad)} chunks the rule would keep "
+                              f"(first {bad[0]!r}) for the band's predicate")
+        await _archive(job, page, progress)
+        archived.update(page.ids)
+        pages += 1
+        if len(page) < job.read_rows:
+            break
+        offset += len(page)
+    if pages > 1:
+        await _archive_rows_between_pages(job, where, archived, progress)
+    if not archived:
+        return
+    limit = remaining if len(archived) > remaining else None
+    try:
+        deleted = await job.vectors.delete_where(job.collection, where=where, limit=limit)
+    except Exception as exc:
+        gone = await _count_gone(job, archived)
+        progress.tombstoned += gone
+        raise TombstoneFailed(
+            f"delete of a band of {len(archived)} chunks failed ({gone} went): {exc}"
+        ) from exc
+    progress.tombstoned += deleted
+    progress.bands_done += 1
+    log.info("reconcile.tombstoned_band", deleted=deleted, archived=len(archived),
+             limit=limit, archive=str(progress.archive.path) if progress.archive else None)
+
+
+async def _archive_rows_between_pages(
+    job: TombstoneJob, where: dict[str, Any], archived: set[str], progress: TombstoneProgress
+) -> None:
+    """A band read in several offset pages can miss a row: one re-stamped or deleted between
+    two pages shifts the later offsets. One ids-only read of the whole band (a snapshot)
+    finds any matching id not archived yet; those are fetched by id and archived, until the
+    band holds nothing unarchived or BAND_VERIFY_ROUNDS runs out (then nothing goes)."""
+    for _round in range(BAND_VERIFY_ROUNDS):
+        missing = [i for i in await job.vectors.ids_where(job.collection, where=where)
+                   if i not in archived]
+        if not missing:
+            return
+        for start in range(0, len(missing), job.read_rows):
+            page = await job.vectors.get_page(job.collection,
+                                              ids=missing[start:start + job.read_rows])
+            # Fetched by id, a row may have changed since the ids-only read: archive those the
+            # rule still allows; the others no longer match the band and cannot be deleted.
+            keep = set(page.ids) - set(rule_violations(
+                page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
+                read_ms=job.read_ms))
+            await _archive(job, _only(page, keep), progress)
+            archived.update(keep)
+    raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
+
+
+def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
+    """The rows of `page` whose ids are in `keep`."""
+    from core.vectors import ColumnPage
+
+    if len(keep) == len(page):
+        return page
+    index = [i for i, row_id in enumerate(page.ids) if row_id in keep]
+    embeddings = page.embeddings[index] if page.embeddings is not None and index else None
+    return ColumnPage([page.ids[i] for i in index], [page.metadatas[i] for i in index],
+                      [page.documents[i] for i in index], embeddings)
+
+
+async def _archive(job: TombstoneJob, page: ColumnPage, progress: TombstoneProgress) -> None:
+    """Append a page to the tenant's archive (created with its first row), durably."""
+    if not len(page):
+        return
+    if progress.archive is None:
+        progress.archive = await TombstoneArchive.create(
+            job.tombstones_dir, collection=job.collection, tenant_id=job.tenant_id,
+            pass_id=job.pass_id, now_ms=now_ms(),
+        )
+    await progress.archive.append(page, archived_at_ms=now_ms())
+    progress.archived += len(page)
+
+
+async def _count_gone(job: TombstoneJob, ids: set[str]) -> int:
+    """How many archived ids no longer exist, after a failing delete (0 when that cannot be
+    read: the telemetry must not claim deletions that may not have happened)."""
+    try:
+        still_there = await job.vectors.get_by_ids(job.collection, sorted(ids), include=())
+    except Exception:
+        log.warning("reconcile.delete_outcome_unknown", count=len(ids), exc_info=True)
+        return 0
+    return len(ids) - len(still_there)
