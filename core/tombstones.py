@@ -329,9 +329,14 @@ class TombstoneArchive:
         self.rows_written += len(page)
 
     def _write_durably(self, page: ColumnPage, archived_at_ms: int) -> None:
+        # Every line is encoded (and checked) before the first is written, so a row that
+        # cannot be archived leaves the file as it was; lines go out one by one, never joined
+        # into one more copy of the page.
         lines = chunk_lines(page, header=self.header, archived_at_ms=archived_at_ms)
         with self.path.open("ab") as handle:
-            handle.write(b"".join(line + b"\n" for line in lines))
+            for line in lines:
+                handle.write(line)
+                handle.write(b"\n")
             handle.flush()
             os.fsync(handle.fileno())
 

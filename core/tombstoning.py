@@ -24,12 +24,13 @@ How:
   never splitting equal values. The last band may hold more chunks than the cap leaves (equal
   values past the cap): it is archived whole and deleted with `limit`, so the store removes at
   most the cap's remainder, and whichever it picks is archived.
-- **Per band**: read the band's whole rows (one `get` when it fits a page: a snapshot; else
-  page by page, then one ids-only read of the whole band finds any row that slipped between
-  pages, and it is fetched by id and archived too); check every returned row against the rule
-  (this tenant's, an actionable stamp, a numeric `ingestedAt` not after the pass's read: the
-  store and the rule must agree, or nothing of the band goes); append and fsync the archive;
-  then one `delete(where=band)`, whose reply says how many went.
+- **Per band**: one ids-only read of everything the band's `where` matches (a snapshot, never
+  paged, so no row can slip between pages); those rows fetched whole by id, a page at a time,
+  each checked against the rule (this tenant's, an actionable stamp, a numeric `ingestedAt`
+  not after the pass's read) and appended to the archive, fsynced; then one
+  `delete(where=band)`, whose reply says how many went. A fetched row the rule refuses has
+  either changed since the snapshot or shows the store and the rule disagree: one more ids-only
+  read tells which, and if the store still matches it nothing of the band goes.
 
 What no client can close, measured on a Chroma 1.5.9 server (`chroma run`): an upsert whose
 request overlaps a where-delete request in time can still be lost (3-5 of about 400
@@ -61,17 +62,23 @@ TENANT_KEY: Final = "tenantId"
 STAMP_KEY: Final = "tenantConfigVersion"
 INGESTED_KEY: Final = "ingestedAt"
 
-#: Chunks per planned band: the rows of one delete request and of one archive read.
-#: Embedded, sized for speed: a where-delete of 2,000 of 100,000 chunks takes ~1 s (bands of
-#: 1,000: 9.7 s for 10,000 rows against 7.0 s, every request re-evaluating the `where` over
-#: the tenant; 5,000: no faster). Against a server, smaller bands do not shrink the store's
-#: window (module docstring): in the race test (3 writers re-ingesting stale chunks through a
+#: Chunks per planned band: the rows of one delete request. Every request (the band's
+#: ids-only read and its delete) re-evaluates the `where` over the whole tenant, ~0.2-0.3 s
+#: at 100,000 chunks, so fewer, larger bands are faster: tombstoning 10,000 of 100,000 chunks
+#: took 1.47-1.51x the delete-by-ids floor with bands of 5,000 against 1.68x with 2,000
+#: (`make bench`, same machine). Memory does not grow with the band (rows are fetched
+#: ARCHIVE_READ_ROWS at a time). Against a server, smaller bands do not shrink the store's
+#: window (module docstring): in the race test (3 writers re-ingesting the stale chunks of a
 #: 4,000-chunk pass, 3 runs each) bands of 2,000 / 500 / 250 / 100 lost 2-16 / 10-19 / 6-10 /
-#: 9-13 ids per pass, while the pass took 1x / 1.5x / 2x / 3.3x as long: each request is
-#: shorter, but there are as many more of them. Embeddings stay numpy: ~8 MB a read.
-BAND_ROWS: Final = 2_000
-#: Ids-only re-reads of a band read in several pages before giving up on it (each round
-#: archives what slipped between pages; a band still changing after this many is left alone).
+#: 9-13 ids per pass while the pass took 1x / 1.5x / 2x / 3.3x as long: each request is
+#: shorter, but there are as many more of them, and the time under delete requests grows.
+BAND_ROWS: Final = 5_000
+#: Rows fetched whole (by id) per read for the archive. A `get` of 2,500 whole rows of a
+#: 100,000-chunk store grows the process by ~70 MB (Chroma's conversion buffers); by ids in
+#: pages of 500 the same rows cost ~15 MB and the same 0.3 s (measured).
+ARCHIVE_READ_ROWS: Final = 500
+#: Re-reads of a band whose fetched rows the rule refused, before giving up on it (a band
+#: still changing after this many is left alone).
 BAND_VERIFY_ROUNDS: Final = 3
 
 Number = int | float
@@ -199,12 +206,6 @@ class TombstoneJob:
     #: Chunks per planned band.
     band_rows: int = BAND_ROWS
 
-    @property
-    def read_rows(self) -> int:
-        """Rows per read of a band: a quarter above `band_rows`, so a band that gained a few
-        rows since it was planned is still read in one snapshot."""
-        return self.band_rows + self.band_rows // 4
-
 
 @dataclass(slots=True)
 class TombstoneProgress:
@@ -250,24 +251,11 @@ async def _tombstone_band(
     job: TombstoneJob, band: Band, *, remaining: int, progress: TombstoneProgress
 ) -> None:
     where = band_where(job.tenant_id, job.ceiling, band)
+    matched = await job.vectors.ids_where(job.collection, where=where)
     archived: set[str] = set()
-    offset, pages = 0, 0
-    while True:
-        page = await job.vectors.get_page(job.collection, where=where, limit=job.read_rows,
-                                          offset=offset)
-        bad = rule_violations(page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
-                              read_ms=job.read_ms)
-        if bad:
-            raise BandRefused(f"the store returned {len(bad)} chunks the rule would keep "
-                              f"(first {bad[0]!r}) for the band's predicate")
-        await _archive(job, page, progress)
-        archived.update(page.ids)
-        pages += 1
-        if len(page) < job.read_rows:
-            break
-        offset += len(page)
-    if pages > 1:
-        await _archive_rows_between_pages(job, where, archived, progress)
+    refused = await _archive_by_ids(job, matched, archived, progress)
+    if refused:
+        await _settle_refused_rows(job, where, refused, archived, progress)
     if not archived:
         return
     limit = remaining if len(archived) > remaining else None
@@ -285,28 +273,43 @@ async def _tombstone_band(
              limit=limit, archive=str(progress.archive.path) if progress.archive else None)
 
 
-async def _archive_rows_between_pages(
-    job: TombstoneJob, where: dict[str, Any], archived: set[str], progress: TombstoneProgress
+async def _archive_by_ids(
+    job: TombstoneJob, ids: Sequence[str], archived: set[str], progress: TombstoneProgress
+) -> list[str]:
+    """Fetch these rows whole, ARCHIVE_READ_ROWS at a time, and archive every one the rule
+    allows; returns the ids the rule refused (changed since they matched, or the store and
+    the rule disagree: the caller finds out which)."""
+    refused: list[str] = []
+    for start in range(0, len(ids), ARCHIVE_READ_ROWS):
+        page = await job.vectors.get_page(job.collection,
+                                          ids=ids[start:start + ARCHIVE_READ_ROWS])
+        bad = rule_violations(page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
+                              read_ms=job.read_ms)
+        keep = set(page.ids) - set(bad)
+        await _archive(job, _only(page, keep), progress)
+        archived.update(keep)
+        refused.extend(bad)
+    return refused
+
+
+async def _settle_refused_rows(
+    job: TombstoneJob, where: dict[str, Any], refused: list[str], archived: set[str],
+    progress: TombstoneProgress,
 ) -> None:
-    """A band read in several offset pages can miss a row: one re-stamped or deleted between
-    two pages shifts the later offsets. One ids-only read of the whole band (a snapshot)
-    finds any matching id not archived yet; those are fetched by id and archived, until the
-    band holds nothing unarchived or BAND_VERIFY_ROUNDS runs out (then nothing goes)."""
+    """Some rows the band's `where` matched failed the rule when fetched. If the store still
+    matches any of them, the store and the rule disagree (or the row keeps changing), and
+    the band must not go (BandRefused). Rows that entered the band meanwhile are archived
+    too, so that the delete cannot take a row the archive lacks."""
     for _round in range(BAND_VERIFY_ROUNDS):
-        missing = [i for i in await job.vectors.ids_where(job.collection, where=where)
-                   if i not in archived]
-        if not missing:
+        now = await job.vectors.ids_where(job.collection, where=where)
+        still = set(now) & set(refused)
+        if still:
+            raise BandRefused(f"the store matches {len(still)} chunks the rule would keep "
+                              f"(first {sorted(still)[0]!r}) for the band's predicate")
+        entered = [i for i in now if i not in archived]
+        if not entered:
             return
-        for start in range(0, len(missing), job.read_rows):
-            page = await job.vectors.get_page(job.collection,
-                                              ids=missing[start:start + job.read_rows])
-            # Fetched by id, a row may have changed since the ids-only read: archive those the
-            # rule still allows; the others no longer match the band and cannot be deleted.
-            keep = set(page.ids) - set(rule_violations(
-                page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
-                read_ms=job.read_ms))
-            await _archive(job, _only(page, keep), progress)
-            archived.update(keep)
+        refused = await _archive_by_ids(job, entered, archived, progress)
     raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
 
 

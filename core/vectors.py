@@ -261,28 +261,32 @@ class VectorStore:
         where: Mapping[str, Any] | None = None,
         include: Sequence[Include] = ("metadatas",),
         page_rows: int = SCAN_PAGE_ROWS,
+        first_page_rows: int | None = None,
     ) -> AsyncIterator[list[ChromaRow]]:
-        """Page through every row matching `where`, by offset.
+        """Page through every row matching `where`, by offset (the first page of
+        `first_page_rows` when given, for a caller that may not need more).
 
         Only for sets nobody is deleting from during the scan: an offset page over a shrinking
-        set skips rows (a deleting caller checks its pages against `ids_where`).
+        set skips rows (deleting callers read what they delete with `ids_where`).
         """
         offset = 0
+        limit = first_page_rows or page_rows
         while True:
             result = await self._run(
                 name,
                 "get",
                 where=dict(where) if where else None,
                 include=list(include),
-                limit=page_rows,
+                limit=limit,
                 offset=offset,
             )
             rows = _rows_from(result)
             if rows:
                 yield rows
-            if len(rows) < page_rows:
+            if len(rows) < limit:
                 return
             offset += len(rows)
+            limit = page_rows
 
     async def get_where_in(
         self,
