@@ -419,9 +419,9 @@ async def reconcile_tenant(
     vectors = stores.vectors
     phase = "scan"
     try:
-        read_ms = now_ms()
+        scope = _TenantScope(stores, tenant, policy, read_ms=now_ms())
         oldest = OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
-        await _scan_candidates(stores, tenant, policy, outcome, oldest=oldest, read_ms=read_ms)
+        await _scan_candidates(scope, outcome, oldest)
         if policy.auto_tombstone and outcome.actionable_count > 0:
             if policy.invalid_guards:
                 outcome.guard = GUARD_INVALID_CONFIG
@@ -447,8 +447,7 @@ async def reconcile_tenant(
                 )
             elif policy.deletes_allowed:
                 phase = "tombstone"
-                await _tombstone(stores, tenant, policy, outcome, oldest=oldest,
-                                 read_ms=read_ms)
+                await _tombstone(scope, outcome, oldest)
     except CollectionMissing:
         # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
         log.warning("reconcile.no_collection", collection=policy.collection)
@@ -462,18 +461,24 @@ async def reconcile_tenant(
     return outcome
 
 
+@dataclass(frozen=True, slots=True)
+class _TenantScope:
+    """What one tenant's scan and tombstoning share: the stores, the tenant, the policy, and
+    when the pass started reading it (epoch ms; no chunk ingested later is deleted)."""
+
+    stores: Stores
+    tenant: TenantConfig
+    policy: ReconcilePolicy
+    read_ms: int
+
+
 async def _scan_candidates(
-    stores: Stores,
-    tenant: TenantConfig,
-    policy: ReconcilePolicy,
-    outcome: TenantOutcome,
-    *,
-    oldest: OldestIngested,
-    read_ms: int,
+    scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested
 ) -> None:
     """Count the tenant's stale and actionable chunks, one page of metadatas at a time, and
     keep the `ingestedAt` of the oldest actionable ones a pass may delete (see
     `core.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
+    stores, tenant, policy, read_ms = scope.stores, scope.tenant, scope.policy, scope.read_ms
     where = candidate_where(tenant.tenant_id, tenant.version)
     async for page in stores.vectors.scan(
         policy.collection, where=where, include=("metadatas",)
@@ -520,15 +525,10 @@ async def count_tenant_chunks(
 
 
 async def _tombstone(
-    stores: Stores,
-    tenant: TenantConfig,
-    policy: ReconcilePolicy,
-    outcome: TenantOutcome,
-    *,
-    oldest: OldestIngested,
-    read_ms: int,
+    scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested
 ) -> None:
     """Archive and delete the oldest actionable chunks, band by band, up to the cap."""
+    stores, tenant, policy = scope.stores, scope.tenant, scope.policy
     version, gap = tenant.version, policy.orphan_version_gap
     job = TombstoneJob(
         vectors=stores.vectors,
@@ -537,7 +537,7 @@ async def _tombstone(
         ceiling=actionable_stamp_ceiling(version, gap),
         is_actionable=functools.partial(is_actionable_stamp, current_version=version,
                                         orphan_version_gap=gap),
-        read_ms=read_ms,
+        read_ms=scope.read_ms,
         tombstones_dir=stores.settings.tombstones_dir,
         pass_id=policy.pass_id,
         band_rows=tombstoning.BAND_ROWS,

@@ -105,8 +105,13 @@ def unseal(line: bytes) -> dict[str, Any]:
     body = line[: found.start()] + b"}"
     if hashlib.sha256(body).hexdigest() != found.group(1).decode("ascii"):
         raise ValueError("checksum mismatch (the line was changed after it was written)")
+    return json_object(body)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object from bytes; ValueError naming what is wrong otherwise."""
     try:
-        record = orjson.loads(body)
+        record = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"not JSON ({exc})") from None
     if not isinstance(record, dict):
@@ -419,16 +424,6 @@ def _batches(lines: Iterator[tuple[int, bytes]]) -> Iterator[list[tuple[int, byt
         yield batch
 
 
-def _legacy_record(raw: bytes) -> dict[str, Any]:
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    return record
-
-
 @dataclass(slots=True)
 class _Restore:
     """A restore in progress: the archive's identity and the running counts."""
@@ -459,7 +454,7 @@ class _Restore:
                                                          header.pass_id)
             return True
         try:
-            legacy = parse_chunk(_legacy_record(raw), expected_format=LEGACY_FORMAT)
+            legacy = parse_chunk(json_object(raw), expected_format=LEGACY_FORMAT)
         except ValueError:
             raise ArchiveError(
                 f"{path}:1: no readable archive header (a torn or edited header, or not a "
@@ -472,7 +467,7 @@ class _Restore:
     def parse(self, number: int, raw: bytes) -> ArchivedChunk | None:
         """A line that may be applied, or None (recorded as unreadable or refused)."""
         try:
-            record = unseal(raw) if self.format == ARCHIVE_FORMAT else _legacy_record(raw)
+            record = unseal(raw) if self.format == ARCHIVE_FORMAT else json_object(raw)
             chunk = parse_chunk(record, expected_format=self.format or ARCHIVE_FORMAT)
         except ValueError as exc:
             self.unreadable.append(LineProblem(number, str(exc)))
@@ -568,7 +563,7 @@ def read_archived_chunks(path: Path) -> Iterator[tuple[ArchiveHeader | None, Arc
                         continue
                     except ValueError:
                         pass
-                record = unseal(raw) if header is not None else _legacy_record(raw)
+                record = unseal(raw) if header is not None else json_object(raw)
                 yield header, parse_chunk(
                     record, expected_format=ARCHIVE_FORMAT if header else LEGACY_FORMAT)
             except ValueError:
