@@ -18,7 +18,7 @@ How:
   pass's read, cannot match `$lte through` (checked on Chroma 1.5.9: a missing key, a string
   or a bool never matches a numeric comparison) and is never deleted: nothing would tell a
   rewrite of it from the archived content. The pass reports how many it held.
-- **Bands** keep each delete request short and bound the pass by the cap. The scan keeps the
+- **Bands** bound each delete request and the pass by the cap. The scan keeps the
   `ingestedAt` of the oldest `cap` actionable chunks (`OldestIngested`: memory bounded by the
   cap, not the tenant); `plan_bands` cuts them, sorted, into bands of about `BAND_ROWS`,
   never splitting equal values. The last band may hold more chunks than the cap leaves (equal
@@ -33,10 +33,13 @@ How:
   read tells which, and if the store still matches it nothing of the band goes.
 
 What no client can close, measured on a Chroma 1.5.9 server (`chroma run`): an upsert whose
-request overlaps a where-delete request in time can still be lost (3-5 of about 400
-overlapping upserts; none embedded). Bands keep each request to about a second at 100,000
-chunks. What the predicate cannot see: a writer that rewrites a chunk's document but keeps
-both its old stamp and its old `ingestedAt`, between the band's read and its delete.
+request overlaps a where-delete request in time can still be lost (the issue measured 3-5 of
+about 400 overlapping upserts; our race test, re-ingesting the very chunks being deleted,
+loses ~16 ids a pass; none embedded). Smaller bands did not lower that (see BAND_ROWS). What
+the predicate cannot see: a writer that rewrites a chunk's document but keeps both its old
+stamp and its old `ingestedAt`, between the band's read and its delete; and a chunk that
+enters a band in that window with an old stamp and an old `ingestedAt` (a restore of
+another archive: it is then in that archive).
 """
 
 from __future__ import annotations
@@ -69,9 +72,9 @@ INGESTED_KEY: Final = "ingestedAt"
 #: (`make bench`, same machine). Memory does not grow with the band (rows are fetched
 #: ARCHIVE_READ_ROWS at a time). Against a server, smaller bands do not shrink the store's
 #: window (module docstring): in the race test (3 writers re-ingesting the stale chunks of a
-#: 4,000-chunk pass, 3 runs each) bands of 2,000 / 500 / 250 / 100 lost 2-16 / 10-19 / 6-10 /
-#: 9-13 ids per pass while the pass took 1x / 1.5x / 2x / 3.3x as long: each request is
-#: shorter, but there are as many more of them, and the time under delete requests grows.
+#: 4,000-chunk pass) bands of 5,000 lost 8-23 ids per pass (mean 16, 6 runs), 2,000 0-16 (3
+#: runs), 500 10-22 (mean 16, 9 runs), 250 6-10 and 100 9-13 (3 runs each), while the pass
+#: took up to 3.3x as long: each request is shorter, but there are as many more of them.
 BAND_ROWS: Final = 5_000
 #: Rows fetched whole (by id) per read for the archive. A `get` of 2,500 whole rows of a
 #: 100,000-chunk store grows the process by ~70 MB (Chroma's conversion buffers); by ids in

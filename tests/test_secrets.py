@@ -24,6 +24,7 @@ import pytest
 from core.alerting import alerting_tick, recent_alerts
 from core.config import load_config
 from core.graph import GraphDB
+from core.status import gather_status
 from core.stores import Stores
 from core.telemetry import EVENT_RECONCILE, record_ingestion_metric
 from core.tenants import TENANT_CONFIG_LABEL
@@ -174,3 +175,20 @@ async def test_rows_an_older_version_stored_with_the_full_url_are_redacted(
         connection.close()
     assert channels[0] == "console"
     assert channels[1].startswith("webhook:http://127.0.0.1:9/… #")
+
+
+async def test_status_hides_credentials_in_figures_an_older_version_recorded(
+    tmp_path: Path, graph: GraphDB
+) -> None:
+    old_label = "webhook:http://alice:PASSWORD@127.0.0.1:9/…"
+    figures = {"alerts": [{"channel": old_label, "delivered": False,
+                           "error": "ConnectError: http://alice:PASSWORD@127.0.0.1:9/x"}]}
+    async with graph.write() as tx:
+        await tx.conn.execute(
+            "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
+            "VALUES ('alerting', 1, 2, 1, 1, ?)", (json.dumps(figures),))
+    settings = make_settings(tmp_path, graphDbPath=str(graph.path))
+    shown = await gather_status(settings)
+    assert_no_secret("status of an old tick", json.dumps(shown))
+    [alert] = shown["ticks"]["alerting"]["figures"]["alerts"]
+    assert alert["channel"] == "webhook:http://127.0.0.1:9/…"
