@@ -14,8 +14,8 @@ edited by hand fails its check and is named and skipped; the other lines still r
 checksum guards against accidents, not forgery: a forged line with a valid checksum is still
 held to the rules below, which do not depend on it.
 
-Each page is written, flushed and fsynced (the file and, when new, its folder) BEFORE its
-delete is sent. Embeddings are written as float32 (what Chroma stores) in their shortest
+Each band's pages are written, flushed and fsynced (the file and, when new, its folder)
+BEFORE its delete is sent. Embeddings are written as float32 (what Chroma stores) in their shortest
 round-tripping form, so a restored chunk has bit for bit the embedding it was deleted with.
 
 **Restore is preserve-live** (`restore_archive`): lines are checked against the header and
@@ -290,15 +290,18 @@ def _fsync_directory(path: Path) -> None:
 class TombstoneArchive:
     """An archive being written during one tenant's tombstoning.
 
-    Pages go in one after another; `append` returns only once the page is durable, so the
-    caller deletes nothing that `append` has not made safe.
+    Pages go in one after another (`append`: written and flushed); `sync` makes everything
+    appended so far durable and returns only then, so a caller syncs once before each delete
+    request and deletes nothing that is not on disk. One fsync per delete rather than per page:
+    the pages of a band are only worth protecting together, just before the band goes.
     """
 
     def __init__(self, path: Path, header: ArchiveHeader) -> None:
         self.path = path
         self.header = header
-        #: Rows made durable so far.
+        #: Rows appended so far, and how many of them are durable.
         self.rows_written = 0
+        self.rows_synced = 0
 
     @classmethod
     async def create(
@@ -326,14 +329,14 @@ class TombstoneArchive:
             _fsync_directory(path.parent.parent)
 
     async def append(self, page: ColumnPage, *, archived_at_ms: int) -> None:
-        """Write a page of whole rows, flush and fsync; raises (and nothing may be deleted)
-        when a row cannot be archived exactly or the disk refuses."""
+        """Write a page of whole rows and flush it (durable only after `sync`); raises (and
+        nothing may be deleted) when a row cannot be archived exactly or the disk refuses."""
         if not len(page):
             return
-        await asyncio.to_thread(self._write_durably, page, archived_at_ms)
+        await asyncio.to_thread(self._write, page, archived_at_ms)
         self.rows_written += len(page)
 
-    def _write_durably(self, page: ColumnPage, archived_at_ms: int) -> None:
+    def _write(self, page: ColumnPage, archived_at_ms: int) -> None:
         # Every line is encoded (and checked) before the first is written, so a row that
         # cannot be archived leaves the file as it was; lines go out one by one, never joined
         # into one more copy of the page.
@@ -342,7 +345,16 @@ class TombstoneArchive:
             for line in lines:
                 handle.write(line)
                 handle.write(b"\n")
-            handle.flush()
+
+    async def sync(self) -> None:
+        """Make every appended row durable (fsync); raises when the disk refuses."""
+        if self.rows_synced == self.rows_written:
+            return
+        await asyncio.to_thread(self._fsync)
+        self.rows_synced = self.rows_written
+
+    def _fsync(self) -> None:
+        with self.path.open("ab") as handle:
             os.fsync(handle.fileno())
 
 
