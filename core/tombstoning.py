@@ -68,7 +68,7 @@ INGESTED_KEY: Final = "ingestedAt"
 #: Chunks per planned band: the rows of one delete request. Every request (the band's
 #: ids-only read and its delete) re-evaluates the `where` over the whole tenant, ~0.2-0.3 s
 #: at 100,000 chunks, so fewer, larger bands are faster: tombstoning 10,000 of 100,000 chunks
-#: took 1.47-1.51x the delete-by-ids floor with bands of 5,000 against 1.68x with 2,000
+#: took 1.41-1.51x the delete-by-ids floor with bands of 5,000 against 1.68x with 2,000
 #: (`make bench`, same machine). Memory does not grow with the band (rows are fetched
 #: ARCHIVE_READ_ROWS at a time). Against a server, smaller bands do not shrink the store's
 #: window (module docstring): in the race test (3 writers re-ingesting the stale chunks of a
