@@ -55,9 +55,10 @@ import structlog
 
 from core.clock import now_ms
 from core.tombstones import TombstoneArchive
+from core.vectors import ColumnPage
 
 if TYPE_CHECKING:
-    from core.vectors import ColumnPage, VectorStore
+    from core.vectors import VectorStore
 
 log = structlog.get_logger(__name__)
 
@@ -177,8 +178,9 @@ def rule_violations(
     page: ColumnPage, *, tenant_id: str, is_actionable: Callable[[Any], bool], read_ms: int
 ) -> list[str]:
     """Ids in a page the rule would not delete (pure): another tenant's, a stamp that is not
-    actionable, no numeric `ingestedAt` or one after the pass's read. The store returned
-    them for the band's predicate, so any here means the store and the rule disagree."""
+    actionable, no numeric `ingestedAt` or one after the pass's read. The band's `where`
+    matched these rows a moment before, so each has changed since, or shows that the store
+    and the rule disagree (the caller finds out which)."""
     bad = []
     for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
         if (metadata.get(TENANT_KEY) != tenant_id or not is_actionable(metadata.get(STAMP_KEY))
@@ -321,8 +323,6 @@ async def _settle_refused_rows(
 
 def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
     """The rows of `page` whose ids are in `keep`."""
-    from core.vectors import ColumnPage
-
     if len(keep) == len(page):
         return page
     index = [i for i, row_id in enumerate(page.ids) if row_id in keep]
@@ -332,7 +332,8 @@ def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
 
 
 async def _archive(job: TombstoneJob, page: ColumnPage, progress: TombstoneProgress) -> None:
-    """Append a page to the tenant's archive (created with its first row), durably."""
+    """Append a page to the tenant's archive (created with its first row); the band's
+    `sync` makes it durable before the band's delete."""
     if not len(page):
         return
     if progress.archive is None:
