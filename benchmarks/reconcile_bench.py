@@ -10,11 +10,15 @@ The contenders:
 
 - **dry**: `core.reconcile.reconcile_tick(stores, dry_run=True)` with tombstoning configured,
   so it also counts the tenant for the stale-fraction guard, as a preview of a real pass would;
-- **tombstone**: the same pass for real: archive each batch, then delete it;
+- **tombstone**: the same pass for real: per band, archive what the band's `where` returns
+  (whole rows), fsync, then delete by that `where`;
 - **scan-floor**: a bare paged scan of the rows the pass classifies (the tenant's chunks
   stamped below its current version), metadatas only, at the pass's page size;
 - **tombstone-floor**: that scan, then the same deletes by ids in batches of Chroma's maximum,
-  with nothing else (no count, no confirmation read, no archive).
+  with nothing else (no count, no archive read, no archive);
+- **where-floor**: that scan, then ONE where-only delete of every actionable chunk (the
+  staleness predicate, no bands): what the store's own delete-by-predicate costs against
+  deleting by ids, with nothing else.
 
 Chunks carry synthetic 384-number embeddings (pseudo-random, from a fixed seed: no model is
 ever loaded), the size of the platform's default embedding model, because the tombstone
@@ -48,7 +52,7 @@ from benchmarks.harness import (
 )
 
 MODULE = "benchmarks.reconcile_bench"
-CONTENDERS = ("dry", "tombstone", "scan-floor", "tombstone-floor")
+CONTENDERS = ("dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor")
 #: Which floor each pass is held against.
 FLOOR_OF = {"dry": "scan-floor", "tombstone": "tombstone-floor"}
 
@@ -162,10 +166,11 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
             "failedTenants": figures["failedTenants"]}
 
 
-def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
+def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
-    by ids; nothing else."""
-    from core.reconcile import candidate_where
+    by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
+    else."""
+    from core.reconcile import actionable_stamp_ceiling, candidate_where
     from core.vectors import SCAN_PAGE_ROWS
 
     settings = settings_for(root)
@@ -181,16 +186,21 @@ def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
         page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
                               offset=offset)
         scanned += len(page["ids"])
-        if delete:
+        if delete == "ids":
             ids.extend(page["ids"])
         if len(page["ids"]) < SCAN_PAGE_ROWS:
             break
         offset += len(page["ids"])
+    tombstoned = len(ids)
     batch = int(client.get_max_batch_size())
     for start in range(0, len(ids), batch):
         collection.delete(ids=ids[start:start + batch])
+    if delete == "where":
+        ceiling = actionable_stamp_ceiling(CURRENT_VERSION, 2)
+        tombstoned = collection.delete(where={"$and": [
+            {"tenantId": TENANT}, {"tenantConfigVersion": {"$lte": ceiling}}]})["deleted"]
     measure.stop()
-    return {**measure.figures(), "scanned": scanned, "stale": scanned, "tombstoned": len(ids),
+    return {**measure.figures(), "scanned": scanned, "stale": scanned, "tombstoned": tombstoned,
             "remaining": int(collection.count()), "failedTenants": 0}
 
 
@@ -199,8 +209,9 @@ def run_contender(name: str, root: Path) -> dict[str, Any]:
     quiet_child_logging()
     if name in ("dry", "tombstone"):
         figures = asyncio.run(run_pass(root, dry_run=name == "dry"))
-    elif name in ("scan-floor", "tombstone-floor"):
-        figures = run_floor(root, delete=name == "tombstone-floor")
+    elif name in ("scan-floor", "tombstone-floor", "where-floor"):
+        figures = run_floor(root, delete={"tombstone-floor": "ids",
+                                          "where-floor": "where"}.get(name))
     else:
         raise ValueError(f"unknown contender {name!r}")
     return {"contender": name, **figures}
@@ -255,7 +266,7 @@ def summarize(sizes: Sequence[int], runs: dict[int, dict[str, list[ChildRun]]]
             report = {**best.report, "wholeProcessS": round(best.wall_s, 3),
                       "inProcessRunsS": [float(r.report["inProcessS"]) for r in child_runs]}
             entry[name] = report
-            deletes = name in ("tombstone", "tombstone-floor")
+            deletes = name in ("tombstone", "tombstone-floor", "where-floor")
             expected = {"stale": stale_count(size),
                         "tombstoned": stale_count(size) if deletes else 0,
                         "remaining": size - (stale_count(size) if deletes else 0),
@@ -285,11 +296,20 @@ def summarize(sizes: Sequence[int], runs: dict[int, dict[str, list[ChildRun]]]
             targets.append(Target(
                 f"reconcile {name}: time growth {int(smallest):,} -> {int(largest):,} "
                 f"(limit: {floor}'s)", growth[name], growth[floor], unit="x"))
+    # What deleting by the store's predicate costs against deleting by ids (a figure, not a
+    # target): the where-floor over the tombstone-floor, per size.
+    where_over_ids = {
+        size: round(ratio(entry["where-floor"]["inProcessS"],
+                          entry["tombstone-floor"]["inProcessS"]), 3)
+        for size, entry in by_size.items()
+        if "where-floor" in entry and "tombstone-floor" in entry
+    }
     return {
         "sizes": list(sizes),
         "staleShare": 1 / STALE_EVERY,
         "runs": by_size,
         "timeGrowth": growth,
+        "whereFloorOverTombstoneFloor": where_over_ids,
         "consistent": not problems,
         "problems": problems,
         "targets": [t.as_dict() for t in targets],
@@ -309,7 +329,10 @@ def table(result: dict[str, Any]) -> str:
     body = format_table(["chunks", "contender", "in-process s", "x floor", "whole-process s",
                          "peak RSS +MiB", "stale", "tombstoned"], rows)
     growth = ", ".join(f"{name} {value:.2f}x" for name, value in result["timeGrowth"].items())
+    where = ", ".join(f"{int(size):,}: {value:.2f}x"
+                      for size, value in result.get("whereFloorOverTombstoneFloor", {}).items())
     tail = [f"time growth smallest -> largest size: {growth}",
+            f"where-only delete floor over the delete-by-ids floor: {where or '-'}",
             f"consistent (every contender did its work): {result['consistent']}"]
     return "\n".join([head, body, *tail])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,6 +30,7 @@ from core.alerts import (
     alert_subject,
     channel_label,
     parse_channel,
+    scrub_secrets,
 )
 
 log = structlog.get_logger(__name__)
@@ -184,8 +186,7 @@ async def _deliver_within(
         return _failed(alert, label, str(exc), tries.count)
     except Exception as exc:
         # A bug (or a channel that slipped past validation): still one alert's failure only.
-        return _failed(alert, label, f"{type(exc).__name__}: {exc}", tries.count,
-                       exc_info=True)
+        return _failed(alert, label, f"{type(exc).__name__}: {exc}", tries.count, exc=exc)
     return Delivery(alert, True, None, tries.count)
 
 
@@ -198,12 +199,19 @@ class _Tries:
 
 
 def _failed(
-    alert: Alert, label: str, error: str, tries: int, *, exc_info: bool = False
+    alert: Alert, label: str, error: str, tries: int, *, exc: BaseException | None = None
 ) -> Delivery:
+    """Log and return a failed delivery. The error text, and the traceback of an unexpected
+    failure, are scrubbed of the channel's secrets first: an exception message may quote
+    the URL it was given."""
+    error = scrub_secrets(error, alert.channel)
+    trace = None
+    if exc is not None:
+        trace = scrub_secrets("".join(traceback.format_exception(exc)), alert.channel)
     log.error(
         "alert.delivery_failed", channel=label, error=error, attempts=tries,
         tenantId=alert.tenant_id, repoSlug=alert.repo_slug, metric=alert.metric,
-        severity=alert.severity, subject=alert_subject(alert), exc_info=exc_info,
+        severity=alert.severity, subject=alert_subject(alert), traceback=trace,
     )
     return Delivery(alert, False, error, tries)
 
@@ -231,7 +239,7 @@ async def _post_with_retries(
             if attempt == policy.attempts:
                 raise _Retryable(f"{exc} (after {attempt} tries)") from exc
             log.info("alert.webhook_retry", channel=channel.label, attempt=attempt,
-                     error=str(exc))
+                     error=scrub_secrets(str(exc), channel.spec))
             continue
         log.info("alert.webhook_delivered", channel=channel.label, status=status,
                  attempt=attempt, durationMs=int((time.monotonic() - started) * 1000),

@@ -13,6 +13,10 @@ schedule. The decisions are `core.alerts`' (pure); this module is the I/O around
 Delivered before stamped, so a crash in between fires the alert again on the next pass
 rather than losing it. A failed delivery is recorded but starts no cooldown: the next pass
 tries again instead of staying silent for a whole `alertingCooldownMs`.
+
+Nothing stored holds a webhook's secrets: `alerts_fired.channel` is the redacted label, its
+`error` is scrubbed, and `alert_cooldowns.channel` is `channel_key` (label + fingerprint).
+Rows an earlier version stored with the full URL are rewritten by the first pass that writes.
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ from core.alerts import (
     Evaluation,
     Scope,
     alert_subject,
+    channel_key,
     channel_label,
     evaluate_alert_rules,
+    is_channel_key,
+    redact_channel,
+    scrub_secrets,
     validate_alert_rule,
 )
 from core.clock import now_ms
@@ -81,6 +89,8 @@ async def alerting_tick(
                  "(set alertingEnabled = true to run passes)")
         return {"enabled": False, "fired": 0}
     rules = settings.alert_rules
+    if not dry_run:
+        await scrub_stored_channels(stores.graph)
     scopes = _scopes_needed(rules)
     now = clock()
     window = MetricWindow.ending_at(now, length_ms=settings.alert_window_ms)
@@ -135,16 +145,13 @@ def _figures(
     No `dryRun` or `durationMs`: `run_tick` adds those to its log line and figures, and a
     repeated key would be an error there.
     """
-    listed = [
-        {**alert.as_dict(), "channel": channel_label(alert.channel),
-         "subject": alert_subject(alert)}
-        for alert in evaluation.alerts
-    ]
+    listed = [{**alert.as_dict(), "subject": alert_subject(alert)}
+              for alert in evaluation.alerts]
     # Deliveries come back in the alerts' order (none in a dry run).
     for entry, done in zip(listed, deliveries, strict=False):
         entry["delivered"] = done.delivered
         if done.error:
-            entry["error"] = done.error
+            entry["error"] = scrub_secrets(done.error, done.alert.channel)
     return {
         "enabled": enabled,
         "rules": len(rules),
@@ -188,8 +195,43 @@ def _stamp_row(alert: Alert) -> tuple[Any, ...]:
 
 def _fired_row(delivery: Delivery) -> tuple[Any, ...]:
     a = delivery.alert
+    error = scrub_secrets(delivery.error, a.channel) if delivery.error else None
     return (a.fired_at_ms, a.tenant_id, a.repo_slug, a.metric, a.value, a.threshold,
-            a.severity, a.channel, alert_subject(a), int(delivery.delivered), delivery.error)
+            a.severity, redact_channel(a.channel), alert_subject(a), int(delivery.delivered),
+            error)
+
+
+async def scrub_stored_channels(graph: GraphDB) -> None:
+    """Rewrite rows stored with a full channel spec (by versions before redaction): the
+    label in `alerts_fired` (its error scrubbed of that spec's secrets), `channel_key` in
+    `alert_cooldowns` (the later stamp kept when two rows meet). A no-op once done."""
+    fired = [str(r[0]) for r in await graph.fetch_all(
+        "SELECT DISTINCT channel FROM alerts_fired")]
+    cooling = [str(r[0]) for r in await graph.fetch_all(
+        "SELECT DISTINCT channel FROM alert_cooldowns")]
+    raw_fired = [c for c in fired if redact_channel(c) != c]
+    raw_cooling = [c for c in cooling if not is_channel_key(c)]
+    if not raw_fired and not raw_cooling:
+        return
+    async with graph.write() as tx:
+        for spec in raw_fired:
+            rows = await tx.conn.execute_fetchall(
+                "SELECT id, error FROM alerts_fired WHERE channel = ?", (spec,))
+            await tx.conn.executemany(
+                "UPDATE alerts_fired SET channel = ?, error = ? WHERE id = ?",
+                [(redact_channel(spec), scrub_secrets(error, spec) if error else None, row_id)
+                 for row_id, error in rows])
+        for spec in raw_cooling:
+            await tx.conn.execute(
+                "INSERT INTO alert_cooldowns(tenant_id, repo_slug, metric, severity, channel, "
+                "fired_at) SELECT tenant_id, repo_slug, metric, severity, ?, fired_at "
+                "FROM alert_cooldowns WHERE channel = ? "
+                "ON CONFLICT(tenant_id, repo_slug, metric, severity, channel) "
+                "DO UPDATE SET fired_at = MAX(fired_at, excluded.fired_at)",
+                (channel_key(spec), spec))
+            await tx.conn.execute("DELETE FROM alert_cooldowns WHERE channel = ?", (spec,))
+    log.info("alerting.stored_channels_redacted", alerts=len(raw_fired),
+             cooldowns=len(raw_cooling))
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +251,8 @@ class RecordedAlert:
     error: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON shape `status --json` shows (the channel with a webhook's path hidden)."""
+        """The JSON shape `status --json` shows: the channel redacted and the error scrubbed
+        (again: a row stored by an older version may still hold the full URL)."""
         return {
             "firedAt": self.fired_at_ms,
             "tenantId": self.tenant_id,
@@ -221,7 +264,7 @@ class RecordedAlert:
             "channel": channel_label(self.channel),
             "subject": self.subject,
             "delivered": self.delivered,
-            "error": self.error,
+            "error": scrub_secrets(self.error, self.channel) if self.error else None,
         }
 
 

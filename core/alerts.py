@@ -12,15 +12,24 @@ with three deliberate changes:
   a tenant row, and each rule reads only the rows of its scope. A tenant alert's repo is
   `ALL_REPOS`.
 - **`a2a:` channels are rejected**: they addressed an agent mailbox this system does not have.
+
+Secrets: a webhook URL often carries credentials (user-info, a token in the path or query).
+Wherever a channel is shown or stored it is `redact_channel`'s
+`webhook:<scheme>://<host>[:port]/…`, and a cooldown is keyed by `channel_key` (that label
+plus a fingerprint that tells channels on one host apart without revealing them); the full
+spec lives only in the configuration and in the one request that delivers to it.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeGuard
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from core.telemetry import KNOWN_METRICS
 
@@ -63,8 +72,9 @@ def unknown_metric_reason(metric: Any) -> str:
 
 
 def malformed_channel_reason(spec: Any) -> str:
-    """The original's wording for a channel spec that is not `console` or `webhook:<url>`."""
-    return f'malformed channel spec "{spec}"'
+    """The original's wording for a channel spec that is not `console` or `webhook:<url>`
+    (the spec redacted: a malformed URL can still hold a password)."""
+    return f'malformed channel spec "{redact_channel(spec)}"'
 
 
 def webhook_url_reason(spec: str) -> str:
@@ -75,9 +85,93 @@ def webhook_url_reason(spec: str) -> str:
 def a2a_channel_reason(spec: str) -> str:
     """Why an `a2a:` channel (valid in the original) is refused here."""
     return (
-        f'channel "{spec}" is not supported: this system has no agent mailbox '
+        f'channel "{redact_channel(spec)}" is not supported: this system has no agent mailbox '
         f'(use "{CONSOLE}" or "{WEBHOOK_PREFIX}<http(s) URL>")'
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Secrets
+# --------------------------------------------------------------------------------------------
+
+#: What stands for a hidden part of a URL.
+HIDDEN: Final = "…"
+#: Secret parts shorter than this are not searched for in free text (a one-letter user name
+#: would turn every message to confetti, and hides nothing).
+MIN_SECRET_CHARS: Final = 3
+#: A cooldown key's channel: a redacted label, then a fingerprint.
+_CHANNEL_KEY = re.compile(r".* #[0-9a-f]{16}")
+
+
+def redact_channel(spec: Any) -> str:
+    """A channel as it may be shown or stored (pure): `console` and other specs without a URL
+    as they are; anything URL-like (it has `://` or `@`) as
+    `[webhook:|a2a:]<scheme>://<host>[:port]/…`, with user-info, path, query and fragment
+    left out, or `[webhook:|a2a:]…` when even that cannot be parsed; a number, bool or null
+    as written, any other non-string by its type only (a table may hold URLs). Idempotent: a
+    label redacts to itself."""
+    if spec is None or isinstance(spec, (bool, int, float)):
+        return str(spec)
+    if not isinstance(spec, str):
+        return f"<{type(spec).__name__}>"
+    if "://" not in spec and "@" not in spec:
+        return spec
+    head = next((p for p in (WEBHOOK_PREFIX, A2A_PREFIX) if spec.startswith(p)), "")
+    try:
+        parts = urlsplit(spec[len(head):])
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return f"{head}{HIDDEN}"
+    if not parts.scheme.isalpha() or not host or "@" in host:
+        return f"{head}{HIDDEN}"
+    shown = f"[{host}]" if ":" in host else host
+    return f"{head}{parts.scheme}://{shown}{'' if port is None else f':{port}'}/{HIDDEN}"
+
+
+def secret_parts(spec: str) -> list[str]:
+    """The parts of a channel spec that must never be shown (pure): the whole spec, its URL,
+    user-info, user name, password, path and its segments, query and its values, fragment,
+    raw and percent-decoded, longest first, each at least MIN_SECRET_CHARS long."""
+    target = spec.partition(":")[2] if spec.startswith(WEBHOOK_PREFIX) else spec
+    found = {spec, target}
+    try:
+        parts = urlsplit(target)
+        userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+        found.update([userinfo, parts.username or "", parts.password or "", parts.query,
+                      parts.fragment, parts.path if parts.path not in ("", "/") else ""])
+        found.update(parts.path.split("/"))
+        found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
+    except ValueError:
+        pass
+    found |= {unquote(part) for part in found}
+    return sorted((p for p in found if len(p) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def scrub_secrets(text: str, spec: str) -> str:
+    """`text` (an error message, a traceback) with every secret part of `spec` replaced by
+    HIDDEN, so it can be logged and stored."""
+    for part in secret_parts(spec):
+        text = text.replace(part, HIDDEN)
+    return text
+
+
+@functools.lru_cache(maxsize=256)
+def channel_key(spec: str) -> str:
+    """The channel part of a cooldown key (pure, deterministic): `console`, or the redacted
+    label plus a fingerprint, so that two webhooks on one host (one chat relay, two rooms)
+    cool down apart. The fingerprint is scrypt of the spec (16 MiB, ~50 ms, cached), 64 bits
+    of it: enough to tell a few channels apart, and slow to test guesses of a weak password
+    against should the SQLite file leak."""
+    if spec == CONSOLE:
+        return spec
+    digest = hashlib.scrypt(spec.encode("utf-8"), salt=b"kb-daemons alert channel",
+                            n=2**14, r=8, p=1, dklen=8)
+    return f"{redact_channel(spec)} #{digest.hex()}"
+
+
+def is_channel_key(value: str) -> bool:
+    """Whether a stored cooldown channel is already a `channel_key` (not a raw spec)."""
+    return value == CONSOLE or _CHANNEL_KEY.fullmatch(value) is not None
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,12 +191,9 @@ class Channel:
 
     @property
     def label(self) -> str:
-        """The spec with a webhook's path and query left out, for logs: webhook URLs often
-        carry a secret token in the path, and log lines travel further than the config."""
-        if self.kind != "webhook":
-            return self.spec
-        parts = urlsplit(self.url)
-        return f"{WEBHOOK_PREFIX}{parts.scheme}://{parts.netloc}/…"
+        """The spec as it may be logged (`redact_channel`): webhook URLs often carry
+        credentials, and log lines travel further than the config."""
+        return redact_channel(self.spec)
 
 
 def channel_problem(spec: Any) -> str:
@@ -142,11 +233,8 @@ def parse_channel(spec: str) -> Channel:
 
 
 def channel_label(spec: str) -> str:
-    """A loggable form of a channel spec (see `Channel.label`); bad specs are shown as given."""
-    try:
-        return parse_channel(spec).label
-    except ValueError:
-        return spec
+    """A loggable form of a channel spec, valid or not (`redact_channel`)."""
+    return redact_channel(spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +330,7 @@ class CooldownKey:
     repo_slug: str
     metric: str
     severity: str
+    #: `channel_key` of the channel: never the spec itself (it is stored).
     channel: str
 
 
@@ -267,10 +356,11 @@ class Alert:
     def key(self) -> CooldownKey:
         """The cooldown this alert starts."""
         return CooldownKey(self.tenant_id, self.repo_slug, self.metric, self.severity,
-                           self.channel)
+                           channel_key(self.channel))
 
     def as_dict(self) -> dict[str, Any]:
-        """The original's alert fields (camelCase) plus `scope` and `firedAt`."""
+        """The original's alert fields (camelCase) plus `scope` and `firedAt`; the channel
+        redacted (this goes to logs, `--json` and webhook receivers)."""
         return {
             "tenantId": self.tenant_id,
             "repoSlug": self.repo_slug,
@@ -278,7 +368,7 @@ class Alert:
             "value": self.value,
             "threshold": self.threshold,
             "severity": self.severity,
-            "channel": self.channel,
+            "channel": redact_channel(self.channel),
             "deliveryMode": self.delivery_mode,
             "scope": self.scope,
             "firedAt": self.fired_at_ms,
@@ -357,7 +447,8 @@ def evaluate_alert_rules(
                 continue
             tenant_id, repo_slug = target
             for channel in rule.channels:
-                key = CooldownKey(tenant_id, repo_slug, rule.metric, rule.severity, channel)
+                key = CooldownKey(tenant_id, repo_slug, rule.metric, rule.severity,
+                                  channel_key(channel))
                 last = state.get(key)
                 if last is not None and now_ms - last < cooldown_ms:
                     suppressed += 1

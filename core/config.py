@@ -7,7 +7,10 @@ the reason for the default. `Settings`, the README's configuration table and
 Reading is defensive because the file is shared with other programs and outlives releases: a
 missing file, table or key takes its default; a wrong type or an out-of-range value takes its
 default with one warning naming the key, the expected type and the value seen; an unknown key
-is warned about (it is usually a typo). Destructive switches are on only for a TOML `true`.
+is warned about (it is usually a typo). Destructive switches are on only for a TOML `true`, and
+the two destructive guards fail closed: an invalid `reconciliationMaxDeletesPerTick` or
+`reconciliationMaxStaleFraction` takes a value that deletes nothing (`Key.closed_value`) and
+is listed in `Settings.invalid_guards`, never a looser default.
 Only a file that cannot be parsed at all is an error (exit 2 with file, line and column).
 """
 
@@ -50,6 +53,14 @@ class Key:
     valid_text: str = ""
     #: For path keys whose default lives under `dataDir`: the relative path below it.
     under_data_dir: str | None = None
+    #: For a destructive guard: the value an invalid setting resolves to instead of the
+    #: default, one that deletes nothing (a looser default is never a safe guess).
+    closed_value: Any = None
+
+    @property
+    def fails_closed(self) -> bool:
+        """Whether an invalid value of this key shuts the destructive work off."""
+        return self.closed_value is not None
 
     @property
     def field_name(self) -> str:
@@ -130,10 +141,10 @@ KEYS: tuple[Key, ...] = (
         _at_least(1), ">= 1"),
     Key("reconciliationMaxDeletesPerTick", "integer", 10_000,
         "bounds the damage of a mistake to one pass's worth; later passes continue",
-        _at_least(0), ">= 0"),
+        _at_least(0), ">= 0", closed_value=0),
     Key("reconciliationMaxStaleFraction", "number", 0.5,
         "losing most of a tenant at once is more likely an operator error than drift",
-        _fraction, "in (0, 1]"),
+        _fraction, "in (0, 1]", closed_value=0.0),
     Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
     Key("alertingIntervalMs", "integer", 900_000,
         "four looks an hour notice drift within one reconcile interval",
@@ -181,6 +192,9 @@ class Settings:
     metrics_port: int
     #: The file these settings came from; None when every key took its default.
     source: Path | None = field(default=None, compare=False)
+    #: Destructive guards whose configured value was invalid (TOML names): each is at its
+    #: closed value, and a pass deletes nothing while any is listed.
+    invalid_guards: tuple[str, ...] = ()
 
     @property
     def draining_path(self) -> Path:
@@ -196,6 +210,11 @@ class Settings:
     def tombstones_dir(self) -> Path:
         """Where chunk archives are written before a delete."""
         return self.data_dir / "tombstones"
+
+    @property
+    def telemetry_spool_path(self) -> Path:
+        """Telemetry rows SQLite refused, kept for the next pass (see core.telemetry)."""
+        return self.data_dir / "telemetry-spool.jsonl"
 
     @property
     def server_mode(self) -> bool:
@@ -299,6 +318,7 @@ def resolve_config(
             )
 
     values: dict[str, Any] = {}
+    invalid_guards: list[str] = []
     for key in KEYS:
         if key.name not in table:
             values[key.name] = key.default
@@ -306,15 +326,13 @@ def resolve_config(
         seen = table[key.name]
         if _type_ok(key, seen) and _value_ok(key, seen):
             values[key.name] = tuple(seen) if key.type == "rules" else seen
+            continue
+        warnings.append(ConfigWarning(key.name, invalid_value_message(key, seen)))
+        if key.fails_closed:
+            values[key.name] = key.closed_value
+            invalid_guards.append(key.name)
         else:
             values[key.name] = key.default
-            warnings.append(
-                ConfigWarning(
-                    key.name,
-                    f"{TABLE}.{key.name}: expected {key.type_text}, got {seen!r}; "
-                    f"using default {key.default_text}",
-                )
-            )
 
     data_dir = _absolute(base_dir, values["dataDir"])
     resolved: dict[str, Any] = {}
@@ -328,7 +346,21 @@ def resolve_config(
         elif key.type == "url":
             value = value.rstrip("/")
         resolved[key.field_name] = value
-    return LoadedConfig(Settings(**resolved, source=source), tuple(warnings))
+    return LoadedConfig(
+        Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),
+        tuple(warnings),
+    )
+
+
+def invalid_value_message(key: Key, seen: Any) -> str:
+    """The warning for a value of the wrong type or out of range: what was expected, what was
+    seen, and what is used instead. The value of `alertRules` is described, never quoted: it
+    may hold webhook URLs with credentials in them."""
+    shown = f"a {type(seen).__name__}" if key.type == "rules" else repr(seen)
+    head = f"{TABLE}.{key.name}: expected {key.type_text}, got {shown}"
+    if key.fails_closed:
+        return f"{head}; deleting nothing until it is fixed (a destructive guard fails closed)"
+    return f"{head}; using default {key.default_text}"
 
 
 def _folded(name: str) -> str:
@@ -416,12 +448,17 @@ def load_config(
     return resolve_config(document, base_dir=base_dir, source=path.resolve())
 
 
+#: How the docs say that a guard fails closed.
+CLOSED_NOTE = "**an invalid value deletes nothing** (the guard fails closed)"
+
+
 def render_markdown_table() -> str:
     """The README's configuration table, generated so it cannot drift from KEYS."""
     rows = ["| key | type | default | why this default |", "|---|---|---|---|"]
     for key in KEYS:
         type_text = key.type_text.replace("|", "\\|")
-        rows.append(f"| `{key.name}` | {type_text} | `{key.default_text}` | {key.reason} |")
+        reason = key.reason + (f"; {CLOSED_NOTE}" if key.fails_closed else "")
+        rows.append(f"| `{key.name}` | {type_text} | `{key.default_text}` | {reason} |")
     return "\n".join(rows) + "\n"
 
 
@@ -469,6 +506,8 @@ def render_example_toml() -> str:
     ]
     for key in KEYS:
         lines.append(f"# {key.reason} ({key.type_text})")
+        if key.fails_closed:
+            lines.append(f"# {CLOSED_NOTE.replace('**', '')}")
         if key.name == "dataDir":
             lines.extend(EXAMPLE_DATA_DIR_TOML)
         elif key.type == "rules":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.alerting import recent_alerts
+from core.alerts import channel_label
 from core.clock import now_ms
 from core.config import Settings
 from core.graph import GraphDB
@@ -245,6 +247,24 @@ async def _graph_counts(graph: GraphDB, tables: set[str], *, path: Path) -> dict
     return result
 
 
+#: `scheme://user:password@` in free text: what an older version's alerting figures could hold.
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+
+
+def without_url_credentials(value: Any) -> Any:
+    """`value` (figures: dicts, lists, strings) with any URL user-info removed and every
+    `channel` redacted. Figures recorded by this version hold none; an alerting tick recorded
+    by an older one may, until the next alerting tick replaces it."""
+    if isinstance(value, str):
+        return _URL_CREDENTIALS.sub(r"\1", value)
+    if isinstance(value, list):
+        return [without_url_credentials(v) for v in value]
+    if isinstance(value, dict):
+        return {k: channel_label(v) if k == "channel" and isinstance(v, str)
+                else without_url_credentials(v) for k, v in value.items()}
+    return value
+
+
 async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, Any]:
     if "daemon_ticks" not in tables:
         return {}
@@ -255,7 +275,7 @@ async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, Any]:
             "finishedAt": record.finished_at,
             "durationMs": record.duration_ms,
             "ok": record.ok,
-            "figures": record.figures,
+            "figures": without_url_credentials(record.figures),
         }
         for name, record in sorted((await last_ticks(graph)).items())
     }

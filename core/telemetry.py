@@ -1,8 +1,10 @@
 """Ingestion telemetry: one `kb_ingestion_metrics` row per event, and rollups over a window.
 
 The table is event-shaped, as in the original recorder: writing is one cheap INSERT and
-aggregation is the reader's job. Recording is a best-effort side channel: a telemetry failure
-is logged and never allowed to fail the ingestion or reconciliation that reported it.
+aggregation is the reader's job. For ingestion, recording is a best-effort side channel: a
+telemetry failure is logged and never fails the ingestion that reported it. A reconciliation
+pass is different (CONTRACT: a pass whose deletions are not recorded has not succeeded): a row
+SQLite refuses goes to `MetricSpool`, the pass says it failed, and a later pass writes it.
 
 The rollup adds `chunksTotal` to the original's figures (the original left it out, so drift
 volume, the stale-chunk count a reconcile row carries, could not be alerted on). The alerting
@@ -11,12 +13,17 @@ engine imports `KNOWN_METRICS` from here; it is the one list of rollup metric na
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
 import json
+import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal
 
+import orjson
 import structlog
 
 from core.clock import now_ms
@@ -38,6 +45,9 @@ EVENT_ERROR = "error"
 EVENT_TYPES: tuple[str, ...] = (EVENT_INGEST, EVENT_TOMBSTONE, EVENT_RECONCILE, EVENT_ERROR)
 DEFAULT_EVENT_TYPE = EVENT_INGEST
 
+#: How much of an unreadable spool line is quoted in the error log.
+SPOOL_LINE_SHOWN = 2_000
+
 #: Stored instead of a `detail` that cannot be written as JSON (the original's wording).
 UNSERIALIZABLE_DETAIL: Mapping[str, str] = {"error": "Unserializable Value"}
 
@@ -58,7 +68,7 @@ KNOWN_METRICS: tuple[str, ...] = (
 RollupScope = Literal["repo", "tenant"]
 
 _INSERT_METRIC = """
-INSERT INTO kb_ingestion_metrics(
+INSERT OR IGNORE INTO kb_ingestion_metrics(
     id, timestamp, tenant_id, repo_slug, origin_agent, event_type,
     chunks_total, chunks_embedded, chunks_deleted, duration_ms, error_code, detail
 ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -95,8 +105,56 @@ def _tenant_or_default(tenant_id: str | None) -> str:
         return DEFAULT_TENANT_ID
 
 
-async def record_ingestion_metric(
-    graph: GraphDB,
+@dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One `kb_ingestion_metrics` row, ready to insert (or to spool when it cannot be)."""
+
+    id: str
+    timestamp: int
+    tenant_id: str
+    repo_slug: str
+    origin_agent: str | None
+    event_type: str
+    chunks_total: int
+    chunks_embedded: int
+    chunks_deleted: int
+    duration_ms: int | None
+    error_code: str | None
+    #: `detail` already serialized (see `serialize_detail`).
+    detail: str | None
+
+    def params(self) -> tuple[Any, ...]:
+        """The INSERT parameters, in column order."""
+        return (self.id, self.timestamp, self.tenant_id, self.repo_slug, self.origin_agent,
+                self.event_type, self.chunks_total, self.chunks_embedded, self.chunks_deleted,
+                self.duration_ms, self.error_code, self.detail)
+
+    def as_json(self) -> dict[str, Any]:
+        """The spool line's object (field names as the columns)."""
+        return dict(zip(_COLUMNS, self.params(), strict=True))
+
+    @classmethod
+    def from_json(cls, value: Any) -> MetricRow:
+        """A row from a spool line's object; ValueError when it is not one."""
+        if not isinstance(value, dict) or set(value) != set(_COLUMNS):
+            raise ValueError("not a spooled telemetry row")
+        row = cls(*(value[c] for c in _COLUMNS))
+        texts = (row.id, row.tenant_id, row.repo_slug, row.event_type)
+        counts = (row.timestamp, row.chunks_total, row.chunks_embedded, row.chunks_deleted)
+        if not all(isinstance(t, str) and t for t in texts) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in counts
+        ):
+            raise ValueError("a spooled telemetry row with a missing or mistyped field")
+        return row
+
+
+_COLUMNS: tuple[str, ...] = (
+    "id", "timestamp", "tenant_id", "repo_slug", "origin_agent", "event_type", "chunks_total",
+    "chunks_embedded", "chunks_deleted", "duration_ms", "error_code", "detail",
+)
+
+
+def build_metric_row(
     *,
     tenant_id: str | None = None,
     repo_slug: str | None = None,
@@ -109,37 +167,137 @@ async def record_ingestion_metric(
     error_code: str | None = None,
     detail: Any = None,
     timestamp_ms: int | None = None,
-) -> str | None:
-    """Append one telemetry event and return its id; on any failure log it and return None.
+) -> MetricRow:
+    """A telemetry row with the original recorder's defaults (tenant `neo-shared`, repo
+    `neo`, event `ingest`, timestamp now) and a fresh id."""
+    return MetricRow(
+        id=str(uuid.uuid4()),
+        timestamp=timestamp_ms or now_ms(),
+        tenant_id=_tenant_or_default(tenant_id),
+        repo_slug=repo_slug or DEFAULT_REPO_SLUG,
+        origin_agent=origin_agent or None,
+        event_type=event_type or DEFAULT_EVENT_TYPE,
+        chunks_total=int(chunks_total),
+        chunks_embedded=int(chunks_embedded),
+        chunks_deleted=int(chunks_deleted),
+        duration_ms=None if duration_ms is None else int(duration_ms),
+        error_code=error_code or None,
+        detail=serialize_detail(detail),
+    )
 
-    Never raises into its caller: telemetry must not be the reason an ingestion or a
-    reconciliation pass fails. Defaults are the original's (tenant `neo-shared`, repo `neo`,
-    event `ingest`, timestamp now).
+
+async def insert_metric_rows(graph: GraphDB, rows: Sequence[MetricRow]) -> None:
+    """Insert rows in one transaction; raises (StoreUnavailable) when SQLite refuses. A row
+    whose id is already there is left as it is, so writing a spooled row twice is harmless."""
+    if not rows:
+        return
+    async with graph.write() as tx:
+        await tx.conn.executemany(_INSERT_METRIC, [r.params() for r in rows])
+
+
+async def record_ingestion_metric(graph: GraphDB, **fields: Any) -> str | None:
+    """Append one telemetry event (fields as `build_metric_row`) and return its id; on any
+    failure log it and return None.
+
+    Never raises into its caller: telemetry must not be the reason an ingestion fails. A
+    caller whose work is not done until it is recorded (a reconciliation pass) uses
+    `insert_metric_rows` and the spool instead.
     """
-    metric_id = str(uuid.uuid4())
-    tenant = _tenant_or_default(tenant_id)
+    row: MetricRow | None = None
     try:
-        row = (
-            metric_id,
-            timestamp_ms or now_ms(),
-            tenant,
-            repo_slug or DEFAULT_REPO_SLUG,
-            origin_agent or None,
-            event_type or DEFAULT_EVENT_TYPE,
-            int(chunks_total),
-            int(chunks_embedded),
-            int(chunks_deleted),
-            None if duration_ms is None else int(duration_ms),
-            error_code or None,
-            serialize_detail(detail),
-        )
-        async with graph.write() as tx:
-            await tx.conn.execute(_INSERT_METRIC, row)
+        row = build_metric_row(**fields)
+        await insert_metric_rows(graph, [row])
     except Exception:
-        log.error("telemetry.record_failed", tenant=tenant, eventType=event_type,
-                  exc_info=True)
+        log.error("telemetry.record_failed", tenant=row.tenant_id if row else None,
+                  eventType=fields.get("event_type"), exc_info=True)
         return None
-    return metric_id
+    return row.id
+
+
+class MetricSpool:
+    """Telemetry rows that SQLite refused, kept in a small JSON-lines file until a later pass
+    writes them (`<dataDir>/telemetry-spool.jsonl`).
+
+    A file, not a table: the rows are here exactly because the SQLite file could not be
+    written. Appends are whole lines, fsynced; every read and write happens under an
+    exclusive `flock` of `<spool>.lock`, so two processes sharing a data folder cannot lose
+    each other's rows. Flushing inserts every row (ids make a repeat harmless) and only then
+    removes the file, so a crash in between writes nothing twice and loses nothing.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lock_path = path.with_name(path.name + ".lock")
+
+    def _lock(self) -> IO[str]:
+        """Open the lock file and take the exclusive lock (blocking: call in a thread)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = self.lock_path.open("a")
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        return handle
+
+    @staticmethod
+    def _unlock(handle: IO[str]) -> None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        handle.close()
+
+    async def append(self, rows: Sequence[MetricRow]) -> None:
+        """Keep rows for a later pass, durably; raises OSError when even that fails."""
+        if not rows:
+            return
+        data = b"".join(orjson.dumps(r.as_json()) + b"\n" for r in rows)
+        lock = await asyncio.to_thread(self._lock)
+        try:
+            await asyncio.to_thread(self._append_durably, data)
+        finally:
+            await asyncio.to_thread(self._unlock, lock)
+
+    def _append_durably(self, data: bytes) -> None:
+        with self.path.open("ab") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def pending(self) -> int:
+        """Rows waiting (lines in the file); 0 when there is no spool. Never creates it."""
+        try:
+            with self.path.open("rb") as handle:
+                return sum(1 for line in handle if line.strip())
+        except FileNotFoundError:
+            return 0
+
+    async def flush(self, graph: GraphDB) -> int:
+        """Write every spooled row to SQLite, then remove the spool; returns how many rows
+        were written. Raises (and keeps the spool) when SQLite still refuses. A line that is
+        not a row (a crash cut it short) is logged with its text and dropped."""
+        if not self.path.exists():
+            return 0
+        lock = await asyncio.to_thread(self._lock)
+        try:
+            rows = await asyncio.to_thread(self._read_rows)
+            await insert_metric_rows(graph, rows)
+            await asyncio.to_thread(self.path.unlink, missing_ok=True)
+        finally:
+            await asyncio.to_thread(self._unlock, lock)
+        if rows:
+            log.info("telemetry.spool_flushed", rows=len(rows), path=str(self.path))
+        return len(rows)
+
+    def _read_rows(self) -> list[MetricRow]:
+        try:
+            raw_lines = self.path.read_bytes().splitlines()
+        except FileNotFoundError:
+            return []
+        rows: list[MetricRow] = []
+        for number, raw in enumerate(raw_lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rows.append(MetricRow.from_json(orjson.loads(raw)))
+            except (ValueError, TypeError) as exc:
+                log.error("telemetry.spool_line_unreadable", path=str(self.path), line=number,
+                          error=str(exc), text=raw[:SPOOL_LINE_SHOWN].decode("utf-8", "replace"))
+        return rows
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,23 @@
 """`python -m daemons.reconcile`: the reconciliation daemon, its one-shot pass and restore.
 
     python -m daemons.reconcile [--config F] [--tick] [--dry-run] [--json]
-    python -m daemons.reconcile restore ARCHIVE [--config F]
+    python -m daemons.reconcile restore ARCHIVE [--config F] [--json]
 
 `--tick` runs one pass (`core.reconcile.reconcile_tick`) through `core.ticks.run_tick`, the
 same path the scheduler takes, then one alerting pass (`core.alerting.alerting_tick`) when
-alerting is enabled, as CONTRACT says. Exit 0 done; 1 a store unreachable or a tenant failed
-(the `--json` object is printed first); 2 usage, configuration or archive errors.
+alerting is enabled, as CONTRACT says. Exit 0 done; 1 a store unreachable, a tenant failed, or
+telemetry rows the pass could not write (spooled for the next pass; the `--json` object is
+printed first); 2 usage, configuration or archive errors (a restore with a refused or
+unreadable line included: each is named on stderr, the others are still restored).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from core.alerting import alerting_tick
 from core.cli import (
@@ -25,6 +27,7 @@ from core.cli import (
     Parser,
     add_config_flag,
     add_run_flags,
+    emit_json,
     load_settings,
     run_main,
     run_one_tick,
@@ -33,7 +36,7 @@ from core.config import Settings
 from core.reconcile import reconcile_tick
 from core.runtime import DaemonSpec, Job, serve_main
 from core.ticks import TickFn
-from core.tombstones import ensure_archive_file, restore_archive
+from core.tombstones import RestoreResult, ensure_archive_file, restore_archive
 from core.vectors import VectorStore
 
 PROG = "daemons.reconcile"
@@ -51,7 +54,8 @@ def build_parser() -> Parser:
         prog=PROG,
         description="Find knowledge-base chunks stamped with an old tenant-config version, "
         "report them and (opt-in) tombstone them.",
-        epilog=f"Put tombstoned chunks back: python -m {PROG} {RESTORE} ARCHIVE [--config F]",
+        epilog=f"Put tombstoned chunks back: python -m {PROG} {RESTORE} ARCHIVE [--config F] "
+        "[--json]",
     )
     add_run_flags(parser, tick=True)
     return parser
@@ -60,24 +64,33 @@ def build_parser() -> Parser:
 def build_restore_parser() -> Parser:
     """`restore ARCHIVE [--config F]`."""
     parser = Parser(prog=f"{PROG} {RESTORE}",
-                    description="Upsert the chunks of a tombstone archive back (idempotent).")
+                    description="Put back the chunks of a tombstone archive that are absent "
+                    "now (preserve-live: a live chunk is never overwritten; idempotent).")
     parser.add_argument("archive", metavar="ARCHIVE", type=Path,
                         help="a .jsonl file under <dataDir>/tombstones/")
     add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object with the restore's figures")
     return parser
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
     """`--tick`: one pass over every configured tenant, then the alerting pass when enabled.
 
-    With `--json`, exactly one object: the reconcile figures with `ok` (false when a tenant
-    failed) and the alerting figures under `alerting`; `{"ok": false, "error": ...}` when a
-    store could not be used. Exit 1 when a tenant failed.
+    With `--json`, exactly one object: the reconcile figures with `ok` and the alerting
+    figures under `alerting`; `{"ok": false, "error": ...}` when a store could not be used.
+    Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
     """
     ok = await run_one_tick(
         DAEMON, reconcile_tick, config=args.config, dry_run=args.dry_run, as_json=args.json,
-        followers=alerting_follower, succeeded=lambda figures: not figures.get("failedTenants"))
+        followers=alerting_follower, succeeded=pass_succeeded)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def pass_succeeded(figures: Mapping[str, Any]) -> bool:
+    """A pass did its work when no tenant failed and every telemetry row it owes (its own and
+    those spooled by earlier passes) is in SQLite: deletions nobody can see did not succeed."""
+    return not figures.get("failedTenants") and not figures.get("unrecordedRows")
 
 
 def alerting_follower(settings: Settings) -> list[tuple[str, TickFn]]:
@@ -86,19 +99,33 @@ def alerting_follower(settings: Settings) -> list[tuple[str, TickFn]]:
 
 
 async def run_restore(args: argparse.Namespace) -> int:
-    """`restore ARCHIVE`: put the archived chunks back; each unusable line named on stderr."""
+    """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only;
+    each refused or unreadable line named on stderr (exit 2), then the counts on stdout."""
     settings = load_settings(args.config)
     archive: Path = args.archive
     ensure_archive_file(archive)
     vectors = await VectorStore.open(settings)
     try:
-        result = await restore_archive(vectors, archive)
+        result = await restore_archive(vectors, archive,
+                                       collection=settings.knowledge_base_collection)
     finally:
         await vectors.close()
-    for bad in result.bad_lines:
-        sys.stderr.write(f"{PROG}: error: {archive}:{bad.line_number}: {bad.reason}\n")
-    print(f"restored {result.restored} chunks from {archive}")
-    return EXIT_USAGE if result.bad_lines else EXIT_OK
+    for problem in (*result.unreadable, *result.refused):
+        chunk = f" (chunk {problem.chunk_id!r})" if problem.chunk_id else ""
+        sys.stderr.write(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
+                         f"{chunk}\n")
+    if args.json:
+        emit_json({"ok": result.clean, **result.as_dict()})
+    else:
+        print(restore_summary(result))
+    return EXIT_OK if result.clean else EXIT_USAGE
+
+
+def restore_summary(result: RestoreResult) -> str:
+    """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`."""
+    return (f"restored {result.restored}, kept live {result.kept_live}, refused "
+            f"{len(result.refused)}, unreadable {len(result.unreadable)} (chunks of tenant "
+            f"{result.tenant_id}) from {result.path}")
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:

@@ -22,8 +22,13 @@ from core.alerts import (
     CooldownKey,
     alert_body,
     alert_subject,
+    channel_key,
     channel_label,
     evaluate_alert_rules,
+    is_channel_key,
+    malformed_channel_reason,
+    redact_channel,
+    scrub_secrets,
     validate_alert_rule,
 )
 from core.config import EXAMPLE_ALERT_RULES_TOML, resolve_config
@@ -83,10 +88,12 @@ ALL_METRICS = ", ".join(KNOWN_METRICS)
     (rule(channels=["console", "sms:+155501"]), 'malformed channel spec "sms:+155501"'),
     (rule(channels=["webhook:"]),
      'malformed channel spec "webhook:": a webhook needs an http(s) URL'),
+    # The original's wording, with the URL redacted (a malformed URL can hold a password).
     (rule(channels=["webhook:ftp://example.com/x"]),
-     'malformed channel spec "webhook:ftp://example.com/x": a webhook needs an http(s) URL'),
+     'malformed channel spec "webhook:ftp://example.com/…": a webhook needs an http(s) URL'),
     (rule(channels=["webhook:http://:80/x"]),
-     'malformed channel spec "webhook:http://:80/x": a webhook needs an http(s) URL'),
+     'malformed channel spec "webhook:…": a webhook needs an http(s) URL'),
+    (rule(channels=[{"url": "http://u:pw@h/x"}]), 'malformed channel spec "<dict>"'),
     (rule(channels=[3]), 'malformed channel spec "3"'),
     (rule(deliveryMode="page"), REASON_DELIVERY_MODE),
     (rule(scope="global"), REASON_SCOPE),
@@ -127,6 +134,51 @@ def test_a_webhook_label_hides_the_path_that_may_hold_a_token() -> None:
     assert channel_label("webhook:https://hooks.example.com:8443/T0/B1/secret") == \
         "webhook:https://hooks.example.com:8443/…"
     assert channel_label("console") == "console"
+
+
+@pytest.mark.parametrize(("spec", "shown"), [
+    ("webhook:http://alice:PASSWORD@hooks.example:8080/a/SECRET?token=Q#F",
+     "webhook:http://hooks.example:8080/…"),
+    ("webhook:https://alice@hooks.example/x", "webhook:https://hooks.example/…"),
+    ("webhook:http://[::1]:9000/x", "webhook:http://[::1]:9000/…"),
+    ("webhook:ftp://alice:PASSWORD@host/x", "webhook:ftp://host/…"),
+    ("webhook:http://alice:PASSWORD@:80/x", "webhook:…"),
+    ("webhook:http://alice:PASSWORD@host:99999/x", "webhook:…"),
+    ("alice:PASSWORD@host", "…"),
+    ("a2a:ops-agent", "a2a:ops-agent"),
+])
+def test_user_info_path_and_query_never_show_and_a_label_redacts_to_itself(
+    spec: str, shown: str
+) -> None:
+    assert redact_channel(spec) == shown
+    assert redact_channel(shown) == shown
+    assert "PASSWORD" not in malformed_channel_reason(spec)
+
+
+def test_secret_parts_are_scrubbed_from_free_text_raw_and_percent_decoded() -> None:
+    spec = "webhook:http://alice:PASS%40word@hooks.example/a/TOKEN?key=QUERYSECRET"
+    text = ("ConnectError for http://alice:PASS%40word@hooks.example/a/TOKEN?key=QUERYSECRET; "
+            "auth PASS@word; token TOKEN; QUERYSECRET")
+    scrubbed = scrub_secrets(text, spec)
+    for secret in ("PASS%40word", "PASS@word", "TOKEN", "QUERYSECRET", "alice"):
+        assert secret not in scrubbed
+
+
+def test_two_webhooks_on_one_host_cool_down_apart_without_their_paths_in_the_key() -> None:
+    room_a = "webhook:https://hooks.example/services/T0/ROOM-A-TOKEN"
+    room_b = "webhook:https://hooks.example/services/T0/ROOM-B-TOKEN"
+    first = evaluate([rule(channels=[room_a, room_b])], [tenant_row(reconcileEvents=2)], None)
+    assert [a.channel for a in first.alerts] == [room_a, room_b]
+    keys = [a.key.channel for a in first.alerts]
+    assert keys[0] != keys[1]
+    assert all(k.startswith("webhook:https://hooks.example/… #") and "TOKEN" not in k
+               for k in keys)
+    assert channel_key(room_a) == keys[0], "the same spec always gets the same key"
+    assert is_channel_key(keys[0]) and is_channel_key("console")
+    assert not is_channel_key(room_a)
+    again = evaluate([rule(channels=[room_a, room_b])], [tenant_row(reconcileEvents=2)],
+                     first.cooldown_state)
+    assert (again.alerts, again.suppressed) == ((), 2)
 
 
 def uncommented_example() -> str:

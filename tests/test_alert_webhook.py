@@ -23,7 +23,7 @@ from core.alert_channels import (
     webhook_payload,
 )
 from core.alerting import alerting_tick, load_cooldowns, recent_alerts
-from core.alerts import Alert, Severity, alert_body
+from core.alerts import Alert, Severity, alert_body, channel_label
 from core.graph import GraphDB
 from core.stores import Stores
 from core.telemetry import EVENT_RECONCILE, record_ingestion_metric
@@ -135,9 +135,10 @@ async def test_a_webhook_alert_is_posted_as_json_with_subject_body_and_every_fie
                    "(tenant t1, repo repo-a)",
         "body": request.body["body"],
         "tenantId": "t1", "repoSlug": "repo-a", "metric": "reconcileEvents", "value": 1,
-        "threshold": 0, "severity": "critical", "channel": channel, "deliveryMode": "audit",
-        "scope": "repo", "firedAt": NOW,
+        "threshold": 0, "severity": "critical", "channel": channel_label(channel),
+        "deliveryMode": "audit", "scope": "repo", "firedAt": NOW,
     }
+    assert "kb-secret-token" not in json.dumps(request.body), "receivers log payloads too"
     assert request.body["body"].startswith("KB ingestion alert — **critical**\n")
     assert "kb-secret-token" not in figures["alerts"][0]["channel"], "labels hide the path"
     [recorded] = await recent_alerts(graph)

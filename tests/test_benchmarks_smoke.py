@@ -79,14 +79,16 @@ def test_every_reconcile_contender_finds_and_deletes_the_stale_chunks(
     assert len(reconcile["sizes"]) >= 2
     for size, runs in reconcile["runs"].items():
         stale = int(size) // 10
-        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor"}
+        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor"}
         assert {r["stale"] for r in runs.values()} == {stale}
         assert runs["dry"]["tombstoned"] == runs["scan-floor"]["tombstoned"] == 0
-        assert runs["tombstone"]["tombstoned"] == runs["tombstone-floor"]["tombstoned"] == stale
+        assert runs["tombstone"]["tombstoned"] == runs["tombstone-floor"]["tombstoned"] == \
+            runs["where-floor"]["tombstoned"] == stale
         assert runs["tombstone"]["remaining"] == int(size) - stale
         for run in runs.values():
             assert run["inProcessS"] > 0 and "peakRssGrowthMiB" in run
     assert {"dry", "tombstone", "scan-floor", "tombstone-floor"} <= reconcile["timeGrowth"].keys()
+    assert set(reconcile["whereFloorOverTombstoneFloor"]) == set(reconcile["runs"])
 
 
 def test_the_idle_daemon_is_measured_and_stops_cleanly(

@@ -110,8 +110,6 @@ def test_wrong_type_takes_the_default_with_one_warning_naming_key_type_and_value
         ("lazyEdgeMaxAttempts", 0),
         ("reconciliationOrphanVersionGap", 0.5),
         ("reconciliationOrphanVersionGap", float("nan")),
-        ("reconciliationMaxStaleFraction", 0),
-        ("reconciliationMaxStaleFraction", 1.5),
         ("metricsPort", 70000),
         ("logFormat", "xml"),
         ("chromaUrl", "localhost:8000"),
@@ -128,6 +126,54 @@ def test_out_of_range_or_mistyped_values_fall_back_to_their_default(
     field = next(k.field_name for k in KEYS if k.name == key)
     assert getattr(loaded.settings, field) == getattr(default, field)
     assert [w.key for w in loaded.warnings] == [key]
+    assert loaded.settings.invalid_guards == ()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("reconciliationMaxDeletesPerTick", -1),
+        ("reconciliationMaxDeletesPerTick", 1.5),
+        ("reconciliationMaxDeletesPerTick", "10"),
+        ("reconciliationMaxDeletesPerTick", True),
+        ("reconciliationMaxDeletesPerTick", float("inf")),
+        ("reconciliationMaxDeletesPerTick", [10]),
+        ("reconciliationMaxStaleFraction", 0),
+        ("reconciliationMaxStaleFraction", 0.0),
+        ("reconciliationMaxStaleFraction", -1),
+        ("reconciliationMaxStaleFraction", 1.5),
+        ("reconciliationMaxStaleFraction", float("nan")),
+        ("reconciliationMaxStaleFraction", float("-inf")),
+        ("reconciliationMaxStaleFraction", "0.5"),
+        ("reconciliationMaxStaleFraction", False),
+    ],
+)
+def test_an_invalid_destructive_guard_fails_closed_instead_of_taking_its_default(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
+    [warning] = loaded.warnings
+    assert warning.key == key
+    assert "deleting nothing until it is fixed" in warning.message
+    assert loaded.settings.invalid_guards == (key,)
+    field = next(k.field_name for k in KEYS if k.name == key)
+    assert getattr(loaded.settings, field) == 0  # a value that lets nothing through
+
+
+def test_a_max_deletes_of_zero_is_valid_and_simply_deletes_nothing(tmp_path: Path) -> None:
+    loaded = resolve_config({"knowledgeBase": {"reconciliationMaxDeletesPerTick": 0}},
+                            base_dir=tmp_path)
+    assert (loaded.warnings, loaded.settings.invalid_guards) == ((), ())
+
+
+def test_an_invalid_alert_rules_value_is_described_never_quoted(tmp_path: Path) -> None:
+    """It may hold webhook URLs with credentials; the warning names its type only."""
+    loaded = resolve_config({"knowledgeBase": {"alertRules": {
+        "channels": ["webhook:http://user:PASSWORD@hooks.example/x?token=SECRET"]}}},
+        base_dir=tmp_path)
+    [warning] = loaded.warnings
+    assert "got a dict" in warning.message
+    assert "PASSWORD" not in warning.message and "SECRET" not in warning.message
 
 
 def test_an_integer_is_accepted_where_a_number_is_expected(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 from core.config import Settings, load_config
 from core.graph import GraphDB
 from core.tenants import TENANT_CONFIG_LABEL
+from core.tombstones import ArchiveHeader, seal
 from core.vectors import VectorStore
 from tests.support import run_module, seed
 
@@ -43,7 +44,7 @@ async def _prepare(settings: Settings) -> None:
     vectors = await VectorStore.open(settings)
     try:
         await seed(vectors, settings.knowledge_base_collection, [
-            (i, {"tenantId": "acme", "tenantConfigVersion": v})
+            (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
             for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))
         ])
     finally:
@@ -84,19 +85,27 @@ def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_ba
     figures = json.loads(ticked.stdout)
     assert figures["tenants"] == [{
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 4, "scanned": 3,
-        "staleCount": 3, "actionableCount": 2, "tombstonedCount": 2, "guard": None,
+        "staleCount": 3, "actionableCount": 2, "heldCount": 0, "tombstonedCount": 2,
+        "guard": None,
     }]
-    assert (figures["ok"], figures["failedTenants"]) == (True, 0)
+    assert (figures["ok"], figures["failedTenants"], figures["unrecordedRows"]) == (
+        True, 0, 0)
     assert "durationMs" in figures and "alerting" not in figures
     assert chunk_count(settings) == 2
 
     [archive] = figures["archives"]
     restored = run(tmp_path, "restore", archive, "--config", str(config))
     assert restored.returncode == 0, restored.stderr
-    assert restored.stdout == f"restored 2 chunks from {archive}\n"
+    assert restored.stdout == (f"restored 2, kept live 0, refused 0, unreadable 0 "
+                               f"(chunks of tenant acme) from {archive}\n")
     assert chunk_count(settings) == 4
-    # Idempotent: a second restore changes nothing.
-    assert run(tmp_path, "restore", archive, "--config", str(config)).returncode == 0
+    # Idempotent: a second restore changes nothing, and says the chunks are live.
+    again = run(tmp_path, "restore", archive, "--config", str(config), "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == {
+        "ok": True, "archive": archive, "collection": "neo-knowledge-base", "tenantId": "acme",
+        "format": 2, "restored": 0, "keptLive": 2, "refused": 0, "unreadable": 0,
+        "problems": [], "warnings": []}
     assert chunk_count(settings) == 4
     assert not (tmp_path / "home").exists(), "nothing may be written under $HOME"
 
@@ -163,13 +172,18 @@ def test_restoring_a_missing_archive_is_exit_2_with_one_line(tmp_path: Path) -> 
 def test_restoring_an_archive_with_a_corrupt_line_names_it_and_exits_2(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     archive = tmp_path / "cut.jsonl"
-    good = {"format": 1, "collection": "neo-knowledge-base", "tenantId": "acme", "id": "c1",
-            "embedding": [0.5, 0.5], "metadata": {"tenantId": "acme"}, "document": "d"}
-    archive.write_text(json.dumps(good) + "\n" + json.dumps(good)[:20] + "\n", encoding="utf-8")
+    header = seal(ArchiveHeader("neo-knowledge-base", "acme", "p1", 1).record())
+    line = seal({"format": 2, "kind": "chunk", "collection": "neo-knowledge-base",
+                 "tenantId": "acme", "passId": "p1", "archivedAt": 1, "id": "c1",
+                 "metadata": {"tenantId": "acme"}, "document": "d", "embedding": [0.5, 0.5]})
+    other = line.replace(b'"c1"', b'"c2"')  # edited: the checksum no longer matches
+    archive.write_bytes(header + b"\n" + line + b"\n" + other + b"\n" + line[:20] + b"\n")
     result = run(tmp_path, "restore", str(archive), "--config", str(config))
     assert result.returncode == 2
-    assert f"{archive}:2: not JSON" in result.stderr
-    assert result.stdout == f"restored 1 chunks from {archive}\n"
+    assert f"{archive}:3: checksum mismatch" in result.stderr
+    assert f"{archive}:4: no checksum" in result.stderr
+    assert result.stdout == (f"restored 1, kept live 0, refused 0, unreadable 2 "
+                             f"(chunks of tenant acme) from {archive}\n")
 
 
 def test_a_failing_tenant_prints_the_figures_then_exits_1(
@@ -213,3 +227,69 @@ def test_a_tick_runs_the_alerting_pass_after_reconciling_when_alerting_is_on(
     figures = json.loads(result.stdout)
     assert figures["staleCount"] == 3
     assert figures["alerting"]["fired"] == 1
+
+
+@pytest.mark.parametrize("guard", [
+    "reconciliationMaxStaleFraction = 0", "reconciliationMaxStaleFraction = -1",
+    "reconciliationMaxStaleFraction = nan", "reconciliationMaxStaleFraction = 1.5",
+    "reconciliationMaxDeletesPerTick = -1", 'reconciliationMaxDeletesPerTick = "all"',
+])
+def test_an_invalid_guard_deletes_nothing_and_says_so(tmp_path: Path, guard: str) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\nreconciliationEnabled = true\n'
+                      f"reconciliationAutoTombstone = true\n{guard}\n", encoding="utf-8")
+    settings = prepare(config)
+    result = run(tmp_path, "--tick", "--json", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    [tenant] = json.loads(result.stdout)["tenants"]
+    assert (tenant["actionableCount"], tenant["tombstonedCount"], tenant["guard"]) == (
+        2, 0, "invalid-config")
+    assert chunk_count(settings) == 4
+    assert "deleting nothing until it is fixed" in result.stderr
+    assert "reconcile.guard_config_invalid" in result.stderr
+
+
+def test_a_pass_whose_telemetry_cannot_be_written_fails_and_the_next_pass_writes_it(
+    tmp_path: Path,
+) -> None:
+    """SQLite held by another connection past busy_timeout while the pass records its row:
+    the deletions happened, so the pass must say it failed (exit 1, ok: false) and keep the
+    row; the next pass, with the lock gone, writes it."""
+    import sqlite3
+
+    config = write_config(tmp_path, reconciliationEnabled=True,
+                          reconciliationAutoTombstone=True,
+                          reconciliationMaxStaleFraction=1.0)
+    settings = prepare(config)
+    holder = sqlite3.connect(settings.graph_db_path, timeout=0)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        locked = run(tmp_path, "--tick", "--json", "--config", str(config))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert locked.returncode == 1, locked.stderr[-2000:]
+    figures = json.loads(locked.stdout)
+    assert (figures["ok"], figures["tombstonedCount"], figures["unrecordedRows"]) == (
+        False, 2, 1)
+    assert "reconcile.telemetry_unrecorded" in locked.stderr
+    assert chunk_count(settings) == 2
+    assert settings.telemetry_spool_path.exists()
+
+    async def reconcile_rows() -> list[tuple[Any, ...]]:
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            return [tuple(r) for r in await graph.fetch_all(
+                "SELECT tenant_id, chunks_total, chunks_deleted FROM kb_ingestion_metrics "
+                "WHERE event_type = 'reconcile' ORDER BY timestamp")]
+        finally:
+            await graph.close()
+
+    assert asyncio.run(reconcile_rows()) == []
+    later = run(tmp_path, "--tick", "--json", "--config", str(config))
+    assert later.returncode == 0, later.stderr[-2000:]
+    figures = json.loads(later.stdout)
+    assert (figures["ok"], figures["spoolFlushed"], figures["unrecordedRows"]) == (True, 1, 0)
+    # The missing row (2 deleted) is there now, then this pass's own (nothing left to delete).
+    assert asyncio.run(reconcile_rows()) == [("acme", 3, 2), ("acme", 1, 0)]
+    assert not settings.telemetry_spool_path.exists()

@@ -1,5 +1,6 @@
-"""The pure stale-chunk engine: which chunks are stale, which are actionable, and the
-fail-safe answers for everything it cannot classify."""
+"""The pure stale-chunk engine: which chunks are stale, which are actionable, the fail-safe
+answers for everything it cannot classify, and the pure half of tombstoning (which chunks a
+band may hold, how bands are cut, what their predicate says)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,20 @@ from core.reconcile import (
     DEFAULT_ORPHAN_VERSION_GAP,
     EMPTY_DIFF,
     actionable_stamp_ceiling,
-    confirm_tombstone_rows,
     diff_tenant_chunks,
+    is_actionable_stamp,
     resolve_orphan_version_gap,
     stale_fraction_exceeded,
 )
-from core.vectors import ChromaRow
+from core.tombstoning import (
+    Band,
+    OldestIngested,
+    band_where,
+    deletion_bound,
+    plan_bands,
+    rule_violations,
+)
+from core.vectors import ChromaRow, ColumnPage
 
 
 def rows(*stamps: Any, ids: str = "abcdefghij") -> list[dict[str, Any]]:
@@ -159,15 +168,79 @@ def test_the_actionable_ceiling_is_a_whole_number_when_it_can_be() -> None:
     assert actionable_stamp_ceiling(1, 1.5) == -1
 
 
-def test_confirmation_keeps_only_this_tenants_still_actionable_rows() -> None:
-    fresh = [
-        ChromaRow("a", {"tenantId": "t", "tenantConfigVersion": 1}),
-        ChromaRow("b", {"tenantId": "other", "tenantConfigVersion": 1}),  # id re-used
-        ChromaRow("c", {"tenantId": "t", "tenantConfigVersion": 5}),  # re-ingested meanwhile
-        ChromaRow("d", {"tenantConfigVersion": 1}),  # no tenant at all
-        ChromaRow("a", {"tenantId": "t", "tenantConfigVersion": 1}),  # duplicate
-    ]
-    confirmed = confirm_tombstone_rows(
-        fresh, tenant_id="t", current_version=5, orphan_version_gap=2
-    )
-    assert [r.id for r in confirmed] == ["a"]
+@pytest.mark.parametrize(
+    ("stamp", "actionable"),
+    [(1, True), (3, True), (3.5, False), (4, False), (5, False), (True, False), ("1", False),
+     (None, False), (float("nan"), False), (-1, True)],
+)
+def test_one_stamp_is_actionable_exactly_when_the_engine_would_act_on_its_row(
+    stamp: Any, actionable: bool
+) -> None:
+    assert is_actionable_stamp(stamp, 5, 2) is actionable
+    assert is_actionable_stamp(stamp, 5, 2) is (diff_tenant_chunks(rows(stamp), 5, 2)
+                                                .actionable_count == 1)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "bound"),
+    [({"ingestedAt": 5}, 5), ({"ingestedAt": 5.5}, 5.5), ({"ingestedAt": 1_000}, 1_000),
+     ({"ingestedAt": 1_001}, None),  # written after the pass started reading
+     ({}, None), ({"ingestedAt": "5"}, None), ({"ingestedAt": True}, None),
+     ({"ingestedAt": float("nan")}, None), ({"ingestedAt": float("-inf")}, None),
+     (None, None)],
+)
+def test_a_chunk_a_band_can_hold_has_a_numeric_ingested_at_not_after_the_read(
+    metadata: Any, bound: Any
+) -> None:
+    assert deletion_bound(metadata, read_ms=1_000) == bound
+
+
+def test_the_oldest_keeps_only_the_capacity_smallest_values() -> None:
+    oldest = OldestIngested(3)
+    for value in (9, 1, 7, 3, 3, 8, 2):
+        oldest.offer(value)
+    assert oldest.sorted() == [1, 2, 3]
+    none = OldestIngested(0)
+    none.offer(1)
+    assert none.sorted() == []
+
+
+def test_bands_cover_every_value_once_and_never_split_equal_values() -> None:
+    values = [1, 2, 2, 2, 3, 4, 5, 5, 6]
+    bands = plan_bands(values, band_rows=3)
+    # A band ends before a run of equal values that would overflow it.
+    assert bands == [Band(None, 1, 1), Band(1, 2, 3), Band(2, 4, 2), Band(4, 6, 3)]
+    for band in bands:
+        inside = [v for v in values if (band.after is None or v > band.after) and v <= band.through]
+        assert len(inside) == band.planned
+    assert sum(b.planned for b in bands) == len(values)
+
+
+def test_a_run_of_equal_values_longer_than_a_band_is_a_band_of_its_own() -> None:
+    assert plan_bands([1, 7, 7, 7, 7, 7, 9], band_rows=2) == [
+        Band(None, 1, 1), Band(1, 7, 5), Band(7, 9, 1)]
+    assert plan_bands([], band_rows=2) == []
+    assert plan_bands([4, 4, 4], band_rows=10) == [Band(None, 4, 3)]
+
+
+def test_a_band_predicate_is_tenant_actionable_stamp_and_ingested_range() -> None:
+    assert band_where("acme", 3, Band(None, 10, 1)) == {"$and": [
+        {"tenantId": "acme"}, {"tenantConfigVersion": {"$lte": 3}},
+        {"ingestedAt": {"$lte": 10}}]}
+    assert band_where("acme", 2.5, Band(10, 20.5, 1)) == {"$and": [
+        {"tenantId": "acme"}, {"tenantConfigVersion": {"$lte": 2.5}},
+        {"ingestedAt": {"$gt": 10}}, {"ingestedAt": {"$lte": 20.5}}]}
+
+
+def test_rows_the_rule_would_keep_are_named_whatever_the_store_returned() -> None:
+    page = ColumnPage(
+        ["ok", "other-tenant", "restamped", "undated", "future"],
+        [{"tenantId": "t", "tenantConfigVersion": 1, "ingestedAt": 5},
+         {"tenantId": "u", "tenantConfigVersion": 1, "ingestedAt": 5},
+         {"tenantId": "t", "tenantConfigVersion": 5, "ingestedAt": 5},
+         {"tenantId": "t", "tenantConfigVersion": 1},
+         {"tenantId": "t", "tenantConfigVersion": 1, "ingestedAt": 2_000}],
+        [None] * 5, None)
+    assert rule_violations(page, tenant_id="t", read_ms=1_000,
+                           is_actionable=lambda stamp: is_actionable_stamp(stamp, 5, 2)) == [
+        "other-tenant", "restamped", "undated", "future"]

@@ -1,5 +1,6 @@
 """The reconciliation pass on real SQLite and embedded Chroma: what is reported, what is
-deleted (and what never is), the guards, archives and restore, paging, and dry runs."""
+deleted (and what never is), the guards, archives, paging, and dry runs. Restore has its own
+file (test_restore.py), and so do deletes racing writers (test_tombstone_safety.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from core.stores import Stores, TickControl, open_stores
 from core.telemetry import EVENT_RECONCILE
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstones import ArchivedChunk, ArchiveError, archive_line, restore_archive
+from core.tombstones import read_archived_chunks
 from core.vectors import ChromaRow, Include, VectorStore
-from tests.support import DIM, make_settings, seed
+from tests.support import make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 
@@ -78,8 +79,8 @@ def tenant_figures(figures: Mapping[str, Any], tenant: str) -> dict[str, Any]:
     return dict(entry)
 
 
-def archived_rows(path: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+def archived_rows(path: str) -> list[ChromaRow]:
+    return [chunk.row for _header, chunk in read_archived_chunks(Path(path))]
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -95,7 +96,8 @@ async def test_a_clean_tenant_writes_no_telemetry_row(
     figures = await one_pass(stores)
     assert tenant_figures(figures, "acme") == {
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 3, "scanned": 0,
-        "staleCount": 0, "actionableCount": 0, "tombstonedCount": 0, "guard": None,
+        "staleCount": 0, "actionableCount": 0, "heldCount": 0, "tombstonedCount": 0,
+        "guard": None,
     }
     assert await graph.count("kb_ingestion_metrics") == 0
 
@@ -145,7 +147,7 @@ async def test_with_auto_tombstone_on_exactly_the_actionable_chunks_go(
     assert (row["total"], row["deleted"]) == (4, 3)
     [archive] = figures["archives"]
     assert Path(archive).parent == stores.settings.tombstones_dir
-    assert sorted(r["id"] for r in archived_rows(archive)) == ["c", "d", "h"]
+    assert sorted(r.id for r in archived_rows(archive)) == ["c", "d", "h"]
 
 
 async def test_orphans_within_the_grace_gap_are_reported_but_never_deleted(
@@ -290,7 +292,7 @@ async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went
     assert (row["event"], row["total"], row["deleted"], row["error"]) == (
         "reconcile", 4, 0, "reconcile-tombstone-failed"
     )
-    assert "delete of 4 chunks failed (0 went)" in row["detail"]["error"]
+    assert "delete of a band of 4 chunks failed (0 went)" in row["detail"]["error"]
 
 
 async def test_a_missing_knowledge_base_collection_means_nothing_to_reconcile(
@@ -301,98 +303,6 @@ async def test_a_missing_knowledge_base_collection_means_nothing_to_reconcile(
     figures = await one_pass(stores)
     assert figures["failedTenants"] == 0
     assert tenant_figures(figures, "acme")["staleCount"] == 0
-
-
-async def test_a_chunk_handed_to_another_tenant_before_the_delete_is_never_deleted(
-    tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
-    await configure(graph, "acme", 3)
-    await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
-    # Another program re-uses the id `old2` for tenant `other` between the candidate read and
-    # the confirming get: the race the confirmation exists for.
-    real = vectors._call_on_collection
-
-    def concurrent_writer(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-        if method == "get" and kwargs.get("ids") and "old2" in kwargs["ids"]:
-            other_id, other_meta = chunk("old2", "other", 1)
-            real(name, "upsert", {"ids": [other_id], "metadatas": [other_meta],
-                                  "embeddings": [[0.5] * DIM], "documents": ["other's"]})
-        return real(name, method, kwargs)
-
-    monkeypatch.setattr(vectors, "_call_on_collection", concurrent_writer)
-    figures = await one_pass(stores)
-    assert await ids_in(vectors, collection) == {"old2"}
-    [survivor] = await vectors.get_by_ids(collection, ["old2"])
-    assert survivor.metadata["tenantId"] == "other"
-    assert "old2" not in {r["id"] for r in archived_rows(figures["archives"][0])}
-    assert tenant_figures(figures, "acme")["tombstonedCount"] == 4
-    assert "reconcile.ids_dropped" in capsys.readouterr().err
-
-
-# -- archives and restore ---------------------------------------------------------------------
-
-
-async def test_archive_then_restore_gives_back_identical_rows(
-    tmp_path: Path, graph: GraphDB, vectors: VectorStore
-) -> None:
-    stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
-    await configure(graph, "acme", 4)
-    await seed(vectors, collection, [chunk(f"doc{i}", "acme", i % 2) for i in range(6)])
-    await seed(vectors, collection, [chunk(f"nodoc{i}", "acme", 1.5) for i in range(3)],
-               documents=False)
-    await vectors.upsert(collection, [ChromaRow("odd", {"tenantId": "acme",
-                                                        "tenantConfigVersion": 0,
-                                                        "note": "ünïcode ✓", "ratio": 0.1,
-                                                        "flag": False},
-                                                "line\nbreak", [0.1, 1e-7, -3.25, 1 / 3])])
-    ids = [f"doc{i}" for i in range(6)] + [f"nodoc{i}" for i in range(3)] + ["odd"]
-    before = await vectors.get_by_ids(collection, ids, include=FULL)
-
-    figures = await one_pass(stores)
-    assert tenant_figures(figures, "acme")["tombstonedCount"] == 10
-    assert await ids_in(vectors, collection) == set()
-
-    [archive] = figures["archives"]
-    result = await restore_archive(vectors, Path(archive))
-    assert (result.restored, result.bad_lines) == (10, ())
-    after = await vectors.get_by_ids(collection, ids, include=FULL)
-    assert sorted(after, key=lambda r: r.id) == sorted(before, key=lambda r: r.id)
-
-    again = await restore_archive(vectors, Path(archive))
-    assert again.restored == 10
-    assert await vectors.count(collection) == 10
-
-
-async def test_a_corrupt_archive_line_is_named_and_the_valid_lines_are_restored(
-    tmp_path: Path, vectors: VectorStore
-) -> None:
-    good = [archive_line(ArchivedChunk("kb-restore", "acme", ChromaRow(
-        f"r{i}", {"tenantId": "acme", "tenantConfigVersion": 1}, f"doc {i}", [0.5, 0.25]
-    )), archived_at_ms=1) for i in range(3)]
-    torn = good[2][: len(good[2]) // 2]  # a crash cut the last write short
-    archive = tmp_path / "archive.jsonl"
-    archive.write_bytes("\n".join([good[0], '{"format": 99}', "", good[1], torn]).encode()
-                        + b"\n\xff\xfe\n")
-    result = await restore_archive(vectors, archive)
-    assert result.restored == 2
-    assert [(b.line_number, b.reason.split(" (")[0]) for b in result.bad_lines] == [
-        (2, "unknown archive format 99"), (5, "not JSON"), (6, "not valid UTF-8"),
-    ]
-    assert sorted(r.id for r in await vectors.get_by_ids("kb-restore", ["r0", "r1", "r2"])) == [
-        "r0", "r1"
-    ]
-
-
-async def test_restoring_a_missing_archive_is_a_usage_error(
-    tmp_path: Path, vectors: VectorStore
-) -> None:
-    with pytest.raises(ArchiveError, match="archive not found") as caught:
-        await restore_archive(vectors, tmp_path / "nope.jsonl")
-    assert caught.value.exit_code == 2
 
 
 # -- paging -----------------------------------------------------------------------------------
@@ -408,7 +318,8 @@ async def test_a_tenant_of_more_than_40000_chunks_is_paged_without_skips_or_doub
     await configure(graph, "big", 5)
     stamps = [4] * 36_000 + [2] * 3_000 + [5] * 1_500
     random.Random(7).shuffle(stamps)
-    rows = [ChromaRow(f"c{i:05d}", {"tenantId": "big", "tenantConfigVersion": s}, None,
+    rows = [ChromaRow(f"c{i:05d}", {"tenantId": "big", "tenantConfigVersion": s,
+                                    "ingestedAt": 1_700_000_000_000 + i}, None,
                       [float(i % 7), 1.0, 0.0, 0.5])
             for i, s in enumerate(stamps)]
     await vectors.upsert(collection, rows, create=True)
@@ -420,7 +331,7 @@ async def test_a_tenant_of_more_than_40000_chunks_is_paged_without_skips_or_doub
     assert (big["scanned"], big["staleCount"], big["actionableCount"]) == (39_000, 39_000, 3_000)
     assert big["tombstonedCount"] == 3_000
     assert await vectors.count(collection) == 37_500
-    archived = [r["id"] for r in archived_rows(figures["archives"][0])]
+    archived = [r.id for r in archived_rows(figures["archives"][0])]
     assert len(archived) == 3_000
     assert set(archived) == expected_gone
 

@@ -124,16 +124,23 @@ WRONG_VALUES: list[Any] = ["text", "", 0, -1, 1.5, math.inf, True, False, [], [1
 def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
     key: str, tmp_path: Path
 ) -> None:
+    """...or, for the two destructive guards, the value that deletes nothing (they fail
+    closed); `alertRules` is described by type, never quoted (it may hold secrets)."""
+    spec = next(k for k in KEYS if k.name == key)
     default = resolve_config({}, base_dir=tmp_path).settings
-    field = next(k.field_name for k in KEYS if k.name == key)
     rejected = 0
     for value in WRONG_VALUES:
         loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
         if loaded.warnings:
             rejected += 1
             assert [w.key for w in loaded.warnings] == [key]
-            assert key in loaded.warnings[0].message and repr(value) in loaded.warnings[0].message
-            assert getattr(loaded.settings, field) == getattr(default, field)
+            message = loaded.warnings[0].message
+            assert key in message
+            assert (f"a {type(value).__name__}" if spec.type == "rules" else repr(value)) in \
+                message
+            expected = spec.closed_value if spec.fails_closed else \
+                getattr(default, spec.field_name)
+            assert getattr(loaded.settings, spec.field_name) == expected
     assert rejected >= len(WRONG_VALUES) - 4, "most of these values are wrong for any key"
 
 

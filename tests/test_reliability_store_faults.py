@@ -22,7 +22,7 @@ from core.graph import GraphDB
 from core.reconcile import reconcile_tick
 from core.stores import Stores
 from core.tenants import set_tenant_config
-from core.tombstones import restore_archive
+from core.tombstones import read_archived_chunks, restore_archive
 from core.vectors import VectorStore
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings, run_module, seed
@@ -85,12 +85,12 @@ async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[Stores]:
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
     vectors = await VectorStore.open(settings)
-    rows = [(f"t1-old-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 1})
-            for i in range(3000)]
-    rows += [(f"t1-new-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 3})
-             for i in range(1000)]
-    rows += [(f"t2-{i}", {"tenantId": "t2", "repoSlug": "r", "tenantConfigVersion": 1})
-             for i in range(500)]
+    rows = [(f"t1-old-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 1,
+                             "ingestedAt": 1_000 + i}) for i in range(3000)]
+    rows += [(f"t1-new-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 3,
+                              "ingestedAt": 1_000 + i}) for i in range(1000)]
+    rows += [(f"t2-{i}", {"tenantId": "t2", "repoSlug": "r", "tenantConfigVersion": 1,
+                          "ingestedAt": 1_000 + i}) for i in range(500)]
     await seed(vectors, settings.knowledge_base_collection, rows)
     graph = await GraphDB.open(settings.graph_db_path)
     for _ in range(3):
@@ -101,29 +101,28 @@ async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[Stores]:
 
 
 def archived_ids(settings: Settings) -> set[str]:
-    ids: set[str] = set()
-    for archive in settings.tombstones_dir.glob("*.jsonl"):
-        for line in archive.read_text().splitlines():
-            ids.add(json.loads(line)["id"])
-    return ids
+    return {chunk.row.id for archive in settings.tombstones_dir.glob("*.jsonl")
+            for _header, chunk in read_archived_chunks(archive)}
 
 
 async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_the_next_pass_completes(  # noqa: E501
     kb: Stores, server: ChromaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = kb.settings
-    real_delete = VectorStore.delete_ids
-    batches = {"n": 0}
+    # Three bands, three delete requests.
+    monkeypatch.setattr("core.tombstoning.BAND_ROWS", 1_000)
+    real_delete = VectorStore.delete_where
+    requests = {"n": 0}
 
-    async def delete_then_die(self: VectorStore, name: str, ids: Any) -> int:
-        batches["n"] += 1
-        if batches["n"] == 2:
-            server.kill()  # the fault: the server dies between two delete batches
-        return await real_delete(self, name, ids)
+    async def delete_then_die(self: VectorStore, name: str, **kwargs: Any) -> int:
+        requests["n"] += 1
+        if requests["n"] == 2:
+            server.kill()  # the fault: the server dies between two delete requests (bands)
+        return await real_delete(self, name, **kwargs)
 
-    monkeypatch.setattr(VectorStore, "delete_ids", delete_then_die)
+    monkeypatch.setattr(VectorStore, "delete_where", delete_then_die)
     figures = await reconcile_tick(kb, False)
-    monkeypatch.undo()
+    monkeypatch.setattr(VectorStore, "delete_where", real_delete)
     [t1] = figures["tenants"]
     assert figures["failedTenants"] == 1
     first_pass_deleted = t1["tombstonedCount"]
@@ -145,7 +144,8 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
     assert archived_ids(settings) >= {f"t1-old-{i}" for i in range(3000)}
 
     for archive in settings.tombstones_dir.glob("*.jsonl"):
-        await restore_archive(kb.vectors, archive)
+        await restore_archive(kb.vectors, archive,
+                              collection=settings.knowledge_base_collection)
     assert await kb.vectors.count(settings.knowledge_base_collection) == 4500
 
 

@@ -1,14 +1,17 @@
-"""Ingestion telemetry: best-effort recording with the original's defaults, and rollups."""
+"""Ingestion telemetry: best-effort recording with the original's defaults, rollups, and the
+spool that keeps a reconciliation pass's rows until SQLite takes them."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.config import Settings
+from core.errors import StoreUnavailable
 from core.graph import GraphDB
 from core.telemetry import (
     DEFAULT_REPO_SLUG,
@@ -17,8 +20,11 @@ from core.telemetry import (
     EVENT_RECONCILE,
     EVENT_TOMBSTONE,
     KNOWN_METRICS,
+    MetricSpool,
     MetricWindow,
+    build_metric_row,
     ingestion_rollup,
+    insert_metric_rows,
     last_stale_counts,
     record_ingestion_metric,
     serialize_detail,
@@ -157,3 +163,69 @@ async def test_the_last_stale_count_is_each_tenants_latest_reconcile_event(
 
 def test_the_defaults_are_the_originals() -> None:
     assert (DEFAULT_TENANT_ID, DEFAULT_REPO_SLUG) == ("neo-shared", "neo")
+
+
+# -- the spool: rows SQLite refused, written by a later pass -----------------------------------
+
+
+async def test_spooled_rows_are_written_once_by_the_next_flush_and_the_spool_goes(
+    graph: GraphDB, tmp_path: Path
+) -> None:
+    spool = MetricSpool(tmp_path / "data" / "telemetry-spool.jsonl")
+    rows = [build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_total=5,
+                             chunks_deleted=3, detail={"staleCount": 5}, timestamp_ms=1_000),
+            build_metric_row(tenant_id="beta", event_type=EVENT_ERROR, timestamp_ms=1_001)]
+    await spool.append(rows[:1])
+    await spool.append(rows[1:])
+    assert spool.pending() == 2
+    assert await spool.flush(graph) == 2
+    assert not spool.path.exists() and spool.pending() == 0
+    assert [(r["tenant"], r["event"], r["total"], r["deleted"]) for r in await _rows(graph)] == [
+        ("acme", EVENT_RECONCILE, 5, 3), ("beta", EVENT_ERROR, 0, 0)]
+    assert await spool.flush(graph) == 0
+
+
+async def test_a_row_already_written_before_a_crash_is_not_written_twice(
+    graph: GraphDB, tmp_path: Path
+) -> None:
+    """A crash between the insert and the spool's removal: the next flush repeats the rows,
+    and their ids keep them single."""
+    spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
+    row = build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_deleted=7)
+    await spool.append([row])
+    await insert_metric_rows(graph, [row])
+    assert await spool.flush(graph) == 1
+    assert [r["deleted"] for r in await _rows(graph)] == [7]
+
+
+async def test_a_torn_spool_line_is_logged_with_its_text_and_the_rest_is_written(
+    graph: GraphDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
+    await spool.append([build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
+    with spool.path.open("ab") as handle:
+        handle.write(b'{"id": "cut-short", "timest')
+    assert await spool.flush(graph) == 1
+    assert "telemetry.spool_line_unreadable" in capsys.readouterr().err
+    assert not spool.path.exists()
+
+
+async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
+    settings: Settings, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
+    spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
+    await spool.append([build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
+    holder = sqlite3.connect(settings.graph_db_path, timeout=0)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable):
+            await spool.flush(graph)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert spool.pending() == 1
+    assert await spool.flush(graph) == 1
+    await graph.close()

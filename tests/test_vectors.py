@@ -8,7 +8,7 @@ import pytest
 
 from core.config import Settings
 from core.errors import LockHeld
-from core.vectors import CollectionMissing, VectorStore, VectorStoreError
+from core.vectors import ChromaRow, CollectionMissing, VectorStore, VectorStoreError
 from tests.support import make_settings, seed
 
 
@@ -66,13 +66,42 @@ async def test_upsert_then_read_back_embeddings_documents_and_metadata(
     assert rows[0].metadata == {"tenantId": "t", "v": 2}
 
 
-async def test_deletes_go_by_ids_in_chunks_of_the_batch_limit(vectors: VectorStore) -> None:
+async def test_a_where_delete_is_one_request_and_says_how_many_went(
+    vectors: VectorStore,
+) -> None:
     await seed(vectors, "kb-test", [(f"r{i}", {"n": i}) for i in range(30)])
-    vectors.max_batch = 7
     calls = vectors.calls
-    assert await vectors.delete_ids("kb-test", [f"r{i}" for i in range(20)]) == 20
-    assert vectors.calls - calls == 3
+    assert await vectors.delete_where("kb-test", where={"n": {"$lt": 20}}) == 20
+    assert vectors.calls - calls == 1
     assert await vectors.count("kb-test") == 10
+    assert await vectors.delete_where("kb-test", where={"n": {"$lt": 20}}) == 0
+    assert await vectors.delete_where("kb-test", where={"n": {"$gte": 20}}, limit=4) == 4
+    assert await vectors.count("kb-test") == 6
+
+
+async def test_add_keeps_every_live_row_and_adds_only_the_absent_ids(
+    vectors: VectorStore,
+) -> None:
+    await seed(vectors, "kb-test", [("live", {"v": "live"})])
+    before = await vectors.get_by_ids("kb-test", ["live"],
+                                      include=("metadatas", "documents", "embeddings"))
+    await vectors.add("kb-test", [
+        ChromaRow("live", {"v": "old"}, "old document", [0.0, 0.0, 0.0, 1.0]),
+        ChromaRow("gone", {"v": "old"}, None, [0.0, 0.0, 1.0, 0.0])])
+    after = await vectors.get_by_ids("kb-test", ["live", "gone"],
+                                     include=("metadatas", "documents", "embeddings"))
+    assert after[0] == before[0]
+    assert (after[1].id, after[1].metadata, after[1].document) == ("gone", {"v": "old"}, None)
+
+
+async def test_ids_where_reads_every_match_in_one_call_past_the_metadata_limit(
+    vectors: VectorStore,
+) -> None:
+    await vectors.upsert("kb-test", [ChromaRow(f"r{i}", {"t": "x"}, None, [1.0, 0.0, 0.0, 0.0])
+                                     for i in range(33_000)], create=True)
+    calls = vectors.calls
+    assert len(await vectors.ids_where("kb-test", where={"t": "x"})) == 33_000
+    assert vectors.calls - calls == 1
 
 
 async def test_collections_are_opened_without_an_embedding_function(

@@ -1,11 +1,13 @@
-"""Randomized reconciliation safety: random tenants, stamps, versions and guards; the pass may
-delete only what the rules allow, never more than the cap, and every deleted chunk must come
-back exactly from its archive.
+"""Randomized reconciliation safety: random tenants, stamps, `ingestedAt` values, versions and
+guards; the pass may delete only what the rules allow, never more than the cap, and every
+deleted chunk must come back exactly from its archive.
 
 The plan is computed here from the rules as CONTRACT states them, independently of the
 engine: a chunk is actionable when its stamp is a real, finite number (not a boolean) below
-the tenant's version by at least the gap; a tenant whose actionable share of all its chunks
-exceeds `reconciliationMaxStaleFraction` loses nothing; at most the cap goes per pass.
+the tenant's version by at least the gap; it may be deleted only when its `ingestedAt` is a
+real number not later than the pass (else nothing could tell a rewrite of it from its
+archived content); a tenant whose actionable share of all its chunks exceeds
+`reconciliationMaxStaleFraction` loses nothing; at most the cap goes per pass.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.clock import now_ms
 from core.graph import GraphDB
 from core.reconcile import reconcile_tick
 from core.stores import Stores
@@ -51,9 +54,25 @@ def _random_stamp(rng: random.Random) -> Any:
         True, False, rng.randint(0, 6)])
 
 
+def _random_ingested_at(rng: random.Random) -> Any:
+    """Mostly epoch ms with many equal values (one ingest stamps a whole file), sometimes
+    missing, text, a flag or the far future."""
+    return rng.choice([None, "2024-01-01", True, 10**15, *([1_700_000_000_000 + rng.randint(0, 9)]
+                                                            * 6), rng.uniform(0, 9)])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _actionable(stamp: Any, version: int, gap: float) -> bool:
-    return (isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
-            and math.isfinite(stamp) and stamp < version and version - stamp >= gap)
+    return _number(stamp) and bool(stamp < version) and version - stamp >= gap
+
+
+def _deletable(metadata: dict[str, Any], version: int, gap: float, now: int) -> bool:
+    when: Any = metadata.get("ingestedAt")
+    return (_actionable(metadata.get("tenantConfigVersion"), version, gap)
+            and _number(when) and when <= now)
 
 
 async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> None:
@@ -72,6 +91,9 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
             stamp = _random_stamp(rng)
             if stamp is not None:
                 metadata["tenantConfigVersion"] = stamp
+            when = _random_ingested_at(rng)
+            if when is not None:
+                metadata["ingestedAt"] = when
             row_id = f"{tenant}-{n}"
             rows.append(ChromaRow(row_id, metadata, f"doc {row_id}", embedding_for(row_id)))
     vectors = await VectorStore.open(settings)
@@ -96,10 +118,11 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
         for tenant in [*tenants, "unconfigured"]:
             own = [r for r in held if r.metadata["tenantId"] == tenant]
             version = tenants.get(tenant, 0)
-            allowed = {r.id for r in own
-                       if version > 0 and _actionable(r.metadata.get("tenantConfigVersion"),
-                                                      version, gap)}
-            if own and len(allowed) / len(own) > fraction:
+            actionable = [r for r in own if version > 0 and _actionable(
+                r.metadata.get("tenantConfigVersion"), version, gap)]
+            allowed = {r.id for r in actionable
+                       if _deletable(dict(r.metadata), version, gap, now_ms())}
+            if own and len(actionable) / len(own) > fraction:
                 allowed = set()
             gone = {r.id for r in own} & deleted
             figures.deleted_outside_plan += len(gone - allowed)
@@ -107,7 +130,7 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
         figures.deleted += len(deleted)
         figures.chunks += len(rows)
         for archive in sorted(settings.tombstones_dir.glob("*.jsonl")):
-            await restore_archive(vectors, archive)
+            await restore_archive(vectors, archive, collection=collection)
         restored = await vectors.get_by_ids(collection, sorted(deleted),
                                             include=("metadatas", "documents", "embeddings"))
         exact = {r.id for r in restored
