@@ -281,7 +281,7 @@ def _malformed_line(n: int) -> bytes:
 async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     """(child) Write the workload into `root`: Chroma rows, graph, queue, the floor's plan."""
     from core.graph import GraphDB
-    from core.nodes import (
+    from core.rules.nodes import (
         NodeRow,
         memory_node,
         minimal_session_node,
@@ -324,7 +324,7 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
 async def run_drainer(root: Path) -> dict[str, Any]:
     """(child) The project's drainer, as one REM tick runs it (stores opened untimed)."""
     from core.drain import drain_queue
-    from core.stores import open_stores
+    from core.jobs.context import open_stores
 
     settings = settings_for(root)
     measure = Measure()
@@ -417,8 +417,8 @@ class _PerEdgeBaseline:
 
     def ingest_single_row(self, node_id: str) -> bool:
         """One Chroma `get` for a missing memory (and one for its missing parent session)."""
-        from core.ids import parse_row_node_id
-        from core.nodes import memory_node, originates_in, session_id_of
+        from core.rules.ids import parse_row_node_id
+        from core.rules.nodes import memory_node, originates_in, session_id_of
 
         parsed = parse_row_node_id(node_id)
         if parsed is None:
@@ -443,7 +443,7 @@ class _PerEdgeBaseline:
 
     def backfill_session(self, session_id: str) -> None:
         """A session from its summary row (`where sessionId`), else a minimal node."""
-        from core.nodes import minimal_session_node, pick_summary_row, session_node
+        from core.rules.nodes import minimal_session_node, pick_summary_row, session_node
 
         got = self.summaries.get(where={"sessionId": session_id}, include=["metadatas"])
         rows = list(zip(got["ids"], [dict(m or {}) for m in got["metadatas"] or []],
@@ -456,7 +456,7 @@ class _PerEdgeBaseline:
 
 def _parse_like_the_original(raw: bytes) -> tuple[str, str, str, float, str] | None:
     """JSON.parse plus the required-field check; None for a malformed line."""
-    from core.ids import normalize_graph_node_id
+    from core.rules.ids import normalize_graph_node_id
 
     try:
         entry = json.loads(raw)

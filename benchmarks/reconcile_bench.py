@@ -149,8 +149,8 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
+    from core.jobs.context import open_stores
     from core.reconcile import reconcile_tick
-    from core.stores import open_stores
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)

@@ -22,7 +22,7 @@ from typing import Any, Final
 import httpx
 import structlog
 
-from core.alerts import (
+from core.rules.alert_rules import (
     CONSOLE,
     Alert,
     Channel,

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from core.alert_channels import DEFAULT_DELIVERY_POLICY, Delivery, DeliveryPolicy, deliver_alerts
-from core.alerts import (
+from core.clock import now_ms
+from core.rules.alert_rules import (
     SCOPES,
     Alert,
     CooldownKey,
@@ -43,12 +44,11 @@ from core.alerts import (
     scrub_secrets,
     validate_alert_rule,
 )
-from core.clock import now_ms
 from core.telemetry import MetricWindow, ingestion_rollup
 
 if TYPE_CHECKING:
     from core.graph import GraphDB
-    from core.stores import Stores
+    from core.jobs.context import Stores
 
 log = structlog.get_logger(__name__)
 

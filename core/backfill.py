@@ -20,8 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core.ids import memory_node_id, normalize_graph_node_id, parse_row_node_id, session_node_id
-from core.nodes import (
+from core.rules.ids import (
+    memory_node_id,
+    normalize_graph_node_id,
+    parse_row_node_id,
+    session_node_id,
+)
+from core.rules.nodes import (
     EdgeRow,
     NodeRow,
     memory_node,
@@ -34,8 +39,8 @@ from core.nodes import (
 from core.vectors import ChromaRow, CollectionMissing, VectorStoreError
 
 if TYPE_CHECKING:
-    from core.config import Settings
     from core.graph import GraphDB, Transaction
+    from core.rules.config import Settings
     from core.vectors import VectorStore
 
 log = structlog.get_logger(__name__)

@@ -17,10 +17,10 @@ from typing import Any, NoReturn
 
 import structlog
 
-from core.config import ConfigWarning, LoadedConfig, Settings, load_config
-from core.errors import KbError
+from core.jobs.context import open_stores
 from core.logs import configure_logging
-from core.stores import open_stores
+from core.rules.config import ConfigWarning, LoadedConfig, Settings, load_config
+from core.rules.errors import KbError
 from core.ticks import TickFn, run_tick
 
 EXIT_OK = 0

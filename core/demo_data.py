@@ -32,12 +32,12 @@ from typing import Any
 import structlog
 
 from core import clock
+from core.jobs.context import Stores
 from core.lazy_queue import append_locked
-from core.nodes import NodeRow
+from core.rules.nodes import NodeRow
+from core.rules.timestamps import iso_from_ms
 from core.state import get_value, set_value
-from core.stores import Stores
 from core.tenants import set_tenant_config, tenant_version
-from core.timestamps import iso_from_ms
 from core.vectors import ChromaRow
 
 log = structlog.get_logger(__name__)

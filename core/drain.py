@@ -58,24 +58,12 @@ import structlog
 
 from core.backfill import BackfillPlan, plan_backfill
 from core.clock import now_ms
-from core.drain_plan import (
-    ENDPOINT_MISSING,
-    BatchPlan,
-    DeadLetter,
-    Known,
-    Parsed,
-    decide,
-    legacy_id_of,
-    parse_batch,
-    triage,
-)
-from core.errors import LockHeld, StoreUnavailable
 from core.graph import GraphDB
 from core.ingest import live_ingest_since
+from core.jobs.context import Stores
 from core.lazy_queue import (
     Generation,
     QueueReader,
-    ReadLine,
     append_locked,
     dead_letters_of,
     file_size,
@@ -89,17 +77,29 @@ from core.lazy_queue import (
     write_generation,
 )
 from core.locks import ProcessLock
-from core.queue_lines import (
+from core.rules.drain_plan import (
+    ENDPOINT_MISSING,
+    BatchPlan,
+    DeadLetter,
+    Known,
+    Parsed,
+    decide,
+    legacy_id_of,
+    parse_batch,
+    triage,
+)
+from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.queue_lines import (
     UNPROCESSABLE,
     EdgeLine,
     MalformedLine,
+    ReadLine,
     dead_letter_record,
     parse_line,
     position_id,
 )
 from core.schema import LEGACY_APPLIED_LINES
 from core.state import LIVE_INGEST_WATERMARK, get_value, set_value
-from core.stores import Stores
 from core.vectors import CollectionMissing, VectorStoreError
 
 log = structlog.get_logger(__name__)

@@ -21,9 +21,9 @@ import aiosqlite
 import orjson
 import structlog
 
-from core.errors import KbError, StoreUnavailable
-from core.ids import normalize_graph_node_id
-from core.nodes import EdgeRow, NodeRow
+from core.rules.errors import KbError, StoreUnavailable
+from core.rules.ids import normalize_graph_node_id
+from core.rules.nodes import EdgeRow, NodeRow
 from core.schema import ALL_DDL
 
 log = structlog.get_logger(__name__)

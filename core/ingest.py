@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core.ids import memory_node_id, session_node_id
-from core.nodes import (
+from core.rules.ids import memory_node_id, session_node_id
+from core.rules.nodes import (
     LIVE_INGEST_DROPS,
     EdgeRow,
     NodeRow,
@@ -29,12 +29,12 @@ from core.nodes import (
     session_id_of,
     session_node,
 )
-from core.timestamps import epoch_ms_from_created_at
+from core.rules.timestamps import epoch_ms_from_created_at
 from core.vectors import CollectionMissing
 
 if TYPE_CHECKING:
-    from core.config import Settings
     from core.graph import GraphDB
+    from core.rules.config import Settings
     from core.vectors import VectorStore
 
 log = structlog.get_logger(__name__)

@@ -45,8 +45,15 @@ from typing import IO, BinaryIO
 
 import orjson
 
-from core.errors import ConfigError
-from core.queue_lines import MAX_LINE_BYTES, MalformedLine, SpilledBytes, json_line, parse_line
+from core.rules.errors import ConfigError
+from core.rules.queue_lines import (
+    MAX_LINE_BYTES,
+    MalformedLine,
+    ReadLine,
+    SpilledBytes,
+    json_line,
+    parse_line,
+)
 
 #: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
 #: enough that the reader's buffer stays a few MiB whatever the line sizes.
@@ -288,16 +295,6 @@ def spill_dir(dead_letter_path: Path) -> Path:
     """The folder that keeps over-limit lines' bytes: `<queue>.dead/`, beside the dead-letter
     file `<queue>.dead.jsonl`."""
     return dead_letter_path.with_suffix("")
-
-
-@dataclass(slots=True)
-class ReadLine:
-    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
-    for a line over MAX_LINE_BYTES, where its bytes went instead."""
-
-    offset: int
-    raw: bytes
-    spilled: SpilledBytes | None = None
 
 
 class _Spill:

@@ -11,7 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from core.errors import LockHeld
+from core.rules.errors import LockHeld
 
 
 class ProcessLock:

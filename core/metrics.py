@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from core.config import Settings
+from core.rules.config import Settings
 
 log = structlog.get_logger(__name__)
 

@@ -27,7 +27,6 @@ import structlog
 
 from core.clock import now_ms
 from core.drain import DrainStats, drain_queue
-from core.errors import KbError, StoreUnavailable
 from core.ingest import (
     SESSIONS_PER_BATCH,
     LiveIngestReport,
@@ -36,9 +35,10 @@ from core.ingest import (
     sessions_created_since,
     sync_sessions,
 )
+from core.jobs.context import Stores
 from core.progress import Progress
-from core.stores import Stores
-from core.timestamps import iso_from_ms
+from core.rules.errors import KbError, StoreUnavailable
+from core.rules.timestamps import iso_from_ms
 from core.vectors import CollectionMissing
 
 log = structlog.get_logger(__name__)

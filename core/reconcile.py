@@ -33,15 +33,9 @@ import structlog
 
 from core import tombstoning
 from core.clock import now_ms
-from core.config import KEYS_BY_NAME
-from core.telemetry import (
-    EVENT_ERROR,
-    EVENT_RECONCILE,
-    MetricRow,
-    MetricSpool,
-    build_metric_row,
-    insert_metric_rows,
-)
+from core.rules.config import KEYS_BY_NAME
+from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE
+from core.telemetry import MetricRow, MetricSpool, build_metric_row, insert_metric_rows
 from core.tenants import TenantConfig, list_tenants
 from core.tombstoning import (
     OldestIngested,
@@ -54,8 +48,8 @@ from core.tombstoning import (
 from core.vectors import CollectionMissing
 
 if TYPE_CHECKING:
-    from core.config import Settings
-    from core.stores import Stores
+    from core.jobs.context import Stores
+    from core.rules.config import Settings
     from core.vectors import VectorStore
 
 log = structlog.get_logger(__name__)

@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from core.alerting import recent_alerts
-from core.alerts import channel_label
 from core.clock import now_ms
-from core.config import Settings
 from core.graph import GraphDB
 from core.lazy_queue import DEAD_LETTER_RECORD_LIMIT, iter_bounded_lines
-from core.nodes import MEMORY_LABEL, SESSION_LABEL
-from core.queue_lines import DRAIN_KEY, MAX_LINE_BYTES
+from core.rules.alert_rules import channel_label
+from core.rules.config import Settings
+from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
+from core.rules.queue_lines import DRAIN_KEY, MAX_LINE_BYTES
+from core.rules.timestamps import epoch_ms_from_created_at, iso_from_ms
 from core.state import last_ticks
 from core.telemetry import last_stale_counts
 from core.tenants import list_tenants
-from core.timestamps import epoch_ms_from_created_at, iso_from_ms
 
 #: The reason shown for a dead-letter line that is not a readable record (a torn write).
 UNREADABLE_DEAD_LETTER = "unreadable"

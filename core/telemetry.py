@@ -21,12 +21,21 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 import structlog
 
 from core.clock import now_ms
+from core.rules.telemetry import (
+    DEFAULT_EVENT_TYPE,
+    EVENT_ERROR,
+    EVENT_INGEST,
+    EVENT_RECONCILE,
+    EVENT_TOMBSTONE,
+    KNOWN_METRICS,
+    RollupScope,
+)
 from core.tenants import normalize_tenant_id
 
 if TYPE_CHECKING:
@@ -38,12 +47,6 @@ log = structlog.get_logger(__name__)
 DEFAULT_TENANT_ID = "neo-shared"
 DEFAULT_REPO_SLUG = "neo"
 
-EVENT_INGEST = "ingest"
-EVENT_TOMBSTONE = "tombstone"
-EVENT_RECONCILE = "reconcile"
-EVENT_ERROR = "error"
-EVENT_TYPES: tuple[str, ...] = (EVENT_INGEST, EVENT_TOMBSTONE, EVENT_RECONCILE, EVENT_ERROR)
-DEFAULT_EVENT_TYPE = EVENT_INGEST
 
 #: How much of an unreadable spool line is quoted in the error log.
 SPOOL_LINE_SHOWN = 2_000
@@ -51,21 +54,6 @@ SPOOL_LINE_SHOWN = 2_000
 #: Stored instead of a `detail` that cannot be written as JSON (the original's wording).
 UNSERIALIZABLE_DETAIL: Mapping[str, str] = {"error": "Unserializable Value"}
 
-#: Every figure a rollup row carries, in the order the alerting rules and docs list them.
-#: The single list of metric names an alert rule may refer to.
-KNOWN_METRICS: tuple[str, ...] = (
-    "eventCount",
-    "ingestEvents",
-    "tombstoneEvents",
-    "reconcileEvents",
-    "errorEvents",
-    "chunksEmbedded",
-    "chunksDeleted",
-    "chunksTotal",
-    "errorRate",
-)
-
-RollupScope = Literal["repo", "tenant"]
 
 _INSERT_METRIC = """
 INSERT OR IGNORE INTO kb_ingestion_metrics(

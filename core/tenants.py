@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from core.clock import now_ms
-from core.nodes import NodeRow
+from core.rules.nodes import NodeRow
 
 if TYPE_CHECKING:
     from core.graph import GraphDB

@@ -15,9 +15,9 @@ from typing import Any
 import structlog
 
 from core.clock import now_ms
-from core.errors import LockHeld
+from core.jobs.context import Stores
+from core.rules.errors import LockHeld
 from core.state import TickRecord, record_tick
-from core.stores import Stores
 
 log = structlog.get_logger(__name__)
 

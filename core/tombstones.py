@@ -48,7 +48,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import orjson
 import structlog
 
-from core.errors import ConfigError
+from core.rules.errors import ConfigError
 from core.vectors import ChromaRow, CollectionMissing
 
 if TYPE_CHECKING:

@@ -37,11 +37,11 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from core.errors import KbError, StoreUnavailable
 from core.locks import ProcessLock
+from core.rules.errors import KbError, StoreUnavailable
 
 if TYPE_CHECKING:
-    from core.config import Settings
+    from core.rules.config import Settings
 
 log = structlog.get_logger(__name__)
 

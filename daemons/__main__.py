@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import Parser, add_config_flag
-from core.runtime import serve_main
+from core.runtime.scheduler import serve_main
 from daemons.drain import drain_daemon
 from daemons.reconcile import reconcile_daemon
 

@@ -25,10 +25,10 @@ from core.cli import (
     load_settings,
     run_main,
 )
-from core.errors import KbError
+from core.jobs.context import Stores, open_stores
 from core.priority_backfill import priority_backfill
 from core.progress import choose_progress
-from core.stores import Stores, open_stores
+from core.rules.errors import KbError
 from core.ticks import run_tick
 
 PROG = "daemons.backfill"

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
-from core.config import Settings
 from core.drain import rem_tick
 from core.lazy_queue import refuse_symlinked_queue
-from core.runtime import DaemonSpec, Job, serve_main
+from core.rules.config import Settings
+from core.runtime.scheduler import DaemonSpec, Job, serve_main
 
 PROG = "daemons.drain"
 

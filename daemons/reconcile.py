@@ -32,9 +32,9 @@ from core.cli import (
     run_main,
     run_one_tick,
 )
-from core.config import Settings
 from core.reconcile import reconcile_tick
-from core.runtime import DaemonSpec, Job, serve_main
+from core.rules.config import Settings
+from core.runtime.scheduler import DaemonSpec, Job, serve_main
 from core.ticks import TickFn
 from core.tombstones import RestoreResult, ensure_archive_file, restore_archive
 from core.vectors import VectorStore

@@ -14,10 +14,10 @@ import json
 import resource
 import sys
 
-from core.config import load_config
 from core.drain import drain_queue
+from core.jobs.context import open_stores
 from core.logs import configure_logging
-from core.stores import open_stores
+from core.rules.config import load_config
 
 
 def _peak_kib() -> int:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.config import Settings, resolve_config
+from core.rules.config import Settings, resolve_config
 from core.vectors import ChromaRow, VectorStore
 
 DIM = 4

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.alerts import (
+from core.rules.alert_rules import (
     ALL_REPOS,
     REASON_CHANNELS,
     REASON_DELIVERY_MODE,
@@ -31,8 +31,8 @@ from core.alerts import (
     scrub_secrets,
     validate_alert_rule,
 )
-from core.config import EXAMPLE_ALERT_RULES_TOML, resolve_config
-from core.telemetry import KNOWN_METRICS
+from core.rules.config import EXAMPLE_ALERT_RULES_TOML, resolve_config
+from core.rules.telemetry import KNOWN_METRICS
 
 HOUR_MS = 3_600_000
 NOW = 1_700_000_000_000

@@ -23,10 +23,11 @@ from core.alert_channels import (
     webhook_payload,
 )
 from core.alerting import alerting_tick, load_cooldowns, recent_alerts
-from core.alerts import Alert, Severity, alert_body, channel_label
 from core.graph import GraphDB
-from core.stores import Stores
-from core.telemetry import EVENT_RECONCILE, record_ingestion_metric
+from core.jobs.context import Stores
+from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
+from core.rules.telemetry import EVENT_RECONCILE
+from core.telemetry import record_ingestion_metric
 from core.vectors import VectorStore
 from tests.support import make_settings
 

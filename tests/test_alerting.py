@@ -10,11 +10,12 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from core.alerting import alerting_tick, load_cooldowns, recent_alerts
-from core.alerts import ALL_REPOS
-from core.config import Settings
 from core.graph import GraphDB
-from core.stores import Stores, open_stores
-from core.telemetry import EVENT_RECONCILE, record_ingestion_metric
+from core.jobs.context import Stores, open_stores
+from core.rules.alert_rules import ALL_REPOS
+from core.rules.config import Settings
+from core.rules.telemetry import EVENT_RECONCILE
+from core.telemetry import record_ingestion_metric
 from core.vectors import VectorStore
 from tests.support import make_settings
 

@@ -10,8 +10,8 @@ from structlog.testing import capture_logs
 
 from core.alerting import alerting_tick, recent_alerts
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores import Stores
 from core.tenants import set_tenant_config
 from core.ticks import run_tick
 from core.vectors import VectorStore

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from core.backfill import Reason, ingest_single_row, link_with_backfill, plan_backfill
-from core.config import Settings
 from core.graph import GraphDB
-from core.nodes import memory_payload_hash
+from core.rules.config import Settings
+from core.rules.nodes import memory_payload_hash
 from core.vectors import VectorStore
 from tests.support import seed
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from core.config import (
+from core.rules.config import (
     KEYS,
     load_config,
     render_example_toml,
     render_markdown_table,
     resolve_config,
 )
-from core.errors import ConfigError
+from core.rules.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.demo_data import build_demo_dataset, synthetic_embedding
-from core.queue_lines import EdgeLine, MalformedLine, parse_line
+from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.vectors import VectorStore
 from tests.support import make_settings, run_module, seed
 

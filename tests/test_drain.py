@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 import core.drain as drain
-from core.config import Settings
 from core.drain import DrainStats, drain_queue, drainer_lock
-from core.errors import LockHeld, StoreUnavailable
 from core.graph import GraphDB
-from core.lazy_queue import QueueReader, ReadLine, append_locked, enqueue_edges, generation_path
-from core.stores import Stores, open_stores
+from core.jobs.context import Stores, open_stores
+from core.lazy_queue import QueueReader, append_locked, enqueue_edges, generation_path
+from core.rules.config import Settings
+from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.queue_lines import ReadLine
 from core.vectors import VectorStore
 from tests.support import make_settings, seed
 

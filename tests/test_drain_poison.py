@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from chromadb.errors import InternalError
 
-from core.config import Settings
 from core.drain import drain_queue
-from core.errors import StoreUnavailable
 from core.graph import GraphDB
-from core.stores import Stores
+from core.jobs.context import Stores
+from core.rules.config import Settings
+from core.rules.errors import StoreUnavailable
 from core.vectors import VectorStore
 from tests.support import seed
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.ids import normalize_graph_node_id, parse_row_node_id
-from core.nodes import (
+from core.rules.ids import normalize_graph_node_id, parse_row_node_id
+from core.rules.nodes import (
     _js_numbers,
     js_json,
     memory_node,
@@ -20,7 +20,7 @@ from core.nodes import (
     session_node,
     session_payload_hash,
 )
-from core.timestamps import epoch_ms_from_created_at
+from core.rules.timestamps import epoch_ms_from_created_at
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from core.backfill import ingest_single_row
-from core.config import Settings
 from core.graph import GraphDB
 from core.ingest import live_ingest_since, sync_session_to_graph
-from core.timestamps import epoch_ms_from_created_at
+from core.rules.config import Settings
+from core.rules.timestamps import epoch_ms_from_created_at
 from core.vectors import VectorStore
 from tests.support import seed
 

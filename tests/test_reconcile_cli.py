@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.config import Settings, load_config
 from core.graph import GraphDB
+from core.rules.config import Settings, load_config
 from core.tenants import TENANT_CONFIG_LABEL
 from core.tombstones import ArchiveHeader, seal
 from core.vectors import VectorStore

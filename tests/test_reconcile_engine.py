@@ -101,7 +101,7 @@ def test_the_gap_is_used_when_it_is_a_finite_number_of_at_least_one_else_two(
 
 
 def test_the_default_gap_comes_from_the_configuration_table() -> None:
-    from core.config import KEYS_BY_NAME
+    from core.rules.config import KEYS_BY_NAME
 
     assert KEYS_BY_NAME["reconciliationOrphanVersionGap"].default == DEFAULT_ORPHAN_VERSION_GAP
     assert resolve_orphan_version_gap(None) == DEFAULT_ORPHAN_VERSION_GAP

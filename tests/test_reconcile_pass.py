@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import structlog
 
-from core.config import Settings
 from core.graph import GraphDB
+from core.jobs.context import Stores, TickControl, open_stores
 from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
-from core.stores import Stores, TickControl, open_stores
-from core.telemetry import EVENT_RECONCILE
+from core.rules.config import Settings
+from core.rules.telemetry import EVENT_RECONCILE
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
 from core.tombstones import read_archived_chunks

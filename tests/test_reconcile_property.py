@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from core.clock import now_ms
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import (
     diff_tenant_chunks,
     reconcile_tick,
     stale_fraction_exceeded,
 )
-from core.stores import Stores
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
 from core.tombstones import read_archived_chunks, restore_archive

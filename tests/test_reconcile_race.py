@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.config import Settings
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores import Stores
+from core.rules.config import Settings
 from core.tenants import TENANT_CONFIG_LABEL
 from core.vectors import ChromaRow, VectorStore
 from tests.chroma_server import ChromaServer

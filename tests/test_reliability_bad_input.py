@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.config import KEYS, load_config, resolve_config
 from core.drain import drain_queue
-from core.errors import ConfigError
 from core.graph import GraphDB
-from core.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.stores import Stores
+from core.jobs.context import Stores
+from core.rules.config import KEYS, load_config, resolve_config
+from core.rules.errors import ConfigError
+from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.vectors import VectorStore
 from tests.support import make_settings
 

@@ -15,12 +15,12 @@ import pytest
 
 import core.drain as drain
 import core.lazy_queue as lazy_queue
-from core.config import Settings
 from core.drain import drain_queue
-from core.errors import StoreUnavailable
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores import Stores
+from core.rules.config import Settings
+from core.rules.errors import StoreUnavailable
 from core.tenants import set_tenant_config
 from core.tombstones import read_archived_chunks, restore_archive
 from core.vectors import VectorStore

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from core.clock import now_ms
-from core.config import Settings
 from core.drain import rem_tick
 from core.graph import GraphDB
+from core.jobs.context import Stores, open_stores
+from core.rules.config import Settings
+from core.rules.timestamps import iso_from_ms
 from core.state import LIVE_INGEST_WATERMARK, get_value, set_value
-from core.stores import Stores, open_stores
-from core.timestamps import iso_from_ms
 from core.vectors import VectorStore
 from tests.support import seed
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from core.config import Settings
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.metrics import Metrics
-from core.runtime import (
+from core.rules.config import Settings
+from core.runtime.scheduler import (
     MAX_BACKOFF_FACTOR,
     DaemonRunner,
     DaemonSpec,
@@ -32,7 +33,6 @@ from core.runtime import (
 )
 from core.sdnotify import Notifier
 from core.state import TickRecord, last_ticks, record_tick
-from core.stores import Stores
 from core.vectors import VectorStore
 from tests.support import make_settings
 

@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from core.alerting import alerting_tick, recent_alerts
-from core.config import load_config
 from core.graph import GraphDB
+from core.jobs.context import Stores
+from core.rules.config import load_config
+from core.rules.telemetry import EVENT_RECONCILE
 from core.status import gather_status
-from core.stores import Stores
-from core.telemetry import EVENT_RECONCILE, record_ingestion_metric
+from core.telemetry import record_ingestion_metric
 from core.tenants import TENANT_CONFIG_LABEL
 from core.vectors import VectorStore
 from tests.support import make_settings, run_module, seed

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.queue_lines import MAX_LINE_BYTES
+from core.rules.queue_lines import MAX_LINE_BYTES
 from core.status import (
     UNREADABLE_DEAD_LETTER,
     gather_status,
@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 # Holds the embedded store the way a running daemon does, until its stdin closes.
 HOLD_STORE = """
 import asyncio, sys
-from core.config import load_config
+from core.rules.config import load_config
 from core.logs import configure_logging
 from core.vectors import VectorStore
 

@@ -10,16 +10,13 @@ from typing import Any
 
 import pytest
 
-from core.config import Settings
-from core.errors import StoreUnavailable
 from core.graph import GraphDB
+from core.rules.config import Settings
+from core.rules.errors import StoreUnavailable
+from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, EVENT_TOMBSTONE, KNOWN_METRICS
 from core.telemetry import (
     DEFAULT_REPO_SLUG,
     DEFAULT_TENANT_ID,
-    EVENT_ERROR,
-    EVENT_RECONCILE,
-    EVENT_TOMBSTONE,
-    KNOWN_METRICS,
     MetricSpool,
     MetricWindow,
     build_metric_row,

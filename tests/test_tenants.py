@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config import Settings
 from core.graph import GraphDB
+from core.rules.config import Settings
 from core.tenants import (
     TENANT_CONFIG_LABEL,
     list_tenants,

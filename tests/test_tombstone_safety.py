@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores import Stores
 from core.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
 from core.tombstones import read_archived_chunks, restore_archive

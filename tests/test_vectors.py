@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from core.config import Settings
-from core.errors import LockHeld
+from core.rules.config import Settings
+from core.rules.errors import LockHeld
 from core.vectors import ChromaRow, CollectionMissing, VectorStore, VectorStoreError
 from tests.support import make_settings, seed
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import core.drain as drain
 import core.lazy_queue as lazy_queue
-from core.config import load_config
 from core.graph import Transaction
+from core.jobs.context import open_stores
 from core.logs import configure_logging
-from core.stores import open_stores
+from core.rules.config import load_config
 from core.ticks import run_tick
 
 POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",

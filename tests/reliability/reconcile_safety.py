@@ -21,8 +21,8 @@ from typing import Any
 
 from core.clock import now_ms
 from core.graph import GraphDB
+from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores import Stores
 from core.tenants import set_tenant_config
 from core.tombstones import restore_archive
 from core.vectors import ChromaRow, VectorStore

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import orjson
 
-from core.ids import memory_node_id, session_node_id
-from core.timestamps import epoch_ms_from_created_at
+from core.rules.ids import memory_node_id, session_node_id
+from core.rules.timestamps import epoch_ms_from_created_at
 
 MEMORY_LABEL = "MEMORY"
 SESSION_LABEL = "SESSION"

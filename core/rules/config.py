@@ -2,7 +2,8 @@
 
 `KEYS` is the single source of truth for every key: its TOML name, type, default, valid range and
 the reason for the default. `Settings`, the README's configuration table and
-`config/kb.example.toml` are all derived from it (`python -m core.config --markdown | --example`).
+`config/kb.example.toml` are all derived from it
+(`python -m core.rules.config --markdown | --example`).
 
 Reading is defensive because the file is shared with other programs and outlives releases: a
 missing file, table or key takes its default; a wrong type or an out-of-range value takes its
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from core.errors import ConfigError
+from core.rules.errors import ConfigError
 
 TABLE = "knowledgeBase"
 DEFAULT_CONFIG_FILE = Path("config/kb.toml")
@@ -535,7 +536,7 @@ def update_readme(path: Path) -> None:
 
 
 def _main(argv: Sequence[str]) -> int:
-    """`python -m core.config --markdown | --example | --readme FILE`: generated documents."""
+    """`python -m core.rules.config --markdown | --example | --readme FILE`: generated documents."""
     args = list(argv)
     if args == ["--markdown"]:
         sys.stdout.write(render_markdown_table())
@@ -546,7 +547,8 @@ def _main(argv: Sequence[str]) -> int:
     if len(args) == 2 and args[0] == "--readme":
         update_readme(Path(args[1]))
         return 0
-    print("usage: python -m core.config --markdown | --example | --readme FILE", file=sys.stderr)
+    print("usage: python -m core.rules.config --markdown | --example | --readme FILE",
+          file=sys.stderr)
     return 2
 
 

@@ -37,13 +37,13 @@ import structlog
 
 from core.cli import load_settings, run_main
 from core.clock import now_ms
-from core.config import Settings
-from core.errors import LockHeld, StoreUnavailable
 from core.graph import GraphDB
+from core.jobs.context import Stores, TickControl
 from core.metrics import Metrics
+from core.rules.config import Settings
+from core.rules.errors import LockHeld, StoreUnavailable
 from core.sdnotify import Notifier
 from core.state import last_ticks
-from core.stores import Stores, TickControl
 from core.ticks import TickFn, run_tick
 from core.vectors import VectorStore
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeGuard
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from core.telemetry import KNOWN_METRICS
+from core.rules.telemetry import KNOWN_METRICS
 
 Severity = Literal["warning", "critical"]
 DeliveryMode = Literal["wake", "audit"]

@@ -24,13 +24,13 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.lazy_queue import ReadLine
-from core.nodes import EdgeRow
-from core.queue_lines import (
+from core.rules.nodes import EdgeRow
+from core.rules.queue_lines import (
     MALFORMED,
     MAX_LINE_BYTES,
     EdgeLine,
     MalformedLine,
+    ReadLine,
     dead_letter_record,
     json_line,
     parse_line,

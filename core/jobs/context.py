@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from core.config import Settings
 from core.graph import GraphDB
+from core.rules.config import Settings
 from core.vectors import VectorStore
 
 

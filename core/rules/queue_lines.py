@@ -32,7 +32,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from core.ids import normalize_graph_node_id
+from core.rules.ids import normalize_graph_node_id
 
 #: Longest id or relationship accepted; longer ones are malformed (they are not real ids, and
 #: they would bloat every index they touch).
@@ -230,6 +230,16 @@ def requeue_line(line: EdgeLine, *, line_id: str, reason: str, now_ms: int) -> b
     drain = {"lineId": line_id, "attempts": line.attempts + 1, "lastReason": reason,
              "lastAttemptAt": now_ms}
     return json_line({**line.body, DRAIN_KEY: drain})
+
+
+@dataclass(slots=True)
+class ReadLine:
+    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
+    for a line over MAX_LINE_BYTES, where its bytes went instead."""
+
+    offset: int
+    raw: bytes
+    spilled: SpilledBytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
