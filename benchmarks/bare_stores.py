@@ -33,7 +33,7 @@ def settings_for(root: Path, **overrides: Any) -> Any:
 def open_sqlite(path: Path) -> sqlite3.Connection:
     """The graph file with the project's durability settings, in autocommit mode (callers
     issue their own BEGIN IMMEDIATE / COMMIT)."""
-    from core.graph import BUSY_TIMEOUT_MS
+    from core.stores.sqlite import BUSY_TIMEOUT_MS
 
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA journal_mode=WAL")

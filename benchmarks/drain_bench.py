@@ -280,7 +280,6 @@ def _malformed_line(n: int) -> bytes:
 
 async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     """(child) Write the workload into `root`: Chroma rows, graph, queue, the floor's plan."""
-    from core.graph import GraphDB
     from core.rules.nodes import (
         NodeRow,
         memory_node,
@@ -288,7 +287,8 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
         originates_in,
         session_node,
     )
-    from core.vectors import VectorStore
+    from core.stores.chroma import VectorStore
+    from core.stores.sqlite import GraphDB
     from tests.support import seed
 
     workload = build_workload(sizes)
@@ -354,7 +354,7 @@ class _PerEdgeBaseline:
     """The original LazyEdgeDrainer + linkNodesAsync + ingestSingleRow, per line."""
 
     def __init__(self, conn: sqlite3.Connection, client: Any, settings: Any) -> None:
-        from core.graph import MAX_WEIGHT, REINFORCE_FACTOR
+        from core.stores.sqlite import MAX_WEIGHT, REINFORCE_FACTOR
 
         self.conn = conn
         self.memories = client.get_collection(settings.memory_collection,
@@ -372,7 +372,7 @@ class _PerEdgeBaseline:
 
     def drain(self, queue: Path, draining: Path) -> dict[str, Any]:
         """Rename the queue, link line by line, append the failures back, remove the file."""
-        from core.lazy_queue import append_locked, new_generation, rotate_queue
+        from core.stores.queue_files import append_locked, new_generation, rotate_queue
 
         linked = malformed = 0
         failures: list[bytes] = []
@@ -481,7 +481,7 @@ def _json(value: Any) -> str:
 
 def run_floor(root: Path) -> dict[str, Any]:
     """(child) The bulk Chroma reads and the one bulk SQLite write, nothing else."""
-    from core.graph import MAX_WEIGHT, REINFORCE_FACTOR
+    from core.stores.sqlite import MAX_WEIGHT, REINFORCE_FACTOR
 
     settings = settings_for(root)
     plan = FloorPlan(**json.loads((root / FLOOR_PLAN_FILE).read_text(encoding="utf-8")))

@@ -118,9 +118,9 @@ def stale_count(size: int) -> int:
 async def grow_store(root: Path, size: int) -> dict[str, Any]:
     """(child) Add chunks to `root` until its tenant has `size`; give the tenant its config
     (version CURRENT_VERSION) the first time."""
-    from core.graph import GraphDB
-    from core.tenants import set_tenant_config, tenant_version
-    from core.vectors import ChromaRow, VectorStore
+    from core.stores.chroma import ChromaRow, VectorStore
+    from core.stores.sqlite import GraphDB
+    from core.stores.tenants import set_tenant_config, tenant_version
 
     settings = settings_for(root)
     graph = await GraphDB.open(settings.graph_db_path)
@@ -171,7 +171,7 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
     else."""
     from core.reconcile import actionable_stamp_ceiling, candidate_where
-    from core.vectors import SCAN_PAGE_ROWS
+    from core.stores.chroma import SCAN_PAGE_ROWS
 
     settings = settings_for(root)
     client = open_chroma(settings)

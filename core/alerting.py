@@ -27,8 +27,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from core.alert_channels import DEFAULT_DELIVERY_POLICY, Delivery, DeliveryPolicy, deliver_alerts
-from core.clock import now_ms
 from core.rules.alert_rules import (
     SCOPES,
     Alert,
@@ -44,11 +42,18 @@ from core.rules.alert_rules import (
     scrub_secrets,
     validate_alert_rule,
 )
-from core.telemetry import MetricWindow, ingestion_rollup
+from core.stores.alert_delivery import (
+    DEFAULT_DELIVERY_POLICY,
+    Delivery,
+    DeliveryPolicy,
+    deliver_alerts,
+)
+from core.stores.clock import now_ms
+from core.stores.telemetry import MetricWindow, ingestion_rollup
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB
     from core.jobs.context import Stores
+    from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 

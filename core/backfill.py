@@ -36,12 +36,12 @@ from core.rules.nodes import (
     session_id_of,
     session_node,
 )
-from core.vectors import ChromaRow, CollectionMissing, VectorStoreError
+from core.stores.chroma import ChromaRow, CollectionMissing, VectorStoreError
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB, Transaction
     from core.rules.config import Settings
-    from core.vectors import VectorStore
+    from core.stores.chroma import VectorStore
+    from core.stores.sqlite import GraphDB, Transaction
 
 log = structlog.get_logger(__name__)
 

@@ -31,14 +31,14 @@ from typing import Any
 
 import structlog
 
-from core import clock
 from core.jobs.context import Stores
-from core.lazy_queue import append_locked
 from core.rules.nodes import NodeRow
 from core.rules.timestamps import iso_from_ms
-from core.state import get_value, set_value
-from core.tenants import set_tenant_config, tenant_version
-from core.vectors import ChromaRow
+from core.stores import clock
+from core.stores.chroma import ChromaRow
+from core.stores.daemon_state import get_value, set_value
+from core.stores.queue_files import append_locked
+from core.stores.tenants import set_tenant_config, tenant_version
 
 log = structlog.get_logger(__name__)
 

@@ -57,26 +57,8 @@ import orjson
 import structlog
 
 from core.backfill import BackfillPlan, plan_backfill
-from core.clock import now_ms
-from core.graph import GraphDB
 from core.ingest import live_ingest_since
 from core.jobs.context import Stores
-from core.lazy_queue import (
-    Generation,
-    QueueReader,
-    append_locked,
-    dead_letters_of,
-    file_size,
-    hand_back_late_bytes,
-    new_generation,
-    read_generation,
-    refuse_symlinked_queue,
-    remove_generation,
-    rotate_queue,
-    spill_dir,
-    write_generation,
-)
-from core.locks import ProcessLock
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,
     BatchPlan,
@@ -98,9 +80,27 @@ from core.rules.queue_lines import (
     parse_line,
     position_id,
 )
-from core.schema import LEGACY_APPLIED_LINES
-from core.state import LIVE_INGEST_WATERMARK, get_value, set_value
-from core.vectors import CollectionMissing, VectorStoreError
+from core.stores.chroma import CollectionMissing, VectorStoreError
+from core.stores.clock import now_ms
+from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
+from core.stores.locks import ProcessLock
+from core.stores.queue_files import (
+    Generation,
+    QueueReader,
+    append_locked,
+    dead_letters_of,
+    file_size,
+    hand_back_late_bytes,
+    new_generation,
+    read_generation,
+    refuse_symlinked_queue,
+    remove_generation,
+    rotate_queue,
+    spill_dir,
+    write_generation,
+)
+from core.stores.schema import LEGACY_APPLIED_LINES
+from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 

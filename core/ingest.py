@@ -30,12 +30,12 @@ from core.rules.nodes import (
     session_node,
 )
 from core.rules.timestamps import epoch_ms_from_created_at
-from core.vectors import CollectionMissing
+from core.stores.chroma import CollectionMissing
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB
     from core.rules.config import Settings
-    from core.vectors import VectorStore
+    from core.stores.chroma import VectorStore
+    from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 

@@ -25,7 +25,6 @@ from typing import Any
 
 import structlog
 
-from core.clock import now_ms
 from core.drain import DrainStats, drain_queue
 from core.ingest import (
     SESSIONS_PER_BATCH,
@@ -39,7 +38,8 @@ from core.jobs.context import Stores
 from core.progress import Progress
 from core.rules.errors import KbError, StoreUnavailable
 from core.rules.timestamps import iso_from_ms
-from core.vectors import CollectionMissing
+from core.stores.chroma import CollectionMissing
+from core.stores.clock import now_ms
 
 log = structlog.get_logger(__name__)
 

@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from core import tombstoning
-from core.clock import now_ms
 from core.rules.config import KEYS_BY_NAME
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE
-from core.telemetry import MetricRow, MetricSpool, build_metric_row, insert_metric_rows
-from core.tenants import TenantConfig, list_tenants
+from core.stores.chroma import CollectionMissing
+from core.stores.clock import now_ms
+from core.stores.telemetry import MetricRow, MetricSpool, build_metric_row, insert_metric_rows
+from core.stores.tenants import TenantConfig, list_tenants
 from core.tombstoning import (
     OldestIngested,
     TombstoneJob,
@@ -45,12 +46,11 @@ from core.tombstoning import (
     is_real_number,
     tombstone_bands,
 )
-from core.vectors import CollectionMissing
 
 if TYPE_CHECKING:
     from core.jobs.context import Stores
     from core.rules.config import Settings
-    from core.vectors import VectorStore
+    from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
 

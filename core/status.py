@@ -29,17 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from core.alerting import recent_alerts
-from core.clock import now_ms
-from core.graph import GraphDB
-from core.lazy_queue import DEAD_LETTER_RECORD_LIMIT, iter_bounded_lines
 from core.rules.alert_rules import channel_label
 from core.rules.config import Settings
 from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
 from core.rules.queue_lines import DRAIN_KEY, MAX_LINE_BYTES
 from core.rules.timestamps import epoch_ms_from_created_at, iso_from_ms
-from core.state import last_ticks
-from core.telemetry import last_stale_counts
-from core.tenants import list_tenants
+from core.stores.clock import now_ms
+from core.stores.daemon_state import last_ticks
+from core.stores.queue_files import DEAD_LETTER_RECORD_LIMIT, iter_bounded_lines
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import last_stale_counts
+from core.stores.tenants import list_tenants
 
 #: The reason shown for a dead-letter line that is not a readable record (a torn write).
 UNREADABLE_DEAD_LETTER = "unreadable"

@@ -14,10 +14,10 @@ from typing import Any
 
 import structlog
 
-from core.clock import now_ms
 from core.jobs.context import Stores
 from core.rules.errors import LockHeld
-from core.state import TickRecord, record_tick
+from core.stores.clock import now_ms
+from core.stores.daemon_state import TickRecord, record_tick
 
 log = structlog.get_logger(__name__)
 

@@ -53,12 +53,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from core.clock import now_ms
-from core.tombstones import TombstoneArchive
-from core.vectors import ColumnPage
+from core.stores.archives import TombstoneArchive
+from core.stores.chroma import ColumnPage
+from core.stores.clock import now_ms
 
 if TYPE_CHECKING:
-    from core.vectors import VectorStore
+    from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
 

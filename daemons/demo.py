@@ -23,15 +23,15 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from core.cli import EXIT_OK, Parser, add_config_flag, load_settings, run_main
-from core.clock import now_ms
 from core.demo_data import DemoDataset, build_demo_dataset, seed_demo
 from core.drain import rem_tick
 from core.jobs.context import Stores, open_stores
 from core.reconcile import reconcile_tick
 from core.rules.errors import ConfigError
 from core.status import gather_status, render_status_text
+from core.stores.chroma import ChromaRow, CollectionMissing
+from core.stores.clock import now_ms
 from core.ticks import run_tick
-from core.vectors import ChromaRow, CollectionMissing
 
 PROG = "daemons.demo"
 

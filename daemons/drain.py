@@ -12,9 +12,9 @@ from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
 from core.drain import rem_tick
-from core.lazy_queue import refuse_symlinked_queue
 from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec, Job, serve_main
+from core.stores.queue_files import refuse_symlinked_queue
 
 PROG = "daemons.drain"
 

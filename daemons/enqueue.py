@@ -26,7 +26,7 @@ from core.cli import (
     load_settings,
     run_main,
 )
-from core.lazy_queue import enqueue_edges
+from core.stores.queue_files import enqueue_edges
 
 PROG = "daemons.enqueue"
 log = structlog.get_logger(__name__)

@@ -35,9 +35,9 @@ from core.cli import (
 from core.reconcile import reconcile_tick
 from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec, Job, serve_main
+from core.stores.archives import RestoreResult, ensure_archive_file, restore_archive
+from core.stores.chroma import VectorStore
 from core.ticks import TickFn
-from core.tombstones import RestoreResult, ensure_archive_file, restore_archive
-from core.vectors import VectorStore
 
 PROG = "daemons.reconcile"
 DAEMON = "reconcile"

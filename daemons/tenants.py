@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
-from core.graph import GraphDB
-from core.tenants import list_tenants, normalize_tenant_id, set_tenant_config
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import list_tenants, normalize_tenant_id, set_tenant_config
 
 PROG = "daemons.tenants"
 

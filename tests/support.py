@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.rules.config import Settings, resolve_config
-from core.vectors import ChromaRow, VectorStore
+from core.stores.chroma import ChromaRow, VectorStore
 
 DIM = 4
 

@@ -16,19 +16,19 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core.alert_channels import (
+from core.alerting import alerting_tick, load_cooldowns, recent_alerts
+from core.jobs.context import Stores
+from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
+from core.rules.telemetry import EVENT_RECONCILE
+from core.stores.alert_delivery import (
     DEFAULT_DELIVERY_POLICY,
     DeliveryPolicy,
     deliver_alerts,
     webhook_payload,
 )
-from core.alerting import alerting_tick, load_cooldowns, recent_alerts
-from core.graph import GraphDB
-from core.jobs.context import Stores
-from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
-from core.rules.telemetry import EVENT_RECONCILE
-from core.telemetry import record_ingestion_metric
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import record_ingestion_metric
 from tests.support import make_settings
 
 NOW = 1_700_000_000_000

@@ -10,13 +10,13 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from core.alerting import alerting_tick, load_cooldowns, recent_alerts
-from core.graph import GraphDB
 from core.jobs.context import Stores, open_stores
 from core.rules.alert_rules import ALL_REPOS
 from core.rules.config import Settings
 from core.rules.telemetry import EVENT_RECONCILE
-from core.telemetry import record_ingestion_metric
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import record_ingestion_metric
 from tests.support import make_settings
 
 NOW = 1_700_000_000_000

@@ -9,12 +9,12 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from core.alerting import alerting_tick, recent_alerts
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.tenants import set_tenant_config
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import set_tenant_config
 from core.ticks import run_tick
-from core.vectors import VectorStore
 from tests.support import make_settings, seed
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from core.backfill import Reason, ingest_single_row, link_with_backfill, plan_backfill
-from core.graph import GraphDB
 from core.rules.config import Settings
 from core.rules.nodes import memory_payload_hash
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
 from tests.support import seed
 
 MEMORIES: list[tuple[str, dict[str, Any]]] = [

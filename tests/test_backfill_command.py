@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from core.clock import now_ms
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.priority_backfill import DAY_MS, priority_backfill
 from core.progress import LogProgress, TerminalProgress, choose_progress, render_bar
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.rules.timestamps import iso_from_ms
-from core.vectors import SCAN_PAGE_ROWS, VectorStore
+from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
+from core.stores.clock import now_ms
+from core.stores.sqlite import GraphDB
 from daemons.backfill import build_parser, main
 from tests.support import make_settings, run_module, seed
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from core.demo_data import build_demo_dataset, synthetic_embedding
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
 from tests.support import make_settings, run_module, seed
 
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}

@@ -14,13 +14,13 @@ import pytest
 
 import core.drain as drain
 from core.drain import DrainStats, drain_queue, drainer_lock
-from core.graph import GraphDB
 from core.jobs.context import Stores, open_stores
-from core.lazy_queue import QueueReader, append_locked, enqueue_edges, generation_path
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.rules.queue_lines import ReadLine
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.queue_files import QueueReader, append_locked, enqueue_edges, generation_path
+from core.stores.sqlite import GraphDB
 from tests.support import make_settings, seed
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from core.graph import GraphDB
 from core.rules.config import load_config
+from core.stores.sqlite import GraphDB
 from tests.support import REPO, child_env
 
 MIB = 1 << 20

@@ -16,11 +16,11 @@ import pytest
 from chromadb.errors import InternalError
 
 from core.drain import drain_queue
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
 from tests.support import seed
 
 

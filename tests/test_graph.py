@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.graph import MAX_WEIGHT, GraphDB
 from core.rules.errors import StoreUnavailable
+from core.stores.sqlite import MAX_WEIGHT, GraphDB
 
 
 async def test_schema_and_pragmas(graph: GraphDB) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from core.backfill import ingest_single_row
-from core.graph import GraphDB
 from core.ingest import live_ingest_since, sync_session_to_graph
 from core.rules.config import Settings
 from core.rules.timestamps import epoch_ms_from_created_at
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
 from tests.support import seed
 
 DAY_MS = 86_400_000

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from core.graph import GraphDB
 from core.rules.config import Settings, load_config
-from core.tenants import TENANT_CONFIG_LABEL
-from core.tombstones import ArchiveHeader, seal
-from core.vectors import VectorStore
+from core.stores.archives import ArchiveHeader, seal
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.support import run_module, seed
 
 

@@ -17,6 +17,7 @@ from core.reconcile import (
     resolve_orphan_version_gap,
     stale_fraction_exceeded,
 )
+from core.stores.chroma import ChromaRow, ColumnPage
 from core.tombstoning import (
     Band,
     OldestIngested,
@@ -25,7 +26,6 @@ from core.tombstoning import (
     plan_bands,
     rule_violations,
 )
-from core.vectors import ChromaRow, ColumnPage
 
 
 def rows(*stamps: Any, ids: str = "abcdefghij") -> list[dict[str, Any]]:

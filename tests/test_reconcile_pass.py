@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 import structlog
 
-from core.graph import GraphDB
 from core.jobs.context import Stores, TickControl, open_stores
 from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
 from core.rules.config import Settings
 from core.rules.telemetry import EVENT_RECONCILE
-from core.tenants import TENANT_CONFIG_LABEL
+from core.stores.archives import read_archived_chunks
+from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstones import read_archived_chunks
-from core.vectors import ChromaRow, Include, VectorStore
 from tests.support import make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

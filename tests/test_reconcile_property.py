@@ -16,19 +16,19 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.clock import now_ms
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import (
     diff_tenant_chunks,
     reconcile_tick,
     stale_fraction_exceeded,
 )
-from core.tenants import TENANT_CONFIG_LABEL
+from core.stores.archives import read_archived_chunks, restore_archive
+from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.clock import now_ms
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstones import read_archived_chunks, restore_archive
 from core.tombstoning import deletion_bound, is_real_number
-from core.vectors import ChromaRow, Include, VectorStore
 from tests.support import make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
 from core.rules.config import Settings
-from core.tenants import TENANT_CONFIG_LABEL
-from core.vectors import ChromaRow, VectorStore
+from core.stores.chroma import ChromaRow, VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings
 

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from core.drain import drain_queue
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.rules.config import KEYS, load_config, resolve_config
 from core.rules.errors import ConfigError
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
 from tests.support import make_settings
 
 CORPUS: list[bytes] = [

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import core.drain as drain
-from core.graph import GraphDB, Transaction
 from core.jobs.context import Stores
-from core.lazy_queue import QueueReader
 from core.rules.errors import StoreUnavailable
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.queue_files import QueueReader
+from core.stores.sqlite import GraphDB, Transaction
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed
 

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 import core.drain as drain
-import core.lazy_queue as lazy_queue
+import core.stores.queue_files as lazy_queue
 from core.drain import drain_queue
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.tenants import set_tenant_config
-from core.tombstones import read_archived_chunks, restore_archive
-from core.vectors import VectorStore
+from core.stores.archives import read_archived_chunks, restore_archive
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import set_tenant_config
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings, run_module, seed
 

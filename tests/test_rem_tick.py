@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from core.clock import now_ms
 from core.drain import rem_tick
-from core.graph import GraphDB
 from core.jobs.context import Stores, open_stores
 from core.rules.config import Settings
 from core.rules.timestamps import iso_from_ms
-from core.state import LIVE_INGEST_WATERMARK, get_value, set_value
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.clock import now_ms
+from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
+from core.stores.sqlite import GraphDB
 from tests.support import seed
 
 HOUR_MS = 3_600_000

@@ -11,12 +11,9 @@ from typing import Any
 
 import pytest
 
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.tenants import TENANT_CONFIG_LABEL
-from core.ticks import run_tick
-from core.tombstones import (
+from core.stores.archives import (
     LEGACY_WARNING,
     ArchiveError,
     ArchiveHeader,
@@ -24,7 +21,10 @@ from core.tombstones import (
     restore_archive,
     seal,
 )
-from core.vectors import ChromaRow, CollectionMissing, Include, VectorStore
+from core.stores.chroma import ChromaRow, CollectionMissing, Include, VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
+from core.ticks import run_tick
 from tests.support import make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

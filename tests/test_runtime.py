@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.metrics import Metrics
 from core.rules.config import Settings
@@ -32,8 +31,9 @@ from core.runtime.scheduler import (
     serve,
 )
 from core.sdnotify import Notifier
-from core.state import TickRecord, last_ticks, record_tick
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.daemon_state import TickRecord, last_ticks, record_tick
+from core.stores.sqlite import GraphDB
 from tests.support import make_settings
 
 FAST = RuntimeOptions(shutdown_grace_s=1.0, stall_limit_s=0.3, restart_backoff_max_s=0.2,

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 
 from core.alerting import alerting_tick, recent_alerts
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.rules.config import load_config
 from core.rules.telemetry import EVENT_RECONCILE
 from core.status import gather_status
-from core.telemetry import record_ingestion_metric
-from core.tenants import TENANT_CONFIG_LABEL
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import record_ingestion_metric
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.support import make_settings, run_module, seed
 
 SECRETS = ("PASSWORD", "SECRETPATH", "SECRETQUERY", "alice")

@@ -31,7 +31,7 @@ HOLD_STORE = """
 import asyncio, sys
 from core.rules.config import load_config
 from core.logs import configure_logging
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
 
 async def hold() -> None:
     configure_logging("json")  # logs on stderr: stdout carries only the handshake

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from core.graph import GraphDB
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, EVENT_TOMBSTONE, KNOWN_METRICS
-from core.telemetry import (
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import (
     DEFAULT_REPO_SLUG,
     DEFAULT_TENANT_ID,
     MetricSpool,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.graph import GraphDB
 from core.rules.config import Settings
-from core.tenants import (
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import (
     TENANT_CONFIG_LABEL,
     list_tenants,
     normalize_tenant_id,

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.tenants import TENANT_CONFIG_LABEL
+from core.stores.archives import read_archived_chunks, restore_archive
+from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstones import read_archived_chunks, restore_archive
-from core.vectors import ChromaRow, Include, VectorStore
 from tests.support import DIM, make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

@@ -8,7 +8,7 @@ import pytest
 
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
-from core.vectors import ChromaRow, CollectionMissing, VectorStore, VectorStoreError
+from core.stores.chroma import ChromaRow, CollectionMissing, VectorStore, VectorStoreError
 from tests.support import make_settings, seed
 
 

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from core.graph import GraphDB
 from core.rules.config import Settings
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB
 
 
 class TickControl:

@@ -36,16 +36,16 @@ from typing import Any, NoReturn
 import structlog
 
 from core.cli import load_settings, run_main
-from core.clock import now_ms
-from core.graph import GraphDB
 from core.jobs.context import Stores, TickControl
 from core.metrics import Metrics
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.sdnotify import Notifier
-from core.state import last_ticks
+from core.stores.chroma import VectorStore
+from core.stores.clock import now_ms
+from core.stores.daemon_state import last_ticks
+from core.stores.sqlite import GraphDB
 from core.ticks import TickFn, run_tick
-from core.vectors import VectorStore
 
 log = structlog.get_logger(__name__)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import core.drain as drain
-import core.lazy_queue as lazy_queue
-from core.graph import Transaction
+import core.stores.queue_files as lazy_queue
 from core.jobs.context import open_stores
 from core.logs import configure_logging
 from core.rules.config import load_config
+from core.stores.sqlite import Transaction
 from core.ticks import run_tick
 
 POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.graph import REINFORCE_FACTOR, GraphDB
-from core.lazy_queue import read_generation
 from core.rules.config import Settings, load_config
-from core.vectors import VectorStore
+from core.stores.chroma import VectorStore
+from core.stores.queue_files import read_generation
+from core.stores.sqlite import REINFORCE_FACTOR, GraphDB
 from tests.reliability.crash_child import POINTS
 from tests.support import child_env, seed
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.clock import now_ms
-from core.graph import GraphDB
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.tenants import set_tenant_config
-from core.tombstones import restore_archive
-from core.vectors import ChromaRow, VectorStore
+from core.stores.archives import restore_archive
+from core.stores.chroma import ChromaRow, VectorStore
+from core.stores.clock import now_ms
+from core.stores.sqlite import GraphDB
+from core.stores.tenants import set_tenant_config
 from tests.support import embedding_for, make_settings
 
 

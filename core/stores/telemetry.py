@@ -26,7 +26,6 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 import structlog
 
-from core.clock import now_ms
 from core.rules.telemetry import (
     DEFAULT_EVENT_TYPE,
     EVENT_ERROR,
@@ -36,10 +35,11 @@ from core.rules.telemetry import (
     KNOWN_METRICS,
     RollupScope,
 )
-from core.tenants import normalize_tenant_id
+from core.stores.clock import now_ms
+from core.stores.tenants import normalize_tenant_id
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB
+    from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 

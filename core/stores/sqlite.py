@@ -24,7 +24,7 @@ import structlog
 from core.rules.errors import KbError, StoreUnavailable
 from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import EdgeRow, NodeRow
-from core.schema import ALL_DDL
+from core.stores.schema import ALL_DDL
 
 log = structlog.get_logger(__name__)
 

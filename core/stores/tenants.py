@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core.clock import now_ms
 from core.rules.nodes import NodeRow
+from core.stores.clock import now_ms
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB
+    from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.graph import GraphDB
+    from core.stores.sqlite import GraphDB
 
 #: daemon_state key of the drain daemon's live-ingestion watermark (epoch ms of the start of
 #: the last tick whose live ingestion completed).

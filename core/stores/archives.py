@@ -49,10 +49,10 @@ import orjson
 import structlog
 
 from core.rules.errors import ConfigError
-from core.vectors import ChromaRow, CollectionMissing
+from core.stores.chroma import ChromaRow, CollectionMissing
 
 if TYPE_CHECKING:
-    from core.vectors import ColumnPage, VectorStore
+    from core.stores.chroma import ColumnPage, VectorStore
 
 log = structlog.get_logger(__name__)
 

@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from core.locks import ProcessLock
 from core.rules.errors import KbError, StoreUnavailable
+from core.stores.locks import ProcessLock
 
 if TYPE_CHECKING:
     from core.rules.config import Settings
