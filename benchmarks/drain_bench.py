@@ -288,6 +288,7 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
         session_node,
     )
     from core.stores.chroma import VectorStore
+    from core.stores.graph import insert_edges_if_absent, upsert_nodes
     from core.stores.sqlite import GraphDB
     from tests.support import seed
 
@@ -311,8 +312,9 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         async with graph.write() as tx:
-            await tx.upsert_nodes(nodes)
-            await tx.insert_edges_if_absent(
+            await upsert_nodes(tx, nodes)
+            await insert_edges_if_absent(
+                tx,
                 [originates_in(i, str(m["sessionId"])) for i, m in workload.live_memories])
     finally:
         await graph.close()
@@ -354,7 +356,7 @@ class _PerEdgeBaseline:
     """The original LazyEdgeDrainer + linkNodesAsync + ingestSingleRow, per line."""
 
     def __init__(self, conn: sqlite3.Connection, client: Any, settings: Any) -> None:
-        from core.stores.sqlite import MAX_WEIGHT, REINFORCE_FACTOR
+        from core.stores.graph import MAX_WEIGHT, REINFORCE_FACTOR
 
         self.conn = conn
         self.memories = client.get_collection(settings.memory_collection,
@@ -481,7 +483,7 @@ def _json(value: Any) -> str:
 
 def run_floor(root: Path) -> dict[str, Any]:
     """(child) The bulk Chroma reads and the one bulk SQLite write, nothing else."""
-    from core.stores.sqlite import MAX_WEIGHT, REINFORCE_FACTOR
+    from core.stores.graph import MAX_WEIGHT, REINFORCE_FACTOR
 
     settings = settings_for(root)
     plan = FloorPlan(**json.loads((root / FLOOR_PLAN_FILE).read_text(encoding="utf-8")))

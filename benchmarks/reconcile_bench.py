@@ -118,7 +118,8 @@ def stale_count(size: int) -> int:
 async def grow_store(root: Path, size: int) -> dict[str, Any]:
     """(child) Add chunks to `root` until its tenant has `size`; give the tenant its config
     (version CURRENT_VERSION) the first time."""
-    from core.stores.chroma import ChromaRow, VectorStore
+    from core.rules.rows import ChromaRow
+    from core.stores.chroma import VectorStore
     from core.stores.sqlite import GraphDB
     from core.stores.tenants import set_tenant_config, tenant_version
 

@@ -36,7 +36,14 @@ from core.rules.nodes import (
     session_id_of,
     session_node,
 )
-from core.stores.chroma import ChromaRow, CollectionMissing, VectorStoreError
+from core.rules.rows import ChromaRow
+from core.stores.chroma import CollectionMissing, VectorStoreError
+from core.stores.graph import (
+    existing_ids,
+    insert_edges_if_absent,
+    insert_nodes_if_absent,
+    link_nodes,
+)
 
 if TYPE_CHECKING:
     from core.rules.config import Settings
@@ -105,8 +112,8 @@ class BackfillPlan:
     async def apply(self, tx: Transaction) -> None:
         """Write the plan inside the caller's transaction. Nodes that appeared meanwhile win
         (insert-if-absent): a concurrent live ingestion is never overwritten by a back-fill."""
-        await tx.insert_nodes_if_absent(self.nodes)
-        await tx.insert_edges_if_absent(self.edges)
+        await insert_nodes_if_absent(tx, self.nodes)
+        await insert_edges_if_absent(tx, self.edges)
 
 
 async def plan_backfill(
@@ -135,7 +142,7 @@ async def plan_backfill(
     if not row_ids:
         return plan
 
-    present = set(existing) if existing is not None else await graph.existing_ids(list(row_ids))
+    present = set(existing) if existing is not None else await existing_ids(graph, list(row_ids))
     memory_keys: list[str] = []
     session_keys: list[str] = []
     for node_id, (kind, key) in row_ids.items():
@@ -151,7 +158,7 @@ async def plan_backfill(
     # Parents of the memories found: those not in the graph must come with them.
     parents = {sid for row in memory_rows if (sid := session_id_of(row.metadata))}
     unknown_parents = [s for s in parents if session_node_id(s) not in present]
-    present_parents = await graph.existing_ids([session_node_id(s) for s in unknown_parents])
+    present_parents = await existing_ids(graph, [session_node_id(s) for s in unknown_parents])
     sessions_needed = list(dict.fromkeys(
         session_keys + [s for s in unknown_parents if session_node_id(s) not in present_parents]
     ))
@@ -273,7 +280,7 @@ async def link_with_backfill(
     then culled exactly as `GraphDB.link_nodes` would."""
     source = normalize_graph_node_id(source)
     target = normalize_graph_node_id(target)
-    present = await graph.existing_ids([source, target])
+    present = await existing_ids(graph, [source, target])
     missing = [n for n in dict.fromkeys([source, target]) if n not in present]
     if missing:
         plan = await plan_backfill(graph, vectors, settings, missing, existing=present)
@@ -287,4 +294,4 @@ async def link_with_backfill(
                      reasons={n: str(plan.results[n].reason) for n in unresolved
                               if n in plan.results})
             return False
-    return await graph.link_nodes(source, target, relationship, weight, properties)
+    return await link_nodes(graph, source, target, relationship, weight, properties)

@@ -33,10 +33,11 @@ import structlog
 
 from core.jobs.context import Stores
 from core.rules.nodes import NodeRow
+from core.rules.rows import ChromaRow
 from core.rules.timestamps import iso_from_ms
 from core.stores import clock
-from core.stores.chroma import ChromaRow
 from core.stores.daemon_state import get_value, set_value
+from core.stores.graph import upsert_nodes
 from core.stores.queue_files import append_locked
 from core.stores.tenants import set_tenant_config, tenant_version
 
@@ -282,7 +283,7 @@ async def seed_demo(stores: Stores, dataset: DemoDataset) -> dict[str, Any]:
     await vectors.upsert(settings.summary_collection, dataset.summaries, create=True)
     await vectors.upsert(settings.knowledge_base_collection, dataset.chunks, create=True)
     async with stores.graph.write() as tx:
-        await tx.upsert_nodes(dataset.anchor_nodes)
+        await upsert_nodes(tx, dataset.anchor_nodes)
     versions: dict[str, int] = {}
     for tenant in dataset.tenants:
         version = await tenant_version(stores.graph, tenant.tenant_id)

@@ -53,12 +53,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import structlog
 
 from core.backfill import BackfillPlan, plan_backfill
 from core.ingest import live_ingest_since
 from core.jobs.context import Stores
+from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,
     BatchPlan,
@@ -76,31 +76,36 @@ from core.rules.queue_lines import (
     EdgeLine,
     MalformedLine,
     ReadLine,
-    dead_letter_record,
     parse_line,
     position_id,
 )
-from core.stores.chroma import CollectionMissing, VectorStoreError
+from core.stores import drain_state
+from core.stores.chroma import CollectionMissing, VectorStoreError, refused_for_its_data
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
+from core.stores.dead_letter_file import dead_letters_of, spill_dir
+from core.stores.files import file_size
+from core.stores.graph import (
+    existing_ids,
+    insert_edges_if_absent,
+    insert_nodes_if_absent,
+    link_edges,
+)
 from core.stores.locks import ProcessLock
 from core.stores.queue_files import (
     Generation,
     QueueReader,
     append_locked,
-    dead_letters_of,
-    file_size,
     hand_back_late_bytes,
     new_generation,
     read_generation,
     refuse_symlinked_queue,
     remove_generation,
     rotate_queue,
-    spill_dir,
     write_generation,
 )
 from core.stores.schema import LEGACY_APPLIED_LINES
-from core.stores.sqlite import GraphDB
+from core.stores.sqlite import GraphDB, Transaction
 
 log = structlog.get_logger(__name__)
 
@@ -127,19 +132,6 @@ ISOLATION_BACKOFF_S = 0.2
 PROBE_ID = "kb-daemons-probe"
 #: How much of an isolated line's error goes into its dead letter.
 ISOLATED_DETAIL_CHARS = 500
-
-_COMMIT_OFFSET = """
-INSERT INTO drain_generations(generation, committed_offset, dead_letters_size, updated_at)
-VALUES (?, ?, ?, ?)
-ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
-    dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
-"""
-_USE_TOKEN = "DELETE FROM drain_requeued WHERE line_id = ?"
-_ISSUE_TOKEN = ("INSERT OR REPLACE INTO drain_requeued(line_id, attempts, requeued_at) "
-                "VALUES (?, ?, ?)")
-_LEGACY_SETTLE = (f"INSERT OR IGNORE INTO {LEGACY_APPLIED_LINES}(line_id, outcome, settled_at) "
-                  "VALUES (?, ?, ?)")
-
 
 @dataclass(slots=True)
 class DrainStats:
@@ -295,7 +287,7 @@ class _Drainer:
         s = self.settings
         lock = drainer_lock(s.lazy_edges_queue_path).acquire()
         try:
-            self.legacy_table = await _table_exists(self.graph, LEGACY_APPLIED_LINES)
+            self.legacy_table = await drain_state.legacy_table_exists(self.graph)
             if s.draining_path.exists():
                 self.stats.orphan_recovered = True
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
@@ -327,7 +319,7 @@ class _Drainer:
         s = self.settings
         generation = await asyncio.to_thread(read_generation, s.draining_path)
         if generation is not None:
-            committed, dead_size = await self._progress(generation.id)
+            committed, dead_size = await drain_state.progress(self.graph, generation.id)
             size = file_size(s.draining_path)
             if committed is not None and committed > size:
                 # Committed past the file's end: this sidecar belongs to another file.
@@ -382,12 +374,12 @@ class _Drainer:
         """Dry run: read `.draining` (from its committed offset) and the queue where they are;
         no lock, no rename, no write, no side file."""
         s = self.settings
-        self.drain_tables = await _table_exists(self.graph, "drain_requeued")
-        self.legacy_table = await _table_exists(self.graph, LEGACY_APPLIED_LINES)
+        self.drain_tables = await drain_state.table_exists(self.graph, drain_state.TOKENS_TABLE)
+        self.legacy_table = await drain_state.legacy_table_exists(self.graph)
         leftover = await asyncio.to_thread(read_generation, s.draining_path)
         start = 0
         if leftover is not None and self.drain_tables:
-            start = (await self._progress(leftover.id))[0] or 0
+            start = (await drain_state.progress(self.graph, leftover.id))[0] or 0
         legacy = leftover.legacy if leftover is not None else self.legacy_table
         dry = Generation("dry-run-leftover", 0, 0, legacy)
         for path, generation, offset in ((s.draining_path, leftover or dry, start),
@@ -406,7 +398,7 @@ class _Drainer:
         """After the first complete tick, drop the legacy identity table: every line an earlier
         version could have settled has now been read and settled under the new identities."""
         async with self.graph.write() as tx:
-            await tx.conn.execute(f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}")
+            await drain_state.drop_legacy_table(tx)
         log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
 
     # --------------------------------------------------------------------------- batches
@@ -444,7 +436,7 @@ class _Drainer:
         if isinstance(exc, VectorStoreError):
             # Only a request the store refused for its data, while the store answers a
             # harmless one, is the batch's fault; anything else is an outage.
-            return not (_refused_for_its_data(exc) and await self._chroma_answers())
+            return not (refused_for_its_data(exc) and await self._chroma_answers())
         return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
 
     async def _chroma_answers(self) -> bool:
@@ -467,7 +459,7 @@ class _Drainer:
         triaged = triage(generation.id, parsed,
                          await self._known(parsed, legacy_file=generation.legacy), now_ms=now)
         endpoints = list(triaged.endpoints)
-        present = await self.graph.existing_ids(endpoints)
+        present = await existing_ids(self.graph, endpoints)
         missing = [n for n in endpoints if n not in present]
         backfill = await plan_backfill(self.graph, self.stores.vectors, self.settings,
                                        missing, existing=present)
@@ -483,20 +475,13 @@ class _Drainer:
                   if isinstance(p.line, EdgeLine) and p.line.token_id is not None]
         outstanding: dict[str, tuple[int, int]] = {}
         if tokens and self.drain_tables:
-            rows = await self.graph.fetch_all(
-                "SELECT line_id, attempts, requeued_at FROM drain_requeued "
-                "WHERE line_id IN (SELECT value FROM json_each(?))",
-                (orjson.dumps(tokens).decode(),))
-            outstanding = {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+            outstanding = await drain_state.outstanding_tokens(self.graph, tokens)
         legacy_settled: set[str] = self.legacy_seen
         if self.legacy_table:
             ids = [i for p in parsed if (i := legacy_id_of(p, legacy_file=legacy_file))]
             if ids:
-                rows = await self.graph.fetch_all(
-                    f"SELECT line_id FROM {LEGACY_APPLIED_LINES} "
-                    "WHERE line_id IN (SELECT value FROM json_each(?))",
-                    (orjson.dumps(ids).decode(),))
-                legacy_settled = self.legacy_seen | {str(r[0]) for r in rows}
+                legacy_settled = self.legacy_seen | await drain_state.legacy_settled(
+                    self.graph, ids)
         return Known(outstanding=outstanding, tick_started_ms=self.started_ms,
                      dead_written=self.dead_written, legacy_settled=legacy_settled,
                      legacy_file=legacy_file)
@@ -511,33 +496,26 @@ class _Drainer:
         if plan.requeue:  # durable before the commit; a crash leaves copies whose token is void
             await asyncio.to_thread(append_locked, s.lazy_edges_queue_path, plan.requeue)
         async with self.graph.write() as tx:
-            await backfill.apply(tx)
-            await tx.link_edges(plan.links)
-            await self._commit_bookkeeping(tx.conn, batch, plan, now=now)
+            await insert_nodes_if_absent(tx, backfill.nodes)
+            await insert_edges_if_absent(tx, backfill.edges)
+            await link_edges(tx, plan.links)
+            await self._commit_bookkeeping(tx, batch, plan, now=now)
         self.current_generation = batch.generation.id
         if self.dead_written:  # everything before the committed offset is settled for good
             self.dead_written = {p for p in self.dead_written
                                  if not _settled_by(p, batch.generation.id, batch.end_offset)}
 
-    async def _commit_bookkeeping(self, conn: Any, batch: _Batch, plan: BatchPlan,
+    async def _commit_bookkeeping(self, tx: Transaction, batch: _Batch, plan: BatchPlan,
                                   *, now: int) -> None:
         """The committed offset, the tokens used and issued, the legacy identities settled."""
         generation = batch.generation.id
-        if self.current_generation != generation:
-            # One `.draining` at a time: the offsets of every other generation belong to files
-            # that are gone, and are forgotten in the first commit of the next one.
-            await conn.execute("DELETE FROM drain_generations WHERE generation != ?",
-                               (generation,))
-        await conn.execute(_COMMIT_OFFSET, (generation, batch.end_offset,
-                                            self.dead_letters_size, now))
-        if plan.tokens_consumed:
-            await conn.executemany(_USE_TOKEN, [(t,) for t in plan.tokens_consumed])
-        if plan.tokens_issued:
-            await conn.executemany(_ISSUE_TOKEN,
-                                   [(line_id, n, now) for line_id, n in plan.tokens_issued])
-        if plan.legacy_settled and self.legacy_table:
-            await conn.executemany(_LEGACY_SETTLE,
-                                   [(i, outcome, now) for i, outcome in plan.legacy_settled])
+        await drain_state.commit_offset(
+            tx, generation, offset=batch.end_offset, dead_letters_size=self.dead_letters_size,
+            now_ms=now, first_of_generation=self.current_generation != generation)
+        await drain_state.use_tokens(tx, plan.tokens_consumed)
+        await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
+        if self.legacy_table:
+            await drain_state.settle_legacy(tx, plan.legacy_settled, now_ms=now)
 
     def _account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
         """Add a written batch's figures to the tick's and remember what later batches of the
@@ -598,13 +576,6 @@ class _Drainer:
                         examples=self.malformed_examples,
                         deadLetterFile=str(self.settings.dead_letter_path))
 
-    async def _progress(self, generation: str) -> tuple[int | None, int | None]:
-        """A generation's committed offset and dead-letter size, or (None, None)."""
-        rows = await self.graph.fetch_all(
-            "SELECT committed_offset, dead_letters_size FROM drain_generations "
-            "WHERE generation = ?", (generation,))
-        return (int(rows[0][0]), int(rows[0][1])) if rows else (None, None)
-
 
 async def _read_batch(reader: QueueReader) -> list[ReadLine]:
     """The next batch of whole lines; at the end of the file, after a short wait for a bare
@@ -635,25 +606,6 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
         result = backfill.results.get(node_id)
         unresolved[node_id] = str(result.reason) if result is not None else ENDPOINT_MISSING
     return unresolved
-
-
-def _refused_for_its_data(error: VectorStoreError) -> bool:
-    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError: an invalid
-    argument, a duplicate id, a batch too big), or the client did before sending it (a
-    ValueError or TypeError). A server error, a rate limit, a refused connection, a timeout
-    is an outage."""
-    import chromadb.errors
-
-    cause = error.__cause__
-    if isinstance(cause, chromadb.errors.ChromaError):
-        return cause.code() in (400, 413)
-    return isinstance(cause, (ValueError, TypeError))
-
-
-async def _table_exists(graph: GraphDB, table: str) -> bool:
-    rows = await graph.fetch_all(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
-    return bool(rows)
 
 
 async def rem_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:

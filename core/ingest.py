@@ -31,6 +31,7 @@ from core.rules.nodes import (
 )
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import CollectionMissing
+from core.stores.graph import insert_edges_if_absent, nodes_by_id, upsert_nodes
 
 if TYPE_CHECKING:
     from core.rules.config import Settings
@@ -188,7 +189,7 @@ async def _sync_batch(
         except Exception as exc:  # one odd row must not stop the session
             stats.errors.append(f"[{row.id}] {exc}")
 
-    existing = await graph.nodes_by_id(
+    existing = await nodes_by_id(graph,
         [session_node_id(s) for s in synced] + [memory_node_id(r.id) for r in memories]
     )
     to_write: list[NodeRow] = []
@@ -207,8 +208,8 @@ async def _sync_batch(
     written = {node.id for node in to_write}
     if to_write and not dry_run:
         async with graph.write() as tx:
-            await tx.upsert_nodes(to_write, drop_keys=LIVE_INGEST_DROPS)
-            await tx.insert_edges_if_absent(e for e in edges if e.source in written)
+            await upsert_nodes(tx, to_write, drop_keys=LIVE_INGEST_DROPS)
+            await insert_edges_if_absent(tx, (e for e in edges if e.source in written))
     return stats
 
 

@@ -1,14 +1,14 @@
 """Prometheus text exposition on 127.0.0.1 (`metricsPort` > 0), with no dependency.
 
 Counters and last-tick gauges are updated by the runtime after each tick; the queue depth and
-dead-letter counts are read from the files at scrape time (cached by size and mtime, so a
-scrape of an unchanged multi-GB queue costs two `stat` calls).
+dead-letter counts are read from the files at scrape time, through the same readers status
+uses (cached by size and mtime, so a scrape of an unchanged multi-GB queue costs two `stat`
+calls).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -19,11 +19,11 @@ from typing import Any
 import structlog
 
 from core.rules.config import Settings
+from core.stores.dead_letter_file import count_dead_letters
+from core.stores.queue_files import count_newlines
 
 log = structlog.get_logger(__name__)
 
-#: Bytes read per chunk when counting queue lines.
-_COUNT_CHUNK = 1 << 20
 #: How long a scrape connection may take to send its request line.
 _REQUEST_TIMEOUT_S = 5.0
 
@@ -65,6 +65,8 @@ class Metrics:
                 self.tombstoned[tenant["tenantId"]] += int(tenant.get("tombstonedCount") or 0)
 
     def _count(self, path: Path, cache: _FileCount, *, reasons: bool) -> _FileCount:
+        """A file's lines (and, for the dead letters, their reasons), re-read only when its
+        size or mtime changed since the last scrape."""
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -72,20 +74,10 @@ class Metrics:
         key = (stat.st_size, stat.st_mtime_ns)
         if key == cache.key:
             return cache
-        fresh = _FileCount(key=key)
-        with path.open("rb") as handle:
-            if reasons:
-                for raw in handle:
-                    if raw.strip():
-                        fresh.lines += 1
-                        try:
-                            fresh.reasons[str(json.loads(raw).get("reason"))] += 1
-                        except (ValueError, AttributeError):
-                            fresh.reasons["unreadable"] += 1
-            else:
-                while chunk := handle.read(_COUNT_CHUNK):
-                    fresh.lines += chunk.count(b"\n")
-        return fresh
+        if not reasons:
+            return _FileCount(key=key, lines=count_newlines(path))
+        counts = count_dead_letters(path)
+        return _FileCount(key=key, lines=counts.total, reasons=counts.by_reason)
 
     def render(self) -> str:
         """The exposition text (blocking file reads: call through a thread)."""

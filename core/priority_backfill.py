@@ -35,7 +35,7 @@ from core.ingest import (
     sync_sessions,
 )
 from core.jobs.context import Stores
-from core.progress import Progress
+from core.reports.progress import Progress
 from core.rules.errors import KbError, StoreUnavailable
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import CollectionMissing

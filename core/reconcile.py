@@ -33,17 +33,19 @@ import structlog
 
 from core import tombstoning
 from core.rules.config import KEYS_BY_NAME
-from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE
+from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
+from core.rules.tenants import TenantConfig
+from core.rules.values import is_real_number
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
-from core.stores.telemetry import MetricRow, MetricSpool, build_metric_row, insert_metric_rows
-from core.stores.tenants import TenantConfig, list_tenants
+from core.stores.telemetry import insert_metric_rows, new_metric_row
+from core.stores.telemetry_spool import MetricSpool
+from core.stores.tenants import list_tenants
 from core.tombstoning import (
     OldestIngested,
     TombstoneJob,
     TombstoneProgress,
     deletion_bound,
-    is_real_number,
     tombstone_bands,
 )
 
@@ -593,14 +595,14 @@ def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow
     """The tenant's telemetry row, or None for a clean tenant."""
     error_code = f"reconcile-{outcome.failed_phase}-failed" if outcome.failed else None
     if outcome.stale_count > 0 and outcome.failed_phase != "scan":
-        return build_metric_row(
+        return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
             event_type=EVENT_RECONCILE, chunks_total=outcome.stale_count,
             chunks_deleted=outcome.tombstoned_count, error_code=error_code,
             detail=outcome.telemetry_detail(policy),
         )
     if outcome.failed:
-        return build_metric_row(
+        return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
             event_type=EVENT_ERROR, error_code=error_code,
             detail=outcome.telemetry_detail(policy),

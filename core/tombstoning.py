@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from core.rules.rows import ColumnPage
 from core.stores.archives import TombstoneArchive
-from core.stores.chroma import ColumnPage
 from core.stores.clock import now_ms
 
 if TYPE_CHECKING:

@@ -27,9 +27,11 @@ from core.demo_data import DemoDataset, build_demo_dataset, seed_demo
 from core.drain import rem_tick
 from core.jobs.context import Stores, open_stores
 from core.reconcile import reconcile_tick
+from core.reports.status import gather_status
+from core.reports.status_text import render_status_text
 from core.rules.errors import ConfigError
-from core.status import gather_status, render_status_text
-from core.stores.chroma import ChromaRow, CollectionMissing
+from core.rules.rows import ChromaRow
+from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.ticks import run_tick
 

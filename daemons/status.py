@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
-from core.status import gather_status, render_status_text
+from core.reports.status import gather_status
+from core.reports.status_text import render_status_text
+from core.rules.figures import to_json
 
 PROG = "daemons.status"
 
@@ -33,7 +35,7 @@ async def show_status(config: str | None, *, as_json: bool) -> int:
     """Gather and print."""
     status = await gather_status(load_settings(config))
     if as_json:
-        emit_json(status)
+        emit_json(to_json(status))
     else:
         sys.stdout.write(render_status_text(status))
     return EXIT_OK

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
+from core.rules.figures import to_json
+from core.rules.tenants import normalize_tenant_id
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import list_tenants, normalize_tenant_id, set_tenant_config
+from core.stores.tenants import list_tenants, set_tenant_config
 
 PROG = "daemons.tenants"
 
@@ -75,7 +77,7 @@ async def run_list(args: argparse.Namespace) -> int:
     finally:
         await graph.close()
     if args.json:
-        emit_json({"tenants": [t.as_dict() for t in tenants]})
+        emit_json({"tenants": to_json(tenants)})
     else:
         for tenant in tenants:
             slug = tenant.repo_slug or "-"

@@ -1,16 +1,27 @@
-"""Helpers shared by tests and benchmarks: settings in a temp folder, seeded Chroma rows."""
+"""Helpers shared by tests and benchmarks: settings in a temp folder, seeded Chroma rows, and
+the test-only reads of the stores (a node, an edge, a table's rows, calls and commits counted)
+that the product does not need."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from core.rules.config import Settings, resolve_config
-from core.stores.chroma import ChromaRow, VectorStore
+from core.rules.ids import normalize_graph_node_id
+from core.rules.nodes import NodeRow
+from core.rules.rows import ChromaRow
+from core.stores.chroma import VectorStore
+from core.stores.sqlite import GraphDB, Transaction
 
 DIM = 4
 
@@ -61,3 +72,82 @@ def run_module(*args: str, home: Path, stdin: str | None = None,
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=child_env(home),
                           input=stdin, capture_output=True, text=True, timeout=timeout,
                           check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Test-only reads and counters
+# --------------------------------------------------------------------------------------------
+
+#: Tables `count_rows` may count (a table name cannot be a query parameter).
+COUNTED_TABLES = frozenset({"nodes", "edges", "drain_generations", "drain_requeued",
+                            "kb_ingestion_metrics", "alerts_fired"})
+
+
+async def count_rows(graph: GraphDB, table: str) -> int:
+    """Rows in one of the project's tables."""
+    if table not in COUNTED_TABLES:
+        raise ValueError(f"unknown table {table!r}")
+    return int((await graph.query(f"SELECT COUNT(*) FROM {table}"))[0][0])
+
+
+async def read_node(graph: GraphDB, node_id: str) -> NodeRow | None:
+    """One node by id (canonicalized), or None."""
+    rows = await graph.query("SELECT id, label, properties FROM nodes WHERE id = ?",
+                             (normalize_graph_node_id(node_id),))
+    return NodeRow(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEdge:
+    """An edge as read back from SQLite."""
+
+    source: str
+    target: str
+    relationship: str
+    weight: float
+    properties: dict[str, Any]
+
+
+async def read_edge(
+    graph: GraphDB, source: str, target: str, relationship: str
+) -> StoredEdge | None:
+    """One edge by its key (endpoints canonicalized), or None."""
+    rows = await graph.query(
+        "SELECT source, target, relationship, weight, properties FROM edges "
+        "WHERE source = ? AND target = ? AND relationship = ?",
+        (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship))
+    if not rows:
+        return None
+    r = rows[0]
+    return StoredEdge(r[0], r[1], r[2], float(r[3]), json.loads(r[4]))
+
+
+def count_chroma_calls(monkeypatch: pytest.MonkeyPatch, vectors: VectorStore
+                       ) -> Callable[[], int]:
+    """Count the calls the store makes on its collections from now on (each try counts)."""
+    real = vectors._call_on_collection
+    calls = 0
+
+    def counted(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        return real(name, method, kwargs)
+
+    monkeypatch.setattr(vectors, "_call_on_collection", counted)
+    return lambda: calls
+
+
+def count_commits(monkeypatch: pytest.MonkeyPatch, graph: GraphDB) -> Callable[[], int]:
+    """Count the write transactions `graph` commits from now on."""
+    real = graph.write
+    commits = 0
+
+    @asynccontextmanager
+    async def counted() -> AsyncIterator[Transaction]:
+        nonlocal commits
+        async with real() as tx:
+            yield tx
+        commits += 1
+
+    monkeypatch.setattr(graph, "write", counted)
+    return lambda: commits

@@ -32,6 +32,7 @@ from core.rules.alert_rules import (
     validate_alert_rule,
 )
 from core.rules.config import EXAMPLE_ALERT_RULES_TOML, resolve_config
+from core.rules.figures import to_json
 from core.rules.telemetry import KNOWN_METRICS
 
 HOUR_MS = 3_600_000
@@ -208,7 +209,7 @@ def test_a_value_over_the_threshold_fires_once_per_channel() -> None:
                       [tenant_row(reconcileEvents=3)])
     assert [a.channel for a in result.alerts] == ["console", "webhook:http://127.0.0.1:9/x"]
     first = result.alerts[0]
-    assert first.as_dict() == {
+    assert to_json(first) == {
         "tenantId": "t1", "repoSlug": ALL_REPOS, "metric": "reconcileEvents", "value": 3,
         "threshold": 0, "severity": "warning", "channel": "console", "deliveryMode": "wake",
         "scope": "tenant", "firedAt": NOW,

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick, load_cooldowns, recent_alerts
+from core.alerting import alerting_tick
 from core.jobs.context import Stores
 from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
+from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.stores.alert_delivery import (
     DEFAULT_DELIVERY_POLICY,
@@ -26,6 +27,7 @@ from core.stores.alert_delivery import (
     deliver_alerts,
     webhook_payload,
 )
+from core.stores.alert_records import load_cooldowns, recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
 from core.stores.telemetry import record_ingestion_metric
@@ -151,7 +153,7 @@ def test_the_payload_is_the_subject_body_and_alert_fields() -> None:
     alert = make_alert("webhook:http://127.0.0.1:9/x")
     payload = webhook_payload(alert)
     assert payload == {"subject": payload["subject"], "body": alert_body(alert),
-                       **alert.as_dict()}
+                       **to_json(alert)}
 
 
 async def test_a_receiver_that_fails_once_gets_the_alert_on_the_retry(
@@ -239,7 +241,7 @@ async def test_a_failed_delivery_is_recorded_and_starts_no_cooldown(
     stores = Stores(settings, graph, vectors)
     first = await alerting_tick(stores, False, clock=lambda: NOW, delivery=FAST)
     assert (first["fired"], first["delivered"], first["failed"]) == (2, 1, 1)
-    recorded = {r.channel.split(":")[0]: r for r in await recent_alerts(graph)}
+    recorded = {r.alert.channel.split(":")[0]: r for r in await recent_alerts(graph)}
     assert recorded["webhook"].delivered is False and recorded["webhook"].error
     assert recorded["console"].delivered is True
     assert [k.channel for k in await load_cooldowns(graph, since_ms=0)] == ["console"]

@@ -9,15 +9,18 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick, load_cooldowns, recent_alerts
+from core.alerting import alerting_tick
 from core.jobs.context import Stores, open_stores
+from core.reports.status import RecentAlert
 from core.rules.alert_rules import ALL_REPOS
 from core.rules.config import Settings
+from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
+from core.stores.alert_records import load_cooldowns, recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
 from core.stores.telemetry import record_ingestion_metric
-from tests.support import make_settings
+from tests.support import count_rows, make_settings
 
 NOW = 1_700_000_000_000
 MINUTE_MS = 60_000
@@ -98,7 +101,7 @@ async def test_a_restart_inside_the_cooldown_does_not_fire_again(
         assert released["fired"] == 1
     finally:
         await restarted.close()
-    assert await graph.count("alerts_fired") == 2
+    assert await count_rows(graph, "alerts_fired") == 2
 
 
 async def test_every_fired_alert_is_recorded_for_status_newest_first(
@@ -113,9 +116,9 @@ async def test_every_fired_alert_is_recorded_for_status_newest_first(
     await tick(settings, graph, vectors, at=NOW + 2 * MINUTE_MS)
     recorded = await recent_alerts(graph, 10)
     # Newest first; alerts of one pass in reverse order of firing.
-    assert [(r.tenant_id, r.metric) for r in recorded] == [
+    assert [(r.alert.tenant_id, r.alert.metric) for r in recorded] == [
         ("t2", "reconcileEvents"), ("t1", "chunksTotal"), ("t1", "reconcileEvents")]
-    assert recorded[1].as_dict() == {
+    assert {k: v for k, v in to_json(RecentAlert.of(recorded[1])).items() if k != "firedAtIso"} == {
         "firedAt": NOW, "tenantId": "t1", "repoSlug": ALL_REPOS, "metric": "chunksTotal",
         "value": 5.0, "threshold": 2.0, "severity": "critical", "channel": "console",
         "subject": "[alert] critical: chunksTotal 5 over threshold 2 (tenant t1)",
@@ -141,7 +144,7 @@ async def test_a_dry_run_reports_what_would_fire_and_writes_nothing(
     assert figures["alerts"][0]["subject"].startswith("[alert] warning: reconcileEvents 1")
     assert fired_events(logs) == [], "a dry run sends nothing"
     assert {f.name: f.read_bytes() for f in files} == before
-    assert await graph.count("alerts_fired") == 0
+    assert await count_rows(graph, "alerts_fired") == 0
     assert await load_cooldowns(graph, since_ms=0) == {}
 
 
@@ -155,7 +158,7 @@ async def test_disabled_alerting_logs_so_and_does_nothing(
     assert figures == {"enabled": False, "fired": 0}
     assert [e["message"] for e in logs if e["event"] == "alerting.disabled"] == [
         "alerting disabled (set alertingEnabled = true to run passes)"]
-    assert await graph.count("alerts_fired") == 0
+    assert await count_rows(graph, "alerts_fired") == 0
 
 
 async def test_each_invalid_rule_is_warned_once_per_pass_and_the_valid_ones_still_fire(
@@ -173,7 +176,7 @@ async def test_each_invalid_rule_is_warned_once_per_pass_and_the_valid_ones_stil
         assert [e["keys"] for e in logs if e["event"] == "alerting.rule_unknown_keys"] == [
             ["scop"]]
         assert figures["invalidRules"] == 2
-    assert await graph.count("alerts_fired") == 1
+    assert await count_rows(graph, "alerts_fired") == 1
 
 
 async def test_telemetry_older_than_the_window_is_not_counted(

@@ -8,14 +8,15 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick, recent_alerts
+from core.alerting import alerting_tick
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
+from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import set_tenant_config
 from core.ticks import run_tick
-from tests.support import make_settings, seed
+from tests.support import count_rows, make_settings, seed
 
 
 async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert(
@@ -58,11 +59,12 @@ async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert
     ]
     assert [(e["log_level"], e["tenantId"]) for e in logs if e["event"] == "alert.fired"] == [
         ("warning", "t1"), ("error", "t1")]
-    assert [(r.tenant_id, r.metric, r.delivered) for r in await recent_alerts(graph)] == [
+    recorded = await recent_alerts(graph)
+    assert [(r.alert.tenant_id, r.alert.metric, r.delivered) for r in recorded] == [
         ("t1", "chunksTotal", True), ("t1", "reconcileEvents", True)]
 
     # Drift persists on the next pass, but the alerts are cooling down.
     await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
     again = await run_tick("alerting", stores, alerting_tick, dry_run=False)
     assert (again["fired"], again["suppressed"]) == (0, 2)
-    assert await graph.count("alerts_fired") == 2
+    assert await count_rows(graph, "alerts_fired") == 2

@@ -11,8 +11,9 @@ from core.backfill import Reason, ingest_single_row, link_with_backfill, plan_ba
 from core.rules.config import Settings
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore
+from core.stores.graph import existing_ids, upsert_node
 from core.stores.sqlite import GraphDB
-from tests.support import seed
+from tests.support import count_chroma_calls, count_rows, read_edge, read_node, seed
 
 MEMORIES: list[tuple[str, dict[str, Any]]] = [
     ("m1", {"sessionId": "s1", "createdAt": "2026-01-01T10:00:00Z", "userId": "u1"}),
@@ -39,8 +40,8 @@ async def test_memory_backfill_brings_its_session_and_the_edge(
     result = await ingest_single_row(graph, stores, settings, "memory:m1")
     assert result.as_dict() == {"success": True, "reason": "backfilled",
                                 "graphNodeId": "memory:m1", "error": None}
-    memory = await graph.node("memory:m1")
-    session = await graph.node("session:s1")
+    memory = await read_node(graph, "memory:m1")
+    session = await read_node(graph, "session:s1")
     assert memory is not None and session is not None
     assert memory.label == "MEMORY" and session.label == "SESSION"
     assert memory.properties == {
@@ -48,7 +49,7 @@ async def test_memory_backfill_brings_its_session_and_the_edge(
         "userId": "u1", "payloadHash": memory_payload_hash(MEMORIES[0][1]), "backfilled": True,
     }
     assert session.properties["backfilled"] is True
-    assert await graph.edge("memory:m1", "session:s1", "ORIGINATES_IN") is not None
+    assert await read_edge(graph, "memory:m1", "session:s1", "ORIGINATES_IN") is not None
 
 
 async def test_the_earliest_of_several_summaries_represents_the_session(
@@ -56,7 +57,7 @@ async def test_the_earliest_of_several_summaries_represents_the_session(
 ) -> None:
     result = await ingest_single_row(graph, stores, settings, "session:s1")
     assert result.reason is Reason.BACKFILLED
-    session = await graph.node("session:s1")
+    session = await read_node(graph, "session:s1")
     assert session is not None
     assert session.properties["chromaId"] == "sum-1a"
     assert session.properties["title"] == "First"
@@ -67,7 +68,7 @@ async def test_a_session_without_summary_gets_a_minimal_node(
 ) -> None:
     result = await ingest_single_row(graph, stores, settings, "session:s2")
     assert result.reason is Reason.BACKFILLED_MINIMAL and result.success
-    node = await graph.node("session:s2")
+    node = await read_node(graph, "session:s2")
     assert node is not None and node.properties["minimal"] is True
     assert "chromaId" not in node.properties
 
@@ -76,17 +77,17 @@ async def test_memory_whose_session_has_no_summary_links_to_a_minimal_session(
     graph: GraphDB, stores: VectorStore, settings: Settings
 ) -> None:
     assert (await ingest_single_row(graph, stores, settings, "memory:m2")).success
-    session = await graph.node("session:s2")
+    session = await read_node(graph, "session:s2")
     assert session is not None and session.properties["minimal"] is True
-    assert await graph.edge("memory:m2", "session:s2", "ORIGINATES_IN") is not None
+    assert await read_edge(graph, "memory:m2", "session:s2", "ORIGINATES_IN") is not None
 
 
 async def test_memory_without_a_session_is_written_without_an_edge(
     graph: GraphDB, stores: VectorStore, settings: Settings
 ) -> None:
     assert (await ingest_single_row(graph, stores, settings, "memory:m-orphan")).success
-    assert await graph.count("nodes") == 1
-    assert await graph.count("edges") == 0
+    assert await count_rows(graph, "nodes") == 1
+    assert await count_rows(graph, "edges") == 0
 
 
 async def test_uppercase_input_is_normalized_before_lookup_and_storage(
@@ -94,7 +95,7 @@ async def test_uppercase_input_is_normalized_before_lookup_and_storage(
 ) -> None:
     result = await ingest_single_row(graph, stores, settings, "MEMORY:m1")
     assert result.graph_node_id == "memory:m1"
-    assert await graph.existing_ids(["memory:m1", "session:s1"]) == {"memory:m1", "session:s1"}
+    assert await existing_ids(graph, ["memory:m1", "session:s1"]) == {"memory:m1", "session:s1"}
 
 
 async def test_an_existing_node_is_already_exists(
@@ -107,12 +108,13 @@ async def test_an_existing_node_is_already_exists(
 
 @pytest.mark.parametrize("node_id", ["CONCEPT:foo", "frontier", "memory:", "SESSION:", "", None, 7])
 async def test_ids_that_name_no_row_are_unrecognized_and_never_reach_chroma(
-    graph: GraphDB, stores: VectorStore, settings: Settings, node_id: object
+    graph: GraphDB, stores: VectorStore, settings: Settings, node_id: object,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    calls = stores.calls
+    calls = count_chroma_calls(monkeypatch, stores)
     result = await ingest_single_row(graph, stores, settings, node_id)
     assert (result.success, result.reason) == (False, Reason.UNRECOGNIZED_PREFIX)
-    assert stores.calls == calls
+    assert calls() == 0
 
 
 async def test_a_memory_chroma_does_not_have_is_row_not_found(
@@ -120,7 +122,7 @@ async def test_a_memory_chroma_does_not_have_is_row_not_found(
 ) -> None:
     result = await ingest_single_row(graph, stores, settings, "memory:hallucinated")
     assert (result.success, result.reason) == (False, Reason.CHROMA_ROW_NOT_FOUND)
-    assert await graph.count("nodes") == 0
+    assert await count_rows(graph, "nodes") == 0
 
 
 async def test_a_missing_collection_is_no_collection(
@@ -147,7 +149,8 @@ async def test_an_unresolvable_session_fails_the_memory_too_and_writes_nothing(
     chroma_fault(settings.summary_collection, "get")
     result = await ingest_single_row(graph, stores, settings, "memory:m1")
     assert (result.success, result.reason) == (False, Reason.CHROMA_FETCH_FAILED)
-    assert await graph.count("nodes") == 0, "a memory must never land without its session edge"
+    assert await count_rows(graph, "nodes") == 0, \
+        "a memory must never land without its session edge"
 
 
 async def test_an_unexpected_failure_is_error_and_does_not_raise(
@@ -160,35 +163,35 @@ async def test_an_unexpected_failure_is_error_and_does_not_raise(
 
 
 async def test_a_batch_plan_uses_one_query_and_one_fetch_per_collection(
-    graph: GraphDB, stores: VectorStore, settings: Settings
+    graph: GraphDB, stores: VectorStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = stores.calls
+    calls = count_chroma_calls(monkeypatch, stores)
     plan = await plan_backfill(
         graph, stores, settings, ["memory:m1", "memory:m2", "memory:nope", "session:s1"]
     )
-    assert stores.calls - calls == 2
+    assert calls() == 2
     assert {k: str(v.reason) for k, v in plan.results.items()} == {
         "memory:m1": "backfilled", "memory:m2": "backfilled",
         "memory:nope": "chroma-row-not-found", "session:s1": "backfilled",
         "session:s2": "backfilled-minimal",  # m2's parent comes along
     }
-    assert await graph.count("nodes") == 0, "planning never writes"
+    assert await count_rows(graph, "nodes") == 0, "planning never writes"
 
 
 async def test_link_with_backfill_materializes_endpoints_then_links(
     graph: GraphDB, stores: VectorStore, settings: Settings
 ) -> None:
-    await graph.upsert_node("CONCEPT:x", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:x", "CONCEPT")
     assert await link_with_backfill(graph, stores, settings, "CONCEPT:x", "MEMORY:m1",
                                     "MENTIONED_IN", 1.0, {"justification": "j"})
-    edge = await graph.edge("CONCEPT:x", "memory:m1", "MENTIONED_IN")
+    edge = await read_edge(graph, "CONCEPT:x", "memory:m1", "MENTIONED_IN")
     assert edge is not None and edge.properties == {"justification": "j"}
 
 
 async def test_link_with_backfill_culls_an_edge_to_a_hallucinated_memory(
     graph: GraphDB, stores: VectorStore, settings: Settings
 ) -> None:
-    await graph.upsert_node("CONCEPT:x", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:x", "CONCEPT")
     assert not await link_with_backfill(graph, stores, settings, "CONCEPT:x",
                                         "memory:nope", "MENTIONED_IN")
-    assert await graph.count("edges") == 0
+    assert await count_rows(graph, "edges") == 0

@@ -18,15 +18,16 @@ import pytest
 
 from core.jobs.context import Stores
 from core.priority_backfill import DAY_MS, priority_backfill
-from core.progress import LogProgress, TerminalProgress, choose_progress, render_bar
+from core.reports.progress import LogProgress, TerminalProgress, choose_progress, render_bar
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
 from core.stores.clock import now_ms
+from core.stores.graph import existing_ids, upsert_node
 from core.stores.sqlite import GraphDB
 from daemons.backfill import build_parser, main
-from tests.support import make_settings, run_module, seed
+from tests.support import count_rows, make_settings, read_node, run_module, seed
 
 
 def run_backfill_process(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -112,9 +113,9 @@ async def test_days_7_ingests_the_session_from_2_days_ago_and_not_the_one_from_2
                                             summary("old", iso_from_ms(now - 20 * DAY_MS))])
     figures = await backfill(Stores(settings, graph, vectors), days=7)
     assert figures["ok"] and figures["liveIngest"]["sessionsFound"] == 1
-    assert await graph.existing_ids(["session:recent", "session:old"]) == {"session:recent"}
-    assert await graph.existing_ids(["memory:recent-m0"]) == {"memory:recent-m0"}
-    node = await graph.node("session:recent")
+    assert await existing_ids(graph, ["session:recent", "session:old"]) == {"session:recent"}
+    assert await existing_ids(graph, ["memory:recent-m0"]) == {"memory:recent-m0"}
+    node = await read_node(graph, "session:recent")
     assert node is not None and node.properties["liveIngested"] is True
 
 
@@ -135,7 +136,7 @@ async def test_created_at_is_compared_as_a_time_in_every_format_writers_use(
         summary("old-epoch-s", outside // 1000),
     ])
     figures = await backfill(Stores(settings, graph, vectors), days=7)
-    ingested = await graph.existing_ids([f"session:{s}" for s in (
+    ingested = await existing_ids(graph, [f"session:{s}" for s in (
         "epoch-ms", "epoch-s", "epoch-ms-string", "iso-z", "iso-offset", "iso-naive",
         "old-epoch-ms", "old-epoch-s")])
     assert ingested == {f"session:{s}" for s in (
@@ -168,7 +169,7 @@ async def test_summaries_beyond_one_page_are_all_read(
     assert figures["ok"], figures["failures"]
     assert figures["liveIngest"]["summariesScanned"] == count
     assert figures["liveIngest"]["sessionsUpserted"] == count
-    assert await graph.count("nodes") == 2 * count
+    assert await count_rows(graph, "nodes") == 2 * count
 
 
 # --- failures --------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ async def test_a_store_that_is_down_stops_the_run_instead_of_failing_each_sessio
     chroma_fault(settings.memory_collection, "get")
     with pytest.raises(StoreUnavailable, match="every session of a batch of 3"):
         await backfill(Stores(settings, graph, vectors), days=7)
-    assert await graph.count("nodes") == 0
+    assert await count_rows(graph, "nodes") == 0
 
 
 def poison_session_node(graph_path: Path, session_id: str) -> None:
@@ -219,7 +220,7 @@ async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_
     assert "poisoned" in done.stderr  # the log names it too
     graph = await GraphDB.open(settings.graph_db_path, read_only=True)
     try:
-        assert await graph.existing_ids(["session:a", "session:poisoned", "session:c"]) == {
+        assert await existing_ids(graph, ["session:a", "session:poisoned", "session:c"]) == {
             "session:a", "session:c"}
     finally:
         await graph.close()
@@ -239,7 +240,7 @@ async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_not
     finally:
         await vectors.close()
     graph = await GraphDB.open(settings.graph_db_path)
-    await graph.upsert_node("CONCEPT:x", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:x", "CONCEPT")
     await graph.close()
     settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
     settings.lazy_edges_queue_path.write_bytes(
@@ -314,7 +315,7 @@ async def test_summaries_without_a_memory_collection_still_bring_their_sessions(
     figures = await backfill(Stores(settings, graph, vectors), days=7)
     assert figures["ok"] is True
     assert figures["failureCount"] == 0
-    assert await graph.existing_ids(["session:s0", "session:s1", "session:s2"]) == {
+    assert await existing_ids(graph, ["session:s0", "session:s1", "session:s2"]) == {
         "session:s0", "session:s1", "session:s2"}
 
 

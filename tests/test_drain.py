@@ -19,9 +19,17 @@ from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.rules.queue_lines import ReadLine
 from core.stores.chroma import VectorStore
+from core.stores.graph import existing_ids, link_nodes, upsert_node
 from core.stores.queue_files import QueueReader, append_locked, enqueue_edges, generation_path
 from core.stores.sqlite import GraphDB
-from tests.support import make_settings, seed
+from tests.support import (
+    count_chroma_calls,
+    count_commits,
+    count_rows,
+    make_settings,
+    read_edge,
+    seed,
+)
 
 
 def line(source: str, target: str, rel: str = "MENTIONED_IN", **extra: Any) -> bytes:
@@ -60,8 +68,8 @@ async def stores(
                [(f"m{i}", {"sessionId": "s1", "createdAt": i, "userId": "u"}) for i in (1, 2, 3)])
     await seed(vectors, settings.summary_collection,
                [("sum-1", {"sessionId": "s1", "title": "S1", "createdAt": 1})])
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     yield Stores(settings, graph, vectors)
 
 
@@ -78,9 +86,9 @@ async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: Stores
     stats = await drain_queue(stores)
     assert (stats.total_lines, stats.succeeded, stats.failed) == (2, 2, 0)
     assert stats.queue_rotated
-    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN") is not None
-    assert await stores.graph.edge("CONCEPT:b", "memory:m1", "REFERENCED_BY") is not None
-    assert await stores.graph.edge("memory:m1", "session:s1", "ORIGINATES_IN") is not None
+    assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "MENTIONED_IN") is not None
+    assert await read_edge(stores.graph, "CONCEPT:b", "memory:m1", "REFERENCED_BY") is not None
+    assert await read_edge(stores.graph, "memory:m1", "session:s1", "ORIGINATES_IN") is not None
     assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
 
 
@@ -139,10 +147,10 @@ async def test_uppercase_targets_are_stored_lowercase_and_extra_keys_kept(
                 [line("CONCEPT:a", "MEMORY:m3", justification="said so", timestamp=123,
                       weight=2.5)])
     await drain_queue(stores)
-    edge = await stores.graph.edge("CONCEPT:a", "memory:m3", "MENTIONED_IN")
+    edge = await read_edge(stores.graph, "CONCEPT:a", "memory:m3", "MENTIONED_IN")
     assert edge is not None and edge.target == "memory:m3" and edge.weight == 2.5
     assert edge.properties == {"justification": "said so", "timestamp": 123}
-    assert await stores.graph.existing_ids(["MEMORY:m3"]) == set()
+    assert await existing_ids(stores.graph, ["MEMORY:m3"]) == set()
 
 
 async def test_a_leftover_draining_file_is_drained_first_then_the_queue(stores: Stores) -> None:
@@ -151,7 +159,7 @@ async def test_a_leftover_draining_file_is_drained_first_then_the_queue(stores: 
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "SECOND")])
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.queue_rotated and stats.succeeded == 2
-    rows = await stores.graph.fetch_all("SELECT relationship FROM edges ORDER BY rowid")
+    rows = await stores.graph.query("SELECT relationship FROM edges ORDER BY rowid")
     assert [r[0] for r in rows] == ["FIRST", "SECOND"]
     assert not s.draining_path.exists()
 
@@ -185,7 +193,7 @@ async def crashing_drain(stores: Stores, monkeypatch: pytest.MonkeyPatch, name: 
 
 
 async def weight(stores: Stores, rel: str = "MENTIONED_IN") -> float | None:
-    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", rel)
+    edge = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", rel)
     return None if edge is None else edge.weight
 
 
@@ -280,16 +288,16 @@ async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_ski
     await seed(stores.vectors, s.memory_collection, [("late", {"sessionId": "s1"})])
     stats = await drain_queue(stores)
     assert stats.succeeded == 1
-    edge = await stores.graph.edge("CONCEPT:a", "memory:late", "MENTIONED_IN")
+    edge = await read_edge(stores.graph, "CONCEPT:a", "memory:late", "MENTIONED_IN")
     assert edge is not None and edge.weight == 1.0
-    assert await stores.graph.count("drain_requeued") == 0, "the token was used up"
+    assert await count_rows(stores.graph, "drain_requeued") == 0, "the token was used up"
 
 
 async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
     graph: GraphDB, vectors: VectorStore, tmp_path: Path
 ) -> None:
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=2)
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     stores = Stores(settings, graph, vectors)
     await seed(vectors, settings.memory_collection, [("m0", {"sessionId": "s0"})])
     await seed(vectors, settings.summary_collection, [("sum0", {"sessionId": "s0"})])
@@ -307,7 +315,7 @@ async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
     assert b"_drain" not in settings.lazy_edges_queue_path.read_bytes()
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.duplicates, stats.requeued) == (2, 0, 0)
-    edge = await graph.edge("CONCEPT:a", "memory:late", "MENTIONED_IN")
+    edge = await read_edge(graph, "CONCEPT:a", "memory:late", "MENTIONED_IN")
     assert edge is not None and edge.weight == pytest.approx(1.1)
 
 
@@ -317,7 +325,7 @@ async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: Store
     await drain_queue(stores)
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=2)])
     await drain_queue(stores)
-    edge = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
+    edge = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
     assert edge is not None and edge.weight == pytest.approx(1.1)
     assert edge.properties == {"timestamp": 2}
 
@@ -327,7 +335,7 @@ async def test_a_line_goes_to_the_dead_letters_after_the_attempt_limit(
 ) -> None:
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=3)
     await seed(vectors, settings.memory_collection, [("m1", {"sessionId": "s1"})])
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     stores = Stores(settings, graph, vectors)
     write_queue(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:ghost")])
     outcomes = []
@@ -351,7 +359,7 @@ async def test_a_chroma_outage_fails_the_tick_keeps_every_line_and_burns_no_atte
         await drain_queue(stores)
     assert s.draining_path.exists(), "the lines stay on disk for the next tick"
     assert queued(s) == [] and dead_letters(s) == []
-    assert await stores.graph.count("edges") == 0
+    assert await count_rows(stores.graph, "edges") == 0
 
 
 async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(stores: Stores) -> None:
@@ -388,7 +396,7 @@ async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
     monkeypatch.setattr(QueueReader, "read_lines", read_then_producer_appends)
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
-    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "R2") is not None
+    assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "R2") is not None
 
 
 async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
@@ -410,7 +418,7 @@ async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
     assert [q["relationship"] for q in queued(s)] == ["LATE"]
     monkeypatch.undo()
     await drain_queue(stores)
-    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "LATE") is not None
+    assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "LATE") is not None
 
 
 async def test_an_unterminated_last_line_is_still_processed(stores: Stores) -> None:
@@ -439,12 +447,12 @@ async def test_two_drainers_started_together_process_each_line_once(stores: Stor
     refused = [r for r in results if isinstance(r, LockHeld)]
     assert len(done) + len(refused) == 2
     assert sum(d.succeeded for d in done) == 50
-    rows = await stores.graph.fetch_all("SELECT weight FROM edges WHERE source='CONCEPT:a'")
+    rows = await stores.graph.query("SELECT weight FROM edges WHERE source='CONCEPT:a'")
     assert [r[0] for r in rows] == [1.0] * 50
 
 
 async def test_a_big_queue_makes_a_handful_of_chroma_calls_and_commits_per_batch(
-    stores: Stores,
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     memories = [(f"big{i}", {"sessionId": f"bs{i % 40}", "createdAt": i}) for i in range(2000)]
@@ -453,12 +461,13 @@ async def test_a_big_queue_makes_a_handful_of_chroma_calls_and_commits_per_batch
                [(f"bsum{j}", {"sessionId": f"bs{j}", "createdAt": j}) for j in range(40)])
     lines = [line("CONCEPT:a", f"memory:big{i % 2000}", timestamp=i) for i in range(5000)]
     write_queue(s.lazy_edges_queue_path, lines)
-    calls, commits = stores.vectors.calls, stores.graph.commits
+    calls = count_chroma_calls(monkeypatch, stores.vectors)
+    commits = count_commits(monkeypatch, stores.graph)
     stats = await drain_queue(stores)
     assert stats.succeeded == 5000
-    assert stores.vectors.calls - calls <= 3, "one get for memories, one for their sessions"
-    assert stores.graph.commits - commits <= 2, "one transaction per batch (+ housekeeping)"
-    assert await stores.graph.count("edges") == 2000 + 2000  # links + ORIGINATES_IN
+    assert calls() <= 3, "one get for memories, one for their sessions"
+    assert commits() <= 2, "one transaction per batch (+ housekeeping)"
+    assert await count_rows(stores.graph, "edges") == 2000 + 2000  # links + ORIGINATES_IN
 
 
 async def test_producers_append_whole_lines_and_repair_a_torn_tail(tmp_path: Path) -> None:
@@ -489,7 +498,7 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
     settled_id, open_id = "a" * 64, "b" * 64
     # The earlier version applied `applied` and a re-queued line, then stopped mid-drain: its
     # `.draining` has no sidecar, and a crash of it left two copies of an open re-queued line.
-    await stores.graph.link_nodes("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
+    await link_nodes(stores.graph, "CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
     conn = sqlite3.connect(s.graph_db_path)
     conn.executescript(LEGACY_DDL)
     conn.executemany("INSERT INTO applied_lines VALUES (?, 'applied', 0)",
@@ -503,9 +512,9 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
     reopened = await GraphDB.open(s.graph_db_path)  # an old database still opens
     try:
         stats = await drain_queue(Stores(s, reopened, stores.vectors))
-        weights = {r[0]: r[1] for r in await reopened.fetch_all(
+        weights = {r[0]: r[1] for r in await reopened.query(
             "SELECT relationship, weight FROM edges")}
-        tables = {r[0] for r in await reopened.fetch_all(
+        tables = {r[0] for r in await reopened.query(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
     finally:
         await reopened.close()
@@ -535,7 +544,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
     write_queue(s.lazy_edges_queue_path, numbered_lines("NEW", 3))
     stats = await drain_queue(stores)
     assert stats.succeeded == 3, "the new file is read from its first byte"
-    rows = await stores.graph.fetch_all(
+    rows = await stores.graph.query(
         "SELECT COUNT(*) FROM edges WHERE relationship LIKE 'NEW%'")
     assert rows[0][0] == 3
 

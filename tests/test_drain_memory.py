@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from core.rules.config import load_config
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import REPO, child_env
 
@@ -43,8 +44,8 @@ async def make_world(root: Path) -> World:
     settings = load_config(str(config), environ={}).settings
     graph = await GraphDB.open(settings.graph_db_path)
     try:
-        await graph.upsert_node("CONCEPT:a", "CONCEPT")
-        await graph.upsert_node("CONCEPT:b", "CONCEPT")
+        await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+        await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     finally:
         await graph.close()
     settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)

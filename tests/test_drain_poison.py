@@ -20,8 +20,9 @@ from core.jobs.context import Stores
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
+from core.stores.graph import existing_ids, upsert_node
 from core.stores.sqlite import GraphDB
-from tests.support import seed
+from tests.support import read_edge, seed
 
 
 def edge(rel: str, **extra: Any) -> bytes:
@@ -47,8 +48,8 @@ async def stores(graph: GraphDB, vectors: VectorStore, settings: Settings
     await seed(vectors, settings.memory_collection,
                [(f"m{i}", {"sessionId": "s1", "createdAt": i}) for i in range(5)])
     await seed(vectors, settings.summary_collection, [("sum-1", {"sessionId": "s1"})])
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     yield Stores(settings, graph, vectors)
 
 
@@ -87,7 +88,7 @@ async def test_a_poison_line_is_dead_lettered_and_the_lines_after_it_apply_in_th
     write(s.lazy_edges_queue_path, [edge("BEFORE"), poison, edge("AFTER")])
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.skipped_malformed, stats.dead_lettered) == (2, 1, 1)
-    assert await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "AFTER") is not None
+    assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "AFTER") is not None
     [dead] = dead_letters(s)
     assert dead["reason"] == "malformed" and dead["detail"], dead
     assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
@@ -140,7 +141,7 @@ async def test_every_properties_value_stays_strict_json_after_a_hostile_queue(
     assert stats.skipped_malformed == len(POISON)
     values = every_properties_value(s.graph_db_path)
     assert len(values) >= 8 and all(isinstance(v, dict) for v in values)
-    v1 = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "V1")
+    v1 = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "V1")
     assert v1 is not None and v1.properties["p"] == "merged into the same edge"
     assert v1.properties["big"] == 1e308 and v1.weight == pytest.approx(1.1)
 
@@ -158,9 +159,9 @@ async def test_an_edge_an_earlier_version_stored_as_invalid_json_is_healed_not_s
     write(s.lazy_edges_queue_path, [edge("R", justification="after")])
     stats = await drain_queue(stores)
     assert stats.succeeded == 1
-    await stores.graph.upsert_node("CONCEPT:b", "CONCEPT", {"z": 1})
+    await upsert_node(stores.graph, "CONCEPT:b", "CONCEPT", {"z": 1})
     assert all(isinstance(v, dict) for v in every_properties_value(s.graph_db_path))
-    stored = await stores.graph.edge("CONCEPT:a", "CONCEPT:b", "R")
+    stored = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "R")
     assert stored is not None and stored.properties == {"justification": "after"}
 
 
@@ -187,7 +188,7 @@ async def test_a_line_failing_for_a_reason_nobody_foresaw_is_isolated_and_the_re
     [dead] = dead_letters(s)
     assert dead["reason"] == "unprocessable" and "this row is poisoned" in dead["detail"]
     assert json.loads(dead["line"])["relationship"] == "POISON"
-    rows = await stores.graph.fetch_all("SELECT COUNT(*), MAX(weight) FROM edges")
+    rows = await stores.graph.query("SELECT COUNT(*), MAX(weight) FROM edges")
     assert tuple(rows[0]) == (39, 1.0), "every other line applied exactly once"
     assert not s.draining_path.exists()
 
@@ -219,7 +220,7 @@ async def test_a_chroma_request_failing_on_one_lines_data_isolates_that_line_onl
     assert (stats.succeeded, stats.isolated, stats.requeued) == (10, 1, 0)
     [dead] = dead_letters(s)
     assert dead["reason"] == "unprocessable" and "memory:poisoned" in dead["line"]
-    assert await stores.graph.existing_ids([f"memory:m{i}" for i in range(5)]) == {
+    assert await existing_ids(stores.graph, [f"memory:m{i}" for i in range(5)]) == {
         f"memory:m{i}" for i in range(5)}
 
 
@@ -258,8 +259,8 @@ async def test_a_locked_database_fails_the_tick_and_isolates_nothing(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     slow = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
-    await slow.upsert_node("CONCEPT:a", "CONCEPT")
-    await slow.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(slow, "CONCEPT:a", "CONCEPT")
+    await upsert_node(slow, "CONCEPT:b", "CONCEPT")
     stores = Stores(settings, slow, vectors)
     write(settings.lazy_edges_queue_path, [edge(f"R{i}") for i in range(5)])
     blocker = sqlite3.connect(settings.graph_db_path, isolation_level=None)

@@ -8,53 +8,55 @@ from pathlib import Path
 import pytest
 
 from core.rules.errors import StoreUnavailable
-from core.stores.sqlite import MAX_WEIGHT, GraphDB
+from core.stores.graph import MAX_WEIGHT, existing_ids, link_nodes, upsert_node
+from core.stores.sqlite import GraphDB
+from tests.support import count_rows, read_edge, read_node
 
 
 async def test_schema_and_pragmas(graph: GraphDB) -> None:
-    rows = await graph.fetch_all("PRAGMA journal_mode")
+    rows = await graph.query("PRAGMA journal_mode")
     assert rows[0][0] == "wal"
-    assert (await graph.fetch_all("PRAGMA foreign_keys"))[0][0] == 1
-    columns = {r[1] for r in await graph.fetch_all("PRAGMA table_info(edges)")}
+    assert (await graph.query("PRAGMA foreign_keys"))[0][0] == 1
+    columns = {r[1] for r in await graph.query("PRAGMA table_info(edges)")}
     assert {"source", "target", "relationship", "weight", "properties"} <= columns
-    tables = {r[0] for r in await graph.fetch_all("SELECT name FROM sqlite_master")}
+    tables = {r[0] for r in await graph.query("SELECT name FROM sqlite_master")}
     assert {"nodes", "edges", "kb_ingestion_metrics", "drain_generations",
             "drain_requeued"} <= tables
     assert "applied_lines" not in tables, "the 30-day identity table is gone"
 
 
 async def test_upsert_merges_properties(graph: GraphDB) -> None:
-    await graph.upsert_node("CONCEPT:x", "CONCEPT", {"a": 1, "b": 2})
-    await graph.upsert_node("CONCEPT:x", "CONCEPT", {"b": 3, "c": 4})
-    node = await graph.node("CONCEPT:x")
+    await upsert_node(graph, "CONCEPT:x", "CONCEPT", {"a": 1, "b": 2})
+    await upsert_node(graph, "CONCEPT:x", "CONCEPT", {"b": 3, "c": 4})
+    node = await read_node(graph, "CONCEPT:x")
     assert node is not None and node.properties == {"a": 1, "b": 3, "c": 4}
 
 
 async def test_upsert_stores_row_ids_in_canonical_form(graph: GraphDB) -> None:
-    await graph.upsert_node("MEMORY:Abc", "MEMORY", {})
-    assert await graph.existing_ids(["memory:Abc", "MEMORY:Abc"]) == {"memory:Abc"}
+    await upsert_node(graph, "MEMORY:Abc", "MEMORY", {})
+    assert await existing_ids(graph, ["memory:Abc", "MEMORY:Abc"]) == {"memory:Abc"}
 
 
 async def test_link_culls_an_edge_with_a_missing_endpoint(graph: GraphDB) -> None:
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    assert await graph.link_nodes("CONCEPT:a", "CONCEPT:missing", "RELATES") is False
-    assert await graph.count("edges") == 0
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    assert await link_nodes(graph, "CONCEPT:a", "CONCEPT:missing", "RELATES") is False
+    assert await count_rows(graph, "edges") == 0
 
 
 async def test_relinking_reinforces_by_a_tenth_of_the_weight_up_to_the_cap(graph: GraphDB) -> None:
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("SESSION:s", "SESSION")
-    assert await graph.link_nodes("CONCEPT:a", "SESSION:s", "MENTIONED_IN", 2.0, {"j": "x"})
-    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "SESSION:s", "SESSION")
+    assert await link_nodes(graph, "CONCEPT:a", "SESSION:s", "MENTIONED_IN", 2.0, {"j": "x"})
+    edge = await read_edge(graph, "CONCEPT:a", "session:s", "MENTIONED_IN")
     assert edge is not None and edge.weight == 2.0 and edge.target == "session:s"
-    assert await graph.link_nodes("CONCEPT:a", "session:s", "MENTIONED_IN", 3.0, {"k": "y"})
-    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+    assert await link_nodes(graph, "CONCEPT:a", "session:s", "MENTIONED_IN", 3.0, {"k": "y"})
+    edge = await read_edge(graph, "CONCEPT:a", "session:s", "MENTIONED_IN")
     assert edge is not None
     assert edge.weight == pytest.approx(2.3)
     assert edge.properties == {"j": "x", "k": "y"}
     for _ in range(40):
-        await graph.link_nodes("CONCEPT:a", "session:s", "MENTIONED_IN", 1.0)
-    edge = await graph.edge("CONCEPT:a", "session:s", "MENTIONED_IN")
+        await link_nodes(graph, "CONCEPT:a", "session:s", "MENTIONED_IN", 1.0)
+    edge = await read_edge(graph, "CONCEPT:a", "session:s", "MENTIONED_IN")
     assert edge is not None and edge.weight == MAX_WEIGHT
 
 
@@ -64,8 +66,8 @@ async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None
     other.execute("INSERT INTO nodes VALUES ('CONCEPT:late', 'CONCEPT', '{}')")
     other.commit()
     other.close()
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    assert await graph.link_nodes("CONCEPT:a", "CONCEPT:late", "RELATES") is True
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    assert await link_nodes(graph, "CONCEPT:a", "CONCEPT:late", "RELATES") is True
 
 
 async def test_a_writer_held_past_busy_timeout_fails_cleanly_and_the_next_write_succeeds(
@@ -76,31 +78,31 @@ async def test_a_writer_held_past_busy_timeout_fails_cleanly_and_the_next_write_
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailable, match="begin write failed"):
-            await db.upsert_node("CONCEPT:a", "CONCEPT")
+            await upsert_node(db, "CONCEPT:a", "CONCEPT")
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    await db.upsert_node("CONCEPT:a", "CONCEPT")
-    assert await db.count("nodes") == 1
+    await upsert_node(db, "CONCEPT:a", "CONCEPT")
+    assert await count_rows(db, "nodes") == 1
     await db.close()
 
 
 async def test_a_failed_transaction_leaves_nothing_behind(graph: GraphDB) -> None:
     with pytest.raises(RuntimeError):
         async with graph.write() as tx:
-            await tx.conn.execute("INSERT INTO nodes VALUES ('CONCEPT:x', 'C', '{}')")
+            await tx.execute("INSERT INTO nodes VALUES ('CONCEPT:x', 'C', '{}')")
             raise RuntimeError("boom")
-    assert await graph.count("nodes") == 0
+    assert await count_rows(graph, "nodes") == 0
 
 
 async def test_read_only_open_never_changes_the_file(tmp_path: Path) -> None:
     path = tmp_path / "g.sqlite"
     db = await GraphDB.open(path)
-    await db.upsert_node("CONCEPT:a", "CONCEPT")
+    await upsert_node(db, "CONCEPT:a", "CONCEPT")
     await db.close()
     before = path.read_bytes()
     ro = await GraphDB.open(path, read_only=True)
-    assert await ro.existing_ids(["CONCEPT:a"]) == {"CONCEPT:a"}
+    assert await existing_ids(ro, ["CONCEPT:a"]) == {"CONCEPT:a"}
     with pytest.raises(RuntimeError, match="read-only"):
         async with ro.write():
             pass
@@ -110,6 +112,6 @@ async def test_read_only_open_never_changes_the_file(tmp_path: Path) -> None:
 
 async def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
     ro = await GraphDB.open(tmp_path / "absent.sqlite", read_only=True)
-    assert await ro.count("nodes") == 0
+    assert await count_rows(ro, "nodes") == 0
     await ro.close()
     assert not (tmp_path / "absent.sqlite").exists()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from core.backfill import ingest_single_row
 from core.ingest import live_ingest_since, sync_session_to_graph
 from core.rules.config import Settings
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import VectorStore
+from core.stores.graph import existing_ids
 from core.stores.sqlite import GraphDB
-from tests.support import seed
+from tests.support import count_commits, count_rows, read_edge, read_node, seed
 
 DAY_MS = 86_400_000
 
@@ -33,25 +36,25 @@ async def test_sync_writes_session_memories_and_edges_with_the_live_marker(
     stats = await sync_session_to_graph(graph, vectors, settings, "s1")
     assert stats == {"memoriesProcessed": 3, "memoriesUpserted": 3, "memoriesSkipped": 0,
                      "sessionUpserted": True, "errors": []}
-    session = await graph.node("session:s1")
+    session = await read_node(graph, "session:s1")
     assert session is not None and session.properties["liveIngested"] is True
     assert session.properties["chromaId"] == "sum-s1"
     for i in range(3):
-        memory = await graph.node(f"memory:s1-m{i}")
+        memory = await read_node(graph, f"memory:s1-m{i}")
         assert memory is not None and memory.properties["liveIngested"] is True
-        assert await graph.edge(f"memory:s1-m{i}", "session:s1", "ORIGINATES_IN")
+        assert await read_edge(graph, f"memory:s1-m{i}", "session:s1", "ORIGINATES_IN")
 
 
 async def test_a_second_sync_skips_everything_and_commits_nothing(
-    graph: GraphDB, vectors: VectorStore, settings: Settings
+    graph: GraphDB, vectors: VectorStore, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z")
     await sync_session_to_graph(graph, vectors, settings, "s1")
-    commits = graph.commits
+    commits = count_commits(monkeypatch, graph)
     stats = await sync_session_to_graph(graph, vectors, settings, "s1")
     assert stats["memoriesSkipped"] == 2 and stats["memoriesUpserted"] == 0
     assert stats["sessionUpserted"] is False
-    assert graph.commits == commits
+    assert commits() == 0
 
 
 async def test_a_changed_created_at_re_upserts_that_memory(
@@ -64,7 +67,7 @@ async def test_a_changed_created_at_re_upserts_that_memory(
                            "userId": "u"})])
     stats = await sync_session_to_graph(graph, vectors, settings, "s1")
     assert (stats["memoriesUpserted"], stats["memoriesSkipped"]) == (1, 1)
-    memory = await graph.node("memory:s1-m0")
+    memory = await read_node(graph, "memory:s1-m0")
     assert memory is not None and memory.properties["createdAt"] == "2026-02-02T00:00:00Z"
 
 
@@ -75,7 +78,7 @@ async def test_a_session_without_memories_still_gets_its_node(
     await vectors.ensure_collection(settings.memory_collection)
     stats = await sync_session_to_graph(graph, vectors, settings, "s1")
     assert stats["sessionUpserted"] is True and stats["memoriesProcessed"] == 0
-    assert await graph.count("nodes") == 1
+    assert await count_rows(graph, "nodes") == 1
 
 
 async def test_a_missing_session_id_is_an_input_error_not_an_exception(
@@ -84,7 +87,7 @@ async def test_a_missing_session_id_is_an_input_error_not_an_exception(
     for bad in (None, "", 5):
         stats = await sync_session_to_graph(graph, vectors, settings, bad)
         assert stats["errors"] == ["[input] sessionId is required"]
-    assert await graph.count("nodes") == 0
+    assert await count_rows(graph, "nodes") == 0
 
 
 async def test_a_session_without_summary_row_is_reported(
@@ -109,15 +112,15 @@ async def test_live_ingestion_upgrades_backfilled_and_minimal_nodes(
                [("s1-m0", {"sessionId": "s1", "createdAt": 1, "userId": "u"})])
     await vectors.ensure_collection(settings.summary_collection)
     await ingest_single_row(graph, vectors, settings, "memory:s1-m0")
-    minimal = await graph.node("session:s1")
+    minimal = await read_node(graph, "session:s1")
     assert minimal is not None and minimal.properties["minimal"] is True
 
     await seed(vectors, settings.summary_collection,
                [("sum-s1", {"sessionId": "s1", "title": "Now summarized", "createdAt": 2})])
     stats = await sync_session_to_graph(graph, vectors, settings, "s1")
     assert stats["sessionUpserted"] is True and stats["memoriesUpserted"] == 1
-    session = await graph.node("session:s1")
-    memory = await graph.node("memory:s1-m0")
+    session = await read_node(graph, "session:s1")
+    memory = await read_node(graph, "memory:s1-m0")
     assert session is not None and memory is not None
     assert session.properties["liveIngested"] is True
     assert "minimal" not in session.properties and "backfilled" not in session.properties
@@ -138,7 +141,7 @@ async def test_only_sessions_summarized_after_the_cutoff_are_ingested(
     assert sorted(report.window.session_ids) == ["recent-epoch", "recent-iso"]
     assert report.window.unparseable == 1
     assert report.window.unparseable_named[0]["sessionId"] == "garbled"
-    assert await graph.existing_ids(["session:old", "session:garbled"]) == set()
+    assert await existing_ids(graph, ["session:old", "session:garbled"]) == set()
     assert report.figures()["memoriesUpserted"] == 4
 
 
@@ -148,4 +151,4 @@ async def test_a_dry_run_counts_but_writes_nothing(
     await seed_session(vectors, settings, "s1", "2026-06-09T12:00:00Z")
     report = await live_ingest_since(graph, vectors, settings, 0, dry_run=True)
     assert report.stats.sessions_upserted == 1 and report.stats.memories_upserted == 2
-    assert await graph.count("nodes") == 0
+    assert await count_rows(graph, "nodes") == 0

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
+from core.rules.archive_format import ArchiveHeader, seal
 from core.rules.config import Settings, load_config
-from core.stores.archives import ArchiveHeader, seal
+from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.support import run_module, seed
 
 
@@ -37,7 +38,7 @@ async def _prepare(settings: Settings) -> None:
     """Tenant `acme` at version 4 with two actionable, one within-grace and one current chunk."""
     graph = await GraphDB.open(settings.graph_db_path)
     try:
-        await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL,
+        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                                 {"version": 4, "repoSlug": "acme/repo"})
     finally:
         await graph.close()
@@ -279,7 +280,7 @@ def test_a_pass_whose_telemetry_cannot_be_written_fails_and_the_next_pass_writes
     async def reconcile_rows() -> list[tuple[Any, ...]]:
         graph = await GraphDB.open(settings.graph_db_path)
         try:
-            return [tuple(r) for r in await graph.fetch_all(
+            return [tuple(r) for r in await graph.query(
                 "SELECT tenant_id, chunks_total, chunks_deleted FROM kb_ingestion_metrics "
                 "WHERE event_type = 'reconcile' ORDER BY timestamp")]
         finally:

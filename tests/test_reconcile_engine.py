@@ -17,7 +17,7 @@ from core.reconcile import (
     resolve_orphan_version_gap,
     stale_fraction_exceeded,
 )
-from core.stores.chroma import ChromaRow, ColumnPage
+from core.rules.rows import ChromaRow, ColumnPage
 from core.tombstoning import (
     Band,
     OldestIngested,

@@ -16,13 +16,15 @@ import structlog
 from core.jobs.context import Stores, TickControl, open_stores
 from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
 from core.rules.config import Settings
+from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_RECONCILE
+from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.archives import read_archived_chunks
-from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.chroma import Include, VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from tests.support import make_settings, seed
+from tests.support import count_rows, make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 
@@ -38,7 +40,7 @@ def chunk(row_id: str, tenant: str, stamp: Any = ...) -> tuple[str, dict[str, An
 
 async def configure(graph: GraphDB, tenant: str, version: int) -> None:
     """Give a tenant a config node at `version` (as the platform would have left it)."""
-    await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
+    await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
                             {"version": version, "repoSlug": f"{tenant}/repo"})
 
 
@@ -66,7 +68,7 @@ async def ids_in(vectors: VectorStore, collection: str) -> set[str]:
 
 
 async def reconcile_rows(graph: GraphDB) -> list[dict[str, Any]]:
-    rows = await graph.fetch_all(
+    rows = await graph.query(
         "SELECT tenant_id, event_type, chunks_total, chunks_deleted, error_code, detail "
         "FROM kb_ingestion_metrics ORDER BY tenant_id, timestamp, rowid"
     )
@@ -99,7 +101,7 @@ async def test_a_clean_tenant_writes_no_telemetry_row(
         "staleCount": 0, "actionableCount": 0, "heldCount": 0, "tombstonedCount": 0,
         "guard": None,
     }
-    assert await graph.count("kb_ingestion_metrics") == 0
+    assert await count_rows(graph, "kb_ingestion_metrics") == 0
 
 
 async def test_with_auto_tombstone_off_nothing_goes_and_one_row_records_the_drift(
@@ -386,7 +388,7 @@ async def test_disabled_reconciliation_does_nothing(
     figures = await one_pass(stores)
     assert (figures["enabled"], figures["tenants"]) == (False, [])
     assert await vectors.count(settings.knowledge_base_collection) == 1
-    assert await graph.count("kb_ingestion_metrics") == 0
+    assert await count_rows(graph, "kb_ingestion_metrics") == 0
     assert "reconciliation disabled" in capsys.readouterr().err
 
 

@@ -22,13 +22,16 @@ from core.reconcile import (
     reconcile_tick,
     stale_fraction_exceeded,
 )
+from core.rules.rows import ChromaRow
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.rules.values import is_real_number
 from core.stores.archives import read_archived_chunks, restore_archive
-from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.chroma import Include, VectorStore
 from core.stores.clock import now_ms
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
-from core.tombstoning import deletion_bound, is_real_number
+from core.tombstoning import deletion_bound
 from tests.support import make_settings, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
@@ -151,7 +154,7 @@ async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_an
     try:
         for tenant, version in scenario.versions.items():
             if version:
-                await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
+                await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
                                         {"version": version})
         await vectors.ensure_collection(collection)
         if scenario.chunks:

@@ -40,9 +40,11 @@ import pytest
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
 from core.rules.config import Settings
-from core.stores.chroma import ChromaRow, VectorStore
+from core.rules.rows import ChromaRow
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings
 
@@ -207,7 +209,7 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         await vectors.upsert(KB, seeded, create=True)
-        await graph.upsert_node(f"kb-config:{TENANT}", TENANT_CONFIG_LABEL, {"version": 3})
+        await upsert_node(graph, f"kb-config:{TENANT}", TENANT_CONFIG_LABEL, {"version": 3})
         deletes: list[tuple[int, int]] = []
         real = vectors._call_on_collection
         fence = Fence(fenced)

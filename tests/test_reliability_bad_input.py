@@ -20,6 +20,7 @@ from core.rules.config import KEYS, load_config, resolve_config
 from core.rules.errors import ConfigError
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import make_settings
 
@@ -65,8 +66,8 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
     vectors: VectorStore, graph: GraphDB, tmp_path: Path
 ) -> None:
     settings = make_settings(tmp_path)
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     queue = settings.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     with queue.open("wb") as f:
@@ -80,7 +81,7 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
     assert any("limit 1048576" in d["detail"] for d in dead), "the 10 MB line, said so"
     assert any("nested too deeply" in d["detail"] for d in dead)
     assert any("non-finite number" in d["detail"] for d in dead)
-    rows = await graph.fetch_all("SELECT COUNT(*) FROM edges WHERE relationship LIKE 'V%'")
+    rows = await graph.query("SELECT COUNT(*) FROM edges WHERE relationship LIKE 'V%'")
     assert rows[0][0] == len(CORPUS)
 
 
@@ -92,14 +93,14 @@ def test_random_bytes_between_valid_lines_never_cost_a_valid_line(noise: list[by
         graph = await GraphDB.open(settings.graph_db_path)
         vectors = await VectorStore.open(settings)
         try:
-            await graph.upsert_node("CONCEPT:a", "CONCEPT")
-            await graph.upsert_node("CONCEPT:b", "CONCEPT")
+            await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+            await upsert_node(graph, "CONCEPT:b", "CONCEPT")
             queue = settings.lazy_edges_queue_path
             queue.parent.mkdir(parents=True)
             queue.write_bytes(b"".join(valid(i) + b"\n" + junk + b"\n"
                                        for i, junk in enumerate(noise)) + valid(999) + b"\n")
             stats = await drain_queue(Stores(settings, graph, vectors))
-            rows = await graph.fetch_all(
+            rows = await graph.query(
                 "SELECT relationship, weight FROM edges ORDER BY relationship")
             expected = sorted(f"V{i}" for i in [*range(len(noise)), 999])
             applied = sorted(r[0] for r in rows if r[0].startswith("V"))

@@ -24,8 +24,9 @@ import core.drain as drain
 from core.jobs.context import Stores
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.queue_files import QueueReader
-from core.stores.sqlite import GraphDB, Transaction
+from core.stores.sqlite import GraphDB
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed
 
@@ -49,7 +50,7 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
         async def _make_concepts(self) -> None:
             graph = await GraphDB.open(self.world.settings.graph_db_path)
             for c in range(10):
-                await graph.upsert_node(f"CONCEPT:c{c}", "CONCEPT")
+                await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
             await graph.close()
 
         async def _drain(self, patches: Mapping[tuple[Any, str], Callable[..., Any]]) -> None:
@@ -86,7 +87,7 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
         def crash_mid_drain(self, point: str, after: bool) -> None:
             owner, name = {
                 "rotate": (drain, "rotate_queue"),
-                "link_edges": (Transaction, "link_edges"),
+                "link_edges": (drain, "link_edges"),
                 "write": (drain._Drainer, "_write"),
                 "remove": (QueueReader, "remove_and_collect_late_bytes"),
                 "append": (drain, "append_locked"),

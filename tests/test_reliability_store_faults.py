@@ -22,10 +22,11 @@ from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.stores.archives import read_archived_chunks, restore_archive
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import set_tenant_config
 from tests.chroma_server import ChromaServer
-from tests.support import make_settings, run_module, seed
+from tests.support import make_settings, read_edge, run_module, seed
 
 
 @pytest.fixture
@@ -55,7 +56,7 @@ async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes
     await vectors.ensure_collection(settings.summary_collection)
     await vectors.close()
     graph = await GraphDB.open(settings.graph_db_path)
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await graph.close()
     queue = settings.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
@@ -127,7 +128,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
     assert figures["failedTenants"] == 1
     first_pass_deleted = t1["tombstonedCount"]
     assert 0 < first_pass_deleted < 3000
-    row = await kb.graph.fetch_all(
+    row = await kb.graph.query(
         "SELECT chunks_deleted, error_code FROM kb_ingestion_metrics WHERE tenant_id = 't1'")
     assert row[0][0] == first_pass_deleted, "telemetry records what actually went"
     assert row[0][1] is not None
@@ -156,8 +157,8 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
 
     settings = make_settings(tmp_path)
     graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=200)
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     queue = settings.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     queue.write_text(edge_line("CONCEPT:b", 1) + "\n")
@@ -178,8 +179,8 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
 async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_recovers(
     vectors: VectorStore, graph: GraphDB, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await graph.upsert_node("CONCEPT:a", "CONCEPT")
-    await graph.upsert_node("CONCEPT:b", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+    await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     queue = settings.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     queue.write_text(edge_line("CONCEPT:b", 1) + "\n" + edge_line("CONCEPT:ghost", 2) + "\n")
@@ -197,12 +198,12 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
     assert settings.draining_path.exists()
 
     # The re-queue failed before the batch's commit: nothing of it took effect.
-    assert await graph.edge("CONCEPT:a", "CONCEPT:b", "R1") is None
+    assert await read_edge(graph, "CONCEPT:a", "CONCEPT:b", "R1") is None
     assert not queue.exists() or queue.read_bytes() == b"", "no partial re-queue left behind"
     stats = await drain_queue(Stores(settings, graph, vectors))
     assert stats.orphan_recovered and stats.succeeded == 1 and stats.requeued == 1
     assert stats.deferred == 1, "re-queued by the leftover, not retried again in this tick"
     [left] = [json.loads(x) for x in queue.read_text().splitlines()]
     assert left["relationship"] == "R2" and left["_drain"]["attempts"] == 1
-    edge = await graph.edge("CONCEPT:a", "CONCEPT:b", "R1")
+    edge = await read_edge(graph, "CONCEPT:a", "CONCEPT:b", "R1")
     assert edge is not None and edge.weight == 1.0

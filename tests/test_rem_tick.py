@@ -11,6 +11,7 @@ from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
+from core.stores.graph import existing_ids
 from core.stores.sqlite import GraphDB
 from tests.support import seed
 
@@ -33,7 +34,7 @@ async def test_the_first_tick_looks_back_the_overlap_from_now(
                        - HOUR_MS)
     figures = await rem_tick(Stores(settings, graph, vectors), False)
     assert figures["liveIngest"]["sessionsFound"] == 1
-    assert await graph.existing_ids(["session:fresh", "session:ancient"]) == {"session:fresh"}
+    assert await existing_ids(graph, ["session:fresh", "session:ancient"]) == {"session:fresh"}
     watermark = await get_value(graph, LIVE_INGEST_WATERMARK)
     assert watermark is not None and int(watermark) >= now
 
@@ -48,7 +49,7 @@ async def test_a_later_tick_looks_back_the_overlap_before_the_previous_tick(
     await seed_summary(vectors, settings, "late", now - overlap - 5 * HOUR_MS)
     await seed_summary(vectors, settings, "too-old", now - overlap - 11 * HOUR_MS)
     await rem_tick(Stores(settings, graph, vectors), False)
-    assert await graph.existing_ids(["session:late", "session:too-old"]) == {"session:late"}
+    assert await existing_ids(graph, ["session:late", "session:too-old"]) == {"session:late"}
 
 
 async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(

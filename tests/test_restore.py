@@ -13,17 +13,13 @@ import pytest
 
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
-from core.stores.archives import (
-    LEGACY_WARNING,
-    ArchiveError,
-    ArchiveHeader,
-    read_archived_chunks,
-    restore_archive,
-    seal,
-)
-from core.stores.chroma import ChromaRow, CollectionMissing, Include, VectorStore
+from core.rules.archive_format import LEGACY_WARNING, ArchiveHeader, seal
+from core.rules.rows import ChromaRow
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.stores.archives import ArchiveError, read_archived_chunks, restore_archive
+from core.stores.chroma import CollectionMissing, Include, VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
 from tests.support import make_settings, seed
 
@@ -44,7 +40,7 @@ async def tombstoning_stores(tmp_path: Path, graph: GraphDB, vectors: VectorStor
 
 
 async def configure(graph: GraphDB, tenant: str, version: int) -> None:
-    await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
+    await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL,
                             {"version": version, "repoSlug": f"{tenant}/repo"})
 
 

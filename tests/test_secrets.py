@@ -21,15 +21,18 @@ from typing import Any
 
 import pytest
 
-from core.alerting import alerting_tick, recent_alerts
+from core.alerting import alerting_tick
 from core.jobs.context import Stores
+from core.reports.status import RecentAlert, gather_status
 from core.rules.config import load_config
+from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
-from core.status import gather_status
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.stores.telemetry import record_ingestion_metric
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from tests.support import make_settings, run_module, seed
 
 SECRETS = ("PASSWORD", "SECRETPATH", "SECRETQUERY", "alice")
@@ -94,7 +97,7 @@ async def _prepare(config: Path) -> None:
     settings = load_config(str(config)).settings
     graph = await GraphDB.open(settings.graph_db_path)
     try:
-        await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL,
+        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                                 {"version": 3, "repoSlug": "acme/repo"})
     finally:
         await graph.close()
@@ -151,17 +154,17 @@ async def test_rows_an_older_version_stored_with_the_full_url_are_redacted(
 ) -> None:
     spec = "webhook:http://alice:PASSWORD@127.0.0.1:9/hooks/SECRETPATH?token=SECRETQUERY"
     async with graph.write() as tx:
-        await tx.conn.execute(
+        await tx.execute(
             "INSERT INTO alerts_fired(fired_at, tenant_id, repo_slug, metric, value, threshold, "
             "severity, channel, subject, delivered, error) VALUES (1, 't1', '*', "
             "'reconcileEvents', 1, 0, 'warning', ?, 's', 0, ?)",
             (spec, "ConnectError: http://alice:PASSWORD@127.0.0.1:9/hooks/SECRETPATH"))
         for channel in (spec, "console"):
-            await tx.conn.execute(
+            await tx.execute(
                 "INSERT INTO alert_cooldowns(tenant_id, repo_slug, metric, severity, channel, "
                 "fired_at) VALUES ('t1', '*', 'reconcileEvents', 'warning', ?, 5)", (channel,))
     # Before any pass rewrites them, status already shows them redacted.
-    [shown] = [a.as_dict() for a in await recent_alerts(graph)]
+    [shown] = [to_json(RecentAlert.of(a)) for a in await recent_alerts(graph)]
     assert_no_secret("status of an old row", repr(shown))
 
     settings = make_settings(tmp_path, alertingEnabled=True)
@@ -185,11 +188,11 @@ async def test_status_hides_credentials_in_figures_an_older_version_recorded(
     figures = {"alerts": [{"channel": old_label, "delivered": False,
                            "error": "ConnectError: http://alice:PASSWORD@127.0.0.1:9/x"}]}
     async with graph.write() as tx:
-        await tx.conn.execute(
+        await tx.execute(
             "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
             "VALUES ('alerting', 1, 2, 1, 1, ?)", (json.dumps(figures),))
     settings = make_settings(tmp_path, graphDbPath=str(graph.path))
-    shown = await gather_status(settings)
+    shown = to_json(await gather_status(settings))
     assert_no_secret("status of an old tick", json.dumps(shown))
     [alert] = shown["ticks"]["alerting"]["figures"]["alerts"]
     assert alert["channel"] == "webhook:http://127.0.0.1:9/…"

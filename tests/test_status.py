@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 
+from core.reports.status import gather_status
+from core.reports.status_text import render_status_text
+from core.rules.dead_letters import UNREADABLE as UNREADABLE_DEAD_LETTER
 from core.rules.queue_lines import MAX_LINE_BYTES
-from core.status import (
-    UNREADABLE_DEAD_LETTER,
-    gather_status,
-    read_dead_letters,
-    read_queue_file,
-    render_status_text,
-)
+from core.stores.dead_letter_file import count_dead_letters as read_dead_letters
+from core.stores.queue_files import describe_queue_file as read_queue_file
 from daemons.status import main
 from tests.support import child_env, make_settings, run_module
 

@@ -12,24 +12,29 @@ import pytest
 
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, EVENT_TOMBSTONE, KNOWN_METRICS
-from core.stores.sqlite import GraphDB
-from core.stores.telemetry import (
+from core.rules.telemetry import (
     DEFAULT_REPO_SLUG,
     DEFAULT_TENANT_ID,
-    MetricSpool,
+    EVENT_ERROR,
+    EVENT_RECONCILE,
+    EVENT_TOMBSTONE,
+    KNOWN_METRICS,
     MetricWindow,
-    build_metric_row,
+    serialize_detail,
+)
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import (
     ingestion_rollup,
     insert_metric_rows,
     last_stale_counts,
+    new_metric_row,
     record_ingestion_metric,
-    serialize_detail,
 )
+from core.stores.telemetry_spool import MetricSpool
 
 
 async def _rows(graph: GraphDB) -> list[dict[str, Any]]:
-    rows = await graph.fetch_all(
+    rows = await graph.query(
         "SELECT tenant_id, repo_slug, event_type, chunks_total, chunks_embedded, "
         "chunks_deleted, duration_ms, error_code, detail, origin_agent, timestamp "
         "FROM kb_ingestion_metrics ORDER BY timestamp, rowid"
@@ -169,9 +174,9 @@ async def test_spooled_rows_are_written_once_by_the_next_flush_and_the_spool_goe
     graph: GraphDB, tmp_path: Path
 ) -> None:
     spool = MetricSpool(tmp_path / "data" / "telemetry-spool.jsonl")
-    rows = [build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_total=5,
+    rows = [new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_total=5,
                              chunks_deleted=3, detail={"staleCount": 5}, timestamp_ms=1_000),
-            build_metric_row(tenant_id="beta", event_type=EVENT_ERROR, timestamp_ms=1_001)]
+            new_metric_row(tenant_id="beta", event_type=EVENT_ERROR, timestamp_ms=1_001)]
     await spool.append(rows[:1])
     await spool.append(rows[1:])
     assert spool.pending() == 2
@@ -188,7 +193,7 @@ async def test_a_row_already_written_before_a_crash_is_not_written_twice(
     """A crash between the insert and the spool's removal: the next flush repeats the rows,
     and their ids keep them single."""
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
-    row = build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_deleted=7)
+    row = new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE, chunks_deleted=7)
     await spool.append([row])
     await insert_metric_rows(graph, [row])
     assert await spool.flush(graph) == 1
@@ -199,7 +204,7 @@ async def test_a_torn_spool_line_is_logged_with_its_text_and_the_rest_is_written
     graph: GraphDB, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
-    await spool.append([build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
+    await spool.append([new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
     with spool.path.open("ab") as handle:
         handle.write(b'{"id": "cut-short", "timest')
     assert await spool.flush(graph) == 1
@@ -214,7 +219,7 @@ async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
 
     graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
-    await spool.append([build_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
+    await spool.append([new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
     holder = sqlite3.connect(settings.graph_db_path, timeout=0)
     holder.execute("BEGIN IMMEDIATE")
     try:

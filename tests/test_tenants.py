@@ -10,15 +10,11 @@ from pathlib import Path
 import pytest
 
 from core.rules.config import Settings
+from core.rules.tenants import TENANT_CONFIG_LABEL, normalize_tenant_id
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import (
-    TENANT_CONFIG_LABEL,
-    list_tenants,
-    normalize_tenant_id,
-    set_tenant_config,
-    tenant_version,
-)
-from tests.support import run_module
+from core.stores.tenants import list_tenants, set_tenant_config, tenant_version
+from tests.support import read_node, run_module
 
 
 async def test_a_tenant_without_a_config_node_is_at_version_zero(graph: GraphDB) -> None:
@@ -35,7 +31,7 @@ async def test_the_first_write_gives_version_one_and_each_later_write_one_more(
 
 async def test_the_node_follows_the_contract_shape(graph: GraphDB) -> None:
     await set_tenant_config(graph, "acme", repo_slug="acme/kb")
-    node = await graph.node("kb-config:acme")
+    node = await read_node(graph, "kb-config:acme")
     assert node is not None
     assert node.label == TENANT_CONFIG_LABEL
     assert node.properties["version"] == 1
@@ -50,10 +46,10 @@ async def test_a_later_write_without_a_repo_slug_keeps_the_old_one(graph: GraphD
 
 
 async def test_properties_written_by_the_platform_are_kept(graph: GraphDB) -> None:
-    await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL,
+    await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                             {"version": 3, "chunkSize": 800})
     assert (await set_tenant_config(graph, "acme")).version == 4
-    node = await graph.node("kb-config:acme")
+    node = await read_node(graph, "kb-config:acme")
     assert node is not None and node.properties["chunkSize"] == 800
 
 
@@ -72,7 +68,7 @@ def test_an_empty_tenant_id_is_refused() -> None:
 
 async def test_an_unreadable_stored_version_counts_as_unconfigured(graph: GraphDB) -> None:
     for tenant, version in (("a-str", "3"), ("b-bool", True), ("c-zero", 0), ("d-float", 2.5)):
-        await graph.upsert_node(f"kb-config:{tenant}", TENANT_CONFIG_LABEL, {"version": version})
+        await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL, {"version": version})
     assert [t.version for t in await list_tenants(graph)] == [0, 0, 0, 0]
     # The next write starts again at 1 rather than trusting the garbage.
     assert (await set_tenant_config(graph, "a-str")).version == 1
@@ -81,8 +77,8 @@ async def test_an_unreadable_stored_version_counts_as_unconfigured(graph: GraphD
 async def test_listing_is_by_tenant_id_and_ignores_other_nodes(graph: GraphDB) -> None:
     for tenant in ("zeta", "alpha", "mid"):
         await set_tenant_config(graph, tenant)
-    await graph.upsert_node("CONCEPT:kb-config:x", "CONCEPT", {})
-    await graph.upsert_node("KB-CONFIG:upper", TENANT_CONFIG_LABEL, {"version": 1})
+    await upsert_node(graph, "CONCEPT:kb-config:x", "CONCEPT", {})
+    await upsert_node(graph, "KB-CONFIG:upper", TENANT_CONFIG_LABEL, {"version": 1})
     assert [t.tenant_id for t in await list_tenants(graph)] == ["alpha", "mid", "zeta"]
 
 

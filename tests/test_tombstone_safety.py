@@ -18,10 +18,12 @@ import pytest
 
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
+from core.rules.rows import ChromaRow
+from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.archives import read_archived_chunks, restore_archive
-from core.stores.chroma import ChromaRow, Include, VectorStore
+from core.stores.chroma import Include, VectorStore
+from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import TENANT_CONFIG_LABEL
 from core.ticks import run_tick
 from tests.support import DIM, make_settings, seed
 
@@ -40,7 +42,7 @@ def chunk(row_id: str, tenant: str = "acme", stamp: Any = 1,
 
 @pytest.fixture
 async def stores(tmp_path: Path, graph: GraphDB, vectors: VectorStore) -> Stores:
-    await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
+    await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
@@ -150,7 +152,7 @@ async def test_actionable_chunks_without_a_usable_ingested_at_are_held_and_repor
     assert set(await live(vectors, ["dated", "none", "text", "flag", "future"])) == {
         "none", "text", "flag", "future"}
     assert "reconcile.chunks_held" in capsys.readouterr().err
-    [row] = await stores.graph.fetch_all(
+    [row] = await stores.graph.query(
         "SELECT detail FROM kb_ingestion_metrics WHERE event_type = 'reconcile'")
     assert json.loads(row[0])["heldCount"] == 4
 
@@ -158,7 +160,7 @@ async def test_actionable_chunks_without_a_usable_ingested_at_are_held_and_repor
 async def test_the_cap_holds_inside_a_run_of_equal_ingested_at_and_all_of_it_is_archived(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    await graph.upsert_node("kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
+    await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
     stores = Stores(make_settings(tmp_path, reconciliationEnabled=True,
                                   reconciliationAutoTombstone=True,
                                   reconciliationMaxStaleFraction=1.0,

@@ -8,8 +8,9 @@ import pytest
 
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
-from core.stores.chroma import ChromaRow, CollectionMissing, VectorStore, VectorStoreError
-from tests.support import make_settings, seed
+from core.rules.rows import ChromaRow
+from core.stores.chroma import CollectionMissing, VectorStore, VectorStoreError
+from tests.support import count_chroma_calls, make_settings, seed
 
 
 async def test_a_second_opener_of_an_embedded_store_is_refused_naming_the_holder(
@@ -67,12 +68,12 @@ async def test_upsert_then_read_back_embeddings_documents_and_metadata(
 
 
 async def test_a_where_delete_is_one_request_and_says_how_many_went(
-    vectors: VectorStore,
+    vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await seed(vectors, "kb-test", [(f"r{i}", {"n": i}) for i in range(30)])
-    calls = vectors.calls
+    calls = count_chroma_calls(monkeypatch, vectors)
     assert await vectors.delete_where("kb-test", where={"n": {"$lt": 20}}) == 20
-    assert vectors.calls - calls == 1
+    assert calls() == 1
     assert await vectors.count("kb-test") == 10
     assert await vectors.delete_where("kb-test", where={"n": {"$lt": 20}}) == 0
     assert await vectors.delete_where("kb-test", where={"n": {"$gte": 20}}, limit=4) == 4
@@ -95,13 +96,13 @@ async def test_add_keeps_every_live_row_and_adds_only_the_absent_ids(
 
 
 async def test_ids_where_reads_every_match_in_one_call_past_the_metadata_limit(
-    vectors: VectorStore,
+    vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await vectors.upsert("kb-test", [ChromaRow(f"r{i}", {"t": "x"}, None, [1.0, 0.0, 0.0, 0.0])
                                      for i in range(33_000)], create=True)
-    calls = vectors.calls
+    calls = count_chroma_calls(monkeypatch, vectors)
     assert len(await vectors.ids_where("kb-test", where={"t": "x"})) == 33_000
-    assert vectors.calls - calls == 1
+    assert calls() == 1
 
 
 async def test_collections_are_opened_without_an_embedding_function(

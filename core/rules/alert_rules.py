@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeGuard
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from core.rules.figures import json_name, shown_as
 from core.rules.telemetry import KNOWN_METRICS
 
 Severity = Literal["warning", "critical"]
@@ -339,18 +340,22 @@ CooldownState = Mapping[CooldownKey, int]
 
 @dataclass(frozen=True, slots=True)
 class Alert:
-    """One alert to deliver on one channel."""
+    """One alert on one channel: what fired, where it goes, when. Its JSON (logs, `--json`,
+    webhook payloads) shows the channel redacted."""
 
     tenant_id: str
     repo_slug: str
     metric: str
     value: float
     threshold: float
-    severity: Severity
-    channel: str
-    delivery_mode: DeliveryMode
+    severity: str
+    #: The channel spec as configured (a recorded alert: its stored, redacted label).
+    channel: str = field(metadata=shown_as(redact_channel))
+    #: The rule's delivery mode; None for an alert read back from `alerts_fired`, which does
+    #: not record it.
+    delivery_mode: DeliveryMode | None
     scope: Scope
-    fired_at_ms: int
+    fired_at_ms: int = field(metadata=json_name("firedAt"))
 
     @property
     def key(self) -> CooldownKey:
@@ -358,21 +363,24 @@ class Alert:
         return CooldownKey(self.tenant_id, self.repo_slug, self.metric, self.severity,
                            channel_key(self.channel))
 
-    def as_dict(self) -> dict[str, Any]:
-        """The original's alert fields (camelCase) plus `scope` and `firedAt`; the channel
-        redacted (this goes to logs, `--json` and webhook receivers)."""
-        return {
-            "tenantId": self.tenant_id,
-            "repoSlug": self.repo_slug,
-            "metric": self.metric,
-            "value": self.value,
-            "threshold": self.threshold,
-            "severity": self.severity,
-            "channel": redact_channel(self.channel),
-            "deliveryMode": self.delivery_mode,
-            "scope": self.scope,
-            "firedAt": self.fired_at_ms,
-        }
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """An alert and what became of it on its channel: as delivered by this pass, or as
+    recorded in `alerts_fired` (one row per delivery)."""
+
+    alert: Alert
+    #: The alert's subject as it was sent (`alert_subject`), or as an earlier version stored it.
+    subject: str
+    delivered: bool
+    error: str | None = None
+    attempts: int = 0
+
+
+def scope_of(repo_slug: str) -> Scope:
+    """The scope of an alert by its repo: a tenant-scope alert's repo is ALL_REPOS, which is
+    not a valid repo slug (so this is exact for recorded alerts too)."""
+    return "tenant" if repo_slug == ALL_REPOS else "repo"
 
 
 @dataclass(frozen=True, slots=True)

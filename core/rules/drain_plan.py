@@ -24,6 +24,7 @@ import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from core.rules.dead_letters import dead_letter_record
 from core.rules.nodes import EdgeRow
 from core.rules.queue_lines import (
     MALFORMED,
@@ -31,7 +32,6 @@ from core.rules.queue_lines import (
     EdgeLine,
     MalformedLine,
     ReadLine,
-    dead_letter_record,
     json_line,
     parse_line,
     position_id,

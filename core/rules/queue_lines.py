@@ -24,15 +24,16 @@ line left behind by a crash is recognized and skipped.
 
 from __future__ import annotations
 
-import base64
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import orjson
 
 from core.rules.ids import normalize_graph_node_id
+from core.rules.timestamps import epoch_ms_from_created_at
 
 #: Longest id or relationship accepted; longer ones are malformed (they are not real ids, and
 #: they would bloat every index they touch).
@@ -214,6 +215,33 @@ def _json_type(value: Any) -> str:
     return "object"
 
 
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """A line `enqueue` refuses: its 1-based number and why."""
+
+    number: int
+    detail: str
+
+
+def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProblem]]:
+    """Validate producer input: the non-blank lines as they will be appended (each a new line:
+    any `_drain` bookkeeping is stripped), and a problem for each malformed one."""
+    valid: list[bytes] = []
+    problems: list[LineProblem] = []
+    for number, raw in enumerate(raw_lines, start=1):
+        line = raw.rstrip(b"\r\n")
+        if not line.strip():
+            continue
+        parsed = parse_line(line)
+        if isinstance(parsed, MalformedLine):
+            problems.append(LineProblem(number, parsed.detail))
+        elif parsed.had_drain_key:
+            valid.append(json_line(parsed.body))
+        else:
+            valid.append(line)
+    return valid, problems
+
+
 def strip_drain_key(raw: bytes) -> bytes:
     """A valid line as a producer appends it: without the drainer's `_drain` bookkeeping, so
     that a line fed back (a dead letter, a copy of a re-queued line) is a new line. Lines
@@ -232,16 +260,6 @@ def requeue_line(line: EdgeLine, *, line_id: str, reason: str, now_ms: int) -> b
     return json_line({**line.body, DRAIN_KEY: drain})
 
 
-@dataclass(slots=True)
-class ReadLine:
-    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
-    for a line over MAX_LINE_BYTES, where its bytes went instead."""
-
-    offset: int
-    raw: bytes
-    spilled: SpilledBytes | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class SpilledBytes:
     """Where an over-limit line's bytes were kept instead of memory (see the dead-letter
@@ -252,29 +270,31 @@ class SpilledBytes:
     sha256: str
 
 
-def dead_letter_record(
-    *,
-    line_id: str,
-    read_at: str,
-    reason: str,
-    detail: str,
-    attempts: int,
-    now_ms: int,
-    line: bytes = b"",
-    spilled: SpilledBytes | None = None,
-) -> bytes:
-    """A dead-letter JSON line (no trailing newline). Fields (README "Dead letters"):
-    `deadAt`, `reason`, `detail`, `attempts`, `lineId` (the line's identity: where it was
-    first read), `readAt` (where it was read when it died: one record per `readAt`, ever),
-    and the line itself: `line` (text, without `_drain`), `lineBase64` (bytes that are not
-    UTF-8), or for an over-limit line `lineFile`, `lineBytes`, `lineSha256`."""
-    record: dict[str, Any] = {"deadAt": now_ms, "reason": reason, "detail": detail,
-                              "attempts": attempts, "lineId": line_id, "readAt": read_at}
-    if spilled is not None:
-        record.update(lineFile=spilled.file, lineBytes=spilled.size, lineSha256=spilled.sha256)
-    else:
-        try:
-            record["line"] = line.decode("utf-8")
-        except UnicodeDecodeError:
-            record["lineBase64"] = base64.b64encode(line).decode("ascii")
-    return json_line(record)
+@dataclass(slots=True)
+class ReadLine:
+    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
+    for a line over MAX_LINE_BYTES, where its bytes went instead."""
+
+    offset: int
+    raw: bytes
+    spilled: SpilledBytes | None = None
+
+
+def line_time(raw: bytes) -> tuple[int, str] | None:
+    """When a queue line was written, as (epoch ms, which field said so): its `timestamp`
+    (ISO-8601 or epoch), else the drainer's `_drain.lastAttemptAt`; None when neither."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    stamp = epoch_ms_from_created_at(value.get("timestamp"))
+    if stamp is not None:
+        return stamp, "timestamp"
+    drain = value.get(DRAIN_KEY)
+    if isinstance(drain, dict):
+        attempted = epoch_ms_from_created_at(drain.get("lastAttemptAt"))
+        if attempted is not None:
+            return attempted, "lastAttemptAt"
+    return None

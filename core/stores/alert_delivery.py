@@ -26,12 +26,14 @@ from core.rules.alert_rules import (
     CONSOLE,
     Alert,
     Channel,
+    Delivery,
     alert_body,
     alert_subject,
     channel_label,
     parse_channel,
     scrub_secrets,
 )
+from core.rules.figures import to_json
 
 log = structlog.get_logger(__name__)
 
@@ -90,16 +92,6 @@ class DeliveryPolicy:
 DEFAULT_DELIVERY_POLICY: Final = DeliveryPolicy()
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """The outcome of one alert on its channel."""
-
-    alert: Alert
-    delivered: bool
-    error: str | None = None
-    attempts: int = 0
-
-
 class _Retryable(Exception):
     """An attempt failed in a way the next attempt may not (connection, timeout, 5xx)."""
 
@@ -110,14 +102,14 @@ class _Permanent(Exception):
 
 def webhook_payload(alert: Alert) -> dict[str, Any]:
     """The JSON a webhook receives: subject, body and every field of the alert."""
-    return {"subject": alert_subject(alert), "body": alert_body(alert), **alert.as_dict()}
+    return {"subject": alert_subject(alert), "body": alert_body(alert), **to_json(alert)}
 
 
 def deliver_to_console(alert: Alert) -> None:
     """Log the alert: error level for `critical`, warning otherwise (the original's rule), so
     a log shipper's level filter already separates pages from notices."""
     emit = log.error if alert.severity == "critical" else log.warning
-    emit("alert.fired", subject=alert_subject(alert), **alert.as_dict())
+    emit("alert.fired", subject=alert_subject(alert), **to_json(alert))
 
 
 async def deliver_alerts(
@@ -187,7 +179,7 @@ async def _deliver_within(
     except Exception as exc:
         # A bug (or a channel that slipped past validation): still one alert's failure only.
         return _failed(alert, label, f"{type(exc).__name__}: {exc}", tries.count, exc=exc)
-    return Delivery(alert, True, None, tries.count)
+    return Delivery(alert, alert_subject(alert), True, None, tries.count)
 
 
 @dataclass(slots=True)
@@ -213,7 +205,7 @@ def _failed(
         tenantId=alert.tenant_id, repoSlug=alert.repo_slug, metric=alert.metric,
         severity=alert.severity, subject=alert_subject(alert), traceback=trace,
     )
-    return Delivery(alert, False, error, tries)
+    return Delivery(alert, alert_subject(alert), False, error, tries)
 
 
 async def _post_with_retries(

@@ -1,268 +1,71 @@
-"""Tombstone archives: every chunk is on disk, with the content it had, before it is deleted,
-and a restore can only ever add back what is missing.
+"""Tombstone archive files under `<dataDir>/tombstones/`: created, appended durably, read.
 
-An archive is a JSON-lines file under `<dataDir>/tombstones/`, one per tenant per pass:
-
-- line 1, the **header**: `{"format": 2, "kind": "header", "collection", "tenantId",
-  "passId", "createdAt"}`;
-- then one **chunk** line per archived row: `{"format": 2, "kind": "chunk", "collection",
-  "tenantId", "passId", "archivedAt", "id", "metadata", "document", "embedding"}`.
-
-Every line ends with `"sha256"`: the SHA-256 of the line's own bytes without that key (the
-exact bytes written, so checking needs no re-serialization). A line cut short by a crash or
-edited by hand fails its check and is named and skipped; the other lines still restore. The
-checksum guards against accidents, not forgery: a forged line with a valid checksum is still
-held to the rules below, which do not depend on it.
-
-Each band's pages are written, flushed and fsynced (the file and, when new, its folder)
-BEFORE its delete is sent. Embeddings are written as float32 (what Chroma stores) in their shortest
-round-tripping form, so a restored chunk has bit for bit the embedding it was deleted with.
+Every chunk is on disk, with the content it had, before it is deleted: each band's pages are
+written and flushed, then fsynced (the file and, when new, its folder) BEFORE its delete is
+sent. The lines' format and checksums are `core.rules.archive_format`'s.
 
 **Restore is preserve-live** (`restore_archive`): lines are checked against the header and
 then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which
 leaves any id that exists untouched even if it appeared a moment after the check; an id that
 exists under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under
 another tenant, a line of another collection, pass or tenant is refused with its reason.
-Running a restore twice changes nothing the second time.
-
-Format 1 archives (before headers and checksums) are still restored, with a warning: they are
-the only copy of chunks deleted before the upgrade, and the rules that keep a restore from
-harming live data (add-only, the archive's own tenant and the knowledge-base collection only)
-do not need a checksum. Only edits to such a file cannot be detected.
+Running a restore twice changes nothing the second time. A format-1 archive is restored with
+a warning: the rules that keep a restore from harming live data (add-only, the archive's own
+tenant and the knowledge-base collection only) do not need a checksum; only edits to such a
+file cannot be detected.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import math
 import os
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final
 
-import orjson
 import structlog
 
+from core.rules.archive_format import (
+    ARCHIVE_FORMAT,
+    ARCHIVE_SUFFIX,
+    LEGACY_FORMAT,
+    LEGACY_WARNING,
+    TENANT_KEY,
+    ArchivedChunk,
+    ArchiveHeader,
+    chunk_lines,
+    json_object,
+    parse_chunk,
+    parse_header,
+    refusal,
+    seal,
+    unseal,
+)
 from core.rules.errors import ConfigError
-from core.stores.chroma import ChromaRow, CollectionMissing
+from core.rules.rows import ChromaRow
+from core.stores.chroma import CollectionMissing
+from core.stores.files import fsync_dir
 
 if TYPE_CHECKING:
-    from core.stores.chroma import ColumnPage, VectorStore
+    from core.rules.rows import ColumnPage
+    from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
 
-#: The format this version writes; `LEGACY_FORMAT` is still read.
-ARCHIVE_FORMAT: Final = 2
-LEGACY_FORMAT: Final = 1
-ARCHIVE_SUFFIX: Final = ".jsonl"
-KIND_HEADER: Final = "header"
-KIND_CHUNK: Final = "chunk"
-#: The metadata key that names a chunk's tenant (CONTRACT's knowledge-base fields).
-TENANT_KEY: Final = "tenantId"
 #: Lines checked and restored per batch: one `get` and one `add` per batch, and memory
 #: bounded by a batch whatever the file's size.
 RESTORE_BATCH_LINES: Final = 1_000
 
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_CHECKSUM_SUFFIX = re.compile(rb',"sha256":"([0-9a-f]{64})"\}\s*$')
-
-LEGACY_WARNING: Final = (
-    "format-1 archive (written before archives had headers and checksums): restored "
-    "preserve-live, for its own tenant and the knowledge-base collection only, but an edited "
-    "line cannot be detected"
-)
 
 
 class ArchiveError(ConfigError):
     """The archive named on the command line cannot be used at all (missing, not a file, no
     readable header, another collection's): exit 2, nothing restored."""
-
-
-# --------------------------------------------------------------------------------------------
-# Lines (pure)
-# --------------------------------------------------------------------------------------------
-
-
-def seal(record: Mapping[str, Any]) -> bytes:
-    """One archive line (without its newline): `record` as compact JSON with its checksum
-    appended as the last key. numpy arrays are written as lists. orjson writes NaN and infinity
-    as `null`, so callers refuse them first (`chunk_lines` does)."""
-    body = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
-    digest = hashlib.sha256(body).hexdigest()
-    return body[:-1] + b',"sha256":"' + digest.encode("ascii") + b'"}'
-
-
-def unseal(line: bytes) -> dict[str, Any]:
-    """The record of a sealed line; ValueError naming what is wrong (torn, edited, not JSON)."""
-    found = _CHECKSUM_SUFFIX.search(line)
-    if found is None:
-        raise ValueError("no checksum at the end of the line (torn, or not written by an archive)")
-    body = line[: found.start()] + b"}"
-    if hashlib.sha256(body).hexdigest() != found.group(1).decode("ascii"):
-        raise ValueError("checksum mismatch (the line was changed after it was written)")
-    return json_object(body)
-
-
-def json_object(raw: bytes) -> dict[str, Any]:
-    """A JSON object from bytes; ValueError naming what is wrong otherwise."""
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    return record
-
-
-@dataclass(frozen=True, slots=True)
-class ArchiveHeader:
-    """Whose chunks an archive holds and which pass wrote it."""
-
-    collection: str
-    tenant_id: str
-    pass_id: str
-    created_at_ms: int
-    format: int = ARCHIVE_FORMAT
-
-    def record(self) -> dict[str, Any]:
-        """The header line's record (before sealing)."""
-        return {"format": self.format, "kind": KIND_HEADER, "collection": self.collection,
-                "tenantId": self.tenant_id, "passId": self.pass_id,
-                "createdAt": self.created_at_ms}
-
-
-@dataclass(frozen=True, slots=True)
-class ArchivedChunk:
-    """One archived chunk: where it lived, which pass archived it, and the row itself."""
-
-    collection: str
-    tenant_id: str
-    row: ChromaRow
-    pass_id: str | None = None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _float32_exact(embeddings: Any) -> Any:
-    """The page's embeddings as float32 when that loses nothing (Chroma stores float32, so it
-    always should), else as they are; refuses NaN and infinity."""
-    import numpy as np
-
-    array = np.asarray(embeddings)
-    if not np.isfinite(array).all():
-        raise ValueError("an embedding holds NaN or infinity; refusing to archive it")
-    narrow = array.astype(np.float32)
-    return narrow if np.array_equal(narrow, array) else array
-
-
-def chunk_lines(
-    page: ColumnPage, *, header: ArchiveHeader, archived_at_ms: int
-) -> list[bytes]:
-    """The sealed lines of a page of whole rows (pure). Refuses (ValueError) a row without an
-    embedding or with a value JSON cannot hold exactly: restoring it would need an embedding
-    model, or would not give back what was deleted, so such a row must not be deleted."""
-    if len(page) and page.embeddings is None:
-        raise ValueError(f"chunk {page.ids[0]!r} has no embedding; refusing to archive it")
-    embeddings = _float32_exact(page.embeddings) if len(page) else ()
-    lines = []
-    for i, row_id in enumerate(page.ids):
-        metadata = page.metadatas[i]
-        bad = [k for k, v in metadata.items() if isinstance(v, float) and not math.isfinite(v)]
-        if bad:
-            raise ValueError(f"chunk {row_id!r}: metadata {bad[0]!r} is not a finite number")
-        lines.append(seal({
-            "format": ARCHIVE_FORMAT, "kind": KIND_CHUNK, "collection": header.collection,
-            "tenantId": header.tenant_id, "passId": header.pass_id,
-            "archivedAt": archived_at_ms, "id": row_id, "metadata": metadata,
-            "document": page.documents[i], "embedding": embeddings[i],
-        }))
-    return lines
-
-
-def _require_string(record: Mapping[str, Any], name: str) -> str:
-    value = record.get(name)
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty string")
-    return value
-
-
-def parse_header(record: Mapping[str, Any]) -> ArchiveHeader:
-    """The header of a format-2 archive from its (unsealed) record; ValueError otherwise."""
-    if record.get("format") != ARCHIVE_FORMAT or record.get("kind") != KIND_HEADER:
-        raise ValueError("not an archive header")
-    created = record.get("createdAt")
-    if not isinstance(created, int) or isinstance(created, bool):
-        raise ValueError("createdAt must be an integer")
-    return ArchiveHeader(_require_string(record, "collection"),
-                         _require_string(record, "tenantId"),
-                         _require_string(record, "passId"), created)
-
-
-def parse_chunk(record: Mapping[str, Any], *, expected_format: int) -> ArchivedChunk:
-    """An archived chunk from an unsealed (format 2) or plain (format 1) record (pure);
-    ValueError naming what is wrong otherwise."""
-    found = record.get("format")
-    if found != expected_format:
-        raise ValueError(f"archive format {found!r} in a format-{expected_format} archive")
-    if expected_format == ARCHIVE_FORMAT and record.get("kind") != KIND_CHUNK:
-        raise ValueError(f"a {record.get('kind')!r} line where a chunk was expected")
-    row_id = _require_string(record, "id")
-    collection = _require_string(record, "collection")
-    tenant = _require_string(record, "tenantId")
-    embedding = record.get("embedding")
-    if not isinstance(embedding, list) or not embedding or not all(map(_finite, embedding)):
-        raise ValueError("embedding must be a non-empty list of finite numbers")
-    metadata = record.get("metadata")
-    if metadata is None:
-        metadata = {}
-    if not isinstance(metadata, dict):
-        raise ValueError("metadata must be an object")
-    document = record.get("document")
-    if document is not None and not isinstance(document, str):
-        raise ValueError("document must be a string or null")
-    pass_id = record.get("passId") if expected_format == ARCHIVE_FORMAT else None
-    return ArchivedChunk(collection, tenant,
-                         ChromaRow(row_id, metadata, document, _as_stored(embedding)),
-                         pass_id if isinstance(pass_id, str) else None)
-
-
-def _as_stored(embedding: list[Any]) -> list[float]:
-    """An embedding as Chroma will hold it: each number rounded to float32 (what Chroma
-    stores) and given back as a Python float, so an archived row compares equal to the row
-    Chroma returned before the delete and will return after the restore."""
-    import numpy as np
-
-    with np.errstate(over="ignore"):
-        narrow = np.asarray(embedding, dtype=np.float64).astype(np.float32)
-    if not np.isfinite(narrow).all():
-        raise ValueError("embedding holds a number too large for float32")
-    values: list[float] = narrow.astype(np.float64).tolist()
-    return values
-
-
-def refusal(chunk: ArchivedChunk, *, collection: str, tenant_id: str,
-            pass_id: str | None) -> str | None:
-    """Why a well-formed line does not belong in this restore (pure), or None when it does:
-    another collection than the knowledge-base one, another tenant than the archive's, a
-    metadata tenant that differs from the line's, a line copied in from another pass."""
-    if chunk.collection != collection:
-        return (f"collection {chunk.collection!r} is not the knowledge-base collection "
-                f"{collection!r}")
-    if chunk.tenant_id != tenant_id:
-        return f"tenant {chunk.tenant_id!r} differs from the archive's tenant {tenant_id!r}"
-    owner = chunk.row.metadata.get(TENANT_KEY)
-    if owner != tenant_id:
-        return f"metadata tenantId {owner!r} differs from the archive's tenant {tenant_id!r}"
-    if pass_id is not None and chunk.pass_id != pass_id:
-        return f"pass {chunk.pass_id!r} differs from the archive's pass {pass_id!r}"
-    return None
 
 
 def archive_file_name(*, collection: str, tenant_id: str, now_ms: int) -> str:
@@ -276,15 +79,6 @@ def archive_file_name(*, collection: str, tenant_id: str, now_ms: int) -> str:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
-
-
-def _fsync_directory(path: Path) -> None:
-    """Make a new directory entry durable (a file fsync alone does not cover its name)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class TombstoneArchive:
@@ -324,9 +118,9 @@ class TombstoneArchive:
             handle.write(header_line + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
-        _fsync_directory(path.parent)
+        fsync_dir(path.parent)
         if created_directory:
-            _fsync_directory(path.parent.parent)
+            fsync_dir(path.parent.parent)
 
     async def append(self, page: ColumnPage, *, archived_at_ms: int) -> None:
         """Write a page of whole rows and flush it (durable only after `sync`); raises (and

@@ -30,7 +30,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -38,6 +37,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
+from core.rules.rows import ChromaRow, ColumnPage
 from core.stores.locks import ProcessLock
 
 if TYPE_CHECKING:
@@ -67,16 +67,6 @@ class CollectionMissing(KbError):
 
 class VectorStoreError(StoreUnavailable):
     """A Chroma call failed (server down, store error); the caller's work is retried later."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChromaRow:
-    """One Chroma row as plain data (embeddings as lists of floats, never numpy)."""
-
-    id: str
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    document: str | None = None
-    embedding: list[float] | None = None
 
 
 def _rows_from(result: Mapping[str, Any]) -> list[ChromaRow]:
@@ -111,32 +101,14 @@ def _floats(vector: Any) -> list[float]:
     return [float(x) for x in vector]
 
 
-@dataclass(frozen=True, slots=True)
-class ColumnPage:
-    """Whole rows as Chroma returns them, column by column, for the archive writer.
-
-    Embeddings stay one numpy array: a 384-number embedding costs 3 KB there against ~12 KB
-    as Python floats, so a page of 2,000 rows holds ~6 MB of embeddings instead of ~25 MB.
-    """
-
-    ids: list[str]
-    metadatas: list[Mapping[str, Any]]
-    documents: list[str | None]
-    #: numpy array (rows x dimensions), or None when the rows have no embeddings.
-    embeddings: Any
-
-    @classmethod
-    def from_result(cls, result: Mapping[str, Any]) -> ColumnPage:
-        """From a `get` result; missing columns become empty values of the right length."""
-        ids = list(result.get("ids") or [])
-        metadatas = result.get("metadatas") or [None] * len(ids)
-        documents = result.get("documents") or [None] * len(ids)
-        embeddings = result.get("embeddings")
-        return cls(ids, [dict(m or {}) for m in metadatas], list(documents),
-                   embeddings if embeddings is not None and len(embeddings) else None)
-
-    def __len__(self) -> int:
-        return len(self.ids)
+def column_page(result: Mapping[str, Any]) -> ColumnPage:
+    """From a `get` result; missing columns become empty values of the right length."""
+    ids = list(result.get("ids") or [])
+    metadatas = result.get("metadatas") or [None] * len(ids)
+    documents = result.get("documents") or [None] * len(ids)
+    embeddings = result.get("embeddings")
+    return ColumnPage(ids, [dict(m or {}) for m in metadatas], list(documents),
+                      embeddings if embeddings is not None and len(embeddings) else None)
 
 
 def _chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:
@@ -160,8 +132,6 @@ class VectorStore:
         self._collections: dict[str, Any] = {}
         self.description = description
         self.max_batch = int(client.get_max_batch_size())
-        #: Chroma calls made, for tests and metrics that check batching.
-        self.calls = 0
 
     @classmethod
     async def open(cls, settings: Settings) -> VectorStore:
@@ -215,7 +185,6 @@ class VectorStore:
 
         loop = asyncio.get_running_loop()
         for attempt in (1, 2):
-            self.calls += 1
             try:
                 return await loop.run_in_executor(
                     self._executor, partial(self._call_on_collection, name, method, kwargs)
@@ -326,7 +295,7 @@ class VectorStore:
             if len(ids) > IDS_PER_GET:
                 raise ValueError(f"get_page takes at most {IDS_PER_GET} ids")
             kwargs["ids"] = list(dict.fromkeys(ids))
-        return ColumnPage.from_result(await self._run(name, "get", **kwargs))
+        return column_page(await self._run(name, "get", **kwargs))
 
     async def ids_where(self, name: str, *, where: Mapping[str, Any]) -> list[str]:
         """Every id matching `where`, in ONE ids-only `get` (no paging, so no row can slip
@@ -395,7 +364,6 @@ class VectorStore:
         if self._client is None:
             raise VectorStoreError(f"{self.description}: store is closed")
         loop = asyncio.get_running_loop()
-        self.calls += 1
         try:
             collection = await loop.run_in_executor(
                 self._executor,
@@ -404,6 +372,19 @@ class VectorStore:
         except Exception as exc:
             raise VectorStoreError(f"{self.description}: create {name!r} failed: {exc}") from exc
         self._collections[name] = collection
+
+
+def refused_for_its_data(error: VectorStoreError) -> bool:
+    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError: an invalid
+    argument, a duplicate id, a batch too big), or the client did before sending it (a
+    ValueError or TypeError). A server error, a rate limit, a refused connection, a timeout
+    is an outage."""
+    import chromadb.errors
+
+    cause = error.__cause__
+    if isinstance(cause, chromadb.errors.ChromaError):
+        return cause.code() in (400, 413)
+    return isinstance(cause, (ValueError, TypeError))
 
 
 def _make_client(settings: Settings) -> Any:

@@ -32,14 +32,14 @@ class TickRecord:
 
 async def get_value(graph: GraphDB, key: str) -> str | None:
     """A named value, or None."""
-    rows = await graph.fetch_all("SELECT value FROM daemon_state WHERE key = ?", (key,))
+    rows = await graph.query("SELECT value FROM daemon_state WHERE key = ?", (key,))
     return str(rows[0][0]) if rows else None
 
 
 async def set_value(graph: GraphDB, key: str, value: str, *, now_ms: int) -> None:
     """Store a named value."""
     async with graph.write() as tx:
-        await tx.conn.execute(
+        await tx.execute(
             "INSERT INTO daemon_state(key, value, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
             "updated_at = excluded.updated_at",
@@ -50,7 +50,7 @@ async def set_value(graph: GraphDB, key: str, value: str, *, now_ms: int) -> Non
 async def record_tick(graph: GraphDB, record: TickRecord) -> None:
     """Remember a daemon's latest tick (one row per daemon)."""
     async with graph.write() as tx:
-        await tx.conn.execute(
+        await tx.execute(
             "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(daemon) DO UPDATE SET "
             "started_at = excluded.started_at, finished_at = excluded.finished_at, "
@@ -62,7 +62,7 @@ async def record_tick(graph: GraphDB, record: TickRecord) -> None:
 
 async def last_ticks(graph: GraphDB) -> dict[str, TickRecord]:
     """Every daemon's last tick, by daemon name."""
-    rows = await graph.fetch_all(
+    rows = await graph.query(
         "SELECT daemon, started_at, finished_at, duration_ms, ok, figures FROM daemon_ticks"
     )
     return {

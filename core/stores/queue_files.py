@@ -41,25 +41,25 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import orjson
 
 from core.rules.errors import ConfigError
 from core.rules.queue_lines import (
+    DRAIN_KEY,
     MAX_LINE_BYTES,
-    MalformedLine,
+    LineProblem,
     ReadLine,
     SpilledBytes,
-    json_line,
-    parse_line,
+    check_lines,
+    line_time,
 )
+from core.stores.files import fsync_dir, open_lines, write_all
 
 #: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
 #: enough that the reader's buffer stays a few MiB whatever the line sizes.
 READ_CHUNK_BYTES = 1 << 20
-#: Bytes read per call while skipping or copying an over-long line.
-_SKIP_CHUNK = 1 << 16
 
 
 class QueuePathIsSymlink(ConfigError):
@@ -73,22 +73,6 @@ def refuse_symlinked_queue(queue_path: Path) -> None:
             f"lazyEdgesQueuePath {queue_path} is a symbolic link (to {os.readlink(queue_path)}); "
             "the drainer renames the queue file, which would move the link: point "
             "lazyEdgesQueuePath at the file itself")
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename, create or unlink inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def append_locked(path: Path, lines: Sequence[bytes], *, durable: bool = True) -> int:
@@ -125,14 +109,14 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
             original_size = opened.st_size
             try:
                 if original_size > 0 and os.pread(fd, 1, original_size - 1) != b"\n":
-                    _write_all(fd, b"\n")
+                    write_all(fd, b"\n")
                 last = b"\n"
                 for chunk in chunks:
                     if chunk:
-                        _write_all(fd, chunk)
+                        write_all(fd, chunk)
                         last = chunk[-1:]
                 if last != b"\n":
-                    _write_all(fd, b"\n")
+                    write_all(fd, b"\n")
                 if durable:
                     os.fsync(fd)
             except BaseException:
@@ -144,33 +128,6 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
             return os.fstat(fd).st_size
         finally:
             os.close(fd)  # also releases the flock
-
-
-@dataclass(frozen=True, slots=True)
-class LineProblem:
-    """A line `enqueue` refuses: its 1-based number and why."""
-
-    number: int
-    detail: str
-
-
-def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProblem]]:
-    """Validate producer input: the non-blank lines as they will be appended (each a new line:
-    any `_drain` bookkeeping is stripped), and a problem for each malformed one."""
-    valid: list[bytes] = []
-    problems: list[LineProblem] = []
-    for number, raw in enumerate(raw_lines, start=1):
-        line = raw.rstrip(b"\r\n")
-        if not line.strip():
-            continue
-        parsed = parse_line(line)
-        if isinstance(parsed, MalformedLine):
-            problems.append(LineProblem(number, parsed.detail))
-        elif parsed.had_drain_key:
-            valid.append(json_line(parsed.body))
-        else:
-            valid.append(line)
-    return valid, problems
 
 
 def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProblem]:
@@ -222,7 +179,7 @@ def write_generation(draining_path: Path, generation: Generation) -> None:
                             "legacy": generation.legacy})
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, payload + b"\n")
+        write_all(fd, payload + b"\n")
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -289,12 +246,6 @@ def rotate_queue(queue_path: Path, draining_path: Path, generation: Generation) 
 # --------------------------------------------------------------------------------------------
 # Reading `.draining` in bounded memory
 # --------------------------------------------------------------------------------------------
-
-
-def spill_dir(dead_letter_path: Path) -> Path:
-    """The folder that keeps over-limit lines' bytes: `<queue>.dead/`, beside the dead-letter
-    file `<queue>.dead.jsonl`."""
-    return dead_letter_path.with_suffix("")
 
 
 class _Spill:
@@ -486,63 +437,54 @@ def hand_back_late_bytes(reader: QueueReader, queue_path: Path) -> int:
     return lines + (last != b"\n")
 
 
-#: The longest dead-letter record read back: a record quotes a line of at most MAX_LINE_BYTES,
-#: which JSON escaping can grow six-fold (control bytes become `\u00XX`).
-DEAD_LETTER_RECORD_LIMIT = 8 * MAX_LINE_BYTES
 
 
-def file_size(path: Path) -> int:
-    """A file's size, 0 when it does not exist."""
+@dataclass(slots=True)
+class QueueFileCounts:
+    """A queue file (`lazy-edges.jsonl` or its `.draining`): lines, bytes and the oldest line."""
+
+    present: bool = False
+    lines: int = 0
+    bytes: int = 0
+    #: Lines the drainer put back after a failed attempt (they carry `_drain`).
+    retried_lines: int = 0
+    oldest_ms: int | None = None
+    #: Where `oldest_ms` came from: "timestamp", "lastAttemptAt", or "mtime".
+    oldest_from: str | None = None
+
+
+def describe_queue_file(path: Path) -> QueueFileCounts:
+    """Count a queue file's non-blank lines and find its oldest line's time, in bounded
+    memory; the file's mtime stands in when no line carries a time. Blocking."""
+    counts = QueueFileCounts()
+    drain_marker = b'"' + DRAIN_KEY.encode() + b'"'
+    with open_lines(path, limit=MAX_LINE_BYTES) as opened:
+        if opened is None:
+            return counts
+        counts.present, counts.bytes = True, opened.size
+        for raw in opened.lines:
+            counts.lines += 1
+            if raw is None:
+                continue
+            if drain_marker in raw:
+                counts.retried_lines += 1
+            found = line_time(raw)
+            if found is not None and (counts.oldest_ms is None or found[0] < counts.oldest_ms):
+                counts.oldest_ms, counts.oldest_from = found
+        if counts.oldest_ms is None and counts.lines:
+            counts.oldest_ms, counts.oldest_from = opened.mtime_ms, "mtime"
+    return counts
+
+
+def count_newlines(path: Path) -> int:
+    """The newlines in a file (its lines, cheaply: no line is parsed); 0 when it is absent.
+    Blocking."""
     try:
-        return path.stat().st_size
+        handle = path.open("rb")
     except FileNotFoundError:
         return 0
-
-
-def dead_letters_of(dead_letter_path: Path, generation: str, *, after: int) -> set[str]:
-    """The positions (`readAt`) of `generation` that already have a dead-letter record.
-
-    Only the drainer appends to the file, and only right before the commit that records the
-    file's size (`after`), so a record of a batch that never committed can only follow `after`.
-    When the file no longer fits that (an operator removed records), the whole file is read.
-    """
-    size = file_size(dead_letter_path)
-    if size == 0:
-        return set()
-    found: set[str] = set()
-    marker = b'"readAt":"' + generation.encode() + b":"
-    with open(dead_letter_path, "rb") as stream:
-        start = 0
-        if 0 < after <= size:
-            stream.seek(after - 1)
-            start = after if stream.read(1) == b"\n" else 0
-        stream.seek(start)
-        for raw in iter_bounded_lines(stream, limit=DEAD_LETTER_RECORD_LIMIT):
-            if raw is None or marker not in raw:
-                continue
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            read_at = record.get("readAt") if isinstance(record, dict) else None
-            if isinstance(read_at, str) and read_at.startswith(generation + ":"):
-                found.add(read_at)
-    return found
-
-
-def iter_bounded_lines(stream: IO[bytes], *, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | None]:
-    """Each line of a binary stream without its newline, or None for a line longer than
-    `limit` (which is skipped in chunks, never held whole). A last line without a newline
-    counts: a producer may be writing it."""
-    while True:
-        line = stream.readline(limit + 1)
-        if not line:
-            return
-        if line.endswith(b"\n"):
-            yield line[:-1]
-        elif len(line) <= limit:
-            yield line  # the unterminated last line
-        else:
-            while (chunk := stream.readline(_SKIP_CHUNK)) and not chunk.endswith(b"\n"):
-                pass
-            yield None
+    lines = 0
+    with handle:
+        while chunk := handle.read(READ_CHUNK_BYTES):
+            lines += chunk.count(b"\n")
+    return lines

@@ -1,29 +1,27 @@
-"""The graph store: nodes and edges in SQLite (aiosqlite), plus the daemons' own tables.
+"""The SQLite file at `graphDbPath`: one aiosqlite connection, short write transactions.
 
-Every write happens in a short `BEGIN IMMEDIATE` transaction (`GraphDB.write()`), so a writer
-learns about a competing writer at the start, within `busy_timeout`, rather than half-way
-through. WAL lets `status` and other readers run beside a daemon's writes. Existence is always
-asked of SQLite: no in-process cache that another writer could make stale (the original's
-cache-only checks culled edges whose nodes existed and linked edges whose nodes did not).
+Every write happens in a `BEGIN IMMEDIATE` transaction (`GraphDB.write()`), so a writer learns
+about a competing writer at the start, within `busy_timeout`, rather than half-way through.
+WAL lets `status` and other readers run beside a daemon's writes. A dry run opens the file
+`mode=ro`, so not one byte of it can change.
+
+`query`, `Transaction.execute` and `Transaction.executemany` are for the modules of
+`core.stores` only: every SQL statement lives there, one module per table group (a test walks
+the source and fails on SQL text or a call of these anywhere else).
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import orjson
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
-from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import EdgeRow, NodeRow
 from core.stores.schema import ALL_DDL
 
 log = structlog.get_logger(__name__)
@@ -32,38 +30,6 @@ log = structlog.get_logger(__name__)
 #: out a neighbour's batch commit (tens of ms), short enough that a stuck writer fails the tick
 #: instead of hanging it.
 BUSY_TIMEOUT_MS = 5_000
-#: Linking an existing edge again adds this fraction of the new weight (the original's rule).
-REINFORCE_FACTOR = 0.1
-#: Reinforcement never takes a weight above this (the original's cap).
-MAX_WEIGHT = 5.0
-
-_INSERT_NODE_IF_ABSENT = "INSERT OR IGNORE INTO nodes(id, label, properties) VALUES (?, ?, ?)"
-# A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
-# make json_patch fail on every later write to the row; it is replaced instead of merged.
-_UPSERT_NODE = """
-INSERT INTO nodes(id, label, properties) VALUES (?, ?, ?)
-ON CONFLICT(id) DO UPDATE SET
-    label = excluded.label,
-    properties = json_patch(json_patch(CASE WHEN json_valid(nodes.properties)
-                                            THEN nodes.properties ELSE '{}' END,
-                                       excluded.properties), ?)
-"""
-_INSERT_EDGE_IF_ABSENT = """
-INSERT OR IGNORE INTO edges(source, target, relationship, weight, properties)
-VALUES (?, ?, ?, ?, ?)
-"""
-# A zero (or NULL) stored weight counts as 1.0 before reinforcing, as in the original.
-_LINK_EDGE = f"""
-INSERT INTO edges(source, target, relationship, weight, properties) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT(source, target, relationship) DO UPDATE SET
-    weight = MIN(COALESCE(NULLIF(edges.weight, 0), 1.0) + excluded.weight * {REINFORCE_FACTOR},
-                 {MAX_WEIGHT}),
-    properties = CASE WHEN json_valid(edges.properties)
-                      THEN json_patch(edges.properties, excluded.properties)
-                      ELSE excluded.properties END
-"""
-
-
 #: SQLite primary result codes that say the database cannot be used right now (permission,
 #: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
 #: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
@@ -77,13 +43,6 @@ class GraphDataError(KbError):
     retrying the same data fails the same way (the drainer isolates the line that causes it)."""
 
 
-def _json(value: Mapping[str, Any] | None) -> str:
-    """Compact JSON of a property object, always valid JSON: orjson refuses what JSON cannot
-    hold (a lone surrogate, an integer past 64 bits, a non-string key) with an error instead of
-    writing it, and writes a non-finite float as null (lines with one are malformed anyway)."""
-    return orjson.dumps(value if type(value) is dict else dict(value or {})).decode()
-
-
 def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
     one, to be safe: an outage spends no line's attempts), GraphDataError otherwise."""
@@ -93,53 +52,25 @@ def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEdge:
-    """An edge as read back from SQLite."""
-
-    source: str
-    target: str
-    relationship: str
-    weight: float
-    properties: dict[str, Any]
-
-
 class Transaction:
-    """The write operations available inside `GraphDB.write()`; all batched (executemany)."""
+    """A write transaction (`GraphDB.write()`): statements run in it commit or roll back
+    together. For `core.stores` modules only."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
+        self._conn = conn
 
-    async def insert_nodes_if_absent(self, nodes: Iterable[NodeRow]) -> None:
-        """Create nodes that do not exist; an existing node (say, live-ingested meanwhile) wins."""
-        await self.conn.executemany(
-            _INSERT_NODE_IF_ABSENT, [(n.id, n.label, _json(n.properties)) for n in nodes]
-        )
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement."""
+        await self._conn.execute(sql, params)
 
-    async def upsert_nodes(
-        self, nodes: Iterable[NodeRow], *, drop_keys: Sequence[str] = ()
-    ) -> None:
-        """Create or merge nodes: new properties overwrite, others are kept, `drop_keys` go."""
-        removal = _json(dict.fromkeys(drop_keys))
-        await self.conn.executemany(
-            _UPSERT_NODE, [(n.id, n.label, _json(n.properties), removal) for n in nodes]
-        )
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each row of parameters (one call, however many rows)."""
+        await self._conn.executemany(sql, rows)
 
-    async def insert_edges_if_absent(self, edges: Iterable[EdgeRow]) -> None:
-        """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
-        await self.conn.executemany(
-            _INSERT_EDGE_IF_ABSENT,
-            [(e.source, e.target, e.relationship, e.weight, _json(e.properties)) for e in edges],
-        )
-
-    async def link_edges(self, edges: Iterable[EdgeRow]) -> None:
-        """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
-        (capped at MAX_WEIGHT) and merge its properties. Rows apply in order, so two links of
-        one edge in a batch reinforce twice, as two separate calls would."""
-        await self.conn.executemany(
-            _LINK_EDGE,
-            [(e.source, e.target, e.relationship, e.weight, _json(e.properties)) for e in edges],
-        )
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Rows of a read inside the transaction (it sees the transaction's own writes)."""
+        async with self._conn.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
 
 
 class GraphDB:
@@ -149,8 +80,6 @@ class GraphDB:
         self._conn = conn
         self.path = path
         self.read_only = read_only
-        #: Committed write transactions, for tests and metrics that check batching.
-        self.commits = 0
 
     @classmethod
     async def open(
@@ -212,7 +141,6 @@ class GraphDB:
         try:
             yield Transaction(self._conn)
             await self._conn.execute("COMMIT")
-            self.commits += 1
         except BaseException as exc:
             try:
                 await self._conn.execute("ROLLBACK")
@@ -222,93 +150,15 @@ class GraphDB:
                 raise _store_error(self.path, "write", exc) from exc
             raise
 
-    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Run a read query and return every row."""
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Every row of one read. For `core.stores` modules only."""
         try:
             async with self._conn.execute(sql, params) as cursor:
                 return list(await cursor.fetchall())
         except sqlite3.Error as exc:
             raise _store_error(self.path, "read", exc) from exc
 
-    async def existing_ids(self, ids: Collection[str]) -> set[str]:
-        """Which of `ids` are nodes, in one query whatever their number."""
-        if not ids:
-            return set()
-        rows = await self.fetch_all(
-            "SELECT id FROM nodes WHERE id IN (SELECT value FROM json_each(?))",
-            (orjson.dumps(list(ids)).decode(),),
-        )
-        return {row[0] for row in rows}
-
-    async def node(self, node_id: str) -> NodeRow | None:
-        """One node by id (canonicalized), or None."""
-        rows = await self.fetch_all(
-            "SELECT id, label, properties FROM nodes WHERE id = ?",
-            (normalize_graph_node_id(node_id),),
-        )
-        return NodeRow(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
-
-    async def nodes_by_id(self, ids: Collection[str]) -> dict[str, NodeRow]:
-        """Several nodes by id, in one query."""
-        if not ids:
-            return {}
-        rows = await self.fetch_all(
-            "SELECT id, label, properties FROM nodes "
-            "WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(list(ids)),),
-        )
-        return {r[0]: NodeRow(r[0], r[1], json.loads(r[2])) for r in rows}
-
-    async def edge(self, source: str, target: str, relationship: str) -> StoredEdge | None:
-        """One edge by its key (endpoints canonicalized), or None."""
-        rows = await self.fetch_all(
-            "SELECT source, target, relationship, weight, properties FROM edges "
-            "WHERE source = ? AND target = ? AND relationship = ?",
-            (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return StoredEdge(r[0], r[1], r[2], float(r[3]), json.loads(r[4]))
-
-    async def count(self, table: str) -> int:
-        """Rows in one of the project's tables (for status and tests)."""
-        if table not in {"nodes", "edges", "drain_generations", "drain_requeued",
-                         "kb_ingestion_metrics", "alerts_fired"}:
-            raise ValueError(f"unknown table {table!r}")
-        rows = await self.fetch_all(f"SELECT COUNT(*) FROM {table}")
-        return int(rows[0][0])
-
-    async def upsert_node(
-        self, node_id: str, label: str, properties: Mapping[str, Any] | None = None
-    ) -> None:
-        """Create a node or merge `properties` into it (canonical id)."""
-        async with self.write() as tx:
-            await tx.upsert_nodes(
-                [NodeRow(normalize_graph_node_id(node_id), label, dict(properties or {}))]
-            )
-
-    async def link_nodes(
-        self,
-        source: str,
-        target: str,
-        relationship: str,
-        weight: float = 1.0,
-        properties: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """Link two existing nodes (or reinforce the edge); cull the edge when an endpoint is
-        missing: log it and return False. Never back-fills (see `backfill.link_with_backfill`)."""
-        source = normalize_graph_node_id(source)
-        target = normalize_graph_node_id(target)
-        async with self.write() as tx:
-            async with tx.conn.execute(
-                "SELECT id FROM nodes WHERE id IN (?, ?)", (source, target)
-            ) as cursor:
-                found = {row[0] for row in await cursor.fetchall()}
-            missing = sorted({source, target} - found)
-            if missing:
-                log.info("graph.edge_culled", source=source, target=target,
-                         relationship=relationship, missing=missing)
-                return False
-            await tx.link_edges([EdgeRow(source, target, relationship, weight, properties)])
-        return True
+    async def table_names(self) -> set[str]:
+        """The tables in the file (a read-only open of an older file may lack some)."""
+        rows = await self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {str(r[0]) for r in rows}

@@ -22,7 +22,6 @@ import core.stores.queue_files as lazy_queue
 from core.jobs.context import open_stores
 from core.logs import configure_logging
 from core.rules.config import load_config
-from core.stores.sqlite import Transaction
 from core.ticks import run_tick
 
 POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",
@@ -72,7 +71,7 @@ def _arm(point: str, hit: int) -> None:
     elif point == "after-spill":  # an over-limit line's side file is complete
         around(lazy_queue._Spill, "finish", before=False)
     elif point == "mid-transaction":
-        around(Transaction, "link_edges", before=False)  # edges written, not committed
+        around(drain, "link_edges", before=False)  # edges written, not committed
     elif point in ("after-dead-letters", "after-requeue"):
         real_append: Callable[..., int] = getattr(drain, "append_locked")  # noqa: B009
         to_dead_letters = point == "after-dead-letters"  # else: re-queued lines to the queue

@@ -27,8 +27,9 @@ from typing import Any
 
 from core.rules.config import Settings, load_config
 from core.stores.chroma import VectorStore
+from core.stores.graph import REINFORCE_FACTOR, upsert_node
 from core.stores.queue_files import read_generation
-from core.stores.sqlite import REINFORCE_FACTOR, GraphDB
+from core.stores.sqlite import GraphDB
 from tests.reliability.crash_child import POINTS
 from tests.support import child_env, seed
 
@@ -147,7 +148,7 @@ def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
         graph = await GraphDB.open(settings.graph_db_path)
         try:
             for c in range(CONCEPTS):
-                await graph.upsert_node(f"CONCEPT:c{c}", "CONCEPT")
+                await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
         finally:
             await graph.close()
 

@@ -21,8 +21,9 @@ from typing import Any
 
 from core.jobs.context import Stores
 from core.reconcile import reconcile_tick
+from core.rules.rows import ChromaRow
 from core.stores.archives import restore_archive
-from core.stores.chroma import ChromaRow, VectorStore
+from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import set_tenant_config

@@ -1,0 +1,283 @@
+"""Where things stand, gathered: the queue, the dead letters, the graph, each daemon's last tick,
+each tenant's drift and the recent alerts, as one typed `StatusReport` (its JSON is what
+`status --json` prints; `core.reports.status_text` renders it for a person).
+
+Status is what an operator runs while the daemons are busy, often because something looks
+wrong, so it must never make things worse:
+- it never opens Chroma (an embedded store admits one process, the daemons' own), and never
+  imports it (seconds of start-up for nothing);
+- it never writes: SQLite is opened read-only, the queue files are only read. A missing
+  database or queue file means "nothing yet", not an error;
+- it reads files as streams of bounded lines, so a queue of millions of lines, or one
+  runaway line, costs a read and not the memory to hold it.
+
+Everything it shows comes from what the daemons already record (`daemon_ticks`, telemetry,
+`alerts_fired`, the files), so it is exactly as fresh as the last tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.rules.alert_rules import Delivery, channel_label, scrub_secrets
+from core.rules.config import Settings
+from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
+from core.rules.timestamps import iso_from_ms
+from core.stores.alert_records import recent_alerts
+from core.stores.clock import now_ms
+from core.stores.daemon_state import last_ticks
+from core.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
+from core.stores.graph import count_nodes_and_edges, provenance_counts
+from core.stores.queue_files import QueueFileCounts, describe_queue_file
+from core.stores.sqlite import GraphDB
+from core.stores.telemetry import last_stale_counts
+from core.stores.tenants import list_tenants
+
+
+def _iso(epoch_ms: int | None) -> str | None:
+    return iso_from_ms(epoch_ms) if epoch_ms is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigShown:
+    """Which configuration the figures come from."""
+
+    source: str | None
+    data_dir: str
+    chroma: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFileStatus:
+    """A queue file (`lazy-edges.jsonl` or its `.draining`): size and age."""
+
+    path: Path
+    present: bool
+    lines: int
+    bytes: int
+    #: Lines the drainer put back after a failed attempt (they carry `_drain`).
+    retried_lines: int
+    oldest_timestamp: int | None
+    oldest_timestamp_iso: str | None
+    #: Where `oldest_timestamp` came from: "timestamp", "lastAttemptAt", or "mtime".
+    oldest_from: str | None
+
+    @classmethod
+    def of(cls, path: Path, counts: QueueFileCounts) -> QueueFileStatus:
+        """The status of `path` from what the store counted."""
+        return cls(path, counts.present, counts.lines, counts.bytes, counts.retried_lines,
+                   counts.oldest_ms, _iso(counts.oldest_ms), counts.oldest_from)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterStatus:
+    """The dead-letter file: how many lines, by reason, and the latest."""
+
+    path: Path
+    present: bool
+    total: int
+    bytes: int
+    by_reason: dict[str, int]
+    last_dead_at: int | None
+    last_dead_at_iso: str | None
+
+    @classmethod
+    def of(cls, path: Path, counts: DeadLetterCounts) -> DeadLetterStatus:
+        """The status of `path` from what the store counted (reasons sorted)."""
+        return cls(path, counts.present, counts.total, counts.bytes,
+                   dict(sorted(counts.by_reason.items())), counts.last_dead_ms,
+                   _iso(counts.last_dead_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """MEMORY or SESSION nodes by provenance marker."""
+
+    total: int = 0
+    backfilled: int = 0
+    live_ingested: int = 0
+    minimal: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GraphStatus:
+    """The graph file: whether it exists, its size in nodes and edges, and provenance."""
+
+    path: Path
+    present: bool
+    nodes: int = 0
+    edges: int = 0
+    memories: Provenance = Provenance()
+    sessions: Provenance = Provenance()
+
+
+@dataclass(frozen=True, slots=True)
+class TickShown:
+    """A daemon's last completed tick, with the figures it recorded."""
+
+    started_at: int
+    started_at_iso: str
+    finished_at: int
+    duration_ms: int
+    ok: bool
+    #: The figures as recorded (by this version or an earlier one), URL credentials removed.
+    figures: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantDrift:
+    """A tenant's version and its latest stale report (a clean pass writes none)."""
+
+    tenant_id: str
+    repo_slug: str | None
+    current_version: int
+    last_stale_count: int | None
+    last_tombstoned_count: int | None
+    last_report_at: int | None
+    last_report_at_iso: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentAlert:
+    """One recorded alert as status shows it: the channel redacted and the error scrubbed
+    (again: a row stored by an older version may still hold the full URL)."""
+
+    fired_at: int
+    tenant_id: str
+    repo_slug: str
+    metric: str
+    value: float
+    threshold: float
+    severity: str
+    channel: str
+    subject: str
+    delivered: bool
+    error: str | None
+    fired_at_iso: str
+
+    @classmethod
+    def of(cls, recorded: Delivery) -> RecentAlert:
+        """The status line of a recorded delivery."""
+        a = recorded.alert
+        error = scrub_secrets(recorded.error, a.channel) if recorded.error else None
+        return cls(a.fired_at_ms, a.tenant_id, a.repo_slug, a.metric, a.value, a.threshold,
+                   a.severity, channel_label(a.channel), recorded.subject, recorded.delivered,
+                   error, iso_from_ms(a.fired_at_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """Everything `daemons.status` shows."""
+
+    generated_at: int
+    config: ConfigShown
+    queue: QueueFileStatus
+    draining: QueueFileStatus
+    dead_letters: DeadLetterStatus
+    graph: GraphStatus
+    ticks: dict[str, TickShown] = field(default_factory=dict)
+    tenants: tuple[TenantDrift, ...] = ()
+    alerts: tuple[RecentAlert, ...] = ()
+
+
+#: `scheme://user:password@` in free text: what an older version's alerting figures could hold.
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+
+
+def without_url_credentials(value: Any) -> Any:
+    """`value` (figures: dicts, lists, strings) with any URL user-info removed and every
+    `channel` redacted. Figures recorded by this version hold none; an alerting tick recorded
+    by an older one may, until the next alerting tick replaces it."""
+    if isinstance(value, str):
+        return _URL_CREDENTIALS.sub(r"\1", value)
+    if isinstance(value, list):
+        return [without_url_credentials(v) for v in value]
+    if isinstance(value, dict):
+        return {k: channel_label(v) if k == "channel" and isinstance(v, str)
+                else without_url_credentials(v) for k, v in value.items()}
+    return value
+
+
+async def _graph_status(graph: GraphDB, tables: set[str], *, path: Path) -> GraphStatus:
+    """Nodes, edges, and MEMORY / SESSION nodes by provenance marker."""
+    nodes, edges = await count_nodes_and_edges(graph, tables)
+    by_label = await provenance_counts(graph) if "nodes" in tables else {}
+    return GraphStatus(path, True, nodes, edges,
+                       Provenance(*by_label.get(MEMORY_LABEL, (0, 0, 0, 0))),
+                       Provenance(*by_label.get(SESSION_LABEL, (0, 0, 0, 0))))
+
+
+async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, TickShown]:
+    if "daemon_ticks" not in tables:
+        return {}
+    return {
+        name: TickShown(record.started_at, iso_from_ms(record.started_at), record.finished_at,
+                        record.duration_ms, record.ok, without_url_credentials(record.figures))
+        for name, record in sorted((await last_ticks(graph)).items())
+    }
+
+
+async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
+    """Every configured tenant with its version and latest stale report, plus any tenant that
+    has a report but no configuration node (version 0: it was removed or never configured)."""
+    configs = {t.tenant_id: t for t in await list_tenants(graph)} if "nodes" in tables else {}
+    reports = await last_stale_counts(graph) if "kb_ingestion_metrics" in tables else {}
+    drift: list[TenantDrift] = []
+    for tenant_id in sorted(set(configs) | set(reports)):
+        config, report = configs.get(tenant_id), reports.get(tenant_id)
+        drift.append(TenantDrift(
+            tenant_id=tenant_id,
+            repo_slug=(config.repo_slug if config is not None else None)
+            or (report.repo_slug if report is not None else None),
+            current_version=config.version if config is not None else 0,
+            last_stale_count=report.stale_count if report is not None else None,
+            last_tombstoned_count=report.tombstoned_count if report is not None else None,
+            last_report_at=report.timestamp_ms if report is not None else None,
+            last_report_at_iso=_iso(report.timestamp_ms if report is not None else None),
+        ))
+    return tuple(drift)
+
+
+async def _alerts(graph: GraphDB, tables: set[str]) -> tuple[RecentAlert, ...]:
+    if "alerts_fired" not in tables:
+        return ()
+    return tuple(RecentAlert.of(recorded) for recorded in await recent_alerts(graph))
+
+
+async def gather_status(settings: Settings, *, now: int | None = None) -> StatusReport:
+    """Everything `daemons.status` shows. Read-only; never opens Chroma; a missing file or
+    database is shown as absent, not raised."""
+    queue, draining, dead = await asyncio.gather(
+        asyncio.to_thread(describe_queue_file, settings.lazy_edges_queue_path),
+        asyncio.to_thread(describe_queue_file, settings.draining_path),
+        asyncio.to_thread(count_dead_letters, settings.dead_letter_path),
+    )
+    report = StatusReport(
+        generated_at=now if now is not None else now_ms(),
+        config=ConfigShown(
+            str(settings.source) if settings.source is not None else None,
+            str(settings.data_dir),
+            settings.chroma_url if settings.server_mode else str(settings.chroma_path)),
+        queue=QueueFileStatus.of(settings.lazy_edges_queue_path, queue),
+        draining=QueueFileStatus.of(settings.draining_path, draining),
+        dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),
+        graph=GraphStatus(settings.graph_db_path, present=False),
+    )
+    path = settings.graph_db_path
+    if not path.exists():
+        return report
+    graph = await GraphDB.open(path, read_only=True)
+    try:
+        tables = await graph.table_names()
+        return StatusReport(
+            report.generated_at, report.config, report.queue, report.draining,
+            report.dead_letters, graph=await _graph_status(graph, tables, path=path),
+            ticks=await _ticks(graph, tables), tenants=await _tenants(graph, tables),
+            alerts=await _alerts(graph, tables))
+    finally:
+        await graph.close()
+

@@ -1,0 +1,39 @@
+"""Rows of a vector collection as plain data, so that rules can be about them without a store.
+
+`ChromaRow` is one row (embeddings as lists of floats, never numpy); `ColumnPage` is a page of
+whole rows column by column, as the tombstone archive writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ChromaRow:
+    """One Chroma row as plain data (embeddings as lists of floats, never numpy)."""
+
+    id: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    document: str | None = None
+    embedding: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnPage:
+    """Whole rows as Chroma returns them, column by column, for the archive writer.
+
+    Embeddings stay one numpy array: a 384-number embedding costs 3 KB there against ~12 KB
+    as Python floats, so a page of 2,000 rows holds ~6 MB of embeddings instead of ~25 MB.
+    """
+
+    ids: list[str]
+    metadatas: list[Mapping[str, Any]]
+    documents: list[str | None]
+    #: numpy array (rows x dimensions), or None when the rows have no embeddings.
+    embeddings: Any
+
+    def __len__(self) -> int:
+        return len(self.ids)

@@ -1,0 +1,17 @@
+"""What counts as a number, once for the whole project (pure).
+
+JSON, TOML and Chroma metadata all hand back Python values where `True` is an `int` and `NaN`
+is a `float`; neither is a number anyone meant. Every check of "a finite number, not a bool"
+(config values, alert thresholds, chunk stamps and `ingestedAt`, archived embeddings) is this
+one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, TypeGuard
+
+
+def is_real_number(value: Any) -> TypeGuard[int | float]:
+    """True for a finite int or float; False for bool (an int subclass), NaN, ±inf, strings."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,190 @@
+"""The graph's statements: nodes and edges (CONTRACT tables), written in batches.
+
+Existence is always asked of SQLite: no in-process cache that another writer could make stale.
+Writes take a `Transaction` (the caller's `GraphDB.write()`), so a job decides which writes land
+together. Property objects are stored as JSON that is always valid: orjson refuses what JSON
+cannot hold (a lone surrogate, an integer past 64 bits, a non-string key) with an error instead
+of writing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import orjson
+import structlog
+
+from core.rules.ids import normalize_graph_node_id
+from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL, EdgeRow, NodeRow
+from core.stores.sqlite import GraphDB, Transaction
+
+log = structlog.get_logger(__name__)
+
+#: Linking an existing edge again adds this fraction of the new weight.
+REINFORCE_FACTOR = 0.1
+#: Reinforcement never takes a weight above this.
+MAX_WEIGHT = 5.0
+
+_INSERT_NODE_IF_ABSENT = "INSERT OR IGNORE INTO nodes(id, label, properties) VALUES (?, ?, ?)"
+# A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
+# make json_patch fail on every later write to the row; it is replaced instead of merged.
+_UPSERT_NODE = """
+INSERT INTO nodes(id, label, properties) VALUES (?, ?, ?)
+ON CONFLICT(id) DO UPDATE SET
+    label = excluded.label,
+    properties = json_patch(json_patch(CASE WHEN json_valid(nodes.properties)
+                                            THEN nodes.properties ELSE '{}' END,
+                                       excluded.properties), ?)
+"""
+_INSERT_EDGE_IF_ABSENT = """
+INSERT OR IGNORE INTO edges(source, target, relationship, weight, properties)
+VALUES (?, ?, ?, ?, ?)
+"""
+# A zero (or NULL) stored weight counts as 1.0 before reinforcing.
+_LINK_EDGE = f"""
+INSERT INTO edges(source, target, relationship, weight, properties) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT(source, target, relationship) DO UPDATE SET
+    weight = MIN(COALESCE(NULLIF(edges.weight, 0), 1.0) + excluded.weight * {REINFORCE_FACTOR},
+                 {MAX_WEIGHT}),
+    properties = CASE WHEN json_valid(edges.properties)
+                      THEN json_patch(edges.properties, excluded.properties)
+                      ELSE excluded.properties END
+"""
+_EXISTING_IDS = "SELECT id FROM nodes WHERE id IN (SELECT value FROM json_each(?))"
+_NODES_BY_ID = ("SELECT id, label, properties FROM nodes "
+                "WHERE id IN (SELECT value FROM json_each(?))")
+_PROVENANCE_COUNTS = f"""
+SELECT label,
+       COUNT(*),
+       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.backfilled') = 1 END),
+       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.liveIngested') = 1
+           END),
+       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.minimal') = 1 END)
+FROM nodes WHERE label IN ('{MEMORY_LABEL}', '{SESSION_LABEL}') GROUP BY label
+"""
+
+
+class Reader(Protocol):
+    """Anything that runs a read: the database, or a transaction (which sees its own writes)."""
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+
+
+def properties_json(value: Mapping[str, Any] | None) -> str:
+    """Compact JSON of a property object, always valid JSON (see the module docstring); a
+    non-finite float is written as null (lines with one are malformed anyway)."""
+    return orjson.dumps(value if type(value) is dict else dict(value or {})).decode()
+
+
+def _ids_json(ids: Collection[str]) -> str:
+    return orjson.dumps(list(ids)).decode()
+
+
+# ------------------------------------------------------------------------------------ writes
+
+
+async def insert_nodes_if_absent(tx: Transaction, nodes: Iterable[NodeRow]) -> None:
+    """Create nodes that do not exist; an existing node (say, live-ingested meanwhile) wins."""
+    await tx.executemany(
+        _INSERT_NODE_IF_ABSENT, [(n.id, n.label, properties_json(n.properties)) for n in nodes]
+    )
+
+
+async def upsert_nodes(
+    tx: Transaction, nodes: Iterable[NodeRow], *, drop_keys: Sequence[str] = ()
+) -> None:
+    """Create or merge nodes: new properties overwrite, others are kept, `drop_keys` go."""
+    removal = properties_json(dict.fromkeys(drop_keys))
+    await tx.executemany(
+        _UPSERT_NODE, [(n.id, n.label, properties_json(n.properties), removal) for n in nodes]
+    )
+
+
+async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeRow]) -> None:
+    """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
+    await tx.executemany(
+        _INSERT_EDGE_IF_ABSENT,
+        [(e.source, e.target, e.relationship, e.weight, properties_json(e.properties))
+         for e in edges],
+    )
+
+
+async def link_edges(tx: Transaction, edges: Iterable[EdgeRow]) -> None:
+    """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
+    (capped at MAX_WEIGHT) and merge its properties. Rows apply in order, so two links of one
+    edge in a batch reinforce twice, as two separate calls would."""
+    await tx.executemany(
+        _LINK_EDGE,
+        [(e.source, e.target, e.relationship, e.weight, properties_json(e.properties))
+         for e in edges],
+    )
+
+
+async def upsert_node(
+    graph: GraphDB, node_id: str, label: str, properties: Mapping[str, Any] | None = None
+) -> None:
+    """Create a node or merge `properties` into it (canonical id), in a transaction of its own."""
+    async with graph.write() as tx:
+        await upsert_nodes(
+            tx, [NodeRow(normalize_graph_node_id(node_id), label, dict(properties or {}))]
+        )
+
+
+async def link_nodes(
+    graph: GraphDB,
+    source: str,
+    target: str,
+    relationship: str,
+    weight: float = 1.0,
+    properties: Mapping[str, Any] | None = None,
+) -> bool:
+    """Link two existing nodes (or reinforce the edge); cull the edge when an endpoint is
+    missing: log it and return False. The existence check and the link share one transaction.
+    Never back-fills (see `core.jobs.lazy_backfill.link_with_backfill`)."""
+    source = normalize_graph_node_id(source)
+    target = normalize_graph_node_id(target)
+    async with graph.write() as tx:
+        found = await existing_ids(tx, [source, target])
+        missing = sorted({source, target} - found)
+        if missing:
+            log.info("graph.edge_culled", source=source, target=target,
+                     relationship=relationship, missing=missing)
+            return False
+        await link_edges(tx, [EdgeRow(source, target, relationship, weight, properties)])
+    return True
+
+
+# ------------------------------------------------------------------------------------- reads
+
+
+async def existing_ids(reader: Reader, ids: Collection[str]) -> set[str]:
+    """Which of `ids` are nodes, in one query whatever their number."""
+    if not ids:
+        return set()
+    return {row[0] for row in await reader.query(_EXISTING_IDS, (_ids_json(ids),))}
+
+
+async def nodes_by_id(reader: Reader, ids: Collection[str]) -> dict[str, NodeRow]:
+    """Several nodes by id, in one query."""
+    if not ids:
+        return {}
+    rows = await reader.query(_NODES_BY_ID, (json.dumps(list(ids)),))
+    return {r[0]: NodeRow(r[0], r[1], json.loads(r[2])) for r in rows}
+
+
+async def count_nodes_and_edges(reader: Reader, tables: Collection[str]) -> tuple[int, int]:
+    """How many nodes and edges there are (0 for a table the file does not have yet)."""
+    nodes = int((await reader.query("SELECT COUNT(*) FROM nodes"))[0][0]) \
+        if "nodes" in tables else 0
+    edges = int((await reader.query("SELECT COUNT(*) FROM edges"))[0][0]) \
+        if "edges" in tables else 0
+    return nodes, edges
+
+
+async def provenance_counts(reader: Reader) -> dict[str, tuple[int, int, int, int]]:
+    """MEMORY and SESSION nodes by label: (total, back-filled, live-ingested, minimal)."""
+    return {str(label): (int(total), int(backfilled or 0), int(live or 0), int(minimal or 0))
+            for label, total, backfilled, live, minimal
+            in await reader.query(_PROVENANCE_COUNTS)}
