@@ -325,8 +325,8 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
 
 async def run_drainer(root: Path) -> dict[str, Any]:
     """(child) The project's drainer, as one REM tick runs it (stores opened untimed)."""
-    from core.drain import drain_queue
     from core.jobs.context import open_stores
+    from core.jobs.drain import drain_queue
 
     settings = settings_for(root)
     measure = Measure()

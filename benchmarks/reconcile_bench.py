@@ -151,7 +151,7 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
     from core.jobs.context import open_stores
-    from core.reconcile import reconcile_tick
+    from core.jobs.reconcile import reconcile_tick
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
@@ -171,7 +171,7 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
     by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
     else."""
-    from core.reconcile import actionable_stamp_ceiling, candidate_where
+    from core.rules.reconcile import actionable_stamp_ceiling, candidate_where
     from core.stores.chroma import SCAN_PAGE_ROWS
 
     settings = settings_for(root)

@@ -26,7 +26,7 @@ from core.cli import (
     run_main,
 )
 from core.jobs.context import Stores, open_stores
-from core.priority_backfill import priority_backfill
+from core.jobs.eager_backfill import priority_backfill
 from core.reports.progress import choose_progress
 from core.rules.errors import KbError
 from core.ticks import run_tick

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from core.cli import EXIT_OK, Parser, add_config_flag, load_settings, run_main
-from core.demo_data import DemoDataset, build_demo_dataset, seed_demo
-from core.drain import rem_tick
 from core.jobs.context import Stores, open_stores
-from core.reconcile import reconcile_tick
+from core.jobs.demo import DemoDataset, build_demo_dataset, seed_demo
+from core.jobs.drain import rem_tick
+from core.jobs.reconcile import reconcile_tick
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.rules.errors import ConfigError

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
-from core.drain import rem_tick
+from core.jobs.drain import rem_tick
 from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec, Job, serve_main
 from core.stores.queue_files import refuse_symlinked_queue

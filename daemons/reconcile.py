@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from core.alerting import alerting_tick
 from core.cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -32,10 +31,12 @@ from core.cli import (
     run_main,
     run_one_tick,
 )
-from core.reconcile import reconcile_tick
+from core.jobs.alerting import alerting_tick
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import RestoreResult, restore_archive
 from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec, Job, serve_main
-from core.stores.archives import RestoreResult, ensure_archive_file, restore_archive
+from core.stores.archives import ensure_archive_file
 from core.stores.chroma import VectorStore
 from core.ticks import TickFn
 

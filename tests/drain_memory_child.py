@@ -14,8 +14,8 @@ import json
 import resource
 import sys
 
-from core.drain import drain_queue
 from core.jobs.context import open_stores
+from core.jobs.drain import drain_queue
 from core.logs import configure_logging
 from core.rules.config import load_config
 

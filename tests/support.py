@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,16 @@ from typing import Any
 
 import pytest
 
+from core.rules.archive_format import (
+    ARCHIVE_FORMAT,
+    LEGACY_FORMAT,
+    ArchivedChunk,
+    ArchiveHeader,
+    json_object,
+    parse_chunk,
+    parse_header,
+    unseal,
+)
 from core.rules.config import Settings, resolve_config
 from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import NodeRow
@@ -151,3 +161,25 @@ def count_commits(monkeypatch: pytest.MonkeyPatch, graph: GraphDB) -> Callable[[
 
     monkeypatch.setattr(graph, "write", counted)
     return lambda: commits
+
+
+def read_archived_chunks(path: Path) -> Iterator[tuple[ArchiveHeader | None, ArchivedChunk]]:
+    """Every readable chunk line of an archive with the archive's header (None for format 1),
+    unreadable lines are skipped."""
+    with path.open("rb") as handle:
+        header: ArchiveHeader | None = None
+        first = True
+        for raw in (line.rstrip(b"\r\n") for line in handle if line.strip()):
+            try:
+                if first:
+                    first = False
+                    try:
+                        header = parse_header(unseal(raw))
+                        continue
+                    except ValueError:
+                        pass
+                record = unseal(raw) if header is not None else json_object(raw)
+                yield header, parse_chunk(
+                    record, expected_format=ARCHIVE_FORMAT if header else LEGACY_FORMAT)
+            except ValueError:
+                continue

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick
+from core.jobs.alerting import alerting_tick
 from core.jobs.context import Stores
 from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
 from core.rules.figures import to_json

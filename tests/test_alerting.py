@@ -9,7 +9,7 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick
+from core.jobs.alerting import alerting_tick
 from core.jobs.context import Stores, open_stores
 from core.reports.status import RecentAlert
 from core.rules.alert_rules import ALL_REPOS

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from core.alerting import alerting_tick
+from core.jobs.alerting import alerting_tick
 from core.jobs.context import Stores
-from core.reconcile import reconcile_tick
+from core.jobs.reconcile import reconcile_tick
 from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from core.backfill import Reason, ingest_single_row, link_with_backfill, plan_backfill
+from core.jobs.lazy_backfill import ingest_single_row, link_with_backfill, plan_backfill
+from core.rules.backfill_plan import Reason
 from core.rules.config import Settings
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from core.jobs.context import Stores
-from core.priority_backfill import DAY_MS, priority_backfill
+from core.jobs.eager_backfill import DAY_MS, priority_backfill
 from core.reports.progress import LogProgress, TerminalProgress, choose_progress, render_bar
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from core.demo_data import build_demo_dataset, synthetic_embedding
+from core.jobs.demo import build_demo_dataset, synthetic_embedding
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
 from tests.support import make_settings, run_module, seed

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import core.drain as drain
-from core.drain import DrainStats, drain_queue, drainer_lock
+import core.jobs.drain as drain
 from core.jobs.context import Stores, open_stores
+from core.jobs.drain import DrainStats, drain_queue, drainer_lock
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.rules.queue_lines import ReadLine

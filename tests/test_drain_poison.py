@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from chromadb.errors import InternalError
 
-from core.drain import drain_queue
 from core.jobs.context import Stores
+from core.jobs.drain import drain_queue
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore

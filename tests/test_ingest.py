@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.backfill import ingest_single_row
-from core.ingest import live_ingest_since, sync_session_to_graph
+from core.jobs.ingest import live_ingest_since, sync_session_to_graph
+from core.jobs.lazy_backfill import ingest_single_row
 from core.rules.config import Settings
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import VectorStore

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.reconcile import (
+from core.rules.reconcile import (
     DEFAULT_ORPHAN_VERSION_GAP,
     EMPTY_DIFF,
     actionable_stamp_ceiling,
@@ -18,7 +18,7 @@ from core.reconcile import (
     stale_fraction_exceeded,
 )
 from core.rules.rows import ChromaRow, ColumnPage
-from core.tombstoning import (
+from core.rules.tombstone_bands import (
     Band,
     OldestIngested,
     band_where,

@@ -14,17 +14,17 @@ import pytest
 import structlog
 
 from core.jobs.context import Stores, TickControl, open_stores
-from core.reconcile import GUARD_STALE_FRACTION, reconcile_tick
+from core.jobs.reconcile import reconcile_tick
 from core.rules.config import Settings
+from core.rules.reconcile import GUARD_STALE_FRACTION
 from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_RECONCILE
 from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.archives import read_archived_chunks
 from core.stores.chroma import Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.ticks import run_tick
-from tests.support import count_rows, make_settings, seed
+from tests.support import count_rows, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 

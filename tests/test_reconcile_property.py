@@ -17,22 +17,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.jobs.context import Stores
-from core.reconcile import (
-    diff_tenant_chunks,
-    reconcile_tick,
-    stale_fraction_exceeded,
-)
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import restore_archive
+from core.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.rules.tombstone_bands import deletion_bound
 from core.rules.values import is_real_number
-from core.stores.archives import read_archived_chunks, restore_archive
 from core.stores.chroma import Include, VectorStore
 from core.stores.clock import now_ms
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.ticks import run_tick
-from core.tombstoning import deletion_bound
-from tests.support import make_settings, seed
+from tests.support import make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 MISSING = object()

@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 
 from core.jobs.context import Stores
-from core.reconcile import reconcile_tick
+from core.jobs.reconcile import reconcile_tick
 from core.rules.config import Settings
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL

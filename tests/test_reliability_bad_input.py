@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.drain import drain_queue
 from core.jobs.context import Stores
+from core.jobs.drain import drain_queue
 from core.rules.config import KEYS, load_config, resolve_config
 from core.rules.errors import ConfigError
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line

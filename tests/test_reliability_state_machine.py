@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-import core.drain as drain
+import core.jobs.drain as drain
 from core.jobs.context import Stores
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore

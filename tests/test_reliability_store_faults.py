@@ -13,20 +13,20 @@ from typing import Any
 
 import pytest
 
-import core.drain as drain
+import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
-from core.drain import drain_queue
 from core.jobs.context import Stores
-from core.reconcile import reconcile_tick
+from core.jobs.drain import drain_queue
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import restore_archive
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.stores.archives import read_archived_chunks, restore_archive
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import set_tenant_config
 from tests.chroma_server import ChromaServer
-from tests.support import make_settings, read_edge, run_module, seed
+from tests.support import make_settings, read_archived_chunks, read_edge, run_module, seed
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
 ) -> None:
     settings = kb.settings
     # Three bands, three delete requests.
-    monkeypatch.setattr("core.tombstoning.BAND_ROWS", 1_000)
+    monkeypatch.setattr("core.jobs.tombstoning.BAND_ROWS", 1_000)
     real_delete = VectorStore.delete_where
     requests = {"n": 0}
 

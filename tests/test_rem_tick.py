@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from core.drain import rem_tick
 from core.jobs.context import Stores, open_stores
+from core.jobs.drain import rem_tick
 from core.rules.config import Settings
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import VectorStore

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from core.alerting import alerting_tick
+from core.jobs.alerting import alerting_tick
 from core.jobs.context import Stores
 from core.reports.status import RecentAlert, gather_status
 from core.rules.config import load_config

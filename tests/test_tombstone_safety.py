@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from core.jobs.context import Stores
-from core.reconcile import reconcile_tick
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import restore_archive
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.archives import read_archived_chunks, restore_archive
 from core.stores.chroma import Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.ticks import run_tick
-from tests.support import DIM, make_settings, seed
+from tests.support import DIM, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 KB = "neo-knowledge-base"

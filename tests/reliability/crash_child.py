@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import core.drain as drain
+import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
 from core.jobs.context import open_stores
 from core.logs import configure_logging

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from core.jobs.context import Stores
-from core.reconcile import reconcile_tick
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import restore_archive
 from core.rules.rows import ChromaRow
-from core.stores.archives import restore_archive
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.sqlite import GraphDB

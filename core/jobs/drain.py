@@ -55,9 +55,10 @@ from typing import Any
 
 import structlog
 
-from core.backfill import BackfillPlan, plan_backfill
-from core.ingest import live_ingest_since
 from core.jobs.context import Stores
+from core.jobs.ingest import live_ingest_since
+from core.jobs.lazy_backfill import plan_backfill
+from core.rules.backfill_plan import BackfillPlan
 from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,

@@ -1,15 +1,11 @@
-"""Config-invalidation reconciliation: find a tenant's chunks stamped with a superseded config
-version, report them, and (opt-in, guarded, archived first) tombstone them.
+"""The reconciliation pass: find each tenant's chunks stamped with a superseded config version,
+report them, and (opt-in, guarded, archived first) tombstone them.
 
-Two layers, kept apart:
-
-- **The engine** (`diff_tenant_chunks` and the small helpers beside it) is pure: plain data in,
-  plain data out; no I/O, no clock. It is the only place that decides whether a chunk is stale
-  or actionable.
-- **The pass** (`reconcile_tick`) is the I/O around it: tenants from the graph, candidate
-  chunks from Chroma page by page, the guards, tombstoning (`core.tombstoning`: archive
-  exactly what a staleness predicate returns, then let the store delete by that predicate),
-  and telemetry that must be written before a pass counts as done.
+The decisions are `core.rules.reconcile`'s (which chunk is stale or actionable, the guards);
+this is the I/O around them: tenants from the graph, candidate chunks from Chroma page by page,
+tombstoning (`core.jobs.tombstoning`: archive exactly what a band's predicate returns, then let
+the store delete by that predicate), and telemetry that must be written before a pass counts
+as done.
 
 Paging: the candidate read (`tenantId` and `tenantConfigVersion < current`, metadatas only) is
 read-only, so it pages by offset; memory is bounded by one page plus the `ingestedAt` of at
@@ -25,248 +21,45 @@ from __future__ import annotations
 import functools
 import math
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core import tombstoning
-from core.rules.config import KEYS_BY_NAME
+from core.jobs import tombstoning
+from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
+from core.rules.reconcile import (
+    GUARD_INVALID_CONFIG,
+    GUARD_STALE_FRACTION,
+    TENANT_KEY,
+    ReconcilePolicy,
+    actionable_stamp_ceiling,
+    candidate_where,
+    diff_tenant_chunks,
+    is_actionable_stamp,
+    stale_fraction_exceeded,
+)
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.rules.tenants import TenantConfig
-from core.rules.values import is_real_number
+from core.rules.tombstone_bands import OldestIngested, deletion_bound
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.telemetry import insert_metric_rows, new_metric_row
 from core.stores.telemetry_spool import MetricSpool
 from core.stores.tenants import list_tenants
-from core.tombstoning import (
-    OldestIngested,
-    TombstoneJob,
-    TombstoneProgress,
-    deletion_bound,
-    tombstone_bands,
-)
 
 if TYPE_CHECKING:
     from core.jobs.context import Stores
-    from core.rules.config import Settings
     from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
 
-#: The gap used when the configured one is unusable: the config default, never re-spelled.
-DEFAULT_ORPHAN_VERSION_GAP: float = KEYS_BY_NAME["reconciliationOrphanVersionGap"].default
-#: The metadata keys the engine reads (CONTRACT's knowledge-base chunk fields).
-TENANT_KEY = "tenantId"
-STAMP_KEY = "tenantConfigVersion"
-#: The telemetry/figures value of `guard` when the stale-fraction guard stopped a tenant.
-GUARD_STALE_FRACTION = "stale-fraction"
 #: Rows per page when counting a tenant's chunks for the guard (ids only). Each page re-runs
 #: the `where` over the tenant and skips its offset, so fewer, larger pages are faster, while
 #: Chroma's buffers for a page grow the process. Counting 100,000 chunks (measured): pages of
 #: 2,000 ~4 s slower than 10,000; 10,000 1.1-1.6 s, +15 MB peak; 25,000 0.61-0.67 s, +31 MB;
 #: 50,000 0.56-0.61 s, +47 MB. 25,000 takes most of the gain for half the memory of 50,000.
 COUNT_PAGE_ROWS = 25_000
-
-
-# --------------------------------------------------------------------------------------------
-# The engine (pure)
-# --------------------------------------------------------------------------------------------
-
-
-def resolve_orphan_version_gap(value: Any) -> float:
-    """The gap threshold to use: `value` when it is a finite number >= 1, else the default.
-
-    The floor is 1 because every stale chunk has a gap of at least 1: a threshold of 1 means
-    "no grace", and anything lower would mean nothing different but look like a typo.
-    """
-    return value if is_real_number(value) and value >= 1 else DEFAULT_ORPHAN_VERSION_GAP
-
-
-@dataclass(frozen=True, slots=True)
-class StaleOrphan:
-    """A chunk stamped with an older config version than its tenant's current one."""
-
-    id: str
-    tenant_config_version: int | float
-    version_gap: int | float
-
-    def as_dict(self) -> dict[str, Any]:
-        """The original's `{id, tenantConfigVersion, versionGap}` shape."""
-        return {
-            "id": self.id,
-            "tenantConfigVersion": self.tenant_config_version,
-            "versionGap": self.version_gap,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class TenantDiff:
-    """The engine's verdict on a set of rows."""
-
-    stale_orphans: tuple[StaleOrphan, ...] = ()
-    actionable_ids: tuple[str, ...] = ()
-
-    @property
-    def stale_count(self) -> int:
-        """How many rows are stale (each id once)."""
-        return len(self.stale_orphans)
-
-    @property
-    def actionable_count(self) -> int:
-        """How many stale rows are at least the gap threshold behind."""
-        return len(self.actionable_ids)
-
-    def as_dict(self) -> dict[str, Any]:
-        """`{staleOrphans, staleCount, actionableIds, actionableCount}`, as the original."""
-        return {
-            "staleOrphans": [o.as_dict() for o in self.stale_orphans],
-            "staleCount": self.stale_count,
-            "actionableIds": list(self.actionable_ids),
-            "actionableCount": self.actionable_count,
-        }
-
-
-EMPTY_DIFF = TenantDiff()
-
-
-def _id_and_metadata(row: Any) -> tuple[Any, Any]:
-    """A row's id and metadata, from a `{id, metadata}` mapping or a ChromaRow-like object."""
-    if isinstance(row, Mapping):
-        return row.get("id"), row.get("metadata")
-    return getattr(row, "id", None), getattr(row, "metadata", None)
-
-
-def diff_tenant_chunks(
-    rows: Any, current_version: Any, orphan_version_gap: Any = None
-) -> TenantDiff:
-    """Classify one tenant's rows into stale orphans and the actionable subset.
-
-    A row is stale when its `tenantConfigVersion` is a real, finite number (a bool is not)
-    below `current_version`; its gap is `current_version - stamp`; it is actionable when the
-    gap is at least the resolved threshold (see `resolve_orphan_version_gap`).
-
-    Fail-safe throughout: a current version that is not a positive number (a tenant with no
-    config node is at 0), rows that are not a list, a row without a string id, and a row
-    whose stamp is missing or not a number (ingested before stamps existed) give nothing to
-    act on. Each id counts once (the original passed duplicates to delete twice); order is
-    the input's.
-    """
-    if not isinstance(rows, (list, tuple)):
-        return EMPTY_DIFF
-    if not is_real_number(current_version) or current_version <= 0:
-        return EMPTY_DIFF
-    threshold = resolve_orphan_version_gap(orphan_version_gap)
-    seen: set[str] = set()
-    stale: list[StaleOrphan] = []
-    actionable: list[str] = []
-    for row in rows:
-        row_id, metadata = _id_and_metadata(row)
-        if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
-            continue
-        stamp: Any = metadata.get(STAMP_KEY)
-        if not is_real_number(stamp) or not stamp < current_version:
-            continue
-        seen.add(row_id)
-        gap = current_version - stamp
-        stale.append(StaleOrphan(row_id, stamp, gap))
-        if gap >= threshold:
-            actionable.append(row_id)
-    return TenantDiff(tuple(stale), tuple(actionable))
-
-
-def is_actionable_stamp(stamp: Any, current_version: Any, orphan_version_gap: Any) -> bool:
-    """Whether one stamp is actionable under `diff_tenant_chunks`' rule (pure): a real number
-    below a positive current version by at least the resolved gap."""
-    return (is_real_number(current_version) and current_version > 0 and is_real_number(stamp)
-            and stamp < current_version
-            and current_version - stamp >= resolve_orphan_version_gap(orphan_version_gap))
-
-
-def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float) -> bool:
-    """Whether tombstoning `actionable` of a tenant's `total` chunks is too much at once.
-
-    True when actionable / total > max_fraction. With actionable chunks but a total of 0 (the
-    chunks vanished between the two reads) it is True: when in doubt, delete nothing.
-    """
-    if actionable <= 0:
-        return False
-    if total <= 0:
-        return True
-    return actionable / total > max_fraction
-
-
-def actionable_stamp_ceiling(current_version: int, orphan_version_gap: Any) -> int | float:
-    """The operand for Chroma's `$lte` that selects the actionable stamps (`stamp <= current -
-    gap`), as an int when whole.
-
-    Chroma 1.5.9 compares an integer stamp against a fractional operand by truncating the
-    operand toward zero (measured: `$lte 2.5` matches int 2, `$lte -0.5` matches int 0). That
-    is exact for a ceiling >= 0; below zero the ceiling is floored instead, so no integer stamp
-    above it comes back (a fractional stamp between the two is then left for a later look:
-    never deleted wrongly, and the engine re-checks every row anyway).
-    """
-    ceiling = current_version - resolve_orphan_version_gap(orphan_version_gap)
-    if float(ceiling).is_integer():
-        return int(ceiling)
-    return ceiling if ceiling >= 0 else math.floor(ceiling)
-
-
-def candidate_where(tenant_id: str, current_version: int) -> dict[str, Any]:
-    """Chroma `where` for a tenant's possibly stale chunks (stamp below the current version).
-
-    Chroma's `$lt` matches numeric metadata only, so string and boolean stamps never come
-    back; the engine would skip them anyway.
-    """
-    return {"$and": [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lt": current_version}}]}
-
-
-# --------------------------------------------------------------------------------------------
-# The pass (I/O)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcilePolicy:
-    """The settings one pass runs under, read once so every tenant sees the same ones."""
-
-    collection: str
-    auto_tombstone: bool
-    orphan_version_gap: float
-    max_deletes_per_tick: int
-    max_stale_fraction: float
-    dry_run: bool
-    #: Destructive guards configured with an invalid value: while any is listed, the pass
-    #: deletes nothing (CONTRACT: the guards fail closed).
-    invalid_guards: tuple[str, ...] = ()
-    #: This pass's id, written into each archive's header.
-    pass_id: str = ""
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, *, dry_run: bool, pass_id: str = ""
-    ) -> ReconcilePolicy:
-        """The pass's policy; `auto_tombstone` is exactly the setting (a TOML `true` only,
-        already enforced by the config reader)."""
-        return cls(
-            collection=settings.knowledge_base_collection,
-            auto_tombstone=settings.reconciliation_auto_tombstone is True,
-            orphan_version_gap=resolve_orphan_version_gap(
-                settings.reconciliation_orphan_version_gap
-            ),
-            max_deletes_per_tick=settings.reconciliation_max_deletes_per_tick,
-            max_stale_fraction=settings.reconciliation_max_stale_fraction,
-            dry_run=dry_run,
-            invalid_guards=settings.invalid_guards,
-            pass_id=pass_id,
-        )
-
-    @property
-    def deletes_allowed(self) -> bool:
-        """Whether this pass may delete anything at all."""
-        return self.auto_tombstone and not self.dry_run and not self.invalid_guards
 
 
 @dataclass(slots=True)
@@ -342,10 +135,6 @@ class TenantOutcome:
         }
         detail.update({k: v for k, v in optional.items() if v is not None})
         return detail
-
-
-#: The telemetry/figures value of `guard` when a destructive guard's setting is invalid.
-GUARD_INVALID_CONFIG = "invalid-config"
 
 
 async def reconcile_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:

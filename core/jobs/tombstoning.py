@@ -44,9 +44,7 @@ another archive: it is then in that archive).
 
 from __future__ import annotations
 
-import heapq
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -54,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from core.rules.rows import ColumnPage
+from core.rules.tombstone_bands import Band, Number, band_where, plan_bands, rule_violations
 from core.stores.archives import TombstoneArchive
 from core.stores.clock import now_ms
 
@@ -61,10 +60,6 @@ if TYPE_CHECKING:
     from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
-
-TENANT_KEY: Final = "tenantId"
-STAMP_KEY: Final = "tenantConfigVersion"
-INGESTED_KEY: Final = "ingestedAt"
 
 #: Chunks per planned band: the rows of one delete request. Every request (the band's
 #: ids-only read and its delete) re-evaluates the `where` over the whole tenant, ~0.2-0.3 s
@@ -85,109 +80,6 @@ ARCHIVE_READ_ROWS: Final = 1_000
 #: Re-reads of a band whose fetched rows the rule refused, before giving up on it (a band
 #: still changing after this many is left alone).
 BAND_VERIFY_ROUNDS: Final = 3
-
-Number = int | float
-
-
-def is_real_number(value: Any) -> bool:
-    """True for a finite int or float; False for bool (an int subclass), NaN, ±inf, strings.
-    The one definition of "a number" for stamps and `ingestedAt` alike."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
-    """The chunk's `ingestedAt` when a band can hold it: a real number not later than the
-    pass's read; None for a chunk the pass must hold (never delete)."""
-    if not isinstance(metadata, Mapping):
-        return None
-    value: Any = metadata.get(INGESTED_KEY)
-    return value if is_real_number(value) and value <= read_ms else None
-
-
-class OldestIngested:
-    """The `ingestedAt` of the oldest `capacity` chunks offered, in memory bounded by the
-    capacity (a max-heap of negated values): the chunks a capped pass deletes first."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, capacity)
-        self._heap: list[Number] = []
-
-    def offer(self, value: Number) -> None:
-        """Keep `value` if it is among the oldest `capacity` seen."""
-        if self.capacity == 0:
-            return
-        if len(self._heap) < self.capacity:
-            heapq.heappush(self._heap, -value)
-        elif -value > self._heap[0]:
-            heapq.heapreplace(self._heap, -value)
-
-    def sorted(self) -> list[Number]:
-        """The kept values, oldest first."""
-        return sorted(-v for v in self._heap)
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-
-@dataclass(frozen=True, slots=True)
-class Band:
-    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen."""
-
-    after: Number | None
-    through: Number
-    planned: int
-
-
-def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
-    """Cut sorted `ingestedAt` values into bands of at most `band_rows` (pure).
-
-    Equal values are never split (a band boundary must be a value change, or the predicate
-    could not tell them apart): a band ends before a run of equal values that would overflow
-    it, and a run longer than `band_rows` is a band of its own.
-    """
-    bands: list[Band] = []
-    start, count = 0, len(values)
-    while start < count:
-        end = min(start + band_rows, count)
-        if end < count and values[end] == values[end - 1]:
-            run_start = end - 1
-            while run_start > start and values[run_start - 1] == values[end - 1]:
-                run_start -= 1
-            if run_start > start:
-                end = run_start
-            else:
-                while end < count and values[end] == values[end - 1]:
-                    end += 1
-        bands.append(Band(values[start - 1] if start else None, values[end - 1], end - start))
-        start = end
-    return bands
-
-
-def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
-    """The band's predicate, as Chroma `where`. Numeric operands are exact against float
-    values and, for operands >= 0, against integer ones (Chroma truncates a fractional
-    operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
-    clauses: list[dict[str, Any]] = [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}}]
-    if band.after is not None:
-        clauses.append({INGESTED_KEY: {"$gt": band.after}})
-    clauses.append({INGESTED_KEY: {"$lte": band.through}})
-    return {"$and": clauses}
-
-
-def rule_violations(
-    page: ColumnPage, *, tenant_id: str, is_actionable: Callable[[Any], bool], read_ms: int
-) -> list[str]:
-    """Ids in a page the rule would not delete (pure): another tenant's, a stamp that is not
-    actionable, no numeric `ingestedAt` or one after the pass's read. The band's `where`
-    matched these rows a moment before, so each has changed since, or shows that the store
-    and the rule disagree (the caller finds out which)."""
-    bad = []
-    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
-        if (metadata.get(TENANT_KEY) != tenant_id or not is_actionable(metadata.get(STAMP_KEY))
-                or deletion_bound(metadata, read_ms=read_ms) is None):
-            bad.append(row_id)
-    return bad
-
 
 class BandRefused(Exception):
     """A band the pass will not delete (the store and the rule disagree, or it kept

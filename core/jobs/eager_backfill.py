@@ -25,18 +25,12 @@ from typing import Any
 
 import structlog
 
-from core.drain import DrainStats, drain_queue
-from core.ingest import (
-    SESSIONS_PER_BATCH,
-    LiveIngestReport,
-    SessionWindow,
-    SyncStats,
-    sessions_created_since,
-    sync_sessions,
-)
 from core.jobs.context import Stores
+from core.jobs.drain import DrainStats, drain_queue
+from core.jobs.ingest import SESSIONS_PER_BATCH, sessions_created_since, sync_sessions
 from core.reports.progress import Progress
 from core.rules.errors import KbError, StoreUnavailable
+from core.rules.ingest import LiveIngestReport, SessionWindow, SyncStats
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms

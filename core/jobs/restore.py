@@ -1,0 +1,204 @@
+"""Restoring a tombstone archive, preserve-live: only absent ids come back, only into the
+knowledge-base collection, only for the archive's own tenant.
+
+Lines are checked against the archive's header (`core.rules.archive_format.refusal`) and then
+against the store, a batch at a time. Absent ids are added back with Chroma `add`, which leaves
+any id that exists untouched even if it appeared a moment after the check; an id that exists
+under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under another
+tenant, a line of another collection, pass or tenant is refused with its reason. Running a
+restore twice changes nothing the second time. A bad line never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from core.rules.archive_format import (
+    ARCHIVE_FORMAT,
+    LEGACY_FORMAT,
+    LEGACY_WARNING,
+    TENANT_KEY,
+    ArchivedChunk,
+    json_object,
+    parse_chunk,
+    parse_header,
+    refusal,
+    unseal,
+)
+from core.rules.rows import ChromaRow
+from core.stores.archives import ArchiveError, archive_line_batches
+from core.stores.chroma import CollectionMissing, VectorStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LineProblem:
+    """A line that was not applied, and why."""
+
+    line_number: int
+    reason: str
+    chunk_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` shape."""
+        return {"line": self.line_number, "id": self.chunk_id, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """What a restore did, line by line counted."""
+
+    path: Path
+    collection: str
+    tenant_id: str | None
+    format: int | None
+    restored: int = 0
+    kept_live: int = 0
+    #: Well-formed lines that do not belong (another tenant, collection, pass, owner).
+    refused: tuple[LineProblem, ...] = ()
+    #: Lines that could not be read (torn, edited, not an archive line).
+    unreadable: tuple[LineProblem, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def clean(self) -> bool:
+        """Every line was either restored or kept live."""
+        return not self.refused and not self.unreadable
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures of `restore --json`."""
+        return {
+            "archive": str(self.path), "collection": self.collection,
+            "tenantId": self.tenant_id, "format": self.format,
+            "restored": self.restored, "keptLive": self.kept_live,
+            "refused": len(self.refused), "unreadable": len(self.unreadable),
+            "problems": [p.as_dict() for p in sorted((*self.unreadable, *self.refused),
+                                                     key=lambda p: p.line_number)],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(slots=True)
+class _Restore:
+    """A restore in progress: the archive's identity and the running counts."""
+
+    collection: str
+    format: int | None = None
+    tenant_id: str | None = None
+    pass_id: str | None = None
+    restored: int = 0
+    kept_live: int = 0
+    refused: list[LineProblem] = field(default_factory=list)
+    unreadable: list[LineProblem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def read_first_line(self, path: Path, raw: bytes) -> bool:
+        """Learn the archive's format from its first line; True when that line was a header
+        (nothing more to do with it), False when it is a format-1 chunk line to restore."""
+        try:
+            header = parse_header(unseal(raw))
+        except ValueError:
+            header = None
+        if header is not None:
+            if header.collection != self.collection:
+                raise ArchiveError(
+                    f"{path}: an archive of collection {header.collection!r}, not of the "
+                    f"knowledge-base collection {self.collection!r}; nothing restored")
+            self.format, self.tenant_id, self.pass_id = (ARCHIVE_FORMAT, header.tenant_id,
+                                                         header.pass_id)
+            return True
+        try:
+            legacy = parse_chunk(json_object(raw), expected_format=LEGACY_FORMAT)
+        except ValueError:
+            raise ArchiveError(
+                f"{path}:1: no readable archive header (a torn or edited header, or not a "
+                "tombstone archive); nothing restored") from None
+        self.format, self.tenant_id = LEGACY_FORMAT, legacy.tenant_id
+        self.warnings.append(LEGACY_WARNING)
+        log.warning("tombstones.legacy_archive", path=str(path), message=LEGACY_WARNING)
+        return False
+
+    def parse(self, number: int, raw: bytes) -> ArchivedChunk | None:
+        """A line that may be applied, or None (recorded as unreadable or refused)."""
+        try:
+            record = unseal(raw) if self.format == ARCHIVE_FORMAT else json_object(raw)
+            chunk = parse_chunk(record, expected_format=self.format or ARCHIVE_FORMAT)
+        except ValueError as exc:
+            self.unreadable.append(LineProblem(number, str(exc)))
+            return None
+        assert self.tenant_id is not None
+        reason = refusal(chunk, collection=self.collection, tenant_id=self.tenant_id,
+                         pass_id=self.pass_id)
+        if reason is not None:
+            self.refused.append(LineProblem(number, reason, chunk.row.id))
+            return None
+        return chunk
+
+    async def apply(self, vectors: VectorStore, batch: list[tuple[int, ArchivedChunk]]) -> None:
+        """Classify a batch against the store, then add only the absent ids."""
+        if not batch:
+            return
+        try:
+            live = await vectors.get_by_ids(self.collection, [c.row.id for _, c in batch])
+        except CollectionMissing:
+            live = []
+        owner = {row.id: row.metadata.get(TENANT_KEY) for row in live}
+        to_add: dict[str, ChromaRow] = {}
+        for number, chunk in batch:
+            row_id = chunk.row.id
+            if row_id in owner and owner[row_id] != self.tenant_id:
+                self.refused.append(LineProblem(
+                    number, f"id lives under tenant {owner[row_id]!r} now", row_id))
+            elif row_id in owner or row_id in to_add:
+                # Live now (or restored by an earlier line of this archive): keep it as it is.
+                self.kept_live += 1
+            else:
+                to_add[row_id] = chunk.row
+        if to_add:
+            await vectors.add(self.collection, list(to_add.values()))
+            self.restored += len(to_add)
+
+    def result(self, path: Path) -> RestoreResult:
+        def in_file_order(problems: list[LineProblem]) -> tuple[LineProblem, ...]:
+            return tuple(sorted(problems, key=lambda p: p.line_number))
+
+        return RestoreResult(path, self.collection, self.tenant_id, self.format, self.restored,
+                             self.kept_live, in_file_order(self.refused),
+                             in_file_order(self.unreadable), tuple(self.warnings))
+
+
+async def restore_archive(vectors: VectorStore, path: Path, *, collection: str) -> RestoreResult:
+    """Put back the archived chunks of `path` that are absent now, into `collection` (the
+    knowledge-base collection) only, for the archive's own tenant only; see the module's
+    docstring for the rules. Raises ArchiveError when the file cannot be used at all; a bad
+    line does not stop the others (it is returned with its number and reason).
+    """
+    state = _Restore(collection)
+    with archive_line_batches(path) as batches:
+        first = True
+        while (raw_batch := await asyncio.to_thread(next, batches, None)) is not None:
+            chunks: list[tuple[int, ArchivedChunk]] = []
+            for number, raw in raw_batch:
+                if first:
+                    first = False
+                    if state.read_first_line(path, raw):
+                        continue
+                chunk = state.parse(number, raw)
+                if chunk is not None:
+                    chunks.append((number, chunk))
+            await state.apply(vectors, chunks)
+    if first:
+        raise ArchiveError(f"{path}: empty archive; nothing restored")
+    result = state.result(path)
+    log.info("tombstones.restored", path=str(path), restored=result.restored,
+             keptLive=result.kept_live, refused=len(result.refused),
+             unreadable=len(result.unreadable))
+    return result
+
+

@@ -1,0 +1,207 @@
+"""The back-fill's plan (pure): given which ids exist and the rows Chroma returned, which
+nodes and edges to write and what each requested id's outcome is.
+
+One plan serves every entry point (`ingest_single_row`, `link_with_backfill`, the drainer's
+batches): the job asks SQLite which ids exist, Chroma for the missing memories and for the
+sessions they and the request need, and hands each answer to the step here that uses it. The
+outcome per requested id has the shape `{success, reason, graphNodeId, error}`.
+
+Never a memory without its session: when the parent session cannot be resolved because
+Chroma failed, the memory is not planned either (`chroma-fetch-failed`) and is retried later.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from core.rules.ids import (
+    memory_node_id,
+    normalize_graph_node_id,
+    parse_row_node_id,
+    session_node_id,
+)
+from core.rules.nodes import (
+    EdgeRow,
+    NodeRow,
+    memory_node,
+    minimal_session_node,
+    originates_in,
+    pick_summary_row,
+    session_id_of,
+    session_node,
+)
+from core.rules.rows import ChromaRow
+
+
+class Reason(StrEnum):
+    """Why a back-fill succeeded or failed (the original's eight reasons)."""
+
+    UNRECOGNIZED_PREFIX = "unrecognized-prefix"
+    ALREADY_EXISTS = "already-exists"
+    BACKFILLED = "backfilled"
+    BACKFILLED_MINIMAL = "backfilled-minimal"
+    NO_COLLECTION = "no-collection"
+    CHROMA_FETCH_FAILED = "chroma-fetch-failed"
+    CHROMA_ROW_NOT_FOUND = "chroma-row-not-found"
+    ERROR = "error"
+
+
+_SUCCESS = {Reason.ALREADY_EXISTS, Reason.BACKFILLED, Reason.BACKFILLED_MINIMAL}
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillResult:
+    """The outcome for one requested node id."""
+
+    success: bool
+    reason: Reason
+    graph_node_id: str | None = None
+    error: str | None = None
+
+    @classmethod
+    def of(cls, reason: Reason, node_id: str | None, error: str | None = None) -> BackfillResult:
+        """A result whose success follows from its reason."""
+        return cls(reason in _SUCCESS, reason, node_id, error)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The original's result shape (camelCase keys)."""
+        return {
+            "success": self.success,
+            "reason": str(self.reason),
+            "graphNodeId": self.graph_node_id,
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class BackfillPlan:
+    """What to write so the requested nodes exist, and the outcome per requested id."""
+
+    results: dict[str, BackfillResult] = field(default_factory=dict)
+    nodes: list[NodeRow] = field(default_factory=list)
+    edges: list[EdgeRow] = field(default_factory=list)
+    #: The store failures behind `chroma-fetch-failed` results, as raised (a caller that must
+    #: tell an outage from a request refused for its data looks at their causes).
+    fetch_errors: list[Exception] = field(default_factory=list)
+
+    def resolved(self, node_id: str) -> bool:
+        """Whether `node_id` exists, or will once the plan is written."""
+        result = self.results.get(node_id)
+        return result is not None and result.success
+
+
+@dataclass(slots=True)
+class Request:
+    """The ids a back-fill was asked about, sorted out before any store is read."""
+
+    plan: BackfillPlan
+    #: Row-backed ids to resolve: canonical id -> (kind, key).
+    row_ids: dict[str, tuple[str, str]]
+
+
+def sort_request(node_ids: Iterable[Any]) -> Request:
+    """Canonicalize the requested ids; an id that names no row (another prefix, an empty
+    body, not a string) is `unrecognized-prefix` at once and never reaches a store."""
+    plan = BackfillPlan()
+    row_ids: dict[str, tuple[str, str]] = {}
+    for raw in node_ids:
+        parsed = parse_row_node_id(raw)
+        if parsed is None:
+            plan.results[str(normalize_graph_node_id(raw))] = BackfillResult.of(
+                Reason.UNRECOGNIZED_PREFIX, None)
+        else:
+            row_ids[parsed.node_id] = (parsed.kind, parsed.key)
+    return Request(plan, row_ids)
+
+
+def missing_keys(request: Request, present: Collection[str]) -> tuple[list[str], list[str]]:
+    """The memory and session keys to look up: those not in the graph (the others are
+    `already-exists`)."""
+    memory_keys: list[str] = []
+    session_keys: list[str] = []
+    for node_id, (kind, key) in request.row_ids.items():
+        if node_id in present:
+            request.plan.results[node_id] = BackfillResult.of(Reason.ALREADY_EXISTS, node_id)
+        elif kind == "memory":
+            memory_keys.append(key)
+        else:
+            session_keys.append(key)
+    return memory_keys, session_keys
+
+
+def memories_fetched(plan: BackfillPlan, keys: Sequence[str], rows: Sequence[ChromaRow]) -> None:
+    """Record `chroma-row-not-found` for each requested memory the store does not have."""
+    found = {row.id for row in rows}
+    for key in keys:
+        if key not in found:
+            plan.results[memory_node_id(key)] = BackfillResult.of(
+                Reason.CHROMA_ROW_NOT_FOUND, memory_node_id(key))
+
+
+def memories_unreadable(plan: BackfillPlan, keys: Sequence[str], *, reason: Reason,
+                        error: str) -> None:
+    """Record the failure that stopped every requested memory from being read."""
+    for key in keys:
+        plan.results[memory_node_id(key)] = BackfillResult.of(reason, memory_node_id(key), error)
+
+
+def parents_of(memory_rows: Iterable[ChromaRow], present: Collection[str]) -> list[str]:
+    """The parent sessions of the memories found that are not known to be in the graph."""
+    parents = {sid for row in memory_rows if (sid := session_id_of(row.metadata))}
+    return [s for s in parents if session_node_id(s) not in present]
+
+
+def sessions_needed(session_keys: Sequence[str], parents: Sequence[str],
+                    present_parents: Collection[str]) -> list[str]:
+    """The sessions to resolve: those requested, then the parents the graph lacks, once each."""
+    return list(dict.fromkeys(
+        list(session_keys) + [s for s in parents if session_node_id(s) not in present_parents]))
+
+
+def plan_sessions(plan: BackfillPlan, session_keys: Sequence[str],
+                  summary_rows: Iterable[ChromaRow]) -> None:
+    """Plan session nodes from their summary rows: the earliest row represents the session;
+    a session without one becomes a minimal node."""
+    by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
+    for row in summary_rows:
+        sid = session_id_of(row.metadata)
+        if sid is not None:
+            by_session[sid].append((row.id, row.metadata))
+    for sid in session_keys:
+        node_id = session_node_id(sid)
+        chosen = pick_summary_row(by_session.get(sid, ()))
+        if chosen is None:
+            plan.nodes.append(minimal_session_node(sid))
+            plan.results[node_id] = BackfillResult.of(Reason.BACKFILLED_MINIMAL, node_id)
+        else:
+            plan.nodes.append(session_node(sid, chosen[0], chosen[1], "backfilled"))
+            plan.results[node_id] = BackfillResult.of(Reason.BACKFILLED, node_id)
+
+
+def plan_memories(plan: BackfillPlan, memory_rows: Iterable[ChromaRow], *,
+                  session_keys: Sequence[str], needed: Collection[str],
+                  session_failure: BackfillResult | None) -> None:
+    """Plan the memories found with their ORIGINATES_IN edges. When the sessions could not
+    be read, a requested session takes that failure, and so does every memory whose parent
+    had to be read with them: never a memory without its session edge; both are retried."""
+    for key in session_keys:
+        node_id = session_node_id(key)
+        if node_id not in plan.results and session_failure is not None:
+            plan.results[node_id] = session_failure
+    for row in memory_rows:
+        node_id = memory_node_id(row.id)
+        sid = session_id_of(row.metadata)
+        if sid is not None and sid in needed and session_failure is not None:
+            plan.results[node_id] = BackfillResult.of(
+                session_failure.reason, node_id,
+                f"parent session {sid!r} unresolved: {session_failure.error or ''}".rstrip(": "),
+            )
+            continue
+        plan.nodes.append(memory_node(row.id, row.metadata, "backfilled"))
+        if sid is not None:
+            plan.edges.append(originates_in(row.id, sid))
+        plan.results[node_id] = BackfillResult.of(Reason.BACKFILLED, node_id)

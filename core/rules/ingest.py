@@ -1,0 +1,192 @@
+"""Live ingestion's decisions (pure): which sessions a summary page puts in the window, and which
+of a batch's nodes would change the graph.
+
+A node whose payload hash is unchanged and already carries the live marker (and no `minimal`
+or `backfilled`) is skipped, so re-ingesting a session inside the drain's overlap window costs
+reads only. Live ingestion upgrades back-filled and minimal nodes: the marker becomes
+`liveIngested` and `minimal` goes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.rules.nodes import (
+    LIVE_INGEST_DROPS,
+    EdgeRow,
+    NodeRow,
+    memory_node,
+    originates_in,
+    pick_summary_row,
+    session_id_of,
+    session_node,
+)
+from core.rules.rows import ChromaRow
+from core.rules.timestamps import epoch_ms_from_created_at
+
+#: How many rows with an unparseable `createdAt` are named in the log (all are counted).
+UNPARSEABLE_NAMED = 20
+
+
+@dataclass(slots=True)
+class SyncStats:
+    """Figures of a sync (the original's keys, plus a session count for batches)."""
+
+    memories_processed: int = 0
+    memories_upserted: int = 0
+    memories_skipped: int = 0
+    sessions_upserted: int = 0
+    sessions_skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: SyncStats) -> None:
+        """Accumulate another batch's figures."""
+        self.memories_processed += other.memories_processed
+        self.memories_upserted += other.memories_upserted
+        self.memories_skipped += other.memories_skipped
+        self.sessions_upserted += other.sessions_upserted
+        self.sessions_skipped += other.sessions_skipped
+        self.errors.extend(other.errors)
+
+    def as_session_dict(self) -> dict[str, Any]:
+        """The original per-session stats shape."""
+        return {
+            "memoriesProcessed": self.memories_processed,
+            "memoriesUpserted": self.memories_upserted,
+            "memoriesSkipped": self.memories_skipped,
+            "sessionUpserted": self.sessions_upserted > 0,
+            "errors": list(self.errors),
+        }
+
+
+@dataclass(slots=True)
+class SessionWindow:
+    """Sessions whose summary was created after a cutoff, found by a paged scan."""
+
+    session_ids: list[str] = field(default_factory=list)
+    summaries_scanned: int = 0
+    unparseable: int = 0
+    unparseable_named: list[dict[str, Any]] = field(default_factory=list)
+    without_session_id: int = 0
+
+
+@dataclass(slots=True)
+class LiveIngestReport:
+    """What one live-ingestion pass saw and did."""
+
+    cutoff_ms: int
+    window: SessionWindow
+    stats: SyncStats
+
+    def figures(self) -> dict[str, Any]:
+        """Flat figures for logs and --json output."""
+        return {
+            "cutoffMs": self.cutoff_ms,
+            "summariesScanned": self.window.summaries_scanned,
+            "sessionsFound": len(self.window.session_ids),
+            "unparseableCreatedAt": self.window.unparseable,
+            "sessionsUpserted": self.stats.sessions_upserted,
+            "sessionsSkipped": self.stats.sessions_skipped,
+            "memoriesProcessed": self.stats.memories_processed,
+            "memoriesUpserted": self.stats.memories_upserted,
+            "memoriesSkipped": self.stats.memories_skipped,
+            "errors": len(self.stats.errors),
+        }
+
+
+def needs_upsert(existing: NodeRow | None, fresh: NodeRow) -> bool:
+    """Whether writing `fresh` would change anything: a new node, a changed payload, or an
+    existing node that is not yet (only) live-ingested."""
+    if existing is None:
+        return True
+    props = existing.properties
+    if props.get("payloadHash") != fresh.properties.get("payloadHash"):
+        return True
+    return props.get("liveIngested") is not True or any(k in props for k in LIVE_INGEST_DROPS)
+
+
+@dataclass(slots=True)
+class SyncBatch:
+    """A batch's fresh nodes and edges, before the graph is asked what it already holds."""
+
+    sessions: list[NodeRow] = field(default_factory=list)
+    memories: list[NodeRow] = field(default_factory=list)
+    edges: list[EdgeRow] = field(default_factory=list)
+    stats: SyncStats = field(default_factory=SyncStats)
+
+
+def build_sync_batch(session_ids: Sequence[str], summaries: Iterable[ChromaRow],
+                     memories: Iterable[ChromaRow]) -> SyncBatch:
+    """The live nodes of a batch of sessions: a session node from its earliest summary row
+    (a session without one is an error of the batch, left to lazy back-fill), and a memory
+    node with its ORIGINATES_IN edge for each memory of a synced session."""
+    batch = SyncBatch()
+    rows_by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
+    for row in summaries:
+        sid = session_id_of(row.metadata)
+        if sid is not None:
+            rows_by_session[sid].append((row.id, row.metadata))
+    for sid in session_ids:
+        chosen = pick_summary_row(rows_by_session.get(sid, ()))
+        if chosen is None:
+            batch.stats.errors.append(f"[{sid}] no summary row for this session")
+            continue
+        batch.sessions.append(session_node(sid, chosen[0], chosen[1], "liveIngested"))
+    synced = {node.properties["sessionId"] for node in batch.sessions}
+    for row in memories:
+        sid = session_id_of(row.metadata)
+        if sid is None or sid not in synced:
+            continue  # its session has no summary: left to lazy back-fill
+        batch.stats.memories_processed += 1
+        try:
+            batch.memories.append(memory_node(row.id, row.metadata, "liveIngested"))
+            batch.edges.append(originates_in(row.id, sid))
+        except Exception as exc:  # one odd row must not stop the session
+            batch.stats.errors.append(f"[{row.id}] {exc}")
+    return batch
+
+
+def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow]) -> list[NodeRow]:
+    """The batch's nodes that would change the graph (counted as upserted; the others as
+    skipped)."""
+    to_write: list[NodeRow] = []
+    stats = batch.stats
+    for node in batch.sessions:
+        if needs_upsert(existing.get(node.id), node):
+            to_write.append(node)
+            stats.sessions_upserted += 1
+        else:
+            stats.sessions_skipped += 1
+    for node in batch.memories:
+        if needs_upsert(existing.get(node.id), node):
+            to_write.append(node)
+            stats.memories_upserted += 1
+        else:
+            stats.memories_skipped += 1
+    return to_write
+
+
+def add_to_window(window: SessionWindow, page: Iterable[ChromaRow], *, cutoff_ms: int,
+                  seen: set[str]) -> None:
+    """Add a page of summary rows (metadatas) to the window: each session with a summary
+    created after `cutoff_ms`, once. A `createdAt` that cannot be parsed is counted and named,
+    not skipped silently: such a session never reaches the graph by this path."""
+    for row in page:
+        window.summaries_scanned += 1
+        sid = session_id_of(row.metadata)
+        if sid is None:
+            window.without_session_id += 1
+            continue
+        created = epoch_ms_from_created_at(row.metadata.get("createdAt"))
+        if created is None:
+            window.unparseable += 1
+            if len(window.unparseable_named) < UNPARSEABLE_NAMED:
+                window.unparseable_named.append(
+                    {"rowId": row.id, "sessionId": sid,
+                     "createdAt": row.metadata.get("createdAt")})
+        elif created > cutoff_ms and sid not in seen:
+            seen.add(sid)
+            window.session_ids.append(sid)

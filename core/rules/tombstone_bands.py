@@ -1,0 +1,120 @@
+"""The bands a tenant's tombstoning deletes by (pure): each is a predicate the store evaluates
+at delete time, so a chunk re-stamped or re-written after the pass read it is never deleted.
+
+A band is `tenantId = T AND tenantConfigVersion <= ceiling AND after < ingestedAt <= through`.
+A re-stamped chunk no longer matches the stamp; a re-ingested one carries a later `ingestedAt`
+(CONTRACT: epoch ms of its ingestion) than `through`, which is always an `ingestedAt` the pass
+itself read, never later than the moment it started reading. An actionable chunk without a
+numeric `ingestedAt`, or with one later than the pass's read, cannot match `$lte through` and
+is held (never deleted): nothing would tell a rewrite of it from the archived content.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core.rules.rows import ColumnPage
+from core.rules.values import is_real_number
+
+TENANT_KEY: Final = "tenantId"
+STAMP_KEY: Final = "tenantConfigVersion"
+INGESTED_KEY: Final = "ingestedAt"
+
+Number = int | float
+
+
+def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
+    """The chunk's `ingestedAt` when a band can hold it: a real number not later than the
+    pass's read; None for a chunk the pass must hold (never delete)."""
+    if not isinstance(metadata, Mapping):
+        return None
+    value: Any = metadata.get(INGESTED_KEY)
+    return value if is_real_number(value) and value <= read_ms else None
+
+
+class OldestIngested:
+    """The `ingestedAt` of the oldest `capacity` chunks offered, in memory bounded by the
+    capacity (a max-heap of negated values): the chunks a capped pass deletes first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, capacity)
+        self._heap: list[Number] = []
+
+    def offer(self, value: Number) -> None:
+        """Keep `value` if it is among the oldest `capacity` seen."""
+        if self.capacity == 0:
+            return
+        if len(self._heap) < self.capacity:
+            heapq.heappush(self._heap, -value)
+        elif -value > self._heap[0]:
+            heapq.heapreplace(self._heap, -value)
+
+    def sorted(self) -> list[Number]:
+        """The kept values, oldest first."""
+        return sorted(-v for v in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen."""
+
+    after: Number | None
+    through: Number
+    planned: int
+
+
+def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
+    """Cut sorted `ingestedAt` values into bands of at most `band_rows` (pure).
+
+    Equal values are never split (a band boundary must be a value change, or the predicate
+    could not tell them apart): a band ends before a run of equal values that would overflow
+    it, and a run longer than `band_rows` is a band of its own.
+    """
+    bands: list[Band] = []
+    start, count = 0, len(values)
+    while start < count:
+        end = min(start + band_rows, count)
+        if end < count and values[end] == values[end - 1]:
+            run_start = end - 1
+            while run_start > start and values[run_start - 1] == values[end - 1]:
+                run_start -= 1
+            if run_start > start:
+                end = run_start
+            else:
+                while end < count and values[end] == values[end - 1]:
+                    end += 1
+        bands.append(Band(values[start - 1] if start else None, values[end - 1], end - start))
+        start = end
+    return bands
+
+
+def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
+    """The band's predicate, as Chroma `where`. Numeric operands are exact against float
+    values and, for operands >= 0, against integer ones (Chroma truncates a fractional
+    operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    clauses: list[dict[str, Any]] = [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}}]
+    if band.after is not None:
+        clauses.append({INGESTED_KEY: {"$gt": band.after}})
+    clauses.append({INGESTED_KEY: {"$lte": band.through}})
+    return {"$and": clauses}
+
+
+def rule_violations(
+    page: ColumnPage, *, tenant_id: str, is_actionable: Callable[[Any], bool], read_ms: int
+) -> list[str]:
+    """Ids in a page the rule would not delete (pure): another tenant's, a stamp that is not
+    actionable, no numeric `ingestedAt` or one after the pass's read. The band's `where`
+    matched these rows a moment before, so each has changed since, or shows that the store
+    and the rule disagree (the caller finds out which)."""
+    bad = []
+    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
+        if (metadata.get(TENANT_KEY) != tenant_id or not is_actionable(metadata.get(STAMP_KEY))
+                or deletion_bound(metadata, read_ms=read_ms) is None):
+            bad.append(row_id)
+    return bad
