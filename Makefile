@@ -45,8 +45,8 @@ check: lint typecheck test
 
 # Regenerate the documents derived from core/config.py (the README table, the example file).
 docs: $(STAMP)
-	$(BIN)/python -m core.rules.config --example > config/kb.example.toml
-	$(BIN)/python -m core.rules.config --readme README.md
+	$(BIN)/python -m daemons.docs --example > config/kb.example.toml
+	$(BIN)/python -m daemons.docs --readme README.md
 
 # Both daemons in one process, in the foreground, on the embedded store under .kb-data/
 # (or on the server that CONFIG's chromaUrl names). Ctrl-C stops them gracefully.

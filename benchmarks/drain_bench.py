@@ -325,12 +325,12 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
 
 async def run_drainer(root: Path) -> dict[str, Any]:
     """(child) The project's drainer, as one REM tick runs it (stores opened untimed)."""
-    from core.jobs.context import open_stores
     from core.jobs.drain import drain_queue
+    from core.runtime.tick import open_context
 
     settings = settings_for(root)
     measure = Measure()
-    async with open_stores(settings) as stores:
+    async with open_context(settings) as stores:
         measure.start()
         stats = await drain_queue(stores)
         measure.stop()

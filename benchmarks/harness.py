@@ -129,7 +129,7 @@ def emit_report(report: Mapping[str, Any]) -> None:
 def quiet_child_logging() -> None:
     """Warnings and errors only, on stderr: a benchmark measures the work, not the logging
     of it, and info lines per batch would fill the parent's capture for nothing."""
-    from core.logs import configure_logging
+    from core.runtime.logs import configure_logging
 
     configure_logging("json", level=logging.WARNING)
 

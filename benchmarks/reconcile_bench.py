@@ -150,13 +150,13 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
-    from core.jobs.context import open_stores
     from core.jobs.reconcile import reconcile_tick
+    from core.runtime.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
     measure = Measure()
-    async with open_stores(settings, dry_run=dry_run) as stores:
+    async with open_context(settings, dry_run=dry_run) as stores:
         measure.start()
         figures = await reconcile_tick(stores, dry_run)
         measure.stop()

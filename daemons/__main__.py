@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.cli import Parser, add_config_flag
-from core.runtime.scheduler import serve_main
+from daemons._cli import Parser, add_config_flag, serve_main
 from daemons.drain import drain_daemon
 from daemons.reconcile import reconcile_daemon
 

@@ -2,9 +2,11 @@
 live-ingest every session summarized in the last N days, then drain the lazy-edge queue.
 
 Run it before a workload that reaches into many historical sessions, so the workload does not
-pay a lazy back-fill per request. The work is `core.priority_backfill`; this module parses the
-flags, shows progress and turns the outcome into CONTRACT's exit codes: 0 done, 1 a session
-failed (listed) or a store was unreachable, 2 a usage or configuration error.
+pay a lazy back-fill per request. The work is `core.jobs.eager_backfill`, run once through the
+runtime's one-shot path; this module parses the flags, shows progress and turns the outcome
+into CONTRACT's exit codes: 0 done, 1 a session failed (listed), a store was unreachable or
+the run outlived its bound, 2 a usage or configuration error, 128 + the signal's number when
+SIGINT/SIGTERM stopped it after its current batch.
 """
 
 from __future__ import annotations
@@ -15,21 +17,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from core.cli import (
-    EXIT_FAILED,
-    EXIT_OK,
-    Parser,
-    add_run_flags,
-    counted,
-    emit_json,
-    load_settings,
-    run_main,
-)
-from core.jobs.context import Stores, open_stores
-from core.jobs.eager_backfill import priority_backfill
-from core.reports.progress import choose_progress
+from core.jobs.context import TickContext
+from core.jobs.eager_backfill import eager_backfill
+from core.reports.progress import Progress, choose_progress
+from core.rules.config import Settings
 from core.rules.errors import KbError
-from core.ticks import run_tick
+from core.runtime.oneshot import run_jobs_once
+from core.runtime.settings import load_settings
+from core.runtime.tick import Job
+from daemons._cli import Parser, add_run_flags, counted, emit_json, exit_code, run_main
 
 PROG = "daemons.backfill"
 #: The name this run is recorded under in `daemon_ticks`, so `daemons.status` shows when the
@@ -70,28 +66,36 @@ def build_parser() -> Parser:
     return parser
 
 
-async def backfill(args: argparse.Namespace) -> int:
-    """Open the stores, run the back-fill as one recorded tick, report, pick the exit code."""
-    settings = load_settings(args.config)
-    progress = choose_progress(sys.stderr, event="backfill.progress")
+def backfill_job(settings: Settings, args: argparse.Namespace, progress: Progress) -> Job:
+    """The back-fill as one recorded tick of its own, bounded like a drain tick (it ends with
+    one): at most max(`remIntervalMs`, MIN_TICK_TIMEOUT_S)."""
 
-    async def tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
-        report = await priority_backfill(stores, days=args.days, dry_run=dry_run,
+    async def tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
+        report = await eager_backfill(context, days=args.days, dry_run=dry_run,
                                          skip_drain=args.skip_drain, progress=progress)
         return report.figures()
 
+    return Job(TICK_NAME, tick, settings.rem_interval_ms)
+
+
+async def backfill(args: argparse.Namespace) -> int:
+    """Run the back-fill once through the runtime's one-shot path, report, pick the exit
+    code (128 + the signal's number when a stop signal ended it after its current batch)."""
+    settings = load_settings(args.config)
+    progress = choose_progress(sys.stderr, event="backfill.progress")
     try:
-        async with open_stores(settings, dry_run=args.dry_run) as stores:
-            figures = await run_tick(TICK_NAME, stores, tick, dry_run=args.dry_run)
+        done = await run_jobs_once(settings, [backfill_job(settings, args, progress)],
+                                   dry_run=args.dry_run)
     except KbError as exc:
         if args.json:
             emit_json({"ok": False, "error": str(exc)})
         raise
+    figures = done.figures[TICK_NAME]
     if args.json:
         emit_json(figures)
     else:
         sys.stdout.write(render_summary(figures))
-    return EXIT_OK if figures["ok"] else EXIT_FAILED
+    return exit_code(ok=figures["ok"], run=done.run)
 
 
 def render_summary(figures: dict[str, Any]) -> str:

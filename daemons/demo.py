@@ -22,18 +22,19 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from core.cli import EXIT_OK, Parser, add_config_flag, load_settings, run_main
-from core.jobs.context import Stores, open_stores
+from core.jobs.context import TickContext
 from core.jobs.demo import DemoDataset, build_demo_dataset, seed_demo
-from core.jobs.drain import rem_tick
-from core.jobs.reconcile import reconcile_tick
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.rules.errors import ConfigError
 from core.rules.rows import ChromaRow
+from core.runtime.oneshot import one_shot, run_job
+from core.runtime.settings import load_settings
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
-from core.ticks import run_tick
+from daemons._cli import Parser, add_config_flag, exit_code, run_main
+from daemons.drain import drain_spec
+from daemons.reconcile import reconcile_daemon
 
 PROG = "daemons.demo"
 
@@ -48,10 +49,10 @@ def build_parser() -> Parser:
     return parser
 
 
-async def refuse_foreign_store(stores: Stores, dataset: DemoDataset) -> None:
+async def refuse_foreign_store(context: TickContext, dataset: DemoDataset) -> None:
     """Raise ConfigError when a collection holds more rows than the demo writes into it: that
     store has real data, and the demo's made-up sessions must not be mixed into it."""
-    settings = stores.settings
+    settings = context.settings
     expected: dict[str, Sequence[ChromaRow]] = {
         settings.memory_collection: dataset.memories,
         settings.summary_collection: dataset.summaries,
@@ -59,40 +60,46 @@ async def refuse_foreign_store(stores: Stores, dataset: DemoDataset) -> None:
     }
     for name, rows in expected.items():
         try:
-            count = await stores.vectors.count(name)
+            count = await context.vectors.count(name)
         except CollectionMissing:
             continue
         if count > len(rows):
             raise ConfigError(
-                f"{stores.vectors.description}: collection {name!r} holds {count} rows, more "
+                f"{context.vectors.description}: collection {name!r} holds {count} rows, more "
                 "than the demo writes; refusing to seed demo data into a store with real data "
                 "(point --config at a fresh dataDir)")
 
 
-def report_only(stores: Stores) -> Stores:
-    """The stores with reconciliation on for this pass and tombstoning off (see module doc)."""
-    settings = dataclasses.replace(stores.settings, reconciliation_enabled=True,
+def report_only(context: TickContext) -> TickContext:
+    """The context with reconciliation on for this pass and tombstoning off (see module doc)."""
+    settings = dataclasses.replace(context.settings, reconciliation_enabled=True,
                                    reconciliation_auto_tombstone=False)
-    return dataclasses.replace(stores, settings=settings)
+    return dataclasses.replace(context, settings=settings)
 
 
 async def run_demo(config: str | None) -> int:
-    """Seed, tick, reconcile, show."""
+    """Seed, tick, reconcile, show: the drain tick and the reconcile pass are the daemons'
+    own jobs, run once through the runtime's one-shot path (its bound, its graceful stop)."""
     settings = load_settings(config)
     started = time.monotonic()
     dataset = build_demo_dataset(now_ms=now_ms())
-    async with open_stores(settings) as stores:
-        await refuse_foreign_store(stores, dataset)
-        seeded = await seed_demo(stores, dataset)
-        drained = await run_tick("drain", stores, rem_tick, dry_run=False)
-        reconciled = await run_tick("reconcile", report_only(stores), reconcile_tick,
-                                    dry_run=False)
+    drained: dict[str, Any] = {}
+    reconciled: dict[str, Any] = {}
+    async with one_shot(settings) as (context, run):
+        await refuse_foreign_store(context, dataset)
+        seeded = await seed_demo(context, dataset)
+        if not run.control.stopping:
+            drained = await run_job(context, drain_spec(settings).jobs[0], dry_run=False)
+        if not run.control.stopping:
+            reporting = report_only(context)
+            reconciled = await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
+                                       dry_run=False)
     status = await gather_status(settings)
     sys.stdout.write(render_story(seeded, drained=drained, reconciled=reconciled,
                                   config=config))
     sys.stdout.write("\n" + render_status_text(status))
     sys.stdout.write(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
-    return EXIT_OK
+    return exit_code(ok=True, run=run)
 
 
 def render_story(seeded: dict[str, Any], *, drained: dict[str, Any],

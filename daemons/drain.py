@@ -1,8 +1,8 @@
 """`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon.
 
 Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
-(`core.drain.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on its
-schedule until SIGTERM or Ctrl-C.
+(`core.jobs.drain.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
+its schedule until SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.cli import EXIT_OK, Parser, add_run_flags, run_main, run_one_tick
 from core.jobs.drain import rem_tick
 from core.rules.config import Settings
-from core.runtime.scheduler import DaemonSpec, Job, serve_main
+from core.runtime.scheduler import DaemonSpec
+from core.runtime.settings import load_settings
+from core.runtime.tick import Job
 from core.stores.queue_files import refuse_symlinked_queue
+from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
 
 PROG = "daemons.drain"
+DAEMON = "drain"
 
 
 def build_parser() -> Parser:
@@ -26,24 +29,31 @@ def build_parser() -> Parser:
     return parser
 
 
+def drain_spec(settings: Settings) -> DaemonSpec:
+    """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it)."""
+    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms),))
+
+
 def drain_daemon(settings: Settings) -> DaemonSpec:
-    """The drain daemon: one REM tick every `remIntervalMs`. A symlinked queue path is refused
-    at start (exit 2, one line), and again by every tick should one appear later."""
+    """The drain daemon. A symlinked queue path is refused at start (exit 2, one line), and
+    again by every tick should one appear later."""
     refuse_symlinked_queue(settings.lazy_edges_queue_path)
-    return DaemonSpec("drain", (Job("drain", rem_tick, settings.rem_interval_ms),))
+    return drain_spec(settings)
 
 
-async def tick_once(config: str | None, *, dry_run: bool, as_json: bool) -> int:
-    """One REM tick, as the scheduler would run it."""
-    await run_one_tick("drain", rem_tick, config=config, dry_run=dry_run, as_json=as_json)
-    return EXIT_OK  # re-queued edges still count as done
+async def tick_once_now(config: str | None, *, dry_run: bool, as_json: bool) -> int:
+    """`--tick`: one REM tick, as the scheduler runs it (re-queued edges still count as
+    done)."""
+    settings = load_settings(config)
+    return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point."""
     args = build_parser().parse_args(argv)
     if args.tick:
-        run_main(PROG, lambda: tick_once(args.config, dry_run=args.dry_run, as_json=args.json))
+        run_main(PROG, lambda: tick_once_now(args.config, dry_run=args.dry_run,
+                                                as_json=args.json))
     if args.json:
         build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
     serve_main(PROG, config=args.config, build_specs=lambda s: [drain_daemon(s)],

@@ -17,16 +17,9 @@ from typing import NoReturn
 
 import structlog
 
-from core.cli import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    Parser,
-    add_config_flag,
-    load_settings,
-    run_main,
-)
+from core.runtime.settings import load_settings
 from core.stores.queue_files import enqueue_edges
+from daemons._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser, add_config_flag, run_main
 
 PROG = "daemons.enqueue"
 log = structlog.get_logger(__name__)

@@ -3,12 +3,15 @@
     python -m daemons.reconcile [--config F] [--tick] [--dry-run] [--json]
     python -m daemons.reconcile restore ARCHIVE [--config F] [--json]
 
-`--tick` runs one pass (`core.reconcile.reconcile_tick`) through `core.ticks.run_tick`, the
-same path the scheduler takes, then one alerting pass (`core.alerting.alerting_tick`) when
-alerting is enabled, as CONTRACT says. Exit 0 done; 1 a store unreachable, a tenant failed, or
-telemetry rows the pass could not write (spooled for the next pass; the `--json` object is
-printed first); 2 usage, configuration or archive errors (a restore with a refused or
-unreadable line included: each is named on stderr, the others are still restored).
+`--tick` runs the daemon's jobs once, through the scheduler's own path (`core.runtime`): one
+pass (`core.jobs.reconcile.reconcile_tick`), then one alerting pass
+(`core.jobs.alerting.alerting_tick`) when alerting is enabled, as CONTRACT says.
+
+Exit 0 done; 1 a store unreachable, a tenant failed, or telemetry rows the pass could not
+write (spooled for the next pass; the `--json` object is printed first); 2 usage,
+configuration or archive errors (a restore with a refused or unreadable line included: each
+is named on stderr, the others are still restored); 128 + the signal's number when SIGINT or
+SIGTERM stopped the run (after its current tenant, band or batch).
 """
 
 from __future__ import annotations
@@ -19,26 +22,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from core.cli import (
-    EXIT_FAILED,
+from core.jobs.alerting import alerting_tick
+from core.jobs.reconcile import reconcile_tick
+from core.jobs.restore import RestoreResult, restore_archive
+from core.rules.config import Settings
+from core.runtime.oneshot import OneShot, stop_on_signals, within
+from core.runtime.scheduler import DaemonSpec
+from core.runtime.settings import load_settings
+from core.runtime.tick import Job
+from core.stores.archives import ensure_archive_file
+from core.stores.chroma import VectorStore
+from daemons._cli import (
     EXIT_OK,
     EXIT_USAGE,
     Parser,
     add_config_flag,
     add_run_flags,
     emit_json,
-    load_settings,
     run_main,
-    run_one_tick,
+    serve_main,
+    tick_once,
 )
-from core.jobs.alerting import alerting_tick
-from core.jobs.reconcile import reconcile_tick
-from core.jobs.restore import RestoreResult, restore_archive
-from core.rules.config import Settings
-from core.runtime.scheduler import DaemonSpec, Job, serve_main
-from core.stores.archives import ensure_archive_file
-from core.stores.chroma import VectorStore
-from core.ticks import TickFn
 
 PROG = "daemons.reconcile"
 DAEMON = "reconcile"
@@ -76,16 +80,16 @@ def build_restore_parser() -> Parser:
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
-    """`--tick`: one pass over every configured tenant, then the alerting pass when enabled.
+    """`--tick`: one pass over every configured tenant, then the alerting pass when enabled:
+    the daemon's jobs, each run once as its scheduler runs them.
 
     With `--json`, exactly one object: the reconcile figures with `ok` and the alerting
     figures under `alerting`; `{"ok": false, "error": ...}` when a store could not be used.
     Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
     """
-    ok = await run_one_tick(
-        DAEMON, reconcile_tick, config=args.config, dry_run=args.dry_run, as_json=args.json,
-        followers=alerting_follower, succeeded=pass_succeeded)
-    return EXIT_OK if ok else EXIT_FAILED
+    settings = load_settings(args.config)
+    return await tick_once(reconcile_daemon(settings), settings, dry_run=args.dry_run,
+                           as_json=args.json, succeeded=pass_succeeded)
 
 
 def pass_succeeded(figures: Mapping[str, Any]) -> bool:
@@ -94,23 +98,24 @@ def pass_succeeded(figures: Mapping[str, Any]) -> bool:
     return not figures.get("failedTenants") and not figures.get("unrecordedRows")
 
 
-def alerting_follower(settings: Settings) -> list[tuple[str, TickFn]]:
-    """The alerting pass after a one-shot reconcile pass, when alerting is enabled."""
-    return [(ALERTING, alerting_tick)] if settings.alerting_enabled else []
-
-
 async def run_restore(args: argparse.Namespace) -> int:
     """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only;
-    each refused or unreadable line named on stderr (exit 2), then the counts on stdout."""
+    each refused or unreadable line named on stderr (exit 2), then the counts on stdout.
+    Bounded like a reconcile pass; a stop signal ends it after the current batch (re-running
+    it finishes the rest: a restore is idempotent)."""
     settings = load_settings(args.config)
     archive: Path = args.archive
     ensure_archive_file(archive)
-    vectors = await VectorStore.open(settings)
-    try:
-        result = await restore_archive(vectors, archive,
-                                       collection=settings.knowledge_base_collection)
-    finally:
-        await vectors.close()
+    pass_job = reconcile_daemon(settings).jobs[0]
+    with stop_on_signals(OneShot()) as run:
+        vectors = await VectorStore.open(settings)
+        try:
+            result = await within(
+                restore_archive(vectors, archive, collection=settings.knowledge_base_collection,
+                                stopping=lambda: run.control.stopping),
+                timeout_s=pass_job.effective_timeout_s, what="the restore")
+        finally:
+            await vectors.close()
     for problem in (*result.unreadable, *result.refused):
         chunk = f" (chunk {problem.chunk_id!r})" if problem.chunk_id else ""
         sys.stderr.write(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
@@ -119,6 +124,10 @@ async def run_restore(args: argparse.Namespace) -> int:
         emit_json({"ok": result.clean, **result.as_dict()})
     else:
         print(restore_summary(result))
+    if run.stopped_exit_code is not None:
+        sys.stderr.write(f"{PROG}: stopped before the end of {archive}; run it again to "
+                         "restore the rest\n")
+        return run.stopped_exit_code
     return EXIT_OK if result.clean else EXIT_USAGE
 
 
@@ -137,8 +146,8 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
     interval = settings.reconciliation_interval_ms
     jobs = [Job(DAEMON, reconcile_tick, interval,
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
-    jobs += [Job(name, tick, settings.alerting_interval_ms)
-             for name, tick in alerting_follower(settings)]
+    if settings.alerting_enabled:
+        jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
     return DaemonSpec(DAEMON, tuple(jobs))
 
 

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.rules.figures import to_json
+from core.runtime.settings import load_settings
+from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 
 PROG = "daemons.status"
 

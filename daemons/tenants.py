@@ -15,11 +15,12 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.cli import EXIT_OK, Parser, add_config_flag, emit_json, load_settings, run_main
 from core.rules.figures import to_json
 from core.rules.tenants import normalize_tenant_id
+from core.runtime.settings import load_settings
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import list_tenants, set_tenant_config
+from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 
 PROG = "daemons.tenants"
 

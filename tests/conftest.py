@@ -20,8 +20,8 @@ os.environ["HOME"] = str(_FAKE_HOME)
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 os.environ.pop("KB_CONFIG", None)
 
-from core.logs import configure_logging  # noqa: E402
 from core.rules.config import Settings  # noqa: E402
+from core.runtime.logs import configure_logging  # noqa: E402
 from core.stores.chroma import VectorStore  # noqa: E402
 from core.stores.sqlite import GraphDB  # noqa: E402
 from tests.support import make_settings  # noqa: E402

@@ -14,10 +14,10 @@ import json
 import resource
 import sys
 
-from core.jobs.context import open_stores
 from core.jobs.drain import drain_queue
-from core.logs import configure_logging
-from core.rules.config import load_config
+from core.runtime.logs import configure_logging
+from core.runtime.tick import open_context
+from core.stores.config_file import load_config
 
 
 def _peak_kib() -> int:
@@ -26,7 +26,7 @@ def _peak_kib() -> int:
 
 async def _tick(config: str) -> dict[str, object]:
     settings = load_config(config, environ={}).settings
-    async with open_stores(settings) as stores:
+    async with open_context(settings) as stores:
         opened = _peak_kib()
         stats = await drain_queue(stores)
         return {"openedPeakKiB": opened, "peakKiB": _peak_kib(), "drain": stats.figures()}

@@ -17,7 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from core.jobs.alerting import alerting_tick
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
 from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
@@ -128,7 +128,7 @@ async def test_a_webhook_alert_is_posted_as_json_with_subject_body_and_every_fie
         "channels": [channel], "deliveryMode": "audit", "scope": "repo"}])
     await record_ingestion_metric(graph, tenant_id="t1", repo_slug="repo-a",
                                   event_type=EVENT_RECONCILE, timestamp_ms=NOW - 1)
-    figures = await alerting_tick(Stores(settings, graph, vectors), False, clock=lambda: NOW)
+    figures = await alerting_tick(TickContext(settings, graph, vectors), False, clock=lambda: NOW)
     assert figures["delivered"] == 1
     [request] = receiver.requests
     assert request.path == "/hooks/kb-secret-token"
@@ -238,7 +238,7 @@ async def test_a_failed_delivery_is_recorded_and_starts_no_cooldown(
         "channels": [f"webhook:{closed_url}", "console"]}])
     await record_ingestion_metric(graph, tenant_id="t1", event_type=EVENT_RECONCILE,
                                   timestamp_ms=NOW - 1)
-    stores = Stores(settings, graph, vectors)
+    stores = TickContext(settings, graph, vectors)
     first = await alerting_tick(stores, False, clock=lambda: NOW, delivery=FAST)
     assert (first["fired"], first["delivered"], first["failed"]) == (2, 1, 1)
     recorded = {r.alert.channel.split(":")[0]: r for r in await recent_alerts(graph)}

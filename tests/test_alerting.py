@@ -10,12 +10,13 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from core.jobs.alerting import alerting_tick
-from core.jobs.context import Stores, open_stores
+from core.jobs.context import TickContext
 from core.reports.status import RecentAlert
 from core.rules.alert_rules import ALL_REPOS
 from core.rules.config import Settings
 from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
+from core.runtime.tick import open_context
 from core.stores.alert_records import load_cooldowns, recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
@@ -50,7 +51,7 @@ async def record_drift(
 
 async def tick(settings: Settings, graph: GraphDB, vectors: VectorStore, *, at: int = NOW,
                dry_run: bool = False) -> dict[str, Any]:
-    return await alerting_tick(Stores(settings, graph, vectors), dry_run, clock=lambda: at)
+    return await alerting_tick(TickContext(settings, graph, vectors), dry_run, clock=lambda: at)
 
 
 def fired_events(logs: Sequence[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
@@ -138,7 +139,7 @@ async def test_a_dry_run_reports_what_would_fire_and_writes_nothing(
              if not f.name.endswith("-shm")]
     before = {f.name: f.read_bytes() for f in files}
     with capture_logs() as logs:
-        async with open_stores(settings, dry_run=True, vectors=vectors) as dry:
+        async with open_context(settings, dry_run=True, vectors=vectors) as dry:
             figures = await alerting_tick(dry, True, clock=lambda: NOW)
     assert (figures["fired"], figures["delivered"]) == (1, 0)
     assert figures["alerts"][0]["subject"].startswith("[alert] warning: reconcileEvents 1")

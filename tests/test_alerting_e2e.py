@@ -9,13 +9,13 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from core.jobs.alerting import alerting_tick
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
+from core.runtime.tick import run_tick
 from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import set_tenant_config
-from core.ticks import run_tick
 from tests.support import count_rows, make_settings, seed
 
 
@@ -33,7 +33,7 @@ async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert
              "channels": ["console"], "scope": "repo"},
         ],
     )
-    stores = Stores(settings, graph, vectors)
+    stores = TickContext(settings, graph, vectors)
     # t1 re-configured twice since its chunks were ingested (drift); t2 up to date (clean).
     for _ in range(2):
         await set_tenant_config(graph, "t1", repo_slug="t1-docs")

@@ -1,6 +1,6 @@
 """`python -m daemons.backfill`: flags, the time window, paging, dry runs, failures and progress.
 
-The window and paging cases call `core.priority_backfill` on the real fixture stores (fast);
+The window and paging cases call `core.eager_backfill` on the real fixture stores (fast);
 the cases whose promise is about the whole command (nothing written by a dry run, exit 1 with
 the failures listed) run it as a subprocess on a config in tmp_path.
 """
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import Stores
-from core.jobs.eager_backfill import DAY_MS, priority_backfill
+from core.jobs.context import TickContext
+from core.jobs.eager_backfill import DAY_MS, eager_backfill
 from core.reports.progress import LogProgress, TerminalProgress, choose_progress, render_bar
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
@@ -55,9 +55,9 @@ async def seed_sessions(
         await seed(vectors, settings.memory_collection, memories)
 
 
-async def backfill(stores: Stores, *, days: int = 7, dry_run: bool = False,
+async def backfill(stores: TickContext, *, days: int = 7, dry_run: bool = False,
                    skip_drain: bool = True) -> dict[str, Any]:
-    report = await priority_backfill(stores, days=days, dry_run=dry_run, skip_drain=skip_drain,
+    report = await eager_backfill(stores, days=days, dry_run=dry_run, skip_drain=skip_drain,
                                      progress=LogProgress())
     return report.figures()
 
@@ -111,7 +111,7 @@ async def test_days_7_ingests_the_session_from_2_days_ago_and_not_the_one_from_2
     now = now_ms()
     await seed_sessions(vectors, settings, [summary("recent", iso_from_ms(now - 2 * DAY_MS)),
                                             summary("old", iso_from_ms(now - 20 * DAY_MS))])
-    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    figures = await backfill(TickContext(settings, graph, vectors), days=7)
     assert figures["ok"] and figures["liveIngest"]["sessionsFound"] == 1
     assert await existing_ids(graph, ["session:recent", "session:old"]) == {"session:recent"}
     assert await existing_ids(graph, ["memory:recent-m0"]) == {"memory:recent-m0"}
@@ -135,7 +135,7 @@ async def test_created_at_is_compared_as_a_time_in_every_format_writers_use(
         summary("old-epoch-ms", outside),
         summary("old-epoch-s", outside // 1000),
     ])
-    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    figures = await backfill(TickContext(settings, graph, vectors), days=7)
     ingested = await existing_ids(graph, [f"session:{s}" for s in (
         "epoch-ms", "epoch-s", "epoch-ms-string", "iso-z", "iso-offset", "iso-naive",
         "old-epoch-ms", "old-epoch-s")])
@@ -149,7 +149,7 @@ async def test_an_unparseable_created_at_is_counted_and_named_in_the_log_and_fig
 ) -> None:
     await seed_sessions(vectors, settings, [summary("fine", now_ms() - DAY_MS),
                                             summary("garbled", "last tuesday")])
-    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    figures = await backfill(TickContext(settings, graph, vectors), days=7)
     live = figures["liveIngest"]
     assert live["unparseableCreatedAt"] == 1
     assert live["unparseableRows"] == [
@@ -165,7 +165,7 @@ async def test_summaries_beyond_one_page_are_all_read(
     count = SCAN_PAGE_ROWS + 7
     created = now_ms() - DAY_MS
     await seed_sessions(vectors, settings, [summary(f"s{i:05d}", created) for i in range(count)])
-    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    figures = await backfill(TickContext(settings, graph, vectors), days=7)
     assert figures["ok"], figures["failures"]
     assert figures["liveIngest"]["summariesScanned"] == count
     assert figures["liveIngest"]["sessionsUpserted"] == count
@@ -183,7 +183,7 @@ async def test_a_store_that_is_down_stops_the_run_instead_of_failing_each_sessio
                                             for i in range(3)])
     chroma_fault(settings.memory_collection, "get")
     with pytest.raises(StoreUnavailable, match="every session of a batch of 3"):
-        await backfill(Stores(settings, graph, vectors), days=7)
+        await backfill(TickContext(settings, graph, vectors), days=7)
     assert await count_rows(graph, "nodes") == 0
 
 
@@ -268,7 +268,7 @@ async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_not
 async def test_a_dry_run_tolerates_a_store_without_collections(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    figures = await backfill(Stores(settings, graph, vectors), dry_run=True, skip_drain=False)
+    figures = await backfill(TickContext(settings, graph, vectors), dry_run=True, skip_drain=False)
     assert "not found" in figures["liveIngest"]["skipped"]
     assert figures["ok"] and figures["drain"]["totalLines"] == 0
 
@@ -312,7 +312,7 @@ async def test_summaries_without_a_memory_collection_still_bring_their_sessions(
 ) -> None:
     await seed(vectors, settings.summary_collection,
                [summary(f"s{i}", now_ms() - DAY_MS) for i in range(3)])
-    figures = await backfill(Stores(settings, graph, vectors), days=7)
+    figures = await backfill(TickContext(settings, graph, vectors), days=7)
     assert figures["ok"] is True
     assert figures["failureCount"] == 0
     assert await existing_ids(graph, ["session:s0", "session:s1", "session:s2"]) == {

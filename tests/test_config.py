@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import (
-    KEYS,
-    load_config,
-    render_example_toml,
-    render_markdown_table,
-    resolve_config,
-)
+from core.rules.config import KEYS, render_example_toml, render_markdown_table, resolve_config
 from core.rules.errors import ConfigError
+from core.stores.config_file import load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import load_config
 from core.runtime.scheduler import SHUTDOWN_GRACE_S, STALL_LIMIT_S
+from core.stores.config_file import load_config
 from tests.chroma_server import ChromaServer
 from tests.mdwe import EXIT_UNSUPPORTED
 from tests.support import child_env

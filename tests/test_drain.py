@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 import core.jobs.drain as drain
-from core.jobs.context import Stores, open_stores
+from core.jobs.context import TickContext
 from core.jobs.drain import DrainStats, drain_queue, drainer_lock
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.rules.queue_lines import ReadLine
+from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, link_nodes, upsert_node
 from core.stores.queue_files import QueueReader, append_locked, enqueue_edges, generation_path
@@ -62,7 +63,7 @@ def queued(settings: Settings) -> list[dict[str, Any]]:
 @pytest.fixture
 async def stores(
     graph: GraphDB, vectors: VectorStore, settings: Settings
-) -> AsyncIterator[Stores]:
+) -> AsyncIterator[TickContext]:
     """A graph with two concept nodes and one session, and Chroma with memories m1..m3."""
     await seed(vectors, settings.memory_collection,
                [(f"m{i}", {"sessionId": "s1", "createdAt": i, "userId": "u"}) for i in (1, 2, 3)])
@@ -70,16 +71,16 @@ async def stores(
                [("sum-1", {"sessionId": "s1", "title": "S1", "createdAt": 1})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-    yield Stores(settings, graph, vectors)
+    yield TickContext(settings, graph, vectors)
 
 
-async def test_no_queue_file_is_a_quiet_tick(stores: Stores) -> None:
+async def test_no_queue_file_is_a_quiet_tick(stores: TickContext) -> None:
     stats = await drain_queue(stores)
     assert stats.total_lines == 0 and not stats.queue_rotated
     assert not stores.settings.draining_path.exists()
 
 
-async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: Stores) -> None:
+async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: TickContext) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path,
                 [line("CONCEPT:a", "CONCEPT:b"), line("CONCEPT:b", "memory:m1", "REFERENCED_BY")])
@@ -92,7 +93,7 @@ async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: Stores
     assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
 
 
-async def test_only_the_unresolvable_edge_stays_queued(stores: Stores) -> None:
+async def test_only_the_unresolvable_edge_stays_queued(stores: TickContext) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path,
                 [line("CONCEPT:a", "memory:m2"), line("CONCEPT:a", "memory:ghost")])
@@ -105,7 +106,7 @@ async def test_only_the_unresolvable_edge_stays_queued(stores: Stores) -> None:
 
 
 async def test_malformed_lines_are_dead_lettered_and_valid_ones_still_apply(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     s = stores.settings
     bad = [b"{not json", b"null", b"123", b"[]", b'"a string"', b"\xff\xfe",
@@ -133,7 +134,7 @@ async def test_malformed_lines_are_dead_lettered_and_valid_ones_still_apply(
     assert not s.lazy_edges_queue_path.exists(), "malformed lines are never retried"
 
 
-async def test_blank_lines_are_ignored(stores: Stores) -> None:
+async def test_blank_lines_are_ignored(stores: TickContext) -> None:
     write_queue(stores.settings.lazy_edges_queue_path,
                 [b"", line("CONCEPT:a", "CONCEPT:b"), b"   ", b"\r"])
     stats = await drain_queue(stores)
@@ -141,7 +142,7 @@ async def test_blank_lines_are_ignored(stores: Stores) -> None:
 
 
 async def test_uppercase_targets_are_stored_lowercase_and_extra_keys_kept(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     write_queue(stores.settings.lazy_edges_queue_path,
                 [line("CONCEPT:a", "MEMORY:m3", justification="said so", timestamp=123,
@@ -153,7 +154,9 @@ async def test_uppercase_targets_are_stored_lowercase_and_extra_keys_kept(
     assert await existing_ids(stores.graph, ["MEMORY:m3"]) == set()
 
 
-async def test_a_leftover_draining_file_is_drained_first_then_the_queue(stores: Stores) -> None:
+async def test_a_leftover_draining_file_is_drained_first_then_the_queue(
+    stores: TickContext,
+) -> None:
     s = stores.settings
     write_queue(s.draining_path, [line("CONCEPT:a", "CONCEPT:b", "FIRST")])
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "SECOND")])
@@ -184,7 +187,7 @@ def crash_on(monkeypatch: pytest.MonkeyPatch, name: str, *, after: bool = False,
     monkeypatch.setattr(drain, name, dying)
 
 
-async def crashing_drain(stores: Stores, monkeypatch: pytest.MonkeyPatch, name: str,
+async def crashing_drain(stores: TickContext, monkeypatch: pytest.MonkeyPatch, name: str,
                          **how: Any) -> None:
     crash_on(monkeypatch, name, **how)
     with pytest.raises(SimulatedCrash):
@@ -192,13 +195,13 @@ async def crashing_drain(stores: Stores, monkeypatch: pytest.MonkeyPatch, name: 
     monkeypatch.undo()
 
 
-async def weight(stores: Stores, rel: str = "MENTIONED_IN") -> float | None:
+async def weight(stores: TickContext, rel: str = "MENTIONED_IN") -> float | None:
     edge = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", rel)
     return None if edge is None else edge.weight
 
 
 async def test_the_same_line_appended_in_three_ticks_reinforces_the_edge_each_time(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     same = line("CONCEPT:a", "CONCEPT:b", justification="again")
     weights = []
@@ -210,7 +213,7 @@ async def test_the_same_line_appended_in_three_ticks_reinforces_the_edge_each_ti
     assert weights == [1.0, pytest.approx(1.1), pytest.approx(1.2)]
 
 
-async def test_the_same_line_twice_in_one_batch_counts_twice(stores: Stores) -> None:
+async def test_the_same_line_twice_in_one_batch_counts_twice(stores: TickContext) -> None:
     same = line("CONCEPT:a", "CONCEPT:b")
     write_queue(stores.settings.lazy_edges_queue_path, [same, same])
     stats = await drain_queue(stores)
@@ -219,7 +222,7 @@ async def test_the_same_line_twice_in_one_batch_counts_twice(stores: Stores) -> 
 
 
 async def test_a_crash_after_the_commit_replays_nothing_on_restart(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     same = line("CONCEPT:a", "CONCEPT:b", justification="once")
@@ -234,7 +237,7 @@ async def test_a_crash_after_the_commit_replays_nothing_on_restart(
 
 
 async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")] * 3)
@@ -259,7 +262,7 @@ async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
 
 
 async def test_a_crash_after_the_dead_letters_never_writes_a_second_record(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [b"{bad", b"{bad", line("CONCEPT:a", "CONCEPT:b")])
@@ -274,7 +277,7 @@ async def test_a_crash_after_the_dead_letters_never_writes_a_second_record(
 
 
 async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_skipped(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
@@ -298,7 +301,7 @@ async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
 ) -> None:
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=2)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
-    stores = Stores(settings, graph, vectors)
+    stores = TickContext(settings, graph, vectors)
     await seed(vectors, settings.memory_collection, [("m0", {"sessionId": "s0"})])
     await seed(vectors, settings.summary_collection, [("sum0", {"sessionId": "s0"})])
     append_locked(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
@@ -319,7 +322,7 @@ async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
     assert edge is not None and edge.weight == pytest.approx(1.1)
 
 
-async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: Stores) -> None:
+async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: TickContext) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=1)])
     await drain_queue(stores)
@@ -336,7 +339,7 @@ async def test_a_line_goes_to_the_dead_letters_after_the_attempt_limit(
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=3)
     await seed(vectors, settings.memory_collection, [("m1", {"sessionId": "s1"})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
-    stores = Stores(settings, graph, vectors)
+    stores = TickContext(settings, graph, vectors)
     write_queue(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:ghost")])
     outcomes = []
     for _ in range(3):
@@ -350,7 +353,7 @@ async def test_a_line_goes_to_the_dead_letters_after_the_attempt_limit(
 
 
 async def test_a_chroma_outage_fails_the_tick_keeps_every_line_and_burns_no_attempt(
-    stores: Stores, chroma_fault: Callable[..., None]
+    stores: TickContext, chroma_fault: Callable[..., None]
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:m1")])
@@ -362,14 +365,16 @@ async def test_a_chroma_outage_fails_the_tick_keeps_every_line_and_burns_no_atte
     assert await count_rows(stores.graph, "edges") == 0
 
 
-async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(stores: Stores) -> None:
+async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(
+    stores: TickContext,
+) -> None:
     s = stores.settings
     write_queue(s.draining_path, [line("CONCEPT:a", "memory:m1"), b"{bad"])
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:b", "memory:ghost")])
     write_queue(s.dead_letter_path, [b'{"old": true}'])
     files = [s.draining_path, s.lazy_edges_queue_path, s.dead_letter_path, s.graph_db_path]
     before = {p: p.read_bytes() for p in files}
-    async with open_stores(s, dry_run=True, vectors=stores.vectors) as dry:
+    async with open_context(s, dry_run=True, vectors=stores.vectors) as dry:
         stats = await drain_queue(dry, dry_run=True)
     assert (stats.total_lines, stats.succeeded, stats.requeued, stats.skipped_malformed) == (
         3, 1, 1, 1)
@@ -377,7 +382,7 @@ async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(stores: 
 
 
 async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
@@ -400,7 +405,7 @@ async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
 
 
 async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
@@ -421,14 +426,14 @@ async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
     assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "LATE") is not None
 
 
-async def test_an_unterminated_last_line_is_still_processed(stores: Stores) -> None:
+async def test_an_unterminated_last_line_is_still_processed(stores: TickContext) -> None:
     write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")],
                 raw_tail=line("CONCEPT:a", "CONCEPT:b", "R2"))
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
 
 
-async def test_a_second_drainer_is_refused_naming_the_first(stores: Stores) -> None:
+async def test_a_second_drainer_is_refused_naming_the_first(stores: TickContext) -> None:
     import os
 
     write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")])
@@ -438,7 +443,7 @@ async def test_a_second_drainer_is_refused_naming_the_first(stores: Stores) -> N
     assert stores.settings.lazy_edges_queue_path.exists()
 
 
-async def test_two_drainers_started_together_process_each_line_once(stores: Stores) -> None:
+async def test_two_drainers_started_together_process_each_line_once(stores: TickContext) -> None:
     write_queue(stores.settings.lazy_edges_queue_path,
                 [line("CONCEPT:a", "CONCEPT:b", f"R{i}") for i in range(50)])
     results = await asyncio.gather(drain_queue(stores), drain_queue(stores),
@@ -452,7 +457,7 @@ async def test_two_drainers_started_together_process_each_line_once(stores: Stor
 
 
 async def test_a_big_queue_makes_a_handful_of_chroma_calls_and_commits_per_batch(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     memories = [(f"big{i}", {"sessionId": f"bs{i % 40}", "createdAt": i}) for i in range(2000)]
@@ -485,7 +490,7 @@ CREATE INDEX applied_lines_settled ON applied_lines(settled_at);
 
 
 async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once_then_go(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     s = stores.settings
     applied = line("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
@@ -511,7 +516,7 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
                                           requeued("OLD_OPEN", open_id)])
     reopened = await GraphDB.open(s.graph_db_path)  # an old database still opens
     try:
-        stats = await drain_queue(Stores(s, reopened, stores.vectors))
+        stats = await drain_queue(TickContext(s, reopened, stores.vectors))
         weights = {r[0]: r[1] for r in await reopened.query(
             "SELECT relationship, weight FROM edges")}
         tables = {r[0] for r in await reopened.query(
@@ -524,7 +529,7 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
 
 
 async def test_a_stale_sidecar_never_binds_the_next_queue_file(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, numbered_lines("OLD", 20))
@@ -550,7 +555,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
 
 
 async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, numbered_lines("R", 20))

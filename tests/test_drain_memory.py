@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from core.rules.config import load_config
+from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import REPO, child_env

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from chromadb.errors import InternalError
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
@@ -44,13 +44,13 @@ def dead_letters(settings: Settings) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def stores(graph: GraphDB, vectors: VectorStore, settings: Settings
-                 ) -> AsyncIterator[Stores]:
+                 ) -> AsyncIterator[TickContext]:
     await seed(vectors, settings.memory_collection,
                [(f"m{i}", {"sessionId": "s1", "createdAt": i}) for i in range(5)])
     await seed(vectors, settings.summary_collection, [("sum-1", {"sessionId": "s1"})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-    yield Stores(settings, graph, vectors)
+    yield TickContext(settings, graph, vectors)
 
 
 PREFIX = b'{"source": "CONCEPT:a", "target": "CONCEPT:b", '
@@ -82,7 +82,7 @@ POISON: dict[str, bytes] = {
 
 @pytest.mark.parametrize("poison", list(POISON.values()), ids=list(POISON))
 async def test_a_poison_line_is_dead_lettered_and_the_lines_after_it_apply_in_the_same_tick(
-    stores: Stores, poison: bytes
+    stores: TickContext, poison: bytes
 ) -> None:
     s = stores.settings
     write(s.lazy_edges_queue_path, [edge("BEFORE"), poison, edge("AFTER")])
@@ -122,7 +122,7 @@ def every_properties_value(path: Path) -> list[Any]:
 
 
 async def test_every_properties_value_stays_strict_json_after_a_hostile_queue(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     s = stores.settings
     odd_but_valid = [
@@ -147,7 +147,7 @@ async def test_every_properties_value_stays_strict_json_after_a_hostile_queue(
 
 
 async def test_an_edge_an_earlier_version_stored_as_invalid_json_is_healed_not_stuck(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     s = stores.settings
     conn = sqlite3.connect(s.graph_db_path)
@@ -176,7 +176,7 @@ def poison_trigger(path: Path) -> None:
 
 
 async def test_a_line_failing_for_a_reason_nobody_foresaw_is_isolated_and_the_rest_apply(
-    stores: Stores,
+    stores: TickContext,
 ) -> None:
     s = stores.settings
     poison_trigger(s.graph_db_path)
@@ -208,7 +208,7 @@ def fail_gets_naming(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
 
 
 async def test_a_chroma_request_failing_on_one_lines_data_isolates_that_line_only(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     fail_gets_naming(stores.vectors, monkeypatch, "poisoned")
@@ -226,7 +226,7 @@ async def test_a_chroma_request_failing_on_one_lines_data_isolates_that_line_onl
 
 @pytest.mark.parametrize("error", [ConnectionError, TimeoutError, InternalError])
 async def test_a_server_error_on_one_request_is_an_outage_even_when_the_store_answers_others(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
 ) -> None:
     s = stores.settings
     fail_gets_naming(stores.vectors, monkeypatch, "flaky", error)
@@ -239,7 +239,7 @@ async def test_a_server_error_on_one_request_is_an_outage_even_when_the_store_an
 
 
 async def test_a_chroma_outage_fails_the_tick_dead_letters_nothing_and_spends_no_attempt(
-    stores: Stores, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
     write(s.lazy_edges_queue_path, [edge(f"R{i}").replace(b"CONCEPT:b", b"memory:m1")
@@ -261,7 +261,7 @@ async def test_a_locked_database_fails_the_tick_and_isolates_nothing(
     slow = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
     await upsert_node(slow, "CONCEPT:a", "CONCEPT")
     await upsert_node(slow, "CONCEPT:b", "CONCEPT")
-    stores = Stores(settings, slow, vectors)
+    stores = TickContext(settings, slow, vectors)
     write(settings.lazy_edges_queue_path, [edge(f"R{i}") for i in range(5)])
     blocker = sqlite3.connect(settings.graph_db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")

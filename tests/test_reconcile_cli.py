@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from core.rules.archive_format import ArchiveHeader, seal
-from core.rules.config import Settings, load_config
+from core.rules.config import Settings
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import run_module, seed

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 import structlog
 
-from core.jobs.context import Stores, TickControl, open_stores
+from core.jobs.context import TickContext, TickControl
 from core.jobs.reconcile import reconcile_tick
 from core.rules.config import Settings
 from core.rules.reconcile import GUARD_STALE_FRACTION
 from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_RECONCILE
 from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.runtime.tick import open_context, run_tick
 from core.stores.chroma import Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.ticks import run_tick
 from tests.support import count_rows, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
@@ -44,20 +44,21 @@ async def configure(graph: GraphDB, tenant: str, version: int) -> None:
                             {"version": version, "repoSlug": f"{tenant}/repo"})
 
 
-def stores_for(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> Stores:
-    """Stores on the fixtures' files with `[knowledgeBase]` overrides (reconciliation on)."""
+def stores_for(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> TickContext:
+    """A tick context on the fixtures' files with `[knowledgeBase]` overrides
+    (reconciliation on)."""
     settings = make_settings(tmp_path, reconciliationEnabled=True, **toml)
-    return Stores(settings, graph, vectors)
+    return TickContext(settings, graph, vectors)
 
 
-def tombstoning(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> Stores:
-    """Stores with auto-tombstone on and the stale-fraction guard out of the way (unless the
+def tombstoning(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: Any) -> TickContext:
+    """A tick context with auto-tombstone on and the stale-fraction guard out of the way (unless the
     test sets it), for tests about what gets deleted."""
     return stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
                       **{"reconciliationMaxStaleFraction": 1.0, **toml})
 
 
-async def one_pass(stores: Stores, *, dry_run: bool = False) -> dict[str, Any]:
+async def one_pass(stores: TickContext, *, dry_run: bool = False) -> dict[str, Any]:
     """One pass through the same path as `--tick`."""
     return await run_tick("reconcile", stores, reconcile_tick, dry_run=dry_run)
 
@@ -352,7 +353,7 @@ async def test_a_dry_run_leaves_the_sqlite_file_byte_identical_and_writes_no_arc
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
     before = settings.graph_db_path.read_bytes()
 
-    async with open_stores(dry_settings, dry_run=True, vectors=vectors) as stores:
+    async with open_context(dry_settings, dry_run=True, vectors=vectors) as stores:
         figures = await one_pass(stores, dry_run=True)
 
     assert tenant_figures(figures, "acme")["actionableCount"] == 5
@@ -382,7 +383,7 @@ async def test_disabled_reconciliation_does_nothing(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = make_settings(tmp_path, reconciliationAutoTombstone=True)
-    stores = Stores(settings, graph, vectors)
+    stores = TickContext(settings, graph, vectors)
     await configure(graph, "acme", 4)
     await seed(vectors, settings.knowledge_base_collection, [chunk("old", "acme", 1)])
     figures = await one_pass(stores)
@@ -415,11 +416,11 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
         await seed(vectors, settings.knowledge_base_collection,
                    [chunk(f"{tenant}{i}", tenant, 1) for i in range(3)])
 
-    stopped = await one_pass(Stores(settings, graph, vectors, StopOnFirstProgress()))
+    stopped = await one_pass(TickContext(settings, graph, vectors, StopOnFirstProgress()))
     assert stopped["stopped"] is True
     assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
     assert stopped["tombstonedCount"] == 0  # scanned, but no delete batch began
     assert await vectors.count(settings.knowledge_base_collection) == 6
 
-    resumed = await one_pass(Stores(settings, graph, vectors))
+    resumed = await one_pass(TickContext(settings, graph, vectors))
     assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 6)

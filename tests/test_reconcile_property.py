@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
 from core.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
@@ -24,11 +24,11 @@ from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.rules.tombstone_bands import deletion_bound
 from core.rules.values import is_real_number
+from core.runtime.tick import run_tick
 from core.stores.chroma import Include, VectorStore
 from core.stores.clock import now_ms
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.ticks import run_tick
 from tests.support import make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
@@ -160,7 +160,7 @@ async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_an
         all_ids = [i for i, _, _, _ in scenario.chunks]
         before = {r.id: r for r in await vectors.get_by_ids(collection, all_ids, include=FULL)}
 
-        stores = Stores(settings_, graph, vectors)
+        stores = TickContext(settings_, graph, vectors)
         archives: list[str] = []
         for pass_number in range(scenario.passes):
             figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.rules.config import Settings
 from core.rules.rows import ChromaRow
@@ -233,7 +233,7 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
         try:
             await asyncio.sleep(0.05)  # the writer is in full flow when the pass starts
             pass_started = time.monotonic_ns()
-            figures = await reconcile_tick(Stores(settings, graph, vectors), False)
+            figures = await reconcile_tick(TickContext(settings, graph, vectors), False)
             pass_ended = time.monotonic_ns()
             await asyncio.sleep(0.05)
         finally:

@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
-from core.rules.config import KEYS, load_config, resolve_config
+from core.rules.config import KEYS, resolve_config
 from core.rules.errors import ConfigError
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import make_settings
@@ -73,7 +74,7 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
     with queue.open("wb") as f:
         for n, bad in enumerate(CORPUS):
             f.write(valid(n, weight=0.5 + n) + b"\n" + bad + b"\n")
-    stats = await drain_queue(Stores(settings, graph, vectors))
+    stats = await drain_queue(TickContext(settings, graph, vectors))
     assert stats.succeeded == len(CORPUS)
     assert stats.skipped_malformed == len(CORPUS)
     dead = [json.loads(x) for x in settings.dead_letter_path.read_text().splitlines()]
@@ -99,7 +100,7 @@ def test_random_bytes_between_valid_lines_never_cost_a_valid_line(noise: list[by
             queue.parent.mkdir(parents=True)
             queue.write_bytes(b"".join(valid(i) + b"\n" + junk + b"\n"
                                        for i, junk in enumerate(noise)) + valid(999) + b"\n")
-            stats = await drain_queue(Stores(settings, graph, vectors))
+            stats = await drain_queue(TickContext(settings, graph, vectors))
             rows = await graph.query(
                 "SELECT relationship, weight FROM edges ORDER BY relationship")
             expected = sorted(f"V{i}" for i in [*range(len(noise)), 999])

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import core.jobs.drain as drain
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
@@ -59,7 +59,7 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
             try:
                 for (owner, name), replacement in patches.items():
                     setattr(owner, name, replacement)
-                await drain.drain_queue(Stores(self.world.settings, graph, shared))
+                await drain.drain_queue(TickContext(self.world.settings, graph, shared))
             except (StoreUnavailable, SimulatedCrash):
                 pass
             finally:

@@ -15,7 +15,7 @@ import pytest
 
 import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
@@ -79,7 +79,7 @@ async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes
 
 
 @pytest.fixture
-async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[Stores]:
+async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[TickContext]:
     """A server-mode tenant `t1` at version 3 with 3,000 chunks at stamp 1 (actionable)
     and 1,000 at stamp 3 (current), plus 500 chunks of tenant `t2` with the same stamps."""
     settings = make_settings(tmp_path, chromaUrl=server.url, reconciliationEnabled=True,
@@ -96,7 +96,7 @@ async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[Stores]:
     graph = await GraphDB.open(settings.graph_db_path)
     for _ in range(3):
         await set_tenant_config(graph, "t1", repo_slug="r")
-    yield Stores(settings, graph, vectors)
+    yield TickContext(settings, graph, vectors)
     await graph.close()
     await vectors.close()
 
@@ -107,7 +107,7 @@ def archived_ids(settings: Settings) -> set[str]:
 
 
 async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_the_next_pass_completes(  # noqa: E501
-    kb: Stores, server: ChromaServer, monkeypatch: pytest.MonkeyPatch
+    kb: TickContext, server: ChromaServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = kb.settings
     # Three bands, three delete requests.
@@ -166,12 +166,12 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailable, match="database is locked"):
-            await drain_queue(Stores(settings, graph, vectors))
+            await drain_queue(TickContext(settings, graph, vectors))
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
     assert settings.draining_path.exists(), "the lines wait on disk"
-    stats = await drain_queue(Stores(settings, graph, vectors))
+    stats = await drain_queue(TickContext(settings, graph, vectors))
     assert stats.orphan_recovered and stats.succeeded == 1
     await graph.close()
 
@@ -193,14 +193,14 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
 
     monkeypatch.setattr(drain, "append_locked", no_space)
     with pytest.raises(StoreUnavailable, match="No space left on device"):
-        await drain_queue(Stores(settings, graph, vectors))
+        await drain_queue(TickContext(settings, graph, vectors))
     monkeypatch.undo()
     assert settings.draining_path.exists()
 
     # The re-queue failed before the batch's commit: nothing of it took effect.
     assert await read_edge(graph, "CONCEPT:a", "CONCEPT:b", "R1") is None
     assert not queue.exists() or queue.read_bytes() == b"", "no partial re-queue left behind"
-    stats = await drain_queue(Stores(settings, graph, vectors))
+    stats = await drain_queue(TickContext(settings, graph, vectors))
     assert stats.orphan_recovered and stats.succeeded == 1 and stats.requeued == 1
     assert stats.deferred == 1, "re-queued by the leftover, not retried again in this tick"
     [left] = [json.loads(x) for x in queue.read_text().splitlines()]

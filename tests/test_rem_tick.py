@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from core.jobs.context import Stores, open_stores
+from core.jobs.context import TickContext
 from core.jobs.drain import rem_tick
 from core.rules.config import Settings
 from core.rules.timestamps import iso_from_ms
+from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
@@ -32,7 +33,7 @@ async def test_the_first_tick_looks_back_the_overlap_from_now(
     await seed_summary(vectors, settings, "fresh", now - HOUR_MS)
     await seed_summary(vectors, settings, "ancient", now - settings.rem_live_ingest_overlap_ms
                        - HOUR_MS)
-    figures = await rem_tick(Stores(settings, graph, vectors), False)
+    figures = await rem_tick(TickContext(settings, graph, vectors), False)
     assert figures["liveIngest"]["sessionsFound"] == 1
     assert await existing_ids(graph, ["session:fresh", "session:ancient"]) == {"session:fresh"}
     watermark = await get_value(graph, LIVE_INGEST_WATERMARK)
@@ -48,7 +49,7 @@ async def test_a_later_tick_looks_back_the_overlap_before_the_previous_tick(
     await set_value(graph, LIVE_INGEST_WATERMARK, str(now - 10 * HOUR_MS), now_ms=now)
     await seed_summary(vectors, settings, "late", now - overlap - 5 * HOUR_MS)
     await seed_summary(vectors, settings, "too-old", now - overlap - 11 * HOUR_MS)
-    await rem_tick(Stores(settings, graph, vectors), False)
+    await rem_tick(TickContext(settings, graph, vectors), False)
     assert await existing_ids(graph, ["session:late", "session:too-old"]) == {"session:late"}
 
 
@@ -60,7 +61,7 @@ async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(
     settings.lazy_edges_queue_path.write_text(json.dumps(
         {"source": "memory:fresh-m", "target": "session:fresh", "relationship": "R"}) + "\n")
     before = settings.graph_db_path.read_bytes()
-    async with open_stores(settings, dry_run=True, vectors=vectors) as dry:
+    async with open_context(settings, dry_run=True, vectors=vectors) as dry:
         figures = await rem_tick(dry, True)
     assert figures["liveIngest"]["sessionsUpserted"] == 1
     assert figures["drain"]["totalLines"] == 1
@@ -71,7 +72,7 @@ async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(
 async def test_a_tick_without_collections_skips_ingestion_and_still_drains(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    figures = await rem_tick(Stores(settings, graph, vectors), False)
+    figures = await rem_tick(TickContext(settings, graph, vectors), False)
     assert "not found" in figures["liveIngest"]["skipped"]
     assert figures["drain"]["totalLines"] == 0
 
@@ -81,7 +82,7 @@ async def test_sessions_land_even_before_the_memory_collection_exists(
 ) -> None:
     await seed(vectors, settings.summary_collection,
                [("sum-x", {"sessionId": "x", "createdAt": iso_from_ms(now_ms() - HOUR_MS)})])
-    figures = await rem_tick(Stores(settings, graph, vectors), False)
+    figures = await rem_tick(TickContext(settings, graph, vectors), False)
     assert figures["liveIngest"]["sessionsUpserted"] == 1
     assert await get_value(graph, LIVE_INGEST_WATERMARK) is not None
 
@@ -89,5 +90,5 @@ async def test_sessions_land_even_before_the_memory_collection_exists(
 async def test_a_skipped_ingestion_does_not_move_the_watermark(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    await rem_tick(Stores(settings, graph, vectors), False)  # no summary collection yet
+    await rem_tick(TickContext(settings, graph, vectors), False)  # no summary collection yet
     assert await get_value(graph, LIVE_INGEST_WATERMARK) is None

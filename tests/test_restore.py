@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
 from core.rules.archive_format import LEGACY_WARNING, ArchiveHeader, seal
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.runtime.tick import run_tick
 from core.stores.archives import ArchiveError
 from core.stores.chroma import CollectionMissing, Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.ticks import run_tick
 from tests.support import make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
@@ -33,11 +33,11 @@ def chunk(row_id: str, tenant: str, stamp: Any, ingested: Any = 1) -> tuple[str,
                     "tenantConfigVersion": stamp, "ingestedAt": ingested}
 
 
-async def tombstoning_stores(tmp_path: Path, graph: GraphDB, vectors: VectorStore) -> Stores:
+async def tombstoning_stores(tmp_path: Path, graph: GraphDB, vectors: VectorStore) -> TickContext:
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    return Stores(settings, graph, vectors)
+    return TickContext(settings, graph, vectors)
 
 
 async def configure(graph: GraphDB, tenant: str, version: int) -> None:
@@ -45,7 +45,7 @@ async def configure(graph: GraphDB, tenant: str, version: int) -> None:
                             {"version": version, "repoSlug": f"{tenant}/repo"})
 
 
-async def one_archive(stores: Stores) -> Path:
+async def one_archive(stores: TickContext) -> Path:
     figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
     [archive] = figures["archives"]
     return Path(archive)

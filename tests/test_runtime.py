@@ -16,21 +16,21 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import Stores
-from core.metrics import Metrics
+from core.jobs.context import TickContext
 from core.rules.config import Settings
+from core.runtime.metrics import Metrics
 from core.runtime.scheduler import (
     MAX_BACKOFF_FACTOR,
     DaemonRunner,
     DaemonSpec,
-    Job,
     RuntimeOptions,
     _supervise,
     backoff_delay_ms,
     first_run_delay_ms,
     serve,
 )
-from core.sdnotify import Notifier
+from core.runtime.systemd import Notifier
+from core.runtime.tick import Job
 from core.stores.chroma import VectorStore
 from core.stores.daemon_state import TickRecord, last_ticks, record_tick
 from core.stores.sqlite import GraphDB
@@ -50,7 +50,7 @@ class Ticks:
         self.fail_always = fail_always
         self.hang = hang
 
-    async def __call__(self, stores: Stores, dry_run: bool) -> Mapping[str, Any]:
+    async def __call__(self, stores: TickContext, dry_run: bool) -> Mapping[str, Any]:
         self.calls.append(time.monotonic())
         if self.hang:
             await asyncio.Event().wait()
@@ -228,7 +228,7 @@ async def test_a_daemon_whose_scheduler_dies_is_restarted(
 async def test_shutdown_lets_the_running_tick_finish_its_batch(served: Any) -> None:
     finished: list[bool] = []
 
-    async def long_batch(stores: Stores, dry_run: bool) -> Mapping[str, Any]:
+    async def long_batch(stores: TickContext, dry_run: bool) -> Mapping[str, Any]:
         for _ in range(10):  # ten "batches", checking the stop flag between them
             if stores.control.stopping:
                 return {"interrupted": True}

@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 
 from core.jobs.alerting import alerting_tick
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.reports.status import RecentAlert, gather_status
-from core.rules.config import load_config
 from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
 from core.stores.telemetry import record_ingestion_metric
@@ -169,7 +169,7 @@ async def test_rows_an_older_version_stored_with_the_full_url_are_redacted(
 
     settings = make_settings(tmp_path, alertingEnabled=True)
     await record_ingestion_metric(graph, tenant_id="t1", event_type=EVENT_RECONCILE)
-    await alerting_tick(Stores(settings, graph, vectors), False)
+    await alerting_tick(TickContext(settings, graph, vectors), False)
     assert_no_secret("SQLite", every_stored_value(settings.graph_db_path))
     connection = sqlite3.connect(settings.graph_db_path)
     try:

@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 # Holds the embedded store the way a running daemon does, until its stdin closes.
 HOLD_STORE = """
 import asyncio, sys
-from core.rules.config import load_config
-from core.logs import configure_logging
+from core.stores.config_file import load_config
+from core.runtime.logs import configure_logging
 from core.stores.chroma import VectorStore
 
 async def hold() -> None:

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.runtime.tick import run_tick
 from core.stores.chroma import Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from core.ticks import run_tick
 from tests.support import DIM, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
@@ -41,12 +41,12 @@ def chunk(row_id: str, tenant: str = "acme", stamp: Any = 1,
 
 
 @pytest.fixture
-async def stores(tmp_path: Path, graph: GraphDB, vectors: VectorStore) -> Stores:
+async def stores(tmp_path: Path, graph: GraphDB, vectors: VectorStore) -> TickContext:
     await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    return Stores(settings, graph, vectors)
+    return TickContext(settings, graph, vectors)
 
 
 def before_call(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch, method: str,
@@ -67,7 +67,7 @@ def write(real: Callable[..., Any], row_id: str, metadata: dict[str, Any], docum
          embeddings=[[0.5] * DIM])
 
 
-async def one_pass(stores: Stores) -> dict[str, Any]:
+async def one_pass(stores: TickContext) -> dict[str, Any]:
     return await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
 
 
@@ -88,7 +88,7 @@ async def live(vectors: VectorStore, ids: list[str]) -> dict[str, ChromaRow]:
                                   "ingestedAt": 1_000}),
 ])
 async def test_a_chunk_changed_between_the_read_and_the_delete_is_not_deleted(
-    stores: Stores, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
+    stores: TickContext, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
     change: str, metadata: dict[str, Any],
 ) -> None:
     await seed(vectors, KB, [chunk(f"c{i}") for i in range(6)])
@@ -111,7 +111,7 @@ async def test_a_chunk_changed_between_the_read_and_the_delete_is_not_deleted(
 
 
 async def test_a_chunk_handed_to_another_tenant_is_refused_by_a_restore(
-    stores: Stores, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await seed(vectors, KB, [chunk(f"c{i}") for i in range(3)])
     before_call(vectors, monkeypatch, "delete", lambda real, _kw: write(
@@ -127,7 +127,7 @@ async def test_a_chunk_handed_to_another_tenant_is_refused_by_a_restore(
 
 
 async def test_a_chunk_written_with_an_old_stamp_after_the_read_is_not_deleted(
-    stores: Stores, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await seed(vectors, KB, [chunk(f"c{i}") for i in range(3)])
     # A writer that stamps an old version but ingests now: later than every band's bound.
@@ -140,7 +140,7 @@ async def test_a_chunk_written_with_an_old_stamp_after_the_read_is_not_deleted(
 
 
 async def test_actionable_chunks_without_a_usable_ingested_at_are_held_and_reported(
-    stores: Stores, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
+    stores: TickContext, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await seed(vectors, KB, [chunk("dated"), chunk("none", ingested=...),
                              chunk("text", ingested="2024-01-01"), chunk("flag", ingested=True),
@@ -161,7 +161,7 @@ async def test_the_cap_holds_inside_a_run_of_equal_ingested_at_and_all_of_it_is_
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
-    stores = Stores(make_settings(tmp_path, reconciliationEnabled=True,
+    stores = TickContext(make_settings(tmp_path, reconciliationEnabled=True,
                                   reconciliationAutoTombstone=True,
                                   reconciliationMaxStaleFraction=1.0,
                                   reconciliationMaxDeletesPerTick=3), graph, vectors)
@@ -181,7 +181,7 @@ async def test_the_cap_holds_inside_a_run_of_equal_ingested_at_and_all_of_it_is_
 
 
 async def test_a_chunk_re_stamped_between_the_bands_snapshot_and_its_fetch_is_kept(
-    stores: Stores, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
+    stores: TickContext, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The band's ids come from one ids-only read; the rows are then fetched by id. A row
     re-ingested in between fails the rule when fetched: it is not archived, and the delete
@@ -211,7 +211,7 @@ async def test_a_chunk_re_stamped_between_the_bands_snapshot_and_its_fetch_is_ke
 
 
 async def test_a_band_the_store_and_the_rule_disagree_on_is_left_whole(
-    stores: Stores, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
+    stores: TickContext, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Fault injection: the store's band predicate matches a chunk of another tenant (the

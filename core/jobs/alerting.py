@@ -44,12 +44,12 @@ from core.stores.clock import now_ms
 from core.stores.telemetry import ingestion_rollup
 
 if TYPE_CHECKING:
-    from core.jobs.context import Stores
+    from core.jobs.context import TickContext
 
 log = structlog.get_logger(__name__)
 
 async def alerting_tick(
-    stores: Stores,
+    context: TickContext,
     dry_run: bool,
     *,
     clock: Callable[[], int] = now_ms,
@@ -63,21 +63,21 @@ async def alerting_tick(
     and sends nothing and writes nothing. A telemetry read that fails raises (the tick fails
     visibly rather than reporting that all is quiet); a delivery that fails does not.
     """
-    settings = stores.settings
+    settings = context.settings
     if not settings.alerting_enabled and not dry_run:
         log.info("alerting.disabled", message="alerting disabled "
                  "(set alertingEnabled = true to run passes)")
         return {"enabled": False, "fired": 0}
     rules = settings.alert_rules
     if not dry_run:
-        await scrub_stored_channels(stores.graph)
+        await scrub_stored_channels(context.graph)
     scopes = _scopes_needed(rules)
     now = clock()
     window = MetricWindow.ending_at(now, length_ms=settings.alert_window_ms)
     rollup: list[dict[str, Any]] = []
     for scope in scopes:
-        rollup.extend(await ingestion_rollup(stores.graph, window, per=scope))
-    cooldowns = await load_cooldowns(stores.graph, since_ms=now - settings.alerting_cooldown_ms)
+        rollup.extend(await ingestion_rollup(context.graph, window, per=scope))
+    cooldowns = await load_cooldowns(context.graph, since_ms=now - settings.alerting_cooldown_ms)
     evaluation = evaluate_alert_rules(
         list(rules), rollup, cooldown_state=cooldowns, now_ms=now,
         cooldown_ms=settings.alerting_cooldown_ms,
@@ -86,7 +86,7 @@ async def alerting_tick(
     deliveries: list[Delivery] = []
     if not dry_run and evaluation.alerts:
         deliveries = await deliver_alerts(evaluation.alerts, policy=delivery)
-        await record_deliveries(stores.graph, deliveries)
+        await record_deliveries(context.graph, deliveries)
     return _figures(settings.alerting_enabled, rules, rollup, evaluation, deliveries,
                     window_ms=settings.alert_window_ms)
 

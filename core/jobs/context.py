@@ -1,14 +1,12 @@
-"""Opening and closing the two stores a daemon works on, in one place and in a fixed order.
+"""What a tick works on: its settings, the stores, and how it hears that the daemon stops.
 
-The graph opens first (cheap, local) and Chroma second; they close in reverse. A dry run opens
-the graph read-only, so not one byte of it can change.
+Jobs receive a `TickContext`; the runtime builds it (`core.runtime.tick.open_context`, or the
+scheduler with its own graph connection per daemon and one shared Chroma store).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from core.rules.config import Settings
@@ -38,36 +36,10 @@ class TickControl:
 
 
 @dataclass(frozen=True, slots=True)
-class Stores:
+class TickContext:
     """What a tick works on: its settings, the graph, the Chroma store, and its control."""
 
     settings: Settings
     graph: GraphDB
     vectors: VectorStore
     control: TickControl = field(default_factory=TickControl)
-
-
-@asynccontextmanager
-async def open_stores(
-    settings: Settings,
-    *,
-    dry_run: bool = False,
-    vectors: VectorStore | None = None,
-    control: TickControl | None = None,
-) -> AsyncIterator[Stores]:
-    """Open the graph (read-only for a dry run) and Chroma; close both on the way out.
-
-    `vectors`, when given, is an already open store shared between daemons in one process (an
-    embedded store admits one opener per process); it is not closed here.
-    """
-    graph = await GraphDB.open(settings.graph_db_path, read_only=dry_run)
-    try:
-        own_vectors = vectors is None
-        store = vectors if vectors is not None else await VectorStore.open(settings)
-        try:
-            yield Stores(settings, graph, store, control or TickControl())
-        finally:
-            if own_vectors:
-                await store.close()
-    finally:
-        await graph.close()

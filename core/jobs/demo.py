@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
 from core.rules.timestamps import iso_from_ms
@@ -273,29 +273,29 @@ DEMO_QUEUE_SEEDED = "demo.queueSeeded"
 # --------------------------------------------------------------------------------------------
 
 
-async def seed_demo(stores: Stores, dataset: DemoDataset) -> dict[str, Any]:
+async def seed_demo(context: TickContext, dataset: DemoDataset) -> dict[str, Any]:
     """Write the dataset: Chroma rows (upserts), anchor nodes, tenant versions (raised up to
     their target, never past it), and the queue lines (appended with the producer lock).
     Returns what was written, for the demo's report."""
-    settings = stores.settings
-    vectors = stores.vectors
+    settings = context.settings
+    vectors = context.vectors
     await vectors.upsert(settings.memory_collection, dataset.memories, create=True)
     await vectors.upsert(settings.summary_collection, dataset.summaries, create=True)
     await vectors.upsert(settings.knowledge_base_collection, dataset.chunks, create=True)
-    async with stores.graph.write() as tx:
+    async with context.graph.write() as tx:
         await upsert_nodes(tx, dataset.anchor_nodes)
     versions: dict[str, int] = {}
     for tenant in dataset.tenants:
-        version = await tenant_version(stores.graph, tenant.tenant_id)
+        version = await tenant_version(context.graph, tenant.tenant_id)
         while version < tenant.version:
-            version = (await set_tenant_config(stores.graph, tenant.tenant_id,
+            version = (await set_tenant_config(context.graph, tenant.tenant_id,
                                                repo_slug=tenant.repo_slug)).version
         versions[tenant.tenant_id] = version
     appended = 0
-    if await get_value(stores.graph, DEMO_QUEUE_SEEDED) is None:
+    if await get_value(context.graph, DEMO_QUEUE_SEEDED) is None:
         await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path,
                                 list(dataset.queue_lines))
-        await set_value(stores.graph, DEMO_QUEUE_SEEDED, "1", now_ms=clock.now_ms())
+        await set_value(context.graph, DEMO_QUEUE_SEEDED, "1", now_ms=clock.now_ms())
         appended = len(dataset.queue_lines)
     seeded = {
         "memories": len(dataset.memories),

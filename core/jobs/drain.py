@@ -55,7 +55,7 @@ from typing import Any
 
 import structlog
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.ingest import live_ingest_since
 from core.jobs.lazy_backfill import plan_backfill
 from core.rules.backfill_plan import BackfillPlan
@@ -200,15 +200,15 @@ class QueueFileError(StoreUnavailable):
 
 
 async def drain_queue(
-    stores: Stores, *, dry_run: bool = False, clock: Callable[[], int] = now_ms
+    context: TickContext, *, dry_run: bool = False, clock: Callable[[], int] = now_ms
 ) -> DrainStats:
     """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld when
     another drainer runs, StoreUnavailable when a store fails (nothing lost either way),
     QueuePathIsSymlink (exit 2) when the queue path is a symbolic link."""
     started = time.monotonic()
-    refuse_symlinked_queue(stores.settings.lazy_edges_queue_path)
+    refuse_symlinked_queue(context.settings.lazy_edges_queue_path)
     stats = DrainStats()
-    drainer = _Drainer(stores, stats, dry_run=dry_run, clock=clock)
+    drainer = _Drainer(context, stats, dry_run=dry_run, clock=clock)
     try:
         with _cyclic_gc_paused():
             await (drainer.read_in_place() if dry_run else drainer.drain_under_lock())
@@ -257,11 +257,11 @@ class _Drainer:
     """One tick's drain: the files, the batches, and what this tick learned on the way."""
 
     def __init__(
-        self, stores: Stores, stats: DrainStats, *, dry_run: bool, clock: Callable[[], int]
+        self, context: TickContext, stats: DrainStats, *, dry_run: bool, clock: Callable[[], int]
     ) -> None:
-        self.stores = stores
-        self.settings = stores.settings
-        self.graph: GraphDB = stores.graph
+        self.context = context
+        self.settings = context.settings
+        self.graph: GraphDB = context.graph
         self.stats = stats
         self.dry_run = dry_run
         self.clock = clock
@@ -352,7 +352,7 @@ class _Drainer:
             name_of=lambda offset: f"{generation.id}-{offset}.line")
         try:
             while True:
-                if self.stores.control.stopping:
+                if self.context.control.stopping:
                     self.stats.interrupted = True
                     log.info("drain.interrupted", path=str(s.draining_path),
                              offset=reader.offset)
@@ -361,7 +361,7 @@ class _Drainer:
                 if not lines:
                     break
                 await self._settle(_Batch(generation, lines, reader.offset))
-                self.stores.control.progress()
+                self.context.control.progress()
             late = await asyncio.to_thread(hand_back_late_bytes, reader,
                                            s.lazy_edges_queue_path)
             await asyncio.to_thread(remove_generation, s.draining_path)
@@ -445,7 +445,7 @@ class _Drainer:
         s = self.settings
         for collection in (s.memory_collection, s.summary_collection):
             try:
-                await self.stores.vectors.get_by_ids(collection, [PROBE_ID])
+                await self.context.vectors.get_by_ids(collection, [PROBE_ID])
             except CollectionMissing:
                 continue
             except Exception:
@@ -462,7 +462,7 @@ class _Drainer:
         endpoints = list(triaged.endpoints)
         present = await existing_ids(self.graph, endpoints)
         missing = [n for n in endpoints if n not in present]
-        backfill = await plan_backfill(self.graph, self.stores.vectors, self.settings,
+        backfill = await plan_backfill(self.graph, self.context.vectors, self.settings,
                                        missing, existing=present)
         plan = decide(triaged, _unresolved(missing, backfill),
                       max_attempts=self.settings.lazy_edge_max_attempts, now_ms=now)
@@ -609,23 +609,23 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
     return unresolved
 
 
-async def rem_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
+async def rem_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
     """One REM tick: live-ingest the sessions summarized since the previous tick (minus the
     overlap), then drain the queue. The watermark is the start of the last tick whose live
     ingestion completed; the first tick looks back the overlap from now."""
-    settings = stores.settings
+    settings = context.settings
     started = now_ms()
-    watermark = await get_value(stores.graph, LIVE_INGEST_WATERMARK)
+    watermark = await get_value(context.graph, LIVE_INGEST_WATERMARK)
     since = int(watermark) if watermark and watermark.isdigit() else started
     cutoff = since - settings.rem_live_ingest_overlap_ms
     try:
-        report = await live_ingest_since(stores.graph, stores.vectors, settings, cutoff,
+        report = await live_ingest_since(context.graph, context.vectors, settings, cutoff,
                                          dry_run=dry_run)
         live: dict[str, Any] = report.figures()
         if not dry_run:  # only a completed ingestion moves the watermark
-            await set_value(stores.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
+            await set_value(context.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
     except CollectionMissing as exc:
         log.warning("ingest.skipped", reason=str(exc))
         live = {"cutoffMs": cutoff, "skipped": str(exc)}
-    drained = await drain_queue(stores, dry_run=dry_run)
+    drained = await drain_queue(context, dry_run=dry_run)
     return {"liveIngest": live, "drain": drained.figures()}

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.drain import DrainStats, drain_queue
 from core.jobs.ingest import SESSIONS_PER_BATCH, sessions_created_since, sync_sessions
 from core.reports.progress import Progress
@@ -38,13 +38,16 @@ from core.stores.clock import now_ms
 log = structlog.get_logger(__name__)
 
 DAY_MS = 86_400_000
+#: Why the rest of a run was not done when a stop signal came (the run is not ok; re-running
+#: it is cheap: unchanged nodes are skipped, drained lines are gone from the queue).
+STOPPED = "stopped by a signal before the end; run it again to finish"
 #: How many failures the figures and the log name (all are counted): enough to see a pattern,
 #: few enough that one `--json` object stays readable when a whole window fails.
 FAILURES_NAMED = 50
 
 
 @dataclass(slots=True)
-class PriorityBackfillReport:
+class EagerBackfillReport:
     """What one eager back-fill saw and did."""
 
     days: int
@@ -110,21 +113,21 @@ def cutoff_for_days(days: int, *, now: int) -> int:
     return max(0, now - days * DAY_MS)
 
 
-async def priority_backfill(
-    stores: Stores,
+async def eager_backfill(
+    context: TickContext,
     *,
     days: int,
     dry_run: bool,
     skip_drain: bool,
     progress: Progress,
     clock: Callable[[], int] = now_ms,
-) -> PriorityBackfillReport:
+) -> EagerBackfillReport:
     """Live-ingest the sessions summarized in the last `days` days, then drain unless
     `skip_drain`. Per-session problems are in the report (`failures`); raises StoreUnavailable
     only when the store is down (every session of a batch failed on it)."""
-    report = PriorityBackfillReport(days, cutoff_for_days(days, now=clock()), dry_run)
+    report = EagerBackfillReport(days, cutoff_for_days(days, now=clock()), dry_run)
     try:
-        report.window = await sessions_created_since(stores.vectors, stores.settings,
+        report.window = await sessions_created_since(context.vectors, context.settings,
                                                      report.cutoff_ms)
     except CollectionMissing as exc:
         report.ingest_skipped = str(exc)
@@ -137,8 +140,12 @@ async def priority_backfill(
     progress.start(len(session_ids), label="sessions")
     try:
         for start in range(0, len(session_ids), SESSIONS_PER_BATCH):
+            if context.control.stopping:
+                report.ingest_error = STOPPED
+                log.info("backfill.stopping", sessionsLeft=len(session_ids) - start)
+                break
             batch = session_ids[start : start + SESSIONS_PER_BATCH]
-            report.stats.add(await _sync_batch_isolating_failures(stores, batch,
+            report.stats.add(await _sync_batch_isolating_failures(context, batch,
                                                                   dry_run=dry_run))
             progress.advance(len(batch))
     except CollectionMissing as exc:
@@ -153,9 +160,11 @@ async def priority_backfill(
 
     if skip_drain:
         report.drain_skipped = "--skip-drain"
+    elif context.control.stopping:
+        report.drain_skipped = STOPPED
     else:
         try:
-            report.drain = await drain_queue(stores, dry_run=dry_run)
+            report.drain = await drain_queue(context, dry_run=dry_run)
         except KbError as exc:
             # The ingestion above stands; the queue stays for the next drain (nothing lost).
             report.drain_error = str(exc)
@@ -164,13 +173,13 @@ async def priority_backfill(
 
 
 async def _sync_batch_isolating_failures(
-    stores: Stores, batch: Sequence[str], *, dry_run: bool
+    context: TickContext, batch: Sequence[str], *, dry_run: bool
 ) -> SyncStats:
     """Sync a batch; when it fails, sync its sessions one by one so that one bad session costs
     only itself. Raises StoreUnavailable when every session failed on a store error, and
     CollectionMissing at once."""
     try:
-        return await sync_sessions(stores.graph, stores.vectors, stores.settings, batch,
+        return await sync_sessions(context.graph, context.vectors, context.settings, batch,
                                    dry_run=dry_run)
     except CollectionMissing:
         raise  # the same for every session: retrying them one by one cannot help
@@ -181,7 +190,7 @@ async def _sync_batch_isolating_failures(
     store_failures: list[StoreUnavailable] = []
     for session_id in batch:
         try:
-            stats.add(await sync_sessions(stores.graph, stores.vectors, stores.settings,
+            stats.add(await sync_sessions(context.graph, context.vectors, context.settings,
                                           [session_id], dry_run=dry_run))
         except Exception as exc:
             log.error("backfill.session_failed", session_id=session_id, error=_describe(exc),

@@ -49,7 +49,7 @@ from core.stores.telemetry_spool import MetricSpool
 from core.stores.tenants import list_tenants
 
 if TYPE_CHECKING:
-    from core.jobs.context import Stores
+    from core.jobs.context import TickContext
     from core.stores.chroma import VectorStore
 
 log = structlog.get_logger(__name__)
@@ -137,7 +137,7 @@ class TenantOutcome:
         return detail
 
 
-async def reconcile_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
+async def reconcile_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
     """One reconciliation pass over every tenant with a config node: the tick function that
     `core.ticks.run_tick("reconcile", ...)` runs for `--tick` and for the scheduler (which
     adds `durationMs`, and `dryRun` to its log line; the figures must not repeat them).
@@ -151,7 +151,7 @@ async def reconcile_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
     stopping, the pass returns between tenants or bands (never inside one) with `stopped:
     true`; the next pass starts over, so nothing is lost.
     """
-    settings = stores.settings
+    settings = context.settings
     if not settings.reconciliation_enabled and not dry_run:
         log.info("reconcile.disabled", message="reconciliation disabled "
                  "(set reconciliationEnabled = true to run passes)")
@@ -162,21 +162,21 @@ async def reconcile_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
                     message="a destructive guard is set to an invalid value: this pass "
                     "deletes nothing (reports only) until it is fixed")
     spool = MetricSpool(settings.telemetry_spool_path)
-    recorder = _Recorder(stores, spool)
+    recorder = _Recorder(context, spool)
     if not dry_run:
         await recorder.flush_spool()
     outcomes: list[TenantOutcome] = []
-    tenants = await list_tenants(stores.graph)
+    tenants = await list_tenants(context.graph)
     for tenant in tenants:
-        if stores.control.stopping:
+        if context.control.stopping:
             log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
             break
         with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
-            outcome = await reconcile_tenant(stores, tenant, policy)
+            outcome = await reconcile_tenant(context, tenant, policy)
             if not dry_run:
                 await recorder.record(outcome, policy)
             outcomes.append(outcome)
-        stores.control.progress()
+        context.control.progress()
     return {
         "enabled": settings.reconciliation_enabled,
         "autoTombstone": policy.auto_tombstone,
@@ -193,7 +193,7 @@ async def reconcile_tick(stores: Stores, dry_run: bool) -> dict[str, Any]:
 
 
 async def reconcile_tenant(
-    stores: Stores, tenant: TenantConfig, policy: ReconcilePolicy
+    context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy
 ) -> TenantOutcome:
     """Scan, guard and tombstone one tenant; never raises (failures are recorded in the
     outcome and logged with the tenant's id). Writes no telemetry (the caller does)."""
@@ -201,10 +201,10 @@ async def reconcile_tenant(
     if tenant.version < 1:
         log.warning("reconcile.tenant_skipped", reason="no valid config version")
         return outcome
-    vectors = stores.vectors
+    vectors = context.vectors
     phase = "scan"
     try:
-        scope = _TenantScope(stores, tenant, policy, read_ms=now_ms())
+        scope = _TenantScope(context, tenant, policy, read_ms=now_ms())
         oldest = OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
         await _scan_candidates(scope, outcome, oldest)
         if policy.auto_tombstone and outcome.actionable_count > 0:
@@ -251,7 +251,7 @@ class _TenantScope:
     """What one tenant's scan and tombstoning share: the stores, the tenant, the policy, and
     when the pass started reading it (epoch ms; no chunk ingested later is deleted)."""
 
-    stores: Stores
+    context: TickContext
     tenant: TenantConfig
     policy: ReconcilePolicy
     read_ms: int
@@ -263,9 +263,9 @@ async def _scan_candidates(
     """Count the tenant's stale and actionable chunks, one page of metadatas at a time, and
     keep the `ingestedAt` of the oldest actionable ones a pass may delete (see
     `core.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
-    stores, tenant, policy, read_ms = scope.stores, scope.tenant, scope.policy, scope.read_ms
+    context, tenant, policy, read_ms = scope.context, scope.tenant, scope.policy, scope.read_ms
     where = candidate_where(tenant.tenant_id, tenant.version)
-    async for page in stores.vectors.scan(
+    async for page in context.vectors.scan(
         policy.collection, where=where, include=("metadatas",)
     ):
         diff = diff_tenant_chunks(page, tenant.version, policy.orphan_version_gap)
@@ -280,7 +280,7 @@ async def _scan_candidates(
                     outcome.held_count += 1
                 else:
                     oldest.offer(bound)
-        stores.control.progress()
+        context.control.progress()
     if outcome.held_count and policy.auto_tombstone:
         log.warning(
             "reconcile.chunks_held", heldCount=outcome.held_count,
@@ -313,17 +313,17 @@ async def _tombstone(
     scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested
 ) -> None:
     """Archive and delete the oldest actionable chunks, band by band, up to the cap."""
-    stores, tenant, policy = scope.stores, scope.tenant, scope.policy
+    context, tenant, policy = scope.context, scope.tenant, scope.policy
     version, gap = tenant.version, policy.orphan_version_gap
     job = TombstoneJob(
-        vectors=stores.vectors,
+        vectors=context.vectors,
         collection=policy.collection,
         tenant_id=tenant.tenant_id,
         ceiling=actionable_stamp_ceiling(version, gap),
         is_actionable=functools.partial(is_actionable_stamp, current_version=version,
                                         orphan_version_gap=gap),
         read_ms=scope.read_ms,
-        tombstones_dir=stores.settings.tombstones_dir,
+        tombstones_dir=context.settings.tombstones_dir,
         pass_id=policy.pass_id,
         band_rows=tombstoning.BAND_ROWS,
     )
@@ -331,8 +331,8 @@ async def _tombstone(
     try:
         await tombstone_bands(
             job, oldest.sorted(), cap=policy.max_deletes_per_tick,
-            progress=progress, stopping=lambda: stores.control.stopping,
-            beat=stores.control.progress,
+            progress=progress, stopping=lambda: context.control.stopping,
+            beat=context.control.progress,
         )
     finally:
         outcome.tombstoned_count = progress.tombstoned
@@ -344,8 +344,8 @@ async def _tombstone(
 class _Recorder:
     """Writes each tenant's telemetry row, spooling what SQLite refuses (see MetricSpool)."""
 
-    def __init__(self, stores: Stores, spool: MetricSpool) -> None:
-        self.graph = stores.graph
+    def __init__(self, context: TickContext, spool: MetricSpool) -> None:
+        self.graph = context.graph
         self.spool = spool
         #: Rows from earlier passes written by this one.
         self.flushed = 0

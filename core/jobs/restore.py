@@ -12,6 +12,7 @@ restore twice changes nothing the second time. A bad line never stops the others
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,16 +174,25 @@ class _Restore:
                              in_file_order(self.unreadable), tuple(self.warnings))
 
 
-async def restore_archive(vectors: VectorStore, path: Path, *, collection: str) -> RestoreResult:
+async def restore_archive(
+    vectors: VectorStore,
+    path: Path,
+    *,
+    collection: str,
+    stopping: Callable[[], bool] = lambda: False,
+) -> RestoreResult:
     """Put back the archived chunks of `path` that are absent now, into `collection` (the
     knowledge-base collection) only, for the archive's own tenant only; see the module's
     docstring for the rules. Raises ArchiveError when the file cannot be used at all; a bad
-    line does not stop the others (it is returned with its number and reason).
+    line does not stop the others (it is returned with its number and reason). When
+    `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
+    it again finishes the rest).
     """
     state = _Restore(collection)
     with archive_line_batches(path) as batches:
         first = True
-        while (raw_batch := await asyncio.to_thread(next, batches, None)) is not None:
+        while not stopping() and (
+                raw_batch := await asyncio.to_thread(next, batches, None)) is not None:
             chunks: list[tuple[int, ArchivedChunk]] = []
             for number, raw in raw_batch:
                 if first:
@@ -193,7 +203,7 @@ async def restore_archive(vectors: VectorStore, path: Path, *, collection: str) 
                 if chunk is not None:
                     chunks.append((number, chunk))
             await state.apply(vectors, chunks)
-    if first:
+    if first and not stopping():
         raise ArchiveError(f"{path}: empty archive; nothing restored")
     result = state.result(path)
     log.info("tombstones.restored", path=str(path), restored=result.restored,

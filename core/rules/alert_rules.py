@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from core.rules.figures import json_name, shown_as
 from core.rules.telemetry import KNOWN_METRICS
+from core.rules.values import is_real_number
 
 Severity = Literal["warning", "critical"]
 DeliveryMode = Literal["wake", "audit"]
@@ -266,11 +266,6 @@ class RuleCheck:
     unknown_keys: tuple[str, ...] = ()
 
 
-def is_finite_number(value: Any) -> TypeGuard[float]:
-    """A finite int or float; bool is not a number here (TOML `true` is not a threshold)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def validate_alert_rule(rule: Any) -> RuleCheck:
     """Check one raw `alertRules` table, in the original's order, stopping at the first fault.
 
@@ -289,7 +284,7 @@ def validate_alert_rule(rule: Any) -> RuleCheck:
     if not isinstance(metric, str) or metric not in KNOWN_METRICS:
         return invalid(unknown_metric_reason(metric))
     threshold = rule.get("threshold")
-    if not is_finite_number(threshold):
+    if not is_real_number(threshold):
         return invalid(REASON_THRESHOLD)
     severity = rule.get("severity")
     if severity not in SEVERITIES:

@@ -30,7 +30,7 @@ from typing import Any, Final
 import orjson
 
 from core.rules.rows import ChromaRow, ColumnPage
-from core.rules.values import is_real_number
+from core.rules.values import is_real_number, is_whole_number
 
 #: The format this version writes; `LEGACY_FORMAT` is still read.
 ARCHIVE_FORMAT: Final = 2
@@ -155,7 +155,7 @@ def parse_header(record: Mapping[str, Any]) -> ArchiveHeader:
     if record.get("format") != ARCHIVE_FORMAT or record.get("kind") != KIND_HEADER:
         raise ValueError("not an archive header")
     created = record.get("createdAt")
-    if not isinstance(created, int) or isinstance(created, bool):
+    if not is_whole_number(created):
         raise ValueError("createdAt must be an integer")
     return ArchiveHeader(_require_string(record, "collection"),
                          _require_string(record, "tenantId"),

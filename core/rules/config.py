@@ -2,8 +2,7 @@
 
 `KEYS` is the single source of truth for every key: its TOML name, type, default, valid range and
 the reason for the default. `Settings`, the README's configuration table and
-`config/kb.example.toml` are all derived from it
-(`python -m core.rules.config --markdown | --example`).
+`config/kb.example.toml` are all derived from it (`make docs`: `python -m daemons.docs`).
 
 Reading is defensive because the file is shared with other programs and outlives releases: a
 missing file, table or key takes its default; a wrong type or an out-of-range value takes its
@@ -12,26 +11,21 @@ is warned about (it is usually a typo). Destructive switches are on only for a T
 the two destructive guards fail closed: an invalid `reconciliationMaxDeletesPerTick` or
 `reconciliationMaxStaleFraction` takes a value that deletes nothing (`Key.closed_value`) and
 is listed in `Settings.invalid_guards`, never a looser default.
-Only a file that cannot be parsed at all is an error (exit 2 with file, line and column).
+Only a file that cannot be parsed at all is an error (exit 2 with file, line and column); the
+file is found and read by `core.stores.config_file`, which hands the parsed document here.
 """
 
 from __future__ import annotations
 
-import math
-import os
 import re
-import sys
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from core.rules.errors import ConfigError
+from core.rules.values import is_real_number, is_whole_number
 
 TABLE = "knowledgeBase"
-DEFAULT_CONFIG_FILE = Path("config/kb.toml")
-CONFIG_ENV_VAR = "KB_CONFIG"
 
 KeyType = Literal[
     "string", "path", "url", "collection", "integer", "number", "boolean", "enum", "rules"
@@ -260,13 +254,9 @@ def _type_ok(key: Key, value: Any) -> bool:
         case "string" | "path" | "url" | "collection" | "enum":
             return isinstance(value, str)
         case "integer":
-            return isinstance(value, int) and not isinstance(value, bool)
+            return is_whole_number(value)
         case "number":
-            return (
-                isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
-            )
+            return is_real_number(value)
         case "boolean":
             return isinstance(value, bool)
         case "rules":
@@ -386,69 +376,6 @@ def _closest_key(name: str) -> str | None:
     return match[0] if match else None
 
 
-def choose_config_file(explicit: str | None, environ: Mapping[str, str]) -> Path | None:
-    """CONTRACT's lookup order: --config, else $KB_CONFIG, else config/kb.toml if present."""
-    if explicit:
-        return Path(explicit)
-    if environ.get(CONFIG_ENV_VAR):
-        return Path(environ[CONFIG_ENV_VAR])
-    if DEFAULT_CONFIG_FILE.is_file():
-        return DEFAULT_CONFIG_FILE
-    return None
-
-
-_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
-
-
-def parse_toml_file(path: Path) -> dict[str, Any] | None:
-    """Read and parse a TOML file; None when it does not exist.
-
-    Raises ConfigError with `file:line:col: message` for a syntax error, and with the file
-    named for anything that stops it being read (permissions, a folder, invalid UTF-8).
-    """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ConfigError(f"{path}:{line}:{column}: config file is not valid UTF-8") from exc
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        position = _TOML_POSITION.search(message)
-        if position:
-            where = f"{path}:{position.group(1)}:{position.group(2)}"
-            message = message[: position.start()]
-        else:
-            where = str(path)
-        raise ConfigError(f"{where}: TOML syntax error: {message}") from exc
-
-
-def load_config(
-    explicit: str | None = None, *, environ: Mapping[str, str] | None = None
-) -> LoadedConfig:
-    """Find, read and resolve the configuration per CONTRACT; raises ConfigError only on a
-    file that exists but cannot be parsed."""
-    environ = os.environ if environ is None else environ
-    path = choose_config_file(explicit, environ)
-    if path is None:
-        return resolve_config({}, base_dir=Path.cwd())
-    document = parse_toml_file(path)
-    base_dir = path.resolve().parent
-    if document is None:
-        loaded = resolve_config({}, base_dir=base_dir)
-        missing = ConfigWarning("", f"{path}: config file not found; using all defaults")
-        return LoadedConfig(loaded.settings, (missing, *loaded.warnings))
-    return resolve_config(document, base_dir=base_dir, source=path.resolve())
-
-
 #: How the docs say that a guard fails closed.
 CLOSED_NOTE = "**an invalid value deletes nothing** (the guard fails closed)"
 
@@ -501,7 +428,7 @@ def render_example_toml() -> str:
         "# Example configuration for the kb daemons, ready to copy as it is:",
         "#   cp config/kb.example.toml config/kb.toml",
         "# Every key but dataDir is shown commented out at its default; uncomment what you",
-        "# change. Generated from core/config.py (make docs); do not edit by hand.",
+        "# change. Generated from core/rules/config.py (make docs); do not edit by hand.",
         "",
         f"[{TABLE}]",
     ]
@@ -524,33 +451,11 @@ README_TABLE_START = "<!-- config-table:start (generated by make docs) -->"
 README_TABLE_END = "<!-- config-table:end -->"
 
 
-def update_readme(path: Path) -> None:
-    """Replace the README's configuration table (between its markers) with the generated one."""
-    text = path.read_text(encoding="utf-8")
+def with_readme_table(text: str) -> str:
+    """The README's text with its configuration table (between its markers) generated anew;
+    ValueError when the markers are missing."""
     if README_TABLE_START not in text or README_TABLE_END not in text:
-        raise SystemExit(f"{path}: configuration table markers not found")
+        raise ValueError("configuration table markers not found")
     head, _, rest = text.partition(README_TABLE_START)
     _, _, tail = rest.partition(README_TABLE_END)
-    body = f"{README_TABLE_START}\n{render_markdown_table()}{README_TABLE_END}"
-    path.write_text(head + body + tail, encoding="utf-8")
-
-
-def _main(argv: Sequence[str]) -> int:
-    """`python -m core.rules.config --markdown | --example | --readme FILE`: generated documents."""
-    args = list(argv)
-    if args == ["--markdown"]:
-        sys.stdout.write(render_markdown_table())
-        return 0
-    if args == ["--example"]:
-        sys.stdout.write(render_example_toml())
-        return 0
-    if len(args) == 2 and args[0] == "--readme":
-        update_readme(Path(args[1]))
-        return 0
-    print("usage: python -m core.rules.config --markdown | --example | --readme FILE",
-          file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))
+    return f"{head}{README_TABLE_START}\n{render_markdown_table()}{README_TABLE_END}{tail}"

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from core.rules.queue_lines import MAX_LINE_BYTES, SpilledBytes, json_line
+from core.rules.values import is_whole_number
 
 #: The reason shown for a dead-letter line that is not a readable record (a torn write).
 UNREADABLE = "unreadable"
@@ -79,7 +80,7 @@ def parse_dead_letter(raw: bytes | None) -> DeadLetterFields:
     reason, dead_at, read_at = record.get("reason"), record.get("deadAt"), record.get("readAt")
     return DeadLetterFields(
         reason if isinstance(reason, str) and reason else UNREADABLE,
-        dead_at if isinstance(dead_at, int) and not isinstance(dead_at, bool) else None,
+        dead_at if is_whole_number(dead_at) else None,
         read_at if isinstance(read_at, str) else None,
     )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core.rules.tenants import normalize_tenant_id
+from core.rules.values import is_whole_number
 
 EVENT_INGEST = "ingest"
 EVENT_TOMBSTONE = "tombstone"
@@ -101,7 +102,7 @@ class MetricRow:
         texts = (row.id, row.tenant_id, row.repo_slug, row.event_type)
         counts = (row.timestamp, row.chunks_total, row.chunks_embedded, row.chunks_deleted)
         if not all(isinstance(t, str) and t for t in texts) or not all(
-            isinstance(n, int) and not isinstance(n, bool) for n in counts
+            is_whole_number(n) for n in counts
         ):
             raise ValueError("a spooled telemetry row with a missing or mistyped field")
         return row

@@ -16,6 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from core.rules.values import is_whole_number
+
 TENANT_CONFIG_LABEL = "KnowledgeBaseTenantConfig"
 TENANT_CONFIG_PREFIX = "kb-config:"
 #: The version of a tenant without a configuration node: nothing of it can be stale.
@@ -76,7 +78,7 @@ def version_from_properties(properties: Any) -> int:
     if not isinstance(properties, dict):
         return NO_CONFIG_VERSION
     version = properties.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version >= 1:
+    if is_whole_number(version) and version >= 1:
         return version
     return NO_CONFIG_VERSION
 

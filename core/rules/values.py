@@ -15,3 +15,8 @@ from typing import Any, TypeGuard
 def is_real_number(value: Any) -> TypeGuard[int | float]:
     """True for a finite int or float; False for bool (an int subclass), NaN, ±inf, strings."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_whole_number(value: Any) -> TypeGuard[int]:
+    """True for an int that is not a bool (TOML `true` is not a count, a version or a time)."""
+    return isinstance(value, int) and not isinstance(value, bool)

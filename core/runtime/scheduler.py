@@ -31,21 +31,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, NoReturn
+from typing import Any
 
 import structlog
 
-from core.cli import load_settings, run_main
-from core.jobs.context import Stores, TickControl
-from core.metrics import Metrics
+from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
-from core.sdnotify import Notifier
+from core.runtime.metrics import Metrics
+from core.runtime.systemd import Notifier
+from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import last_ticks
 from core.stores.sqlite import GraphDB
-from core.ticks import TickFn, run_tick
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +55,6 @@ SHUTDOWN_GRACE_S = 30.0
 #: and systemd (WatchdogSec=180 in the units) restarts the process. Drain batches and reconcile
 #: pages report progress every second or so, so two minutes of silence is not a slow store.
 STALL_LIMIT_S = 120.0
-#: A tick may run at most max(its interval, this) before it is cancelled.
-MIN_TICK_TIMEOUT_S = 300.0
 #: Repeated failures stretch the wait before the next tick up to this many intervals.
 MAX_BACKOFF_FACTOR = 4
 #: A daemon (or the Chroma connection) that fails to start is retried after 1, 2, 4 ... s,
@@ -67,24 +64,6 @@ RESTART_BACKOFF_MAX_S = 60.0
 HEALTH_CHECK_S = 1.0
 #: Exit code of a second signal (forced exit): the next start recovers anything in flight.
 EXIT_FORCED = 1
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A tick function run every `interval_ms` (plus up to `jitter_s` of random delay)."""
-
-    name: str
-    tick: TickFn
-    interval_ms: int
-    jitter_s: float = 0.0
-    timeout_s: float | None = None
-
-    @property
-    def effective_timeout_s(self) -> float:
-        """The tick body's time limit: its own, else max(interval, MIN_TICK_TIMEOUT_S)."""
-        if self.timeout_s is not None:
-            return self.timeout_s
-        return max(self.interval_ms / 1000, MIN_TICK_TIMEOUT_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +142,7 @@ class DaemonRunner:
         self.clock = clock
         self.ready = asyncio.Event()
         self.scheduler: Any = None
-        self._stores: Stores | None = None
+        self._context: TickContext | None = None
         self._states = {job.name: _JobState() for job in spec.jobs}
         self._running: dict[str, asyncio.Task[None]] = {}
 
@@ -175,7 +154,7 @@ class DaemonRunner:
 
         graph = await GraphDB.open(self.settings.graph_db_path, read_only=self.options.dry_run)
         try:
-            self._stores = Stores(self.settings, graph, self.vectors)
+            self._context = TickContext(self.settings, graph, self.vectors)
             previous = await last_ticks(graph)
             scheduler = AsyncIOScheduler(timezone=UTC)
             for job in self.spec.jobs:
@@ -245,14 +224,14 @@ class DaemonRunner:
 
     async def _run_job(self, job: Job) -> None:
         state = self._states[job.name]
-        assert self._stores is not None
-        stores = replace(self._stores, control=state.control)
+        assert self._context is not None
+        context = replace(self._context, control=state.control)
         state.number += 1
         state.running_since = time.monotonic()
         outcome, figures = "failed", None
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
-                figures = await run_tick(job.name, stores, job.tick,
+                figures = await run_tick(job.name, context, job.tick,
                                          dry_run=self.options.dry_run,
                                          tick_number=state.number)
             outcome = "ok"
@@ -460,20 +439,3 @@ async def serve(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         log.info("shutdown.completed")
-
-
-def serve_main(
-    prog: str,
-    *,
-    config: str | None,
-    build_specs: Callable[[Settings], Sequence[DaemonSpec]],
-    dry_run: bool = False,
-) -> NoReturn:
-    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
-
-    async def main() -> int:
-        settings = load_settings(config)
-        return await serve(settings, build_specs(settings),
-                           options=RuntimeOptions(dry_run=dry_run))
-
-    run_main(prog, main)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.logs import configure_logging
+from core.runtime.logs import configure_logging
 from tests.reliability.harness import crash_trials, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
 

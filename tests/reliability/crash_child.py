@@ -19,10 +19,9 @@ from typing import Any
 
 import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
-from core.jobs.context import open_stores
-from core.logs import configure_logging
-from core.rules.config import load_config
-from core.ticks import run_tick
+from core.runtime.logs import configure_logging
+from core.runtime.tick import open_context, run_tick
+from core.stores.config_file import load_config
 
 POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",
           "mid-transaction", "after-dead-letters", "after-requeue", "after-commit",
@@ -96,7 +95,7 @@ def _arm(point: str, hit: int) -> None:
 async def _tick(config: str) -> None:
     settings = load_config(config, environ={}).settings
     configure_logging("json")
-    async with open_stores(settings) as stores:
+    async with open_context(settings) as stores:
         await run_tick("drain", stores, drain.rem_tick, dry_run=False)
 
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.rules.config import Settings, load_config
+from core.rules.config import Settings
 from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
 from core.stores.graph import REINFORCE_FACTOR, upsert_node
 from core.stores.queue_files import read_generation
 from core.stores.sqlite import GraphDB

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.rules.config import load_config  # noqa: E402
+from core.stores.config_file import load_config  # noqa: E402
 from core.stores.queue_files import enqueue_edges  # noqa: E402
 
 CHUNK = 50

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import Stores
+from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
 from core.rules.rows import ChromaRow
@@ -110,7 +110,7 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
         # as 1.396971681391329), and a restore must give back what was there.
         before = {r.id: r for r in await vectors.get_by_ids(
             collection, [r.id for r in rows], include=("metadatas", "documents", "embeddings"))}
-        await reconcile_tick(Stores(settings, graph, vectors), False)
+        await reconcile_tick(TickContext(settings, graph, vectors), False)
         left = {r.id for r in await vectors.get_by_ids(collection, [r.id for r in rows],
                                                         include=())}
         deleted = {r.id for r in rows} - left

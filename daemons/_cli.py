@@ -1,9 +1,10 @@
-"""What every command shares: flag parsing with one-line errors, config loading, logging set-up,
-`--json` output, and the one place where errors become CONTRACT exit codes.
+"""What every command shares: flag parsing with one-line errors, `--json` output, and the one
+place where errors become CONTRACT exit codes.
 
 Exit codes: 0 done; 1 the run could not do its work and nothing was lost (a store unreachable,
-a lock held); 2 usage or configuration error, one line on stderr naming the flag or the
-file:line:col.
+a lock held, a one-shot run past its time bound); 2 usage or configuration error, one line on
+stderr naming the flag or the file:line:col; 128 + the signal's number when SIGINT/SIGTERM
+stopped a one-shot run (it finished its current unit of work first).
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from typing import Any, NoReturn
 
 import structlog
 
-from core.jobs.context import open_stores
-from core.logs import configure_logging
-from core.rules.config import ConfigWarning, LoadedConfig, Settings, load_config
+from core.rules.config import Settings
 from core.rules.errors import KbError
-from core.ticks import TickFn, run_tick
+from core.runtime.oneshot import OneShot, run_jobs_once
+from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
+from core.runtime.settings import load_settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -61,21 +62,6 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
                         help="print exactly one JSON object with the run's figures on stdout")
 
 
-def log_config_warnings(warnings: Sequence[ConfigWarning]) -> None:
-    """One warning line per ignored or defaulted key."""
-    for warning in warnings:
-        log.warning("config.warning", key=warning.key or None, message=warning.message)
-
-
-def load_settings(config: str | None) -> Settings:
-    """Load the config, set up logging in its format, and log its warnings."""
-    configure_logging("auto")
-    loaded: LoadedConfig = load_config(config)
-    configure_logging(loaded.settings.log_format)
-    log_config_warnings(loaded.warnings)
-    return loaded.settings
-
-
 def counted(number: int, noun: str, plural: str | None = None) -> str:
     """`1 session`, `2 sessions`, `0 summaries` (pass `plural` where adding an s is wrong)."""
     return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
@@ -100,32 +86,56 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     raise SystemExit(code)
 
 
-async def run_one_tick(
-    daemon: str,
-    tick: TickFn,
+async def tick_once(
+    daemon: DaemonSpec,
+    settings: Settings,
     *,
-    config: str | None,
     dry_run: bool,
     as_json: bool,
-    followers: Callable[[Settings], Sequence[tuple[str, TickFn]]] = lambda _settings: (),
     succeeded: Callable[[Mapping[str, Any]], bool] = lambda _figures: True,
-) -> bool:
-    """The `--tick` path of a daemon: load settings, open the stores, run the same tick the
-    scheduler runs (then each follower tick the settings call for, its figures under its
-    name), and print the figures with `--json`. Returns whether the run did its work
-    (`succeeded` of the figures). A failure still prints one JSON object
+) -> int:
+    """A daemon's `--tick`: each of its jobs once, as its scheduler runs them (the first job's
+    figures, then each other job's under its name), printed as one JSON object with `--json`.
+    Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
+    when a stop signal ended it early. A failure still prints one JSON object
     (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
-    settings = load_settings(config)
     try:
-        async with open_stores(settings, dry_run=dry_run) as stores:
-            figures = await run_tick(daemon, stores, tick, dry_run=dry_run)
-            for name, follower in followers(settings):
-                figures[name] = await run_tick(name, stores, follower, dry_run=dry_run)
+        done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
     except KbError as exc:
         if as_json:
             emit_json({"ok": False, "error": str(exc)})
         raise
+    main, *followers = daemon.jobs
+    figures = dict(done.figures.get(main.name, {}))
+    for job in followers:
+        if job.name in done.figures:
+            figures[job.name] = done.figures[job.name]
     ok = succeeded(figures)
     if as_json:
         emit_json({"ok": ok, **figures})
-    return ok
+    return exit_code(ok=ok, run=done.run)
+
+
+def exit_code(*, ok: bool, run: OneShot) -> int:
+    """CONTRACT's code for a one-shot run: stopped by a signal (128 + its number), else 0 or 1."""
+    stopped = run.stopped_exit_code
+    if stopped is not None:
+        return stopped
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def serve_main(
+    prog: str,
+    *,
+    config: str | None,
+    build_specs: Callable[[Settings], Sequence[DaemonSpec]],
+    dry_run: bool = False,
+) -> NoReturn:
+    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
+
+    async def main() -> int:
+        settings = load_settings(config)
+        return await serve(settings, build_specs(settings),
+                           options=RuntimeOptions(dry_run=dry_run))
+
+    run_main(prog, main)

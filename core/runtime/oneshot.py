@@ -1,0 +1,134 @@
+"""One way to run work once, outside the scheduler: `--tick`, `backfill`, `demo` and `restore`.
+
+A one-shot run takes the scheduler's path: the same jobs (`Job`), run by the same `run_tick`,
+under the same time bound (`Job.effective_timeout_s`), and stopped the same way. SIGINT and
+SIGTERM set the stop flag that ticks check between units of work (a batch, a page, a tenant,
+an archive batch), so Ctrl-C never interrupts a batch half-way: the tick returns early, says so
+in its figures, and everything not done stays on disk for the next run. The run then ends with
+128 + the signal's number (130 for Ctrl-C), as a shell expects of an interrupted command. A
+second signal exits at once; the next start recovers anything in flight.
+
+The runtime does not parse flags or map errors to exit codes: `daemons/` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from core.jobs.context import TickContext, TickControl
+from core.rules.config import Settings
+from core.rules.errors import KbError
+from core.runtime.tick import Job, open_context, run_tick
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+#: The signals that stop a one-shot run gracefully.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TimedOut(KbError):
+    """A one-shot run took longer than its job's time bound and was cancelled: exit 1. Its
+    transaction rolled back; what it had committed stays, and nothing is lost."""
+
+
+@dataclass(slots=True)
+class OneShot:
+    """A run in progress: its stop flag and the stop signal it received, if any."""
+
+    control: TickControl = field(default_factory=TickControl)
+    signal_number: int | None = None
+
+    @property
+    def stopped_exit_code(self) -> int | None:
+        """128 + the signal's number when a stop signal came (130 for Ctrl-C), else None."""
+        return None if self.signal_number is None else 128 + self.signal_number
+
+
+@contextmanager
+def stop_on_signals(run: OneShot) -> Iterator[OneShot]:
+    """While inside: the first SIGINT/SIGTERM sets the run's stop flag; a second one exits the
+    process at once (128 + its number)."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if run.signal_number is None:
+            run.signal_number = signum
+            log.info("shutdown.requested", signal=name,
+                     message="finishing the current unit of work; a second signal exits now")
+            run.control.request_stop()
+            return
+        log.warning("shutdown.forced", signal=name)
+        sys.stderr.flush()
+        os._exit(128 + signum)
+
+    for signum in STOP_SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield run
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+
+
+async def within(awaitable: Awaitable[T], *, timeout_s: float, what: str) -> T:
+    """`awaitable`, cancelled after `timeout_s` (TimedOut, logged as `tick.timed_out`)."""
+    try:
+        async with asyncio.timeout(timeout_s) as deadline:
+            return await awaitable
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        log.error("tick.timed_out", job=what, timeoutS=timeout_s)
+        raise TimedOut(f"{what} took longer than {timeout_s:g} s and was stopped; "
+                       "re-run it: nothing it did not finish was lost") from None
+
+
+async def run_job(context: TickContext, job: Job, *, dry_run: bool) -> dict[str, Any]:
+    """One tick of `job`, exactly as the scheduler runs it (`run_tick`), bounded by the
+    job's timeout."""
+    return await within(run_tick(job.name, context, job.tick, dry_run=dry_run),
+                        timeout_s=job.effective_timeout_s, what=f"the {job.name} tick")
+
+
+@asynccontextmanager
+async def one_shot(settings: Settings, *, dry_run: bool = False
+                   ) -> AsyncIterator[tuple[TickContext, OneShot]]:
+    """Open the stores for a run outside the scheduler, with stop signals turned into the
+    run's stop flag; close them (in reverse order) on the way out."""
+    run = OneShot()
+    with stop_on_signals(run):
+        async with open_context(settings, dry_run=dry_run, control=run.control) as context:
+            yield context, run
+
+
+@dataclass(frozen=True, slots=True)
+class JobsRun:
+    """What a one-shot run of some jobs did: each job's figures, by job name, in order."""
+
+    figures: Mapping[str, dict[str, Any]]
+    run: OneShot
+
+
+async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: bool) -> JobsRun:
+    """Run each job's tick once, in order, on one set of stores; a job after a stop signal
+    is not started. Raises what a tick raises (after it was logged and recorded)."""
+    figures: dict[str, dict[str, Any]] = {}
+    async with one_shot(settings, dry_run=dry_run) as (context, run):
+        for job in jobs:
+            if run.control.stopping:
+                log.info("oneshot.skipped", job=job.name, reason="stop requested")
+                break
+            figures[job.name] = await run_job(context, job, dry_run=dry_run)
+    return JobsRun(figures, run)

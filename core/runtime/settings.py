@@ -1,0 +1,30 @@
+"""Loading the settings a command runs under: the config file, logging in its format, and each
+of its warnings logged once, at start."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+
+from core.rules.config import ConfigWarning, Settings
+from core.runtime.logs import configure_logging
+from core.stores.config_file import load_config
+
+log = structlog.get_logger(__name__)
+
+
+def log_config_warnings(warnings: Sequence[ConfigWarning]) -> None:
+    """One warning line per ignored or defaulted key (and per alert rule that will not run)."""
+    for warning in warnings:
+        log.warning("config.warning", key=warning.key or None, message=warning.message)
+
+
+def load_settings(config: str | None) -> Settings:
+    """Load the config, set up logging in its format, and log its warnings (once: the
+    settings, alert rules included, are read once per process)."""
+    configure_logging("auto")
+    loaded = load_config(config)
+    configure_logging(loaded.settings.log_format)
+    log_config_warnings(loaded.warnings)
+    return loaded.settings
