@@ -151,6 +151,7 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
     from core.jobs.reconcile import reconcile_tick
+    from core.rules.figures import to_json
     from core.runtime.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
@@ -158,7 +159,7 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     measure = Measure()
     async with open_context(settings, dry_run=dry_run) as stores:
         measure.start()
-        figures = await reconcile_tick(stores, dry_run)
+        figures = to_json(await reconcile_tick(stores, dry_run))
         measure.stop()
         remaining = await stores.vectors.count(settings.knowledge_base_collection)
     [tenant] = figures["tenants"]

@@ -13,13 +13,14 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
 import structlog
 
 from core.rules.config import Settings
 from core.rules.errors import KbError
+from core.rules.figures import Figures
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
 from core.runtime.settings import load_settings
@@ -92,7 +93,7 @@ async def tick_once(
     *,
     dry_run: bool,
     as_json: bool,
-    succeeded: Callable[[Mapping[str, Any]], bool] = lambda _figures: True,
+    succeeded: Callable[[Figures], bool] = lambda _figures: True,
 ) -> int:
     """A daemon's `--tick`: each of its jobs once, as its scheduler runs them (the first job's
     figures, then each other job's under its name), printed as one JSON object with `--json`.
@@ -105,14 +106,14 @@ async def tick_once(
         if as_json:
             emit_json({"ok": False, "error": str(exc)})
         raise
-    main, *followers = daemon.jobs
-    figures = dict(done.figures.get(main.name, {}))
-    for job in followers:
+    main = done.figures[daemon.jobs[0].name]
+    shown = main.json()
+    for job in daemon.jobs[1:]:
         if job.name in done.figures:
-            figures[job.name] = done.figures[job.name]
-    ok = succeeded(figures)
+            shown[job.name] = done.figures[job.name].json()
+    ok = succeeded(main.figures)
     if as_json:
-        emit_json({"ok": ok, **figures})
+        emit_json({"ok": ok, **shown})
     return exit_code(ok=ok, run=done.run)
 
 

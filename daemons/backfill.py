@@ -15,13 +15,21 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from core.jobs.context import TickContext
-from core.jobs.eager_backfill import eager_backfill
+from core.jobs.eager_backfill import (
+    DrainFailed,
+    DrainSkipped,
+    EagerBackfillFigures,
+    EagerIngestFigures,
+    eager_backfill,
+)
 from core.reports.progress import Progress, choose_progress
 from core.rules.config import Settings
+from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError
+from core.rules.ingest import LiveIngestSkipped
 from core.runtime.oneshot import run_jobs_once
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
@@ -70,9 +78,9 @@ def backfill_job(settings: Settings, args: argparse.Namespace, progress: Progres
     """The back-fill as one recorded tick of its own, bounded like a drain tick (it ends with
     one): at most max(`remIntervalMs`, MIN_TICK_TIMEOUT_S)."""
 
-    async def tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
+    async def tick(context: TickContext, dry_run: bool) -> EagerBackfillFigures:
         report = await eager_backfill(context, days=args.days, dry_run=dry_run,
-                                         skip_drain=args.skip_drain, progress=progress)
+                                      skip_drain=args.skip_drain, progress=progress)
         return report.figures()
 
     return Job(TICK_NAME, tick, settings.rem_interval_ms)
@@ -90,51 +98,57 @@ async def backfill(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"ok": False, "error": str(exc)})
         raise
-    figures = done.figures[TICK_NAME]
+    result = done.figures[TICK_NAME]
+    figures = result.figures
+    assert isinstance(figures, EagerBackfillFigures)
     if args.json:
-        emit_json(figures)
+        emit_json(result.json())
     else:
         sys.stdout.write(render_summary(figures))
-    return exit_code(ok=figures["ok"], run=done.run)
+    return exit_code(ok=figures.ok, run=done.run)
 
 
-def render_summary(figures: dict[str, Any]) -> str:
+def render_summary(figures: EagerBackfillFigures) -> str:
     """A few lines for a person at a terminal (`--json` is for programs)."""
-    live = figures["liveIngest"]
-    verb = "would ingest" if figures["dryRun"] else "ingested"
-    lines = [f"back-fill of the last {figures['days']} day(s) (since {figures['cutoff']})"
-             + (" [dry run: nothing written]" if figures["dryRun"] else "")]
-    if "skipped" in live:
-        lines.append(f"  live ingestion skipped: {live['skipped']}")
-    else:
-        lines.append(
-            f"  {counted(live['summariesScanned'], 'summary', 'summaries')} scanned, "
-            f"{counted(live['sessionsFound'], 'session')} in the window; {verb} "
-            f"{counted(live['sessionsUpserted'], 'session')} and "
-            f"{counted(live['memoriesUpserted'], 'memory', 'memories')} "
-            f"({counted(live['sessionsSkipped'], 'session')} and "
-            f"{counted(live['memoriesSkipped'], 'memory', 'memories')} already up to date)")
-        if live["unparseableCreatedAt"]:
-            named = ", ".join(str(r.get("rowId")) for r in live["unparseableRows"])
-            lines.append(f"  {counted(live['unparseableCreatedAt'], 'summary', 'summaries')} "
-                         f"with an unparseable createdAt were not considered: {named}")
-    drain = figures["drain"]
-    if "skipped" in drain:
-        lines.append(f"  drain skipped ({drain['skipped']})")
-    elif "error" in drain:
-        lines.append(f"  drain failed: {drain['error']}")
-    else:
-        lines.append(
-            f"  queue: {counted(drain['totalLines'], 'line')}, {drain['succeeded']:,} linked, "
-            f"{drain['requeued']:,} re-queued, {drain['deadLettered']:,} dead-lettered"
-            + (" (dry run: counted only)" if figures["dryRun"] else ""))
-    if figures["failureCount"]:
-        lines.append(f"  {figures['failureCount']} failure(s):")
-        lines.extend(f"    {failure}" for failure in figures["failures"])
-        hidden = figures["failureCount"] - len(figures["failures"])
+    verb = "would ingest" if figures.dry_run else "ingested"
+    lines = [f"back-fill of the last {figures.days} day(s) (since {figures.cutoff})"
+             + (" [dry run: nothing written]" if figures.dry_run else "")]
+    lines += _ingest_lines(figures.live_ingest, verb)
+    lines += _drain_lines(figures.drain, dry_run=figures.dry_run)
+    if figures.failure_count:
+        lines.append(f"  {figures.failure_count} failure(s):")
+        lines.extend(f"    {failure}" for failure in figures.failures)
+        hidden = figures.failure_count - len(figures.failures)
         if hidden > 0:
             lines.append(f"    ... and {hidden} more (see the log)")
     return "\n".join(lines) + "\n"
+
+
+def _ingest_lines(live: EagerIngestFigures | LiveIngestSkipped, verb: str) -> list[str]:
+    if isinstance(live, LiveIngestSkipped):
+        return [f"  live ingestion skipped: {live.skipped}"]
+    lines = [
+        f"  {counted(live.summaries_scanned, 'summary', 'summaries')} scanned, "
+        f"{counted(live.sessions_found, 'session')} in the window; {verb} "
+        f"{counted(live.sessions_upserted, 'session')} and "
+        f"{counted(live.memories_upserted, 'memory', 'memories')} "
+        f"({counted(live.sessions_skipped, 'session')} and "
+        f"{counted(live.memories_skipped, 'memory', 'memories')} already up to date)"]
+    if live.unparseable_created_at:
+        named = ", ".join(str(r.get("rowId")) for r in live.unparseable_rows)
+        lines.append(f"  {counted(live.unparseable_created_at, 'summary', 'summaries')} "
+                     f"with an unparseable createdAt were not considered: {named}")
+    return lines
+
+
+def _drain_lines(drain: DrainStats | DrainFailed | DrainSkipped, *, dry_run: bool) -> list[str]:
+    if isinstance(drain, DrainSkipped):
+        return [f"  drain skipped ({drain.skipped})"]
+    if isinstance(drain, DrainFailed):
+        return [f"  drain failed: {drain.error}"]
+    return [f"  queue: {counted(drain.total_lines, 'line')}, {drain.succeeded:,} linked, "
+            f"{drain.requeued:,} re-queued, {drain.dead_lettered:,} dead-lettered"
+            + (" (dry run: counted only)" if dry_run else "")]
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -20,13 +20,18 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from core.jobs.context import TickContext
-from core.jobs.demo import DemoDataset, build_demo_dataset, seed_demo
+from core.jobs.demo import DemoDataset, Seeded, build_demo_dataset, seed_demo
+from core.jobs.drain import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
+from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
+from core.rules.figures import Figures
+from core.rules.ingest import LiveIngestFigures
+from core.rules.reconcile import ReconcileFigures
 from core.rules.rows import ChromaRow
 from core.runtime.oneshot import one_shot, run_job
 from core.runtime.settings import load_settings
@@ -83,17 +88,18 @@ async def run_demo(config: str | None) -> int:
     settings = load_settings(config)
     started = time.monotonic()
     dataset = build_demo_dataset(now_ms=now_ms())
-    drained: dict[str, Any] = {}
-    reconciled: dict[str, Any] = {}
+    drained: Figures | None = None
+    reconciled: Figures | None = None
     async with one_shot(settings) as (context, run):
         await refuse_foreign_store(context, dataset)
         seeded = await seed_demo(context, dataset)
         if not run.control.stopping:
-            drained = await run_job(context, drain_spec(settings).jobs[0], dry_run=False)
+            drained = (await run_job(context, drain_spec(settings).jobs[0],
+                                     dry_run=False)).figures
         if not run.control.stopping:
             reporting = report_only(context)
-            reconciled = await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
-                                       dry_run=False)
+            reconciled = (await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
+                                        dry_run=False)).figures
     status = await gather_status(settings)
     sys.stdout.write(render_story(seeded, drained=drained, reconciled=reconciled,
                                   config=config))
@@ -102,27 +108,30 @@ async def run_demo(config: str | None) -> int:
     return exit_code(ok=True, run=run)
 
 
-def render_story(seeded: dict[str, Any], *, drained: dict[str, Any],
-                 reconciled: dict[str, Any], config: str | None) -> str:
-    """What just happened, in the order it happened, with the figures that show it."""
-    live = drained.get("liveIngest", {})
-    drain = drained.get("drain", {})
+def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures | None,
+                 config: str | None) -> str:
+    """What just happened, in the order it happened, with the figures that show it (a step a
+    stop signal skipped shows zeros)."""
+    live = drained.live_ingest if isinstance(drained, RemTickFigures) else None
+    drain = drained.drain if isinstance(drained, RemTickFigures) else DrainStats()
+    upserted = (live.sessions_upserted, live.memories_upserted) \
+        if isinstance(live, LiveIngestFigures) else (0, 0)
+    stale, tombstoned = (reconciled.stale_count, reconciled.tombstoned_count) \
+        if isinstance(reconciled, ReconcileFigures) else (0, 0)
     flag = f" --config {config}" if config else ""
     lines = [
         "Demo",
-        f"  seeded {seeded['memories']} memories, {seeded['summaries']} session summaries "
-        f"(2 sessions have none), {seeded['chunks']} knowledge-base chunks for "
-        f"{len(seeded['tenantVersions'])} tenants, "
-        + (f"{seeded['queueLines']} queue lines" if seeded["queueLines"]
+        f"  seeded {seeded.memories} memories, {seeded.summaries} session summaries "
+        f"(2 sessions have none), {seeded.chunks} knowledge-base chunks for "
+        f"{len(seeded.tenant_versions)} tenants, "
+        + (f"{seeded.queue_lines} queue lines" if seeded.queue_lines
            else "no queue lines (an earlier run appended them: a line appended again would "
                 "be a new mention)"),
-        f"  drain tick: live-ingested {live.get('sessionsUpserted', 0)} sessions and "
-        f"{live.get('memoriesUpserted', 0)} memories; drained {drain.get('totalLines', 0)} "
-        f"lines: {drain.get('succeeded', 0)} linked (back-filling what was missing), "
-        f"{drain.get('requeued', 0)} re-queued (hallucinated targets), "
-        f"{drain.get('deadLettered', 0)} dead-lettered (malformed)",
-        f"  reconcile pass (report-only): {reconciled.get('staleCount', 0)} stale chunks "
-        f"found, {reconciled.get('tombstonedCount', 0)} tombstoned",
+        f"  drain tick: live-ingested {upserted[0]} sessions and {upserted[1]} memories; "
+        f"drained {drain.total_lines} lines: {drain.succeeded} linked (back-filling what was "
+        f"missing), {drain.requeued} re-queued (hallucinated targets), "
+        f"{drain.dead_lettered} dead-lettered (malformed)",
+        f"  reconcile pass (report-only): {stale} stale chunks found, {tombstoned} tombstoned",
         "",
         "Try next:",
         f"  python -m daemons.status{flag}                 # this table again (--json for tools)",

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from core.jobs.alerting import alerting_tick
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import RestoreResult, restore_archive
 from core.rules.config import Settings
+from core.rules.figures import Figures, to_json
+from core.rules.reconcile import ReconcileDisabled, ReconcileFigures
 from core.runtime.oneshot import OneShot, stop_on_signals, within
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
@@ -92,10 +94,9 @@ async def run_one_pass(args: argparse.Namespace) -> int:
                            as_json=args.json, succeeded=pass_succeeded)
 
 
-def pass_succeeded(figures: Mapping[str, Any]) -> bool:
-    """A pass did its work when no tenant failed and every telemetry row it owes (its own and
-    those spooled by earlier passes) is in SQLite: deletions nobody can see did not succeed."""
-    return not figures.get("failedTenants") and not figures.get("unrecordedRows")
+def pass_succeeded(figures: Figures) -> bool:
+    """Whether the pass did its work (`ReconcileFigures.succeeded`)."""
+    return isinstance(figures, ReconcileFigures | ReconcileDisabled) and figures.succeeded
 
 
 async def run_restore(args: argparse.Namespace) -> int:
@@ -121,7 +122,7 @@ async def run_restore(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
                          f"{chunk}\n")
     if args.json:
-        emit_json({"ok": result.clean, **result.as_dict()})
+        emit_json({"ok": result.clean, **to_json(result.figures())})
     else:
         print(restore_summary(result))
     if run.stopped_exit_code is not None:

@@ -15,6 +15,7 @@ import resource
 import sys
 
 from core.jobs.drain import drain_queue
+from core.rules.figures import to_json
 from core.runtime.logs import configure_logging
 from core.runtime.tick import open_context
 from core.stores.config_file import load_config
@@ -29,7 +30,7 @@ async def _tick(config: str) -> dict[str, object]:
     async with open_context(settings) as stores:
         opened = _peak_kib()
         stats = await drain_queue(stores)
-        return {"openedPeakKiB": opened, "peakKiB": _peak_kib(), "drain": stats.figures()}
+        return {"openedPeakKiB": opened, "peakKiB": _peak_kib(), "drain": to_json(stats)}
 
 
 def main(argv: list[str]) -> int:

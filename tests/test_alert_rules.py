@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from core.rules.alert_rules import (
     REASON_THRESHOLD,
     Alert,
     CooldownKey,
+    SkippedRule,
     alert_body,
     alert_subject,
     channel_key,
@@ -27,6 +29,7 @@ from core.rules.alert_rules import (
     evaluate_alert_rules,
     is_channel_key,
     malformed_channel_reason,
+    parse_alert_rules,
     redact_channel,
     scrub_secrets,
     validate_alert_rule,
@@ -51,10 +54,23 @@ def tenant_row(tenant: str = "t1", **figures: Any) -> dict[str, Any]:
     return {"tenantId": tenant, **figures}
 
 
+@dataclass(frozen=True)
+class Evaluated:
+    """Raw rules parsed as the config loader does, then evaluated: what fired, and the rules
+    the parse skipped."""
+
+    alerts: tuple[Alert, ...]
+    cooldown_state: dict[CooldownKey, int]
+    suppressed: int
+    skipped_rules: tuple[SkippedRule, ...]
+
+
 def evaluate(rules: Any, rollup: Any, state: dict[CooldownKey, int] | None = None,
-             *, now: int = NOW, cooldown: int = HOUR_MS) -> Any:
-    return evaluate_alert_rules(rules, rollup, cooldown_state=state, now_ms=now,
-                                cooldown_ms=cooldown)
+             *, now: int = NOW, cooldown: int = HOUR_MS) -> Evaluated:
+    parsed = parse_alert_rules(rules)
+    result = evaluate_alert_rules(parsed.valid, rollup, cooldown_state=state, now_ms=now,
+                                  cooldown_ms=cooldown)
+    return Evaluated(result.alerts, result.cooldown_state, result.suppressed, parsed.skipped)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -194,11 +210,8 @@ def test_every_example_rule_passes_validation_once_uncommented() -> None:
     loaded = resolve_config(document, base_dir=Path("/"))
     assert loaded.warnings == ()
     rules = loaded.settings.alert_rules
-    assert [r["metric"] for r in rules] == ["reconcileEvents", "chunksTotal"]
-    for raw in rules:
-        check = validate_alert_rule(raw)
-        assert check.valid, check.reason
-        assert check.unknown_keys == ()
+    assert [r.metric for r in rules.valid] == ["reconcileEvents", "chunksTotal"]
+    assert (rules.skipped, rules.unknown_keys) == ((), ())
 
 
 # --- evaluation ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core.jobs.alerting import alerting_tick
+from core.jobs.alerting import AlertingFigures, alerting_tick
 from core.jobs.context import TickContext
 from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
 from core.rules.figures import to_json
@@ -128,7 +128,8 @@ async def test_a_webhook_alert_is_posted_as_json_with_subject_body_and_every_fie
         "channels": [channel], "deliveryMode": "audit", "scope": "repo"}])
     await record_ingestion_metric(graph, tenant_id="t1", repo_slug="repo-a",
                                   event_type=EVENT_RECONCILE, timestamp_ms=NOW - 1)
-    figures = await alerting_tick(TickContext(settings, graph, vectors), False, clock=lambda: NOW)
+    figures = to_json(await alerting_tick(TickContext(settings, graph, vectors), False,
+                                          clock=lambda: NOW))
     assert figures["delivered"] == 1
     [request] = receiver.requests
     assert request.path == "/hooks/kb-secret-token"
@@ -240,14 +241,16 @@ async def test_a_failed_delivery_is_recorded_and_starts_no_cooldown(
                                   timestamp_ms=NOW - 1)
     stores = TickContext(settings, graph, vectors)
     first = await alerting_tick(stores, False, clock=lambda: NOW, delivery=FAST)
-    assert (first["fired"], first["delivered"], first["failed"]) == (2, 1, 1)
+    assert isinstance(first, AlertingFigures)
+    assert (first.fired, first.delivered, first.failed) == (2, 1, 1)
     recorded = {r.alert.channel.split(":")[0]: r for r in await recent_alerts(graph)}
     assert recorded["webhook"].delivered is False and recorded["webhook"].error
     assert recorded["console"].delivered is True
     assert [k.channel for k in await load_cooldowns(graph, since_ms=0)] == ["console"]
     # The next pass tries the webhook again; the console alert is cooling down.
     second = await alerting_tick(stores, False, clock=lambda: NOW + 60_000, delivery=FAST)
-    assert (second["fired"], second["suppressed"]) == (1, 1)
+    assert isinstance(second, AlertingFigures)
+    assert (second.fired, second.suppressed) == (1, 1)
 
 
 @pytest.mark.parametrize("bad", [dict(attempts=0), dict(concurrency=0), dict(budget_s=0.0),

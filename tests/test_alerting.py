@@ -13,7 +13,7 @@ from core.jobs.alerting import alerting_tick
 from core.jobs.context import TickContext
 from core.reports.status import RecentAlert
 from core.rules.alert_rules import ALL_REPOS
-from core.rules.config import Settings
+from core.rules.config import Settings, resolve_config
 from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.runtime.tick import open_context
@@ -51,7 +51,9 @@ async def record_drift(
 
 async def tick(settings: Settings, graph: GraphDB, vectors: VectorStore, *, at: int = NOW,
                dry_run: bool = False) -> dict[str, Any]:
-    return await alerting_tick(TickContext(settings, graph, vectors), dry_run, clock=lambda: at)
+    figures: dict[str, Any] = to_json(await alerting_tick(
+        TickContext(settings, graph, vectors), dry_run, clock=lambda: at))
+    return figures
 
 
 def fired_events(logs: Sequence[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
@@ -140,7 +142,7 @@ async def test_a_dry_run_reports_what_would_fire_and_writes_nothing(
     before = {f.name: f.read_bytes() for f in files}
     with capture_logs() as logs:
         async with open_context(settings, dry_run=True, vectors=vectors) as dry:
-            figures = await alerting_tick(dry, True, clock=lambda: NOW)
+            figures = to_json(await alerting_tick(dry, True, clock=lambda: NOW))
     assert (figures["fired"], figures["delivered"]) == (1, 0)
     assert figures["alerts"][0]["subject"].startswith("[alert] warning: reconcileEvents 1")
     assert fired_events(logs) == [], "a dry run sends nothing"
@@ -162,21 +164,23 @@ async def test_disabled_alerting_logs_so_and_does_nothing(
     assert await count_rows(graph, "alerts_fired") == 0
 
 
-async def test_each_invalid_rule_is_warned_once_per_pass_and_the_valid_ones_still_fire(
+async def test_each_invalid_rule_is_warned_once_at_load_and_the_valid_ones_still_fire(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    settings = alert_settings(tmp_path, drift_rule(channels=["a2a:ops"]),
-                              drift_rule(metric="driftEvents"), drift_rule(scop="repo"))
+    table = {"dataDir": str(tmp_path / "data"), "alertingEnabled": True,
+             "alertRules": [drift_rule(channels=["a2a:ops"]), drift_rule(metric="driftEvents"),
+                            drift_rule(scop="repo")]}
+    loaded = resolve_config({"knowledgeBase": table}, base_dir=tmp_path)
+    warned = [(w.key, w.message.split(" ")[1]) for w in loaded.warnings]
+    assert warned == [("alertRules[0]", "skipped:"), ("alertRules[1]", "skipped:"),
+                      ("alertRules[2]", "unknown")]
+    assert "scop" in loaded.warnings[2].message
     await record_drift(graph, "t1", "neo")
     for at in (NOW, NOW + MINUTE_MS):
         with capture_logs() as logs:
-            figures = await tick(settings, graph, vectors, at=at)
-        invalid = [(e["rule"], e["log_level"]) for e in logs
-                   if e["event"] == "alerting.rule_invalid"]
-        assert invalid == [("alertRules[0]", "warning"), ("alertRules[1]", "warning")]
-        assert [e["keys"] for e in logs if e["event"] == "alerting.rule_unknown_keys"] == [
-            ["scop"]]
-        assert figures["invalidRules"] == 2
+            figures = await tick(loaded.settings, graph, vectors, at=at)
+        assert not [e for e in logs if "rule" in e["event"]], "never again on each pass"
+        assert (figures["rules"], figures["invalidRules"]) == (3, 2)
     assert await count_rows(graph, "alerts_fired") == 1
 
 

@@ -46,13 +46,13 @@ async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert
     ])
 
     with capture_logs() as reconcile_logs:
-        reconciled = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+        reconciled = (await run_tick("reconcile", stores, reconcile_tick, dry_run=False)).json()
     assert reconciled["staleCount"] == 3
     assert not [e for e in reconcile_logs if e["event"] == "alert.fired"]
     assert await recent_alerts(graph) == []
 
     with capture_logs() as logs:
-        figures = await run_tick("alerting", stores, alerting_tick, dry_run=False)
+        figures = (await run_tick("alerting", stores, alerting_tick, dry_run=False)).json()
     assert [a["subject"] for a in figures["alerts"]] == [
         "[alert] warning: reconcileEvents 1 over threshold 0 (tenant t1)",
         "[alert] critical: chunksTotal 3 over threshold 2 (tenant t1, repo t1-docs)",
@@ -65,6 +65,6 @@ async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert
 
     # Drift persists on the next pass, but the alerts are cooling down.
     await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
-    again = await run_tick("alerting", stores, alerting_tick, dry_run=False)
+    again = (await run_tick("alerting", stores, alerting_tick, dry_run=False)).json()
     assert (again["fired"], again["suppressed"]) == (0, 2)
     assert await count_rows(graph, "alerts_fired") == 2

@@ -10,6 +10,7 @@ import pytest
 from core.jobs.lazy_backfill import ingest_single_row, link_with_backfill, plan_backfill
 from core.rules.backfill_plan import Reason
 from core.rules.config import Settings
+from core.rules.figures import to_json
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, upsert_node
@@ -39,7 +40,7 @@ async def test_memory_backfill_brings_its_session_and_the_edge(
     graph: GraphDB, stores: VectorStore, settings: Settings
 ) -> None:
     result = await ingest_single_row(graph, stores, settings, "memory:m1")
-    assert result.as_dict() == {"success": True, "reason": "backfilled",
+    assert to_json(result) == {"success": True, "reason": "backfilled",
                                 "graphNodeId": "memory:m1", "error": None}
     memory = await read_node(graph, "memory:m1")
     session = await read_node(graph, "session:s1")

@@ -21,6 +21,7 @@ from core.jobs.eager_backfill import DAY_MS, eager_backfill
 from core.reports.progress import LogProgress, TerminalProgress, choose_progress, render_bar
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
+from core.rules.figures import to_json
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
 from core.stores.clock import now_ms
@@ -59,7 +60,8 @@ async def backfill(stores: TickContext, *, days: int = 7, dry_run: bool = False,
                    skip_drain: bool = True) -> dict[str, Any]:
     report = await eager_backfill(stores, days=days, dry_run=dry_run, skip_drain=skip_drain,
                                      progress=LogProgress())
-    return report.figures()
+    figures: dict[str, Any] = to_json(report.figures())
+    return figures
 
 
 # --- flags -----------------------------------------------------------------------------------

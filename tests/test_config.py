@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from core.rules.alert_rules import AlertRules
 from core.rules.config import KEYS, render_example_toml, render_markdown_table, resolve_config
 from core.rules.errors import ConfigError
 from core.stores.config_file import load_config
@@ -49,7 +50,7 @@ def test_no_file_gives_every_default_relative_to_the_current_folder(
     assert s.alerting_interval_ms == 900_000
     assert s.alerting_cooldown_ms == 3_600_000
     assert s.alert_window_ms == 3_600_000
-    assert s.alert_rules == ()
+    assert s.alert_rules == AlertRules()
     assert s.log_format == "auto"
     assert s.metrics_port == 0
 

@@ -14,8 +14,9 @@ import pytest
 
 import core.jobs.drain as drain
 from core.jobs.context import TickContext
-from core.jobs.drain import DrainStats, drain_queue, drainer_lock
+from core.jobs.drain import drain_queue, drainer_lock
 from core.rules.config import Settings
+from core.rules.drain_plan import DrainStats
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.rules.queue_lines import ReadLine
 from core.runtime.tick import open_context

@@ -7,6 +7,7 @@ import pytest
 from core.jobs.ingest import live_ingest_since, sync_session_to_graph
 from core.jobs.lazy_backfill import ingest_single_row
 from core.rules.config import Settings
+from core.rules.figures import to_json
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids
@@ -33,7 +34,7 @@ async def test_sync_writes_session_memories_and_edges_with_the_live_marker(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z", memories=3)
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats == {"memoriesProcessed": 3, "memoriesUpserted": 3, "memoriesSkipped": 0,
                      "sessionUpserted": True, "errors": []}
     session = await read_node(graph, "session:s1")
@@ -51,7 +52,7 @@ async def test_a_second_sync_skips_everything_and_commits_nothing(
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z")
     await sync_session_to_graph(graph, vectors, settings, "s1")
     commits = count_commits(monkeypatch, graph)
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats["memoriesSkipped"] == 2 and stats["memoriesUpserted"] == 0
     assert stats["sessionUpserted"] is False
     assert commits() == 0
@@ -65,7 +66,7 @@ async def test_a_changed_created_at_re_upserts_that_memory(
     await seed(vectors, settings.memory_collection,
                [("s1-m0", {"sessionId": "s1", "createdAt": "2026-02-02T00:00:00Z",
                            "userId": "u"})])
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert (stats["memoriesUpserted"], stats["memoriesSkipped"]) == (1, 1)
     memory = await read_node(graph, "memory:s1-m0")
     assert memory is not None and memory.properties["createdAt"] == "2026-02-02T00:00:00Z"
@@ -76,7 +77,7 @@ async def test_a_session_without_memories_still_gets_its_node(
 ) -> None:
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z", memories=0)
     await vectors.ensure_collection(settings.memory_collection)
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats["sessionUpserted"] is True and stats["memoriesProcessed"] == 0
     assert await count_rows(graph, "nodes") == 1
 
@@ -85,7 +86,7 @@ async def test_a_missing_session_id_is_an_input_error_not_an_exception(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     for bad in (None, "", 5):
-        stats = await sync_session_to_graph(graph, vectors, settings, bad)
+        stats = to_json(await sync_session_to_graph(graph, vectors, settings, bad))
         assert stats["errors"] == ["[input] sessionId is required"]
     assert await count_rows(graph, "nodes") == 0
 
@@ -94,14 +95,14 @@ async def test_a_session_without_summary_row_is_reported(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     await seed_session(vectors, settings, "other", "2026-01-01T00:00:00Z")
-    stats = await sync_session_to_graph(graph, vectors, settings, "ghost")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "ghost"))
     assert stats["errors"] == ["[ghost] no summary row for this session"]
 
 
 async def test_a_store_failure_is_reported_and_never_raised(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")  # no collections yet
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))  # no collections
     assert len(stats["errors"]) == 1 and stats["errors"][0].startswith("[fatal]")
 
 
@@ -117,7 +118,7 @@ async def test_live_ingestion_upgrades_backfilled_and_minimal_nodes(
 
     await seed(vectors, settings.summary_collection,
                [("sum-s1", {"sessionId": "s1", "title": "Now summarized", "createdAt": 2})])
-    stats = await sync_session_to_graph(graph, vectors, settings, "s1")
+    stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats["sessionUpserted"] is True and stats["memoriesUpserted"] == 1
     session = await read_node(graph, "session:s1")
     memory = await read_node(graph, "memory:s1-m0")
@@ -142,7 +143,7 @@ async def test_only_sessions_summarized_after_the_cutoff_are_ingested(
     assert report.window.unparseable == 1
     assert report.window.unparseable_named[0]["sessionId"] == "garbled"
     assert await existing_ids(graph, ["session:old", "session:garbled"]) == set()
-    assert report.figures()["memoriesUpserted"] == 4
+    assert report.figures().memories_upserted == 4
 
 
 async def test_a_dry_run_counts_but_writes_nothing(

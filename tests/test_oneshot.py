@@ -10,8 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,18 +27,26 @@ from core.stores.sqlite import GraphDB
 from tests.support import REPO, child_env, count_rows, make_settings, seed
 
 
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A test tick's figures: the units of work it did, and whether it was cut short."""
+
+    units: int
+    interrupted: bool = False
+
+
 async def test_a_stop_signal_ends_the_tick_after_its_unit_without_a_keyboard_interrupt(
     settings: Settings,
 ) -> None:
     started = asyncio.Event()
 
-    async def tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
+    async def tick(context: TickContext, dry_run: bool) -> Units:
         started.set()
         units = 0
         while not context.control.stopping:
             await asyncio.sleep(0.01)  # one unit of work
             units += 1
-        return {"units": units, "interrupted": True}
+        return Units(units, interrupted=True)
 
     async def interrupt() -> None:
         await started.wait()
@@ -47,7 +55,7 @@ async def test_a_stop_signal_ends_the_tick_after_its_unit_without_a_keyboard_int
     sender = asyncio.create_task(interrupt())
     done = await run_jobs_once(settings, [Job("one", tick, 60_000)], dry_run=False)
     await sender
-    assert done.figures["one"]["interrupted"] is True
+    assert done.figures["one"].json()["interrupted"] is True
     assert done.run.stopped_exit_code == 128 + signal.SIGINT
     graph = await GraphDB.open(settings.graph_db_path)
     try:
@@ -59,15 +67,15 @@ async def test_a_stop_signal_ends_the_tick_after_its_unit_without_a_keyboard_int
 async def test_jobs_after_a_stop_signal_are_not_started(settings: Settings) -> None:
     ran: list[str] = []
 
-    async def first(context: TickContext, dry_run: bool) -> dict[str, Any]:
+    async def first(context: TickContext, dry_run: bool) -> Units:
         ran.append("first")
         os.kill(os.getpid(), signal.SIGTERM)
         await asyncio.sleep(0.05)  # the handler runs on the loop
-        return {}
+        return Units(1)
 
-    async def second(context: TickContext, dry_run: bool) -> dict[str, Any]:
+    async def second(context: TickContext, dry_run: bool) -> Units:
         ran.append("second")
-        return {}
+        return Units(1)
 
     done = await run_jobs_once(settings, [Job("first", first, 60_000),
                                           Job("second", second, 60_000)], dry_run=False)
@@ -76,9 +84,9 @@ async def test_jobs_after_a_stop_signal_are_not_started(settings: Settings) -> N
 
 
 async def test_a_tick_past_its_jobs_bound_is_cancelled_and_says_so(settings: Settings) -> None:
-    async def hangs(context: TickContext, dry_run: bool) -> dict[str, Any]:
+    async def hangs(context: TickContext, dry_run: bool) -> Units:
         await asyncio.sleep(60)
-        return {}
+        return Units(1)
 
     began = time.monotonic()
     with pytest.raises(TimedOut, match=r"the slow tick took longer than 0\.2 s"):
@@ -88,8 +96,8 @@ async def test_a_tick_past_its_jobs_bound_is_cancelled_and_says_so(settings: Set
 
 
 def test_the_one_shot_bound_is_the_scheduled_jobs_bound() -> None:
-    async def tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
-        return {}
+    async def tick(context: TickContext, dry_run: bool) -> Units:
+        return Units(0)
 
     assert Job("drain", tick, 3_600_000).effective_timeout_s == 3_600.0
     assert Job("alerting", tick, 60_000).effective_timeout_s == 300.0

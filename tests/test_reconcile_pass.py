@@ -60,7 +60,7 @@ def tombstoning(tmp_path: Path, graph: GraphDB, vectors: VectorStore, **toml: An
 
 async def one_pass(stores: TickContext, *, dry_run: bool = False) -> dict[str, Any]:
     """One pass through the same path as `--tick`."""
-    return await run_tick("reconcile", stores, reconcile_tick, dry_run=dry_run)
+    return (await run_tick("reconcile", stores, reconcile_tick, dry_run=dry_run)).json()
 
 
 async def ids_in(vectors: VectorStore, collection: str) -> set[str]:

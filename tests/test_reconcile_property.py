@@ -163,7 +163,7 @@ async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_an
         stores = TickContext(settings_, graph, vectors)
         archives: list[str] = []
         for pass_number in range(scenario.passes):
-            figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+            figures = (await run_tick("reconcile", stores, reconcile_tick, dry_run=False)).json()
             archives.extend(figures["archives"])
             assert figures["failedTenants"] == 0
             for entry in figures["tenants"]:

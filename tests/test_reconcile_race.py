@@ -40,6 +40,7 @@ import pytest
 from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.rules.config import Settings
+from core.rules.figures import to_json
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
@@ -233,7 +234,7 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
         try:
             await asyncio.sleep(0.05)  # the writer is in full flow when the pass starts
             pass_started = time.monotonic_ns()
-            figures = await reconcile_tick(TickContext(settings, graph, vectors), False)
+            figures = to_json(await reconcile_tick(TickContext(settings, graph, vectors), False))
             pass_ended = time.monotonic_ns()
             await asyncio.sleep(0.05)
         finally:

@@ -133,6 +133,13 @@ def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
     rejected = 0
     for value in WRONG_VALUES:
         loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
+        if spec.type == "rules" and isinstance(value, list):
+            # An array is the right type: each item that is not a rule is skipped, with a
+            # warning naming it, and no rule runs.
+            rejected += bool(value)
+            assert [w.key for w in loaded.warnings] == [f"{key}[{i}]" for i in range(len(value))]
+            assert loaded.settings.alert_rules.valid == ()
+            continue
         if loaded.warnings:
             rejected += 1
             assert [w.key for w in loaded.warnings] == [key]

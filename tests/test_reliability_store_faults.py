@@ -21,6 +21,7 @@ from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
+from core.rules.figures import to_json
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
@@ -122,7 +123,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
         return await real_delete(self, name, **kwargs)
 
     monkeypatch.setattr(VectorStore, "delete_where", delete_then_die)
-    figures = await reconcile_tick(kb, False)
+    figures = to_json(await reconcile_tick(kb, False))
     monkeypatch.setattr(VectorStore, "delete_where", real_delete)
     [t1] = figures["tenants"]
     assert figures["failedTenants"] == 1
@@ -134,7 +135,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
     assert row[0][1] is not None
 
     server.start()
-    figures = await reconcile_tick(kb, False)
+    figures = to_json(await reconcile_tick(kb, False))
     assert figures["failedTenants"] == 0
     remaining = await kb.vectors.get_by_ids(
         settings.knowledge_base_collection,

@@ -7,6 +7,7 @@ import json
 from core.jobs.context import TickContext
 from core.jobs.drain import rem_tick
 from core.rules.config import Settings
+from core.rules.figures import to_json
 from core.rules.timestamps import iso_from_ms
 from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore
@@ -33,7 +34,7 @@ async def test_the_first_tick_looks_back_the_overlap_from_now(
     await seed_summary(vectors, settings, "fresh", now - HOUR_MS)
     await seed_summary(vectors, settings, "ancient", now - settings.rem_live_ingest_overlap_ms
                        - HOUR_MS)
-    figures = await rem_tick(TickContext(settings, graph, vectors), False)
+    figures = to_json(await rem_tick(TickContext(settings, graph, vectors), False))
     assert figures["liveIngest"]["sessionsFound"] == 1
     assert await existing_ids(graph, ["session:fresh", "session:ancient"]) == {"session:fresh"}
     watermark = await get_value(graph, LIVE_INGEST_WATERMARK)
@@ -62,7 +63,7 @@ async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(
         {"source": "memory:fresh-m", "target": "session:fresh", "relationship": "R"}) + "\n")
     before = settings.graph_db_path.read_bytes()
     async with open_context(settings, dry_run=True, vectors=vectors) as dry:
-        figures = await rem_tick(dry, True)
+        figures = to_json(await rem_tick(dry, True))
     assert figures["liveIngest"]["sessionsUpserted"] == 1
     assert figures["drain"]["totalLines"] == 1
     assert settings.graph_db_path.read_bytes() == before
@@ -72,7 +73,7 @@ async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(
 async def test_a_tick_without_collections_skips_ingestion_and_still_drains(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    figures = await rem_tick(TickContext(settings, graph, vectors), False)
+    figures = to_json(await rem_tick(TickContext(settings, graph, vectors), False))
     assert "not found" in figures["liveIngest"]["skipped"]
     assert figures["drain"]["totalLines"] == 0
 
@@ -82,7 +83,7 @@ async def test_sessions_land_even_before_the_memory_collection_exists(
 ) -> None:
     await seed(vectors, settings.summary_collection,
                [("sum-x", {"sessionId": "x", "createdAt": iso_from_ms(now_ms() - HOUR_MS)})])
-    figures = await rem_tick(TickContext(settings, graph, vectors), False)
+    figures = to_json(await rem_tick(TickContext(settings, graph, vectors), False))
     assert figures["liveIngest"]["sessionsUpserted"] == 1
     assert await get_value(graph, LIVE_INGEST_WATERMARK) is not None
 

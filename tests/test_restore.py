@@ -46,7 +46,7 @@ async def configure(graph: GraphDB, tenant: str, version: int) -> None:
 
 
 async def one_archive(stores: TickContext) -> Path:
-    figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+    figures = (await run_tick("reconcile", stores, reconcile_tick, dry_run=False)).json()
     [archive] = figures["archives"]
     return Path(archive)
 
@@ -127,7 +127,7 @@ async def test_re_ingested_ids_keep_their_new_content_and_are_not_tombstoned_aga
     assert {live[f"c{i:02d}"].document for i in range(10, 20)} == {
         f"doc c{i:02d}" for i in range(10, 20)}
 
-    figures = await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+    figures = (await run_tick("reconcile", stores, reconcile_tick, dry_run=False)).json()
     assert figures["tombstonedCount"] == 10  # the restored old ones go again, not the new
     assert {r.id for r in await vectors.get_by_ids(KB, [r.id for r in fresh])} == {
         r.id for r in fresh}

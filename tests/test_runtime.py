@@ -10,7 +10,8 @@ import json
 import socket
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,13 @@ FAST = RuntimeOptions(shutdown_grace_s=1.0, stall_limit_s=0.3, restart_backoff_m
                       health_check_s=0.05)
 
 
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A test tick's figures: how many times it ran."""
+
+    n: int
+
+
 class Ticks:
     """A tick function that records its calls and can be told to fail or hang."""
 
@@ -50,13 +58,13 @@ class Ticks:
         self.fail_always = fail_always
         self.hang = hang
 
-    async def __call__(self, stores: TickContext, dry_run: bool) -> Mapping[str, Any]:
+    async def __call__(self, stores: TickContext, dry_run: bool) -> Counted:
         self.calls.append(time.monotonic())
         if self.hang:
             await asyncio.Event().wait()
         if self.fail_always or len(self.calls) <= self.fail_first:
             raise RuntimeError(f"tick {len(self.calls)} failed on purpose")
-        return {"n": len(self.calls)}
+        return Counted(len(self.calls))
 
 
 async def wait_until(predicate: Any, within: float = 5.0) -> None:
@@ -228,14 +236,14 @@ async def test_a_daemon_whose_scheduler_dies_is_restarted(
 async def test_shutdown_lets_the_running_tick_finish_its_batch(served: Any) -> None:
     finished: list[bool] = []
 
-    async def long_batch(stores: TickContext, dry_run: bool) -> Mapping[str, Any]:
-        for _ in range(10):  # ten "batches", checking the stop flag between them
+    async def long_batch(stores: TickContext, dry_run: bool) -> Counted:
+        for n in range(10):  # ten "batches", checking the stop flag between them
             if stores.control.stopping:
-                return {"interrupted": True}
+                return Counted(n)
             await asyncio.sleep(0.05)
             stores.control.progress()
         finished.append(True)
-        return {}
+        return Counted(10)
 
     task, stop = await served([DaemonSpec("d", (Job("d", long_batch, 10_000),))])
     await asyncio.sleep(0.15)

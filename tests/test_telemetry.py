@@ -160,7 +160,7 @@ async def test_the_last_stale_count_is_each_tenants_latest_reconcile_event(
     reports = await last_stale_counts(graph)
     assert list(reports) == ["acme"]
     assert reports["acme"].stale_count == 4
-    assert reports["acme"].as_dict()["detail"] == {"staleCount": 4}
+    assert reports["acme"].detail == {"staleCount": 4}
 
 
 def test_the_defaults_are_the_originals() -> None:

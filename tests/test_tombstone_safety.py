@@ -68,7 +68,7 @@ def write(real: Callable[..., Any], row_id: str, metadata: dict[str, Any], docum
 
 
 async def one_pass(stores: TickContext) -> dict[str, Any]:
-    return await run_tick("reconcile", stores, reconcile_tick, dry_run=False)
+    return (await run_tick("reconcile", stores, reconcile_tick, dry_run=False)).json()
 
 
 def archived(figures: Mapping[str, Any]) -> dict[str, ChromaRow]:

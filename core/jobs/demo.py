@@ -32,6 +32,7 @@ from typing import Any
 import structlog
 
 from core.jobs.context import TickContext
+from core.rules.figures import to_json
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
 from core.rules.timestamps import iso_from_ms
@@ -273,10 +274,24 @@ DEMO_QUEUE_SEEDED = "demo.queueSeeded"
 # --------------------------------------------------------------------------------------------
 
 
-async def seed_demo(context: TickContext, dataset: DemoDataset) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Seeded:
+    """What `seed_demo` wrote, for the demo's report."""
+
+    memories: int
+    summaries: int
+    chunks: int
+    anchor_nodes: int
+    #: Each tenant's config version after seeding.
+    tenant_versions: dict[str, int]
+    #: Queue lines appended (0 after the first run on a store: a line appended again would
+    #: be a new mention).
+    queue_lines: int
+
+
+async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
     """Write the dataset: Chroma rows (upserts), anchor nodes, tenant versions (raised up to
-    their target, never past it), and the queue lines (appended with the producer lock).
-    Returns what was written, for the demo's report."""
+    their target, never past it), and the queue lines (appended with the producer lock)."""
     settings = context.settings
     vectors = context.vectors
     await vectors.upsert(settings.memory_collection, dataset.memories, create=True)
@@ -297,13 +312,7 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> dict[str, Any
                                 list(dataset.queue_lines))
         await set_value(context.graph, DEMO_QUEUE_SEEDED, "1", now_ms=clock.now_ms())
         appended = len(dataset.queue_lines)
-    seeded = {
-        "memories": len(dataset.memories),
-        "summaries": len(dataset.summaries),
-        "chunks": len(dataset.chunks),
-        "anchorNodes": len(dataset.anchor_nodes),
-        "tenantVersions": versions,
-        "queueLines": appended,
-    }
-    log.info("demo.seeded", **seeded)
+    seeded = Seeded(len(dataset.memories), len(dataset.summaries), len(dataset.chunks),
+                    len(dataset.anchor_nodes), versions, appended)
+    log.info("demo.seeded", **to_json(seeded))
     return seeded

@@ -49,7 +49,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from core.rules.drain_plan import (
     ENDPOINT_MISSING,
     BatchPlan,
     DeadLetter,
+    DrainStats,
     Known,
     Parsed,
     decide,
@@ -72,6 +73,7 @@ from core.rules.drain_plan import (
     triage,
 )
 from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
 from core.rules.queue_lines import (
     UNPROCESSABLE,
     EdgeLine,
@@ -134,61 +136,6 @@ PROBE_ID = "kb-daemons-probe"
 #: How much of an isolated line's error goes into its dead letter.
 ISOLATED_DETAIL_CHARS = 500
 
-@dataclass(slots=True)
-class DrainStats:
-    """Figures of one drain.
-
-    `totalLines` counts non-blank lines read; `processed` those acted on (not replays,
-    duplicates or deferred lines); `succeeded` edges linked; `failed` lines whose endpoints did
-    not resolve (`requeued` + those dead-lettered after their last attempt); `deadLettered`
-    every line settled in the dead-letter file, `skippedMalformed` and `isolated` included;
-    `isolated` lines dead-lettered `unprocessable` by the split defence; `duplicates` copies of
-    re-queued lines whose token was already used (left by a crash); `replayed` lines an earlier
-    version had already settled (migration only); `deferred` lines put back untouched because
-    they already failed earlier in this tick (a line re-queued while the leftover `.draining`
-    is drained comes round again in the rotated queue: it must not spend a second attempt in
-    the same tick).
-    """
-
-    total_lines: int = 0
-    processed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    requeued: int = 0
-    dead_lettered: int = 0
-    skipped_malformed: int = 0
-    isolated: int = 0
-    replayed: int = 0
-    duplicates: int = 0
-    deferred: int = 0
-    late_lines_handed_back: int = 0
-    interrupted: bool = False
-    queue_rotated: bool = False
-    orphan_recovered: bool = False
-    duration_ms: int = 0
-
-    def figures(self) -> dict[str, Any]:
-        """camelCase figures for logs and `--json`."""
-        return {
-            "totalLines": self.total_lines,
-            "processed": self.processed,
-            "succeeded": self.succeeded,
-            "failed": self.failed,
-            "requeued": self.requeued,
-            "deadLettered": self.dead_lettered,
-            "skippedMalformed": self.skipped_malformed,
-            "isolated": self.isolated,
-            "replayed": self.replayed,
-            "duplicates": self.duplicates,
-            "deferred": self.deferred,
-            "lateLinesHandedBack": self.late_lines_handed_back,
-            "interrupted": self.interrupted,
-            "queueRotated": self.queue_rotated,
-            "orphanRecovered": self.orphan_recovered,
-            "durationMs": self.duration_ms,
-        }
-
-
 def drainer_lock(queue_path: Path) -> ProcessLock:
     """The lock that makes one drainer at a time."""
     return ProcessLock(queue_path.with_name(queue_path.name + ".drain.lock"),
@@ -207,8 +154,7 @@ async def drain_queue(
     QueuePathIsSymlink (exit 2) when the queue path is a symbolic link."""
     started = time.monotonic()
     refuse_symlinked_queue(context.settings.lazy_edges_queue_path)
-    stats = DrainStats()
-    drainer = _Drainer(context, stats, dry_run=dry_run, clock=clock)
+    drainer = _Drainer(context, dry_run=dry_run, clock=clock)
     try:
         with _cyclic_gc_paused():
             await (drainer.read_in_place() if dry_run else drainer.drain_under_lock())
@@ -217,8 +163,7 @@ async def drain_queue(
         # `.draining` (if any) stays for the next tick and nothing is lost.
         raise QueueFileError(f"queue file error: {exc}") from exc
     drainer.log_malformed()
-    stats.duration_ms = int((time.monotonic() - started) * 1000)
-    return stats
+    return replace(drainer.stats, duration_ms=int((time.monotonic() - started) * 1000))
 
 
 @contextmanager
@@ -257,12 +202,12 @@ class _Drainer:
     """One tick's drain: the files, the batches, and what this tick learned on the way."""
 
     def __init__(
-        self, context: TickContext, stats: DrainStats, *, dry_run: bool, clock: Callable[[], int]
+        self, context: TickContext, *, dry_run: bool, clock: Callable[[], int]
     ) -> None:
         self.context = context
         self.settings = context.settings
         self.graph: GraphDB = context.graph
-        self.stats = stats
+        self.stats = DrainStats()
         self.dry_run = dry_run
         self.clock = clock
         self.malformed_examples: list[dict[str, Any]] = []
@@ -290,7 +235,7 @@ class _Drainer:
         try:
             self.legacy_table = await drain_state.legacy_table_exists(self.graph)
             if s.draining_path.exists():
-                self.stats.orphan_recovered = True
+                self.stats = replace(self.stats, orphan_recovered=True)
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
                 await self._drain_generation(*await self._resume_leftover())
             else:
@@ -301,7 +246,7 @@ class _Drainer:
                                             dead_letters_size=file_size(s.dead_letter_path))
                 if await asyncio.to_thread(rotate_queue, s.lazy_edges_queue_path,
                                            s.draining_path, generation):
-                    self.stats.queue_rotated = True
+                    self.stats = replace(self.stats, queue_rotated=True)
                     await self._drain_generation(generation, 0)
             if not self.stats.interrupted and self.legacy_table:
                 await self._drop_legacy_identities()
@@ -353,7 +298,7 @@ class _Drainer:
         try:
             while True:
                 if self.context.control.stopping:
-                    self.stats.interrupted = True
+                    self.stats = replace(self.stats, interrupted=True)
                     log.info("drain.interrupted", path=str(s.draining_path),
                              offset=reader.offset)
                     return
@@ -366,7 +311,8 @@ class _Drainer:
                                            s.lazy_edges_queue_path)
             await asyncio.to_thread(remove_generation, s.draining_path)
             if late:
-                self.stats.late_lines_handed_back += late
+                self.stats = replace(
+                    self.stats, late_lines_handed_back=self.stats.late_lines_handed_back + late)
                 log.info("drain.late_lines_handed_back", count=late)
         finally:
             await asyncio.to_thread(reader.close)
@@ -521,17 +467,7 @@ class _Drainer:
     def _account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
         """Add a written batch's figures to the tick's and remember what later batches of the
         tick must know."""
-        stats = self.stats
-        stats.total_lines += plan.total_lines
-        stats.processed += plan.processed
-        stats.succeeded += plan.succeeded
-        stats.requeued += plan.requeued
-        stats.failed += plan.requeued + plan.dead_after_attempts
-        stats.dead_lettered += len(plan.dead_letters) + plan.already_dead
-        stats.skipped_malformed += plan.malformed
-        stats.replayed += plan.replayed
-        stats.duplicates += plan.duplicates
-        stats.deferred += plan.deferred
+        self.stats = self.stats.added(plan)
         self.legacy_seen.update(legacy_id for legacy_id, _ in plan.legacy_settled)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
@@ -568,7 +504,7 @@ class _Drainer:
         if not self.dry_run:
             await self._write(batch, plan, BackfillPlan(), now=self.clock())
         self._account(plan, (), batch.generation.id)
-        self.stats.isolated += 1
+        self.stats = replace(self.stats, isolated=self.stats.isolated + 1)
 
     def log_malformed(self) -> None:
         """One warning per tick naming a few malformed lines (all are in the dead letters)."""
@@ -609,7 +545,15 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
     return unresolved
 
 
-async def rem_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RemTickFigures:
+    """A REM tick's figures: its live ingestion's, then its drain's."""
+
+    live_ingest: LiveIngestFigures | LiveIngestSkipped
+    drain: DrainStats
+
+
+async def rem_tick(context: TickContext, dry_run: bool) -> RemTickFigures:
     """One REM tick: live-ingest the sessions summarized since the previous tick (minus the
     overlap), then drain the queue. The watermark is the start of the last tick whose live
     ingestion completed; the first tick looks back the overlap from now."""
@@ -621,11 +565,10 @@ async def rem_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
     try:
         report = await live_ingest_since(context.graph, context.vectors, settings, cutoff,
                                          dry_run=dry_run)
-        live: dict[str, Any] = report.figures()
+        live: LiveIngestFigures | LiveIngestSkipped = report.figures()
         if not dry_run:  # only a completed ingestion moves the watermark
             await set_value(context.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
     except CollectionMissing as exc:
         log.warning("ingest.skipped", reason=str(exc))
-        live = {"cutoffMs": cutoff, "skipped": str(exc)}
-    drained = await drain_queue(context, dry_run=dry_run)
-    return {"liveIngest": live, "drain": drained.figures()}
+        live = LiveIngestSkipped(cutoff, str(exc))
+    return RemTickFigures(live, await drain_queue(context, dry_run=dry_run))

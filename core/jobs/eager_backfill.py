@@ -19,18 +19,26 @@ original got wrong:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import structlog
 
 from core.jobs.context import TickContext
-from core.jobs.drain import DrainStats, drain_queue
+from core.jobs.drain import drain_queue
 from core.jobs.ingest import SESSIONS_PER_BATCH, sessions_created_since, sync_sessions
 from core.reports.progress import Progress
+from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError, StoreUnavailable
-from core.rules.ingest import LiveIngestReport, SessionWindow, SyncStats
+from core.rules.figures import omitted_when_none
+from core.rules.ingest import (
+    LiveIngestFigures,
+    LiveIngestReport,
+    LiveIngestSkipped,
+    SessionWindow,
+    SyncStats,
+)
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
@@ -74,35 +82,69 @@ class EagerBackfillReport:
         """True when every session in the window synced and the drain (if asked for) ran."""
         return not self.failures and self.ingest_error is None and self.drain_error is None
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> EagerBackfillFigures:
         """The run's summary, for the canonical log line and `--json`."""
-        live: dict[str, Any]
+        live: EagerIngestFigures | LiveIngestSkipped
         if self.ingest_skipped is not None:
-            live = {"cutoffMs": self.cutoff_ms, "skipped": self.ingest_skipped}
+            live = LiveIngestSkipped(self.cutoff_ms, self.ingest_skipped)
         else:
-            live = LiveIngestReport(self.cutoff_ms, self.window, self.stats).figures()
-            live["summariesWithoutSessionId"] = self.window.without_session_id
-            live["unparseableRows"] = list(self.window.unparseable_named)
-            if self.ingest_error is not None:
-                live["error"] = self.ingest_error
-        drain: dict[str, Any]
+            base = LiveIngestReport(self.cutoff_ms, self.window, self.stats).figures()
+            live = EagerIngestFigures(
+                **asdict(base),
+                summaries_without_session_id=self.window.without_session_id,
+                unparseable_rows=tuple(self.window.unparseable_named),
+                error=self.ingest_error)
+        drain: DrainStats | DrainFailed | DrainSkipped
         if self.drain is not None:
-            drain = self.drain.figures()
+            drain = self.drain
         elif self.drain_error is not None:
-            drain = {"error": self.drain_error}
+            drain = DrainFailed(self.drain_error)
         else:
-            drain = {"skipped": self.drain_skipped}
-        return {
-            "ok": self.ok,
-            "dryRun": self.dry_run,
-            "days": self.days,
-            "cutoffMs": self.cutoff_ms,
-            "cutoff": iso_from_ms(self.cutoff_ms),
-            "liveIngest": live,
-            "failureCount": len(self.failures),
-            "failures": self.failures[:FAILURES_NAMED],
-            "drain": drain,
-        }
+            drain = DrainSkipped(self.drain_skipped or "")
+        return EagerBackfillFigures(
+            self.ok, self.dry_run, self.days, self.cutoff_ms, iso_from_ms(self.cutoff_ms), live,
+            len(self.failures), tuple(self.failures[:FAILURES_NAMED]), drain)
+
+
+@dataclass(frozen=True, slots=True)
+class EagerIngestFigures(LiveIngestFigures):
+    """The back-fill's ingestion figures: a live ingestion's, and what it could not use."""
+
+    summaries_without_session_id: int = 0
+    #: The first rows whose `createdAt` could not be read, named (all are counted).
+    unparseable_rows: tuple[Mapping[str, Any], ...] = ()
+    #: Why ingestion stopped part-way, when it did.
+    error: str | None = field(default=None, metadata=omitted_when_none())
+
+
+@dataclass(frozen=True, slots=True)
+class DrainFailed:
+    """The drain after the back-fill failed (the queue stays for the next drain)."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class DrainSkipped:
+    """The drain after the back-fill did not run, and why."""
+
+    skipped: str
+
+
+@dataclass(frozen=True, slots=True)
+class EagerBackfillFigures:
+    """What `daemons.backfill --json` prints (and its tick records)."""
+
+    ok: bool
+    dry_run: bool
+    days: int
+    cutoff_ms: int
+    cutoff: str
+    live_ingest: EagerIngestFigures | LiveIngestSkipped
+    failure_count: int
+    #: The first FAILURES_NAMED failures, as `[id] why` (all are counted and logged).
+    failures: tuple[str, ...]
+    drain: DrainStats | DrainFailed | DrainSkipped
 
 
 def cutoff_for_days(days: int, *, now: int) -> int:

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from core.rules.figures import to_json
 from core.rules.ids import memory_node_id
 from core.rules.ingest import (
     LiveIngestReport,
+    SessionSync,
     SessionWindow,
     SyncStats,
     add_to_window,
@@ -88,20 +90,17 @@ async def _sync_batch(
 
 async def sync_session_to_graph(
     graph: GraphDB, vectors: VectorStore, settings: Settings, session_id: Any
-) -> dict[str, Any]:
-    """Sync one session (its summary, memories and ORIGINATES_IN edges); never raises.
-
-    Returns the original's stats: `{memoriesProcessed, memoriesUpserted, memoriesSkipped,
-    sessionUpserted, errors}`.
-    """
+) -> SessionSync:
+    """Sync one session (its summary, memories and ORIGINATES_IN edges); never raises: a
+    missing session id or a failure is in the result's `errors`."""
     if not isinstance(session_id, str) or not session_id:
-        return SyncStats(errors=["[input] sessionId is required"]).as_session_dict()
+        return SyncStats(errors=["[input] sessionId is required"]).session_figures()
     try:
         stats = await sync_sessions(graph, vectors, settings, [session_id])
     except Exception as exc:
         log.error("ingest.session_failed", session_id=session_id, exc_info=True)
         stats = SyncStats(errors=[f"[fatal] {exc}"])
-    return stats.as_session_dict()
+    return stats.session_figures()
 
 
 async def sessions_created_since(
@@ -136,6 +135,6 @@ async def live_ingest_since(
     if stats.errors:
         log.warning("ingest.session_errors", count=len(stats.errors), errors=stats.errors[:20])
     log.info("ingest.completed", dryRun=dry_run,
-             durationMs=int((time.monotonic() - started) * 1000), **report.figures())
+             durationMs=int((time.monotonic() - started) * 1000), **to_json(report.figures()))
     return report
 

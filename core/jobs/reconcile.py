@@ -22,17 +22,21 @@ import functools
 import math
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from core.jobs import tombstoning
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
+from core.rules.figures import to_json
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_STALE_FRACTION,
     TENANT_KEY,
+    ReconcileDisabled,
+    ReconcileFigures,
     ReconcilePolicy,
+    TenantOutcome,
     actionable_stamp_ceiling,
     candidate_where,
     diff_tenant_chunks,
@@ -62,82 +66,9 @@ log = structlog.get_logger(__name__)
 COUNT_PAGE_ROWS = 25_000
 
 
-@dataclass(slots=True)
-class TenantOutcome:
-    """One tenant's figures, filled in as its pass proceeds."""
-
-    tenant_id: str
-    repo_slug: str | None
-    current_version: int
-    scanned: int = 0
-    stale_count: int = 0
-    actionable_count: int = 0
-    tombstoned_count: int = 0
-    #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
-    held_count: int = 0
-    guard: str | None = None
-    #: The tenant's chunks, counted for the guard; a lower bound when the count stopped as
-    #: soon as the guard could no longer trip (`total_complete` False).
-    total_chunks: int | None = None
-    total_complete: bool = True
-    archive: str | None = None
-    #: Chunks archived (a capped last band can archive more than it deletes).
-    archived_count: int = 0
-    #: Bands left alone because the store and the rule disagreed, or the band kept changing.
-    refused_bands: int = 0
-    #: Where the tenant failed ("scan", "count", "tombstone") and why; None when it did not.
-    failed_phase: str | None = None
-    error: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """Whether this tenant's pass could not finish."""
-        return self.failed_phase is not None
-
-    def figures(self) -> dict[str, Any]:
-        """The tenant's entry in the tick's `--json` figures."""
-        return {
-            "tenantId": self.tenant_id,
-            "repoSlug": self.repo_slug,
-            "currentVersion": self.current_version,
-            "scanned": self.scanned,
-            "staleCount": self.stale_count,
-            "actionableCount": self.actionable_count,
-            "heldCount": self.held_count,
-            "tombstonedCount": self.tombstoned_count,
-            "guard": self.guard,
-        }
-
-    def telemetry_detail(self, policy: ReconcilePolicy) -> dict[str, Any]:
-        """The `detail` of the tenant's `reconcile` row (CONTRACT's keys first)."""
-        detail: dict[str, Any] = {
-            "staleCount": self.stale_count,
-            "actionableCount": self.actionable_count,
-            "tombstonedCount": self.tombstoned_count,
-            "currentVersion": self.current_version,
-            "autoTombstone": policy.auto_tombstone,
-            "orphanVersionGap": policy.orphan_version_gap,
-            "maxDeletesPerTick": policy.max_deletes_per_tick,
-            "scanned": self.scanned,
-        }
-        optional = {
-            "heldCount": self.held_count or None,
-            "guard": self.guard,
-            "invalidGuards": list(policy.invalid_guards) or None,
-            "totalChunks" if self.total_complete else "totalChunksAtLeast": self.total_chunks,
-            "maxStaleFraction": policy.max_stale_fraction if self.guard else None,
-            "archive": self.archive,
-            "archivedCount": self.archived_count or None,
-            "passId": policy.pass_id if self.archive else None,
-            "refusedBands": self.refused_bands or None,
-            "failedPhase": self.failed_phase,
-            "error": self.error,
-        }
-        detail.update({k: v for k, v in optional.items() if v is not None})
-        return detail
-
-
-async def reconcile_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
+async def reconcile_tick(
+    context: TickContext, dry_run: bool
+) -> ReconcileFigures | ReconcileDisabled:
     """One reconciliation pass over every tenant with a config node: the tick function that
     `core.ticks.run_tick("reconcile", ...)` runs for `--tick` and for the scheduler (which
     adds `durationMs`, and `dryRun` to its log line; the figures must not repeat them).
@@ -155,7 +86,7 @@ async def reconcile_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
     if not settings.reconciliation_enabled and not dry_run:
         log.info("reconcile.disabled", message="reconciliation disabled "
                  "(set reconciliationEnabled = true to run passes)")
-        return {"enabled": False, "tenants": [], "failedTenants": 0}
+        return ReconcileDisabled()
     policy = ReconcilePolicy.from_settings(settings, dry_run=dry_run, pass_id=uuid.uuid4().hex)
     if policy.invalid_guards and policy.auto_tombstone:
         log.warning("reconcile.guard_config_invalid", keys=list(policy.invalid_guards),
@@ -177,19 +108,19 @@ async def reconcile_tick(context: TickContext, dry_run: bool) -> dict[str, Any]:
                 await recorder.record(outcome, policy)
             outcomes.append(outcome)
         context.control.progress()
-    return {
-        "enabled": settings.reconciliation_enabled,
-        "autoTombstone": policy.auto_tombstone,
-        "passId": policy.pass_id,
-        "tenants": [o.figures() for o in outcomes],
-        "failedTenants": sum(o.failed for o in outcomes),
-        "staleCount": sum(o.stale_count for o in outcomes),
-        "tombstonedCount": sum(o.tombstoned_count for o in outcomes),
-        "archives": [o.archive for o in outcomes if o.archive],
-        "spoolFlushed": recorder.flushed,
-        "unrecordedRows": spool.pending() + recorder.lost,
-        "stopped": len(outcomes) < len(tenants),
-    }
+    return ReconcileFigures(
+        enabled=settings.reconciliation_enabled,
+        auto_tombstone=policy.auto_tombstone,
+        pass_id=policy.pass_id,
+        tenants=tuple(o.figures() for o in outcomes),
+        failed_tenants=sum(o.failed for o in outcomes),
+        stale_count=sum(o.stale_count for o in outcomes),
+        tombstoned_count=sum(o.tombstoned_count for o in outcomes),
+        archives=tuple(o.archive for o in outcomes if o.archive),
+        spool_flushed=recorder.flushed,
+        unrecorded_rows=spool.pending() + recorder.lost,
+        stopped=len(outcomes) < len(tenants),
+    )
 
 
 async def reconcile_tenant(
@@ -242,7 +173,7 @@ async def reconcile_tenant(
         log.error("reconcile.tenant_failed", phase=phase, error=outcome.error, exc_info=True)
     finally:
         log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-                 **outcome.figures())
+                 **to_json(outcome.figures()))
     return outcome
 
 
@@ -388,12 +319,12 @@ def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
             event_type=EVENT_RECONCILE, chunks_total=outcome.stale_count,
             chunks_deleted=outcome.tombstoned_count, error_code=error_code,
-            detail=outcome.telemetry_detail(policy),
+            detail=to_json(outcome.telemetry_detail(policy)),
         )
     if outcome.failed:
         return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
             event_type=EVENT_ERROR, error_code=error_code,
-            detail=outcome.telemetry_detail(policy),
+            detail=to_json(outcome.telemetry_detail(policy)),
         )
     return None

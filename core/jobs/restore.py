@@ -15,7 +15,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -31,6 +30,7 @@ from core.rules.archive_format import (
     refusal,
     unseal,
 )
+from core.rules.figures import json_name
 from core.rules.rows import ChromaRow
 from core.stores.archives import ArchiveError, archive_line_batches
 from core.stores.chroma import CollectionMissing, VectorStore
@@ -42,13 +42,9 @@ log = structlog.get_logger(__name__)
 class LineProblem:
     """A line that was not applied, and why."""
 
-    line_number: int
+    line_number: int = field(metadata=json_name("line"))
     reason: str
-    chunk_id: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The `--json` shape."""
-        return {"line": self.line_number, "id": self.chunk_id, "reason": self.reason}
+    chunk_id: str | None = field(default=None, metadata=json_name("id"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,17 +68,30 @@ class RestoreResult:
         """Every line was either restored or kept live."""
         return not self.refused and not self.unreadable
 
-    def as_dict(self) -> dict[str, Any]:
-        """The figures of `restore --json`."""
-        return {
-            "archive": str(self.path), "collection": self.collection,
-            "tenantId": self.tenant_id, "format": self.format,
-            "restored": self.restored, "keptLive": self.kept_live,
-            "refused": len(self.refused), "unreadable": len(self.unreadable),
-            "problems": [p.as_dict() for p in sorted((*self.unreadable, *self.refused),
-                                                     key=lambda p: p.line_number)],
-            "warnings": list(self.warnings),
-        }
+    def figures(self) -> RestoreFigures:
+        """The figures of `restore --json`: counts, and every line not applied, in file
+        order."""
+        return RestoreFigures(
+            self.path, self.collection, self.tenant_id, self.format, self.restored,
+            self.kept_live, len(self.refused), len(self.unreadable),
+            tuple(sorted((*self.unreadable, *self.refused), key=lambda p: p.line_number)),
+            self.warnings)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreFigures:
+    """What `reconcile restore --json` prints (with `ok`)."""
+
+    archive: Path
+    collection: str
+    tenant_id: str | None
+    format: int | None
+    restored: int
+    kept_live: int
+    refused: int
+    unreadable: int
+    problems: tuple[LineProblem, ...]
+    warnings: tuple[str, ...]
 
 
 @dataclass(slots=True)

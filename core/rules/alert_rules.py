@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -313,6 +313,58 @@ def validate_alert_rule(rule: Any) -> RuleCheck:
     return RuleCheck(True, "", parsed, unknown)
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedRule:
+    """An invalid rule, its position in `alertRules`, and why it was skipped."""
+
+    index: int
+    rule: Any
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRules:
+    """`alertRules` as read once, at config load: the valid rules, parsed, and what was wrong
+    with the others (each warned about once, at start)."""
+
+    valid: tuple[AlertRule, ...] = ()
+    skipped: tuple[SkippedRule, ...] = ()
+    #: Keys a rule had that no rule knows (usually typos), by the rule's position.
+    unknown_keys: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    @property
+    def count(self) -> int:
+        """How many rules were configured, valid or not."""
+        return len(self.valid) + len(self.skipped)
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(`alertRules[i]`, what is wrong) for each rule that will not run and each unknown
+        key; webhook URLs appear redacted only."""
+        found = [(f"alertRules[{s.index}]", f"skipped: {s.reason}") for s in self.skipped]
+        found += [(f"alertRules[{index}]", f"unknown key(s) {', '.join(keys)} ignored "
+                   "(a typo?)") for index, keys in self.unknown_keys]
+        return sorted(found, key=lambda item: int(item[0][11:-1]))
+
+
+def parse_alert_rules(raw: Any) -> AlertRules:
+    """Validate every raw rule once (`validate_alert_rule`); the invalid ones never stop the
+    valid ones. Anything but a list (or tuple) of rules is no rules."""
+    if not isinstance(raw, (list, tuple)):
+        return AlertRules()
+    valid: list[AlertRule] = []
+    skipped: list[SkippedRule] = []
+    unknown: list[tuple[int, tuple[str, ...]]] = []
+    for index, rule in enumerate(raw):
+        check = validate_alert_rule(rule)
+        if check.rule is None:
+            skipped.append(SkippedRule(index, rule, check.reason))
+        else:
+            valid.append(check.rule)
+        if check.unknown_keys:
+            unknown.append((index, check.unknown_keys))
+    return AlertRules(tuple(valid), tuple(skipped), tuple(unknown))
+
+
 # --------------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------------
@@ -379,22 +431,12 @@ def scope_of(repo_slug: str) -> Scope:
 
 
 @dataclass(frozen=True, slots=True)
-class SkippedRule:
-    """An invalid rule, its position in `alertRules`, and why it was skipped."""
-
-    index: int
-    rule: Any
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class Evaluation:
     """What one evaluation decided. `cooldown_state` is a new mapping (the input is never
     changed) holding the input's stamps plus `now_ms` for every alert in `alerts`."""
 
     alerts: tuple[Alert, ...] = ()
     cooldown_state: dict[CooldownKey, int] = field(default_factory=dict)
-    skipped_rules: tuple[SkippedRule, ...] = ()
     #: Breaches not alerted because their key was still cooling down.
     suppressed: int = 0
 
@@ -416,60 +458,56 @@ def _row_target(row: Any, scope: Scope) -> tuple[str, str] | None:
 
 
 def evaluate_alert_rules(
-    rules: Any,
+    rules: Sequence[AlertRule],
     rollup: Any,
     *,
     cooldown_state: CooldownState | None,
     now_ms: int,
     cooldown_ms: int,
 ) -> Evaluation:
-    """Every alert the rules raise over the rollup, minus those still cooling down.
+    """Every alert the (valid, parsed) rules raise over the rollup, minus those still cooling
+    down.
 
-    `rules` and `rollup` must be lists (or tuples); anything else gives an empty evaluation,
-    as in the original. Invalid rules land in `skipped_rules` and never stop the valid ones.
-    For each valid rule, each rollup row of its scope and each of its channels: a breach
-    fires unless the key fired less than `cooldown_ms` ago (so it fires again at exactly
-    `cooldown_ms`); firing stamps the key with `now_ms`, so a second rule on the same key in
-    the same evaluation is suppressed too.
+    `rollup` must be a list (or tuple) of rows; anything else gives an empty evaluation. For
+    each rule, each rollup row of its scope and each of its channels: a breach fires unless
+    the key fired less than `cooldown_ms` ago (so it fires again at exactly `cooldown_ms`);
+    firing stamps the key with `now_ms`, so a second rule on the same key in the same
+    evaluation is suppressed too.
     """
     state = dict(cooldown_state) if isinstance(cooldown_state, Mapping) else {}
-    if not isinstance(rules, (list, tuple)) or not isinstance(rollup, (list, tuple)):
+    if not isinstance(rollup, (list, tuple)):
         return Evaluation(cooldown_state=state)
     alerts: list[Alert] = []
-    skipped: list[SkippedRule] = []
     suppressed = 0
-    for index, raw in enumerate(rules):
-        check = validate_alert_rule(raw)
-        if check.rule is None:
-            skipped.append(SkippedRule(index, raw, check.reason))
-            continue
-        rule = check.rule
+    for rule in rules:
         for row in rollup:
             target = _row_target(row, rule.scope)
             if target is None or not breaches(row.get(rule.metric), rule.threshold):
                 continue
-            tenant_id, repo_slug = target
             for channel in rule.channels:
-                key = CooldownKey(tenant_id, repo_slug, rule.metric, rule.severity,
-                                  channel_key(channel))
-                last = state.get(key)
-                if last is not None and now_ms - last < cooldown_ms:
+                alert = _fire(rule, row, target, channel, state, now_ms=now_ms,
+                              cooldown_ms=cooldown_ms)
+                if alert is None:
                     suppressed += 1
-                    continue
-                state[key] = now_ms
-                alerts.append(Alert(
-                    tenant_id=tenant_id,
-                    repo_slug=repo_slug,
-                    metric=rule.metric,
-                    value=row[rule.metric],
-                    threshold=rule.threshold,
-                    severity=rule.severity,
-                    channel=channel,
-                    delivery_mode=rule.delivery_mode,
-                    scope=rule.scope,
-                    fired_at_ms=now_ms,
-                ))
-    return Evaluation(tuple(alerts), state, tuple(skipped), suppressed)
+                else:
+                    alerts.append(alert)
+    return Evaluation(tuple(alerts), state, suppressed)
+
+
+def _fire(rule: AlertRule, row: Mapping[str, Any], target: tuple[str, str], channel: str,
+          state: dict[CooldownKey, int], *, now_ms: int, cooldown_ms: int) -> Alert | None:
+    """The alert of one breach on one channel, stamping its cooldown; None while the key is
+    still cooling down."""
+    tenant_id, repo_slug = target
+    key = CooldownKey(tenant_id, repo_slug, rule.metric, rule.severity, channel_key(channel))
+    last = state.get(key)
+    if last is not None and now_ms - last < cooldown_ms:
+        return None
+    state[key] = now_ms
+    return Alert(tenant_id=tenant_id, repo_slug=repo_slug, metric=rule.metric,
+                 value=row[rule.metric], threshold=rule.threshold, severity=rule.severity,
+                 channel=channel, delivery_mode=rule.delivery_mode, scope=rule.scope,
+                 fired_at_ms=now_ms)
 
 
 # --------------------------------------------------------------------------------------------

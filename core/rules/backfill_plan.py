@@ -55,7 +55,7 @@ _SUCCESS = {Reason.ALREADY_EXISTS, Reason.BACKFILLED, Reason.BACKFILLED_MINIMAL}
 
 @dataclass(frozen=True, slots=True)
 class BackfillResult:
-    """The outcome for one requested node id."""
+    """The outcome for one requested node id (JSON: `{success, reason, graphNodeId, error}`)."""
 
     success: bool
     reason: Reason
@@ -66,15 +66,6 @@ class BackfillResult:
     def of(cls, reason: Reason, node_id: str | None, error: str | None = None) -> BackfillResult:
         """A result whose success follows from its reason."""
         return cls(reason in _SUCCESS, reason, node_id, error)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The original's result shape (camelCase keys)."""
-        return {
-            "success": self.success,
-            "reason": str(self.reason),
-            "graphNodeId": self.graph_node_id,
-            "error": self.error,
-        }
 
 
 @dataclass(slots=True)

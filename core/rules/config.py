@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from core.rules.alert_rules import AlertRules, parse_alert_rules
 from core.rules.values import is_real_number, is_whole_number
 
 TABLE = "knowledgeBase"
@@ -182,7 +183,8 @@ class Settings:
     alerting_interval_ms: int
     alerting_cooldown_ms: int
     alert_window_ms: int
-    alert_rules: tuple[Any, ...]
+    #: The rules, parsed once here; the invalid ones were warned about once, at load.
+    alert_rules: AlertRules
     log_format: str
     metrics_port: int
     #: The file these settings came from; None when every key took its default.
@@ -336,6 +338,10 @@ def resolve_config(
                 value = _absolute(base_dir, value)
         elif key.type == "url":
             value = value.rstrip("/")
+        elif key.type == "rules":
+            value = parse_alert_rules(value)
+            warnings.extend(ConfigWarning(where, f"{TABLE}.{where} {problem}")
+                            for where, problem in value.problems())
         resolved[key.field_name] = value
     return LoadedConfig(
         Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.rules.dead_letters import dead_letter_record
 from core.rules.nodes import EdgeRow
@@ -259,3 +259,54 @@ def _body_bytes(line: EdgeLine) -> bytes:
     """The line as its producer wrote it (without `_drain`): bytes as read when it carried no
     bookkeeping, re-serialized otherwise."""
     return json_line(line.body) if line.had_drain_key else line.raw
+
+
+@dataclass(frozen=True, slots=True)
+class DrainStats:
+    """Figures of one drain.
+
+    Its JSON (`to_json`) is the drain's `--json` figures. `totalLines` counts non-blank lines
+    read; `processed` those acted on (not replays,
+    duplicates or deferred lines); `succeeded` edges linked; `failed` lines whose endpoints did
+    not resolve (`requeued` + those dead-lettered after their last attempt); `deadLettered`
+    every line settled in the dead-letter file, `skippedMalformed` and `isolated` included;
+    `isolated` lines dead-lettered `unprocessable` by the split defence; `duplicates` copies of
+    re-queued lines whose token was already used (left by a crash); `replayed` lines an earlier
+    version had already settled (migration only); `deferred` lines put back untouched because
+    they already failed earlier in this tick (a line re-queued while the leftover `.draining`
+    is drained comes round again in the rotated queue: it must not spend a second attempt in
+    the same tick).
+    """
+
+    total_lines: int = 0
+    processed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    requeued: int = 0
+    dead_lettered: int = 0
+    skipped_malformed: int = 0
+    isolated: int = 0
+    replayed: int = 0
+    duplicates: int = 0
+    deferred: int = 0
+    late_lines_handed_back: int = 0
+    interrupted: bool = False
+    queue_rotated: bool = False
+    orphan_recovered: bool = False
+    duration_ms: int = 0
+
+    def added(self, plan: BatchPlan) -> DrainStats:
+        """These figures with a written batch's added."""
+        return replace(
+            self,
+            total_lines=self.total_lines + plan.total_lines,
+            processed=self.processed + plan.processed,
+            succeeded=self.succeeded + plan.succeeded,
+            requeued=self.requeued + plan.requeued,
+            failed=self.failed + plan.requeued + plan.dead_after_attempts,
+            dead_lettered=self.dead_lettered + len(plan.dead_letters) + plan.already_dead,
+            skipped_malformed=self.skipped_malformed + plan.malformed,
+            replayed=self.replayed + plan.replayed,
+            duplicates=self.duplicates + plan.duplicates,
+            deferred=self.deferred + plan.deferred,
+        )

@@ -24,7 +24,14 @@ from collections.abc import Callable, Mapping
 from enum import Enum
 from functools import cache
 from pathlib import PurePath
-from typing import Any
+from typing import Any, ClassVar, Protocol
+
+
+class Figures(Protocol):
+    """Any dataclass instance: what a tick returns and `to_json` writes."""
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
 
 _JSON_NAME = "json_name"
 _OMIT_NONE = "omit_none"

@@ -51,15 +51,23 @@ class SyncStats:
         self.sessions_skipped += other.sessions_skipped
         self.errors.extend(other.errors)
 
-    def as_session_dict(self) -> dict[str, Any]:
-        """The original per-session stats shape."""
-        return {
-            "memoriesProcessed": self.memories_processed,
-            "memoriesUpserted": self.memories_upserted,
-            "memoriesSkipped": self.memories_skipped,
-            "sessionUpserted": self.sessions_upserted > 0,
-            "errors": list(self.errors),
-        }
+    def session_figures(self) -> SessionSync:
+        """The per-session shape `sync_session_to_graph` returns."""
+        return SessionSync(self.memories_processed, self.memories_upserted,
+                           self.memories_skipped, self.sessions_upserted > 0,
+                           tuple(self.errors))
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSync:
+    """What syncing one session did: `{memoriesProcessed, memoriesUpserted, memoriesSkipped,
+    sessionUpserted, errors}`."""
+
+    memories_processed: int
+    memories_upserted: int
+    memories_skipped: int
+    session_upserted: bool
+    errors: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -81,20 +89,38 @@ class LiveIngestReport:
     window: SessionWindow
     stats: SyncStats
 
-    def figures(self) -> dict[str, Any]:
-        """Flat figures for logs and --json output."""
-        return {
-            "cutoffMs": self.cutoff_ms,
-            "summariesScanned": self.window.summaries_scanned,
-            "sessionsFound": len(self.window.session_ids),
-            "unparseableCreatedAt": self.window.unparseable,
-            "sessionsUpserted": self.stats.sessions_upserted,
-            "sessionsSkipped": self.stats.sessions_skipped,
-            "memoriesProcessed": self.stats.memories_processed,
-            "memoriesUpserted": self.stats.memories_upserted,
-            "memoriesSkipped": self.stats.memories_skipped,
-            "errors": len(self.stats.errors),
-        }
+    def figures(self) -> LiveIngestFigures:
+        """Flat figures for logs and `--json`."""
+        return LiveIngestFigures(
+            self.cutoff_ms, self.window.summaries_scanned, len(self.window.session_ids),
+            self.window.unparseable, self.stats.sessions_upserted, self.stats.sessions_skipped,
+            self.stats.memories_processed, self.stats.memories_upserted,
+            self.stats.memories_skipped, len(self.stats.errors))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveIngestFigures:
+    """A live-ingestion pass's figures (`liveIngest` in a tick's figures)."""
+
+    cutoff_ms: int
+    summaries_scanned: int
+    sessions_found: int
+    unparseable_created_at: int
+    sessions_upserted: int
+    sessions_skipped: int
+    memories_processed: int
+    memories_upserted: int
+    memories_skipped: int
+    #: How many sessions or rows could not be synced (each is logged).
+    errors: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveIngestSkipped:
+    """Live ingestion did not run (no summary collection yet), and why."""
+
+    cutoff_ms: int
+    skipped: str
 
 
 def needs_upsert(existing: NodeRow | None, fresh: NodeRow) -> bool:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from core.rules.config import KEYS_BY_NAME, Settings
+from core.rules.figures import omitted_when_none
 from core.rules.values import is_real_number
 
 #: The gap used when the configured one is unusable: the config default, never re-spelled.
@@ -49,40 +50,22 @@ class StaleOrphan:
     tenant_config_version: int | float
     version_gap: int | float
 
-    def as_dict(self) -> dict[str, Any]:
-        """The original's `{id, tenantConfigVersion, versionGap}` shape."""
-        return {
-            "id": self.id,
-            "tenantConfigVersion": self.tenant_config_version,
-            "versionGap": self.version_gap,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class TenantDiff:
-    """The engine's verdict on a set of rows."""
+    """The engine's verdict on a set of rows (JSON: `{staleOrphans, staleCount, actionableIds,
+    actionableCount}`)."""
 
     stale_orphans: tuple[StaleOrphan, ...] = ()
+    #: How many rows are stale (each id once).
+    stale_count: int = field(init=False, default=0)
     actionable_ids: tuple[str, ...] = ()
+    #: How many stale rows are at least the gap threshold behind.
+    actionable_count: int = field(init=False, default=0)
 
-    @property
-    def stale_count(self) -> int:
-        """How many rows are stale (each id once)."""
-        return len(self.stale_orphans)
-
-    @property
-    def actionable_count(self) -> int:
-        """How many stale rows are at least the gap threshold behind."""
-        return len(self.actionable_ids)
-
-    def as_dict(self) -> dict[str, Any]:
-        """`{staleOrphans, staleCount, actionableIds, actionableCount}`, as the original."""
-        return {
-            "staleOrphans": [o.as_dict() for o in self.stale_orphans],
-            "staleCount": self.stale_count,
-            "actionableIds": list(self.actionable_ids),
-            "actionableCount": self.actionable_count,
-        }
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stale_count", len(self.stale_orphans))
+        object.__setattr__(self, "actionable_count", len(self.actionable_ids))
 
 
 EMPTY_DIFF = TenantDiff()
@@ -130,7 +113,7 @@ def diff_tenant_chunks(
         stale.append(StaleOrphan(row_id, stamp, gap))
         if gap >= threshold:
             actionable.append(row_id)
-    return TenantDiff(tuple(stale), tuple(actionable))
+    return TenantDiff(tuple(stale), actionable_ids=tuple(actionable))
 
 
 def is_actionable_stamp(stamp: Any, current_version: Any, orphan_version_gap: Any) -> bool:
@@ -218,3 +201,155 @@ class ReconcilePolicy:
     def deletes_allowed(self) -> bool:
         """Whether this pass may delete anything at all."""
         return self.auto_tombstone and not self.dry_run and not self.invalid_guards
+
+
+@dataclass(slots=True)
+class TenantOutcome:
+    """One tenant's figures, filled in as its pass proceeds."""
+
+    tenant_id: str
+    repo_slug: str | None
+    current_version: int
+    scanned: int = 0
+    stale_count: int = 0
+    actionable_count: int = 0
+    tombstoned_count: int = 0
+    #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
+    held_count: int = 0
+    guard: str | None = None
+    #: The tenant's chunks, counted for the guard; a lower bound when the count stopped as
+    #: soon as the guard could no longer trip (`total_complete` False).
+    total_chunks: int | None = None
+    total_complete: bool = True
+    archive: str | None = None
+    #: Chunks archived (a capped last band can archive more than it deletes).
+    archived_count: int = 0
+    #: Bands left alone because the store and the rule disagreed, or the band kept changing.
+    refused_bands: int = 0
+    #: Where the tenant failed ("scan", "count", "tombstone") and why; None when it did not.
+    failed_phase: str | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this tenant's pass could not finish."""
+        return self.failed_phase is not None
+
+    def figures(self) -> TenantFigures:
+        """The tenant's entry in the pass's figures."""
+        return TenantFigures(self.tenant_id, self.repo_slug, self.current_version, self.scanned,
+                             self.stale_count, self.actionable_count, self.held_count,
+                             self.tombstoned_count, self.guard)
+
+    def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
+        """The `detail` of the tenant's `reconcile` row."""
+        return ReconcileDetail(
+            stale_count=self.stale_count,
+            actionable_count=self.actionable_count,
+            tombstoned_count=self.tombstoned_count,
+            current_version=self.current_version,
+            auto_tombstone=policy.auto_tombstone,
+            orphan_version_gap=policy.orphan_version_gap,
+            max_deletes_per_tick=policy.max_deletes_per_tick,
+            scanned=self.scanned,
+            held_count=self.held_count or None,
+            guard=self.guard,
+            invalid_guards=policy.invalid_guards or None,
+            total_chunks=self.total_chunks if self.total_complete else None,
+            total_chunks_at_least=None if self.total_complete else self.total_chunks,
+            max_stale_fraction=policy.max_stale_fraction if self.guard else None,
+            archive=self.archive,
+            archived_count=self.archived_count or None,
+            pass_id=policy.pass_id if self.archive else None,
+            refused_bands=self.refused_bands or None,
+            failed_phase=self.failed_phase,
+            error=self.error,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TenantFigures:
+    """A tenant's entry in a pass's `tenants` figures."""
+
+    tenant_id: str
+    repo_slug: str | None
+    current_version: int
+    scanned: int
+    stale_count: int
+    actionable_count: int
+    held_count: int
+    tombstoned_count: int
+    guard: str | None
+
+
+def _optional() -> Any:
+    return field(default=None, metadata=omitted_when_none())
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileDetail:
+    """The `detail` of a tenant's `reconcile` (or `error`) telemetry row: CONTRACT's keys
+    first, then what explains them, each written only when it says something."""
+
+    stale_count: int
+    actionable_count: int
+    tombstoned_count: int
+    current_version: int
+    auto_tombstone: bool
+    orphan_version_gap: float
+    max_deletes_per_tick: int
+    scanned: int
+    held_count: int | None = _optional()
+    guard: str | None = _optional()
+    invalid_guards: tuple[str, ...] | None = _optional()
+    total_chunks: int | None = _optional()
+    #: The tenant's chunks when the count stopped early (the guard could no longer trip).
+    total_chunks_at_least: int | None = _optional()
+    max_stale_fraction: float | None = _optional()
+    archive: str | None = _optional()
+    archived_count: int | None = _optional()
+    pass_id: str | None = _optional()
+    refused_bands: int | None = _optional()
+    failed_phase: str | None = _optional()
+    error: str | None = _optional()
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileFigures:
+    """A pass's figures (`reconcile --tick --json`)."""
+
+    enabled: bool
+    auto_tombstone: bool
+    pass_id: str
+    tenants: tuple[TenantFigures, ...]
+    failed_tenants: int
+    stale_count: int
+    tombstoned_count: int
+    archives: tuple[str, ...]
+    #: Telemetry rows an earlier pass spooled that this one wrote.
+    spool_flushed: int
+    #: Telemetry rows still not in SQLite when the pass ended (kept in the spool).
+    unrecorded_rows: int
+    #: Whether the daemon's stop ended the pass before its last tenant.
+    stopped: bool
+
+    @property
+    def succeeded(self) -> bool:
+        """A pass did its work when no tenant failed and every telemetry row it owes (its own
+        and those spooled by earlier passes) is in SQLite: deletions nobody can see did not
+        succeed."""
+        return not self.failed_tenants and not self.unrecorded_rows
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileDisabled:
+    """The figures of a pass that did not run: reconciliation is disabled."""
+
+    enabled: bool = False
+    tenants: tuple[TenantFigures, ...] = ()
+    failed_tenants: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        """Nothing to do is done."""
+        return True

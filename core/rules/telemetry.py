@@ -182,15 +182,4 @@ class StaleReport:
     tombstoned_count: int
     detail: Mapping[str, Any]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON shape `status --json` shows."""
-        return {
-            "tenantId": self.tenant_id,
-            "repoSlug": self.repo_slug,
-            "timestamp": self.timestamp_ms,
-            "staleCount": self.stale_count,
-            "tombstonedCount": self.tombstoned_count,
-            "detail": dict(self.detail),
-        }
-
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from core.rules.config import Settings
+from core.rules.figures import Figures
+from core.rules.reconcile import ReconcileFigures
 from core.stores.dead_letter_file import count_dead_letters
 from core.stores.queue_files import count_newlines
 
@@ -53,16 +53,17 @@ class Metrics:
         self._dead = _FileCount()
 
     def observe_tick(self, job: str, *, outcome: str, duration_s: float,
-                     figures: Mapping[str, Any] | None = None, finished_ts: float) -> None:
-        """Record one tick's outcome (`ok`, `failed`, `skipped`, `timeout`) and figures."""
+                     figures: Figures | None = None, finished_ts: float) -> None:
+        """Record one tick's outcome (`ok`, `failed`, `skipped`, `timeout`) and, for a
+        reconcile pass, each tenant's stale and tombstoned chunks."""
         self.ticks[(job, outcome)] += 1
         self.last_duration_s[job] = duration_s
         if outcome == "ok":
             self.last_success_ts[job] = finished_ts
-        for tenant in (figures or {}).get("tenants", ()) or ():
-            if isinstance(tenant, Mapping) and isinstance(tenant.get("tenantId"), str):
-                self.stale_chunks[tenant["tenantId"]] = int(tenant.get("staleCount") or 0)
-                self.tombstoned[tenant["tenantId"]] += int(tenant.get("tombstonedCount") or 0)
+        if isinstance(figures, ReconcileFigures):
+            for tenant in figures.tenants:
+                self.stale_chunks[tenant.tenant_id] = tenant.stale_count
+                self.tombstoned[tenant.tenant_id] += tenant.tombstoned_count
 
     def _count(self, path: Path, cache: _FileCount, *, reasons: bool) -> _FileCount:
         """A file's lines (and, for the dead letters, their reasons), re-read only when its

@@ -20,14 +20,15 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import KbError
-from core.runtime.tick import Job, open_context, run_tick
+from core.rules.figures import Figures
+from core.runtime.tick import Job, TickResult, open_context, run_tick
 
 log = structlog.get_logger(__name__)
 
@@ -95,7 +96,7 @@ async def within(awaitable: Awaitable[T], *, timeout_s: float, what: str) -> T:
                        "re-run it: nothing it did not finish was lost") from None
 
 
-async def run_job(context: TickContext, job: Job, *, dry_run: bool) -> dict[str, Any]:
+async def run_job(context: TickContext, job: Job, *, dry_run: bool) -> TickResult[Figures]:
     """One tick of `job`, exactly as the scheduler runs it (`run_tick`), bounded by the
     job's timeout."""
     return await within(run_tick(job.name, context, job.tick, dry_run=dry_run),
@@ -117,14 +118,14 @@ async def one_shot(settings: Settings, *, dry_run: bool = False
 class JobsRun:
     """What a one-shot run of some jobs did: each job's figures, by job name, in order."""
 
-    figures: Mapping[str, dict[str, Any]]
+    figures: Mapping[str, TickResult[Figures]]
     run: OneShot
 
 
 async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: bool) -> JobsRun:
     """Run each job's tick once, in order, on one set of stores; a job after a stop signal
     is not started. Raises what a tick raises (after it was logged and recorded)."""
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, TickResult[Figures]] = {}
     async with one_shot(settings, dry_run=dry_run) as (context, run):
         for job in jobs:
             if run.control.stopping:

@@ -231,10 +231,10 @@ class DaemonRunner:
         outcome, figures = "failed", None
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
-                figures = await run_tick(job.name, context, job.tick,
-                                         dry_run=self.options.dry_run,
-                                         tick_number=state.number)
-            outcome = "ok"
+                result = await run_tick(job.name, context, job.tick,
+                                        dry_run=self.options.dry_run,
+                                        tick_number=state.number)
+            outcome, figures = "ok", result.figures
         except LockHeld:
             outcome = "skipped"
         except TimeoutError:

@@ -10,16 +10,17 @@ dry run. `open_context` opens the stores a tick works on, in a fixed order.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
+from core.rules.figures import Figures, to_json
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import TickRecord, record_tick
@@ -27,7 +28,9 @@ from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 
-TickFn = Callable[[TickContext, bool], Awaitable[Mapping[str, Any]]]
+F = TypeVar("F", bound=Figures)
+#: A tick: its context and whether it is a dry run in, its figures out.
+TickFn = Callable[[TickContext, bool], Awaitable[Figures]]
 
 #: A tick may run at most max(its interval, this) before it is cancelled.
 MIN_TICK_TIMEOUT_S = 300.0
@@ -79,17 +82,35 @@ async def open_context(
         await graph.close()
 
 
+@dataclass(frozen=True, slots=True)
+class TickResult(Generic[F]):
+    """A completed tick: its figures (a frozen dataclass) and how long it took."""
+
+    figures: F
+    duration_ms: int
+
+    def json(self) -> dict[str, Any]:
+        """The figures' JSON plus `durationMs`: the `--json` object, the canonical log line's
+        fields, and what `daemon_ticks` records."""
+        return {**to_json(self.figures), "durationMs": self.duration_ms}
+
+
 async def run_tick(
-    daemon: str, context: TickContext, tick: TickFn, *, dry_run: bool, tick_number: int = 1
-) -> dict[str, Any]:
-    """Run one tick and return its figures plus `durationMs`; re-raises the tick's error
-    after logging and recording it."""
+    daemon: str,
+    context: TickContext,
+    tick: Callable[[TickContext, bool], Awaitable[F]],
+    *,
+    dry_run: bool,
+    tick_number: int = 1,
+) -> TickResult[F]:
+    """Run one tick and return its figures and duration; re-raises the tick's error after
+    logging and recording it."""
     started_ms = now_ms()
     started = time.monotonic()
     context.control.progress()
     with structlog.contextvars.bound_contextvars(daemon=daemon, tick=tick_number):
         try:
-            figures = dict(await tick(context, dry_run))
+            figures = await tick(context, dry_run)
         except LockHeld as exc:
             # Not a failure of this daemon: another process is doing the same work.
             log.warning("tick.skipped", reason=str(exc))
@@ -101,13 +122,13 @@ async def run_tick(
                 await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms,
                                                  False, {"error": str(exc)}))
             raise
-        duration_ms = int((time.monotonic() - started) * 1000)
-        figures["durationMs"] = duration_ms
-        log.info("tick.completed", **{"dryRun": dry_run, **figures})
+        result = TickResult(figures, int((time.monotonic() - started) * 1000))
+        shown = result.json()
+        log.info("tick.completed", **{"dryRun": dry_run, **shown})
         if not dry_run:
-            await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms, True,
-                                             figures))
-    return figures
+            await _record(context, TickRecord(daemon, started_ms, now_ms(), result.duration_ms,
+                                             True, shown))
+    return result
 
 
 async def _record(context: TickContext, record: TickRecord) -> None:
