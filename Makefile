@@ -35,8 +35,11 @@ test-reliability: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks --repeats 2
 
+# ruff, then the architecture: the import contracts of .importlinter (layers, pure rules,
+# one Chroma adapter, one SQLite connection). A broken contract fails the target, and so CI.
 lint: $(STAMP)
 	$(BIN)/ruff check core daemons tests benchmarks
+	$(BIN)/lint-imports --no-cache --no-logo
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.jobs.context import TickContext
+from core.jobs.context import Progress, TickContext
 from core.jobs.eager_backfill import (
     DrainFailed,
     DrainSkipped,
@@ -25,7 +25,7 @@ from core.jobs.eager_backfill import (
     EagerIngestFigures,
     eager_backfill,
 )
-from core.reports.progress import Progress, choose_progress
+from core.reports.progress import choose_progress
 from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError

@@ -28,7 +28,7 @@ from core.jobs.restore import RestoreResult, restore_archive
 from core.rules.config import Settings
 from core.rules.figures import Figures, to_json
 from core.rules.reconcile import ReconcileDisabled, ReconcileFigures
-from core.runtime.oneshot import OneShot, stop_on_signals, within
+from core.runtime.oneshot import OneShot, graceful_stop, within
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
@@ -108,7 +108,7 @@ async def run_restore(args: argparse.Namespace) -> int:
     archive: Path = args.archive
     ensure_archive_file(archive)
     pass_job = reconcile_daemon(settings).jobs[0]
-    with stop_on_signals(OneShot()) as run:
+    with graceful_stop(OneShot()) as run:
         vectors = await VectorStore.open(settings)
         try:
             result = await within(

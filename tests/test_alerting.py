@@ -171,9 +171,10 @@ async def test_each_invalid_rule_is_warned_once_at_load_and_the_valid_ones_still
              "alertRules": [drift_rule(channels=["a2a:ops"]), drift_rule(metric="driftEvents"),
                             drift_rule(scop="repo")]}
     loaded = resolve_config({"knowledgeBase": table}, base_dir=tmp_path)
-    warned = [(w.key, w.message.split(" ")[1]) for w in loaded.warnings]
-    assert warned == [("alertRules[0]", "skipped:"), ("alertRules[1]", "skipped:"),
-                      ("alertRules[2]", "unknown")]
+    warned = [(w.key, *w.message.split(" ")[:2]) for w in loaded.warnings]
+    assert warned == [("alertRules", "knowledgeBase.alertRules[0]", "skipped:"),
+                      ("alertRules", "knowledgeBase.alertRules[1]", "skipped:"),
+                      ("alertRules", "knowledgeBase.alertRules[2]", "unknown")]
     assert "scop" in loaded.warnings[2].message
     await record_drift(graph, "t1", "neo")
     for at in (NOW, NOW + MINUTE_MS):

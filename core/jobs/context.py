@@ -1,4 +1,5 @@
-"""What a tick works on: its settings, the stores, and how it hears that the daemon stops.
+"""What a tick works on: its settings, the stores, how it hears that the daemon stops, and
+where a long run reports its progress.
 
 Jobs receive a `TickContext`; the runtime builds it (`core.runtime.tick.open_context`, or the
 scheduler with its own graph connection per daemon and one shared Chroma store).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from core.rules.config import Settings
 from core.stores.chroma import VectorStore
@@ -43,3 +45,16 @@ class TickContext:
     graph: GraphDB
     vectors: VectorStore
     control: TickControl = field(default_factory=TickControl)
+
+
+class Progress(Protocol):
+    """What a long run reports: how much there is, how much is done, that it finished."""
+
+    def start(self, total: int, *, label: str) -> None:
+        """Begin a phase of `total` units (sessions, lines...)."""
+
+    def advance(self, done: int) -> None:
+        """`done` more units are finished."""
+
+    def finish(self) -> None:
+        """The phase ended (also after a failure: leaves the terminal clean)."""

@@ -25,10 +25,9 @@ from typing import Any
 
 import structlog
 
-from core.jobs.context import TickContext
+from core.jobs.context import Progress, TickContext
 from core.jobs.drain import drain_queue
 from core.jobs.ingest import SESSIONS_PER_BATCH, sessions_created_since, sync_sessions
-from core.reports.progress import Progress
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError, StoreUnavailable
 from core.rules.figures import omitted_when_none
@@ -166,40 +165,11 @@ async def eager_backfill(
 ) -> EagerBackfillReport:
     """Live-ingest the sessions summarized in the last `days` days, then drain unless
     `skip_drain`. Per-session problems are in the report (`failures`); raises StoreUnavailable
-    only when the store is down (every session of a batch failed on it)."""
+    only when the store is down (every session of a batch failed on it). When the run is
+    stopping, it returns after the batch in hand and does not drain."""
     report = EagerBackfillReport(days, cutoff_for_days(days, now=clock()), dry_run)
-    try:
-        report.window = await sessions_created_since(context.vectors, context.settings,
-                                                     report.cutoff_ms)
-    except CollectionMissing as exc:
-        report.ingest_skipped = str(exc)
-        log.warning("backfill.ingest_skipped", reason=str(exc))
-    session_ids = report.window.session_ids
-    log.info("backfill.window", days=days, cutoff=iso_from_ms(report.cutoff_ms),
-             summariesScanned=report.window.summaries_scanned, sessionsFound=len(session_ids),
-             unparseableCreatedAt=report.window.unparseable, dryRun=dry_run)
-
-    progress.start(len(session_ids), label="sessions")
-    try:
-        for start in range(0, len(session_ids), SESSIONS_PER_BATCH):
-            if context.control.stopping:
-                report.ingest_error = STOPPED
-                log.info("backfill.stopping", sessionsLeft=len(session_ids) - start)
-                break
-            batch = session_ids[start : start + SESSIONS_PER_BATCH]
-            report.stats.add(await _sync_batch_isolating_failures(context, batch,
-                                                                  dry_run=dry_run))
-            progress.advance(len(batch))
-    except CollectionMissing as exc:
-        # Summaries without a memory collection: no session can be synced, so none is tried.
-        report.ingest_error = str(exc)
-        log.error("backfill.ingest_stopped", error=str(exc))
-    finally:
-        progress.finish()
-    if report.failures:
-        log.error("backfill.sessions_failed", count=len(report.failures),
-                  failures=report.failures[:FAILURES_NAMED])
-
+    await _find_window(context, report)
+    await _ingest_window(context, report, progress=progress)
     if skip_drain:
         report.drain_skipped = "--skip-drain"
     elif context.control.stopping:
@@ -212,6 +182,49 @@ async def eager_backfill(
             report.drain_error = str(exc)
             log.error("backfill.drain_failed", error=str(exc))
     return report
+
+
+async def _find_window(context: TickContext, report: EagerBackfillReport) -> None:
+    """The sessions summarized since the report's cutoff (none, and why, without a summary
+    collection)."""
+    try:
+        report.window = await sessions_created_since(context.vectors, context.settings,
+                                                     report.cutoff_ms)
+    except CollectionMissing as exc:
+        report.ingest_skipped = str(exc)
+        log.warning("backfill.ingest_skipped", reason=str(exc))
+    log.info("backfill.window", days=report.days, cutoff=iso_from_ms(report.cutoff_ms),
+             summariesScanned=report.window.summaries_scanned,
+             sessionsFound=len(report.window.session_ids),
+             unparseableCreatedAt=report.window.unparseable, dryRun=report.dry_run)
+
+
+async def _ingest_window(
+    context: TickContext, report: EagerBackfillReport, *, progress: Progress
+) -> None:
+    """Sync the window's sessions a batch at a time, with progress after each batch; a stop
+    request ends the loop between batches."""
+    session_ids = report.window.session_ids
+    progress.start(len(session_ids), label="sessions")
+    try:
+        for start in range(0, len(session_ids), SESSIONS_PER_BATCH):
+            if context.control.stopping:
+                report.ingest_error = STOPPED
+                log.info("backfill.stopping", sessionsLeft=len(session_ids) - start)
+                break
+            batch = session_ids[start : start + SESSIONS_PER_BATCH]
+            report.stats.add(await _sync_batch_isolating_failures(context, batch,
+                                                                  dry_run=report.dry_run))
+            progress.advance(len(batch))
+    except CollectionMissing as exc:
+        # Summaries without a memory collection: no session can be synced, so none is tried.
+        report.ingest_error = str(exc)
+        log.error("backfill.ingest_stopped", error=str(exc))
+    finally:
+        progress.finish()
+    if report.failures:
+        log.error("backfill.sessions_failed", count=len(report.failures),
+                  failures=report.failures[:FAILURES_NAMED])
 
 
 async def _sync_batch_isolating_failures(

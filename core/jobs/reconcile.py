@@ -33,6 +33,7 @@ from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_STALE_FRACTION,
     TENANT_KEY,
+    Phase,
     ReconcileDisabled,
     ReconcileFigures,
     ReconcilePolicy,
@@ -126,55 +127,68 @@ async def reconcile_tick(
 async def reconcile_tenant(
     context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy
 ) -> TenantOutcome:
-    """Scan, guard and tombstone one tenant; never raises (failures are recorded in the
-    outcome and logged with the tenant's id). Writes no telemetry (the caller does)."""
+    """Scan, guard and tombstone one tenant; never raises (a failure is recorded in the
+    outcome with the phase it happened in, and logged with the tenant's id). Writes no
+    telemetry (the caller does)."""
     outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
     if tenant.version < 1:
         log.warning("reconcile.tenant_skipped", reason="no valid config version")
         return outcome
-    vectors = context.vectors
-    phase = "scan"
     try:
-        scope = _TenantScope(context, tenant, policy, read_ms=now_ms())
-        oldest = OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
-        await _scan_candidates(scope, outcome, oldest)
-        if policy.auto_tombstone and outcome.actionable_count > 0:
-            if policy.invalid_guards:
-                outcome.guard = GUARD_INVALID_CONFIG
-                return outcome
-            phase = "count"
-            # Counting past actionable / fraction cannot change the guard's answer.
-            enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
-            outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
-                vectors, policy.collection, tenant.tenant_id, enough=enough
-            )
-            if stale_fraction_exceeded(
-                actionable=outcome.actionable_count,
-                total=outcome.total_chunks,
-                max_fraction=policy.max_stale_fraction,
-            ):
-                outcome.guard = GUARD_STALE_FRACTION
-                log.warning(
-                    "reconcile.guard", guard=GUARD_STALE_FRACTION,
-                    actionableCount=outcome.actionable_count, totalChunks=outcome.total_chunks,
-                    maxStaleFraction=policy.max_stale_fraction,
-                    message="refusing to tombstone: too large a share of the tenant would go; "
-                    "check the tenant's config version before raising the limit",
-                )
-            elif policy.deletes_allowed:
-                phase = "tombstone"
-                await _tombstone(scope, outcome, oldest)
+        await _reconcile(_TenantScope(context, tenant, policy, read_ms=now_ms()), outcome)
     except CollectionMissing:
         # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
         log.warning("reconcile.no_collection", collection=policy.collection)
     except Exception as exc:
-        outcome.failed_phase = phase
+        outcome.failed_phase = outcome.phase
         outcome.error = f"{type(exc).__name__}: {exc}"
-        log.error("reconcile.tenant_failed", phase=phase, error=outcome.error, exc_info=True)
+        log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+                  exc_info=True)
     finally:
         log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
                  **to_json(outcome.figures()))
     return outcome
+
+
+async def _reconcile(scope: _TenantScope, outcome: TenantOutcome) -> None:
+    """Scan the tenant's candidates; then, when tombstoning is on and some are actionable,
+    hold back when a guard says so, else tombstone the oldest up to the cap."""
+    policy = scope.policy
+    oldest = OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
+    await _scan_candidates(scope, outcome, oldest)
+    if not (policy.auto_tombstone and outcome.actionable_count > 0):
+        return
+    if policy.invalid_guards:
+        outcome.guard = GUARD_INVALID_CONFIG
+        return
+    outcome.phase = Phase.COUNT
+    if await _too_large_a_share(scope, outcome) or not policy.deletes_allowed:
+        return
+    outcome.phase = Phase.TOMBSTONE
+    await _tombstone(scope, outcome, oldest)
+
+
+async def _too_large_a_share(scope: _TenantScope, outcome: TenantOutcome) -> bool:
+    """Count the tenant's chunks (only as far as the answer needs: past actionable / fraction
+    it cannot change) and apply the stale-fraction guard; True (and the guard set) when the
+    pass must not tombstone this tenant."""
+    policy = scope.policy
+    enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
+    outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
+        scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
+    if not stale_fraction_exceeded(actionable=outcome.actionable_count,
+                                   total=outcome.total_chunks,
+                                   max_fraction=policy.max_stale_fraction):
+        return False
+    outcome.guard = GUARD_STALE_FRACTION
+    log.warning(
+        "reconcile.guard", guard=GUARD_STALE_FRACTION,
+        actionableCount=outcome.actionable_count, totalChunks=outcome.total_chunks,
+        maxStaleFraction=policy.max_stale_fraction,
+        message="refusing to tombstone: too large a share of the tenant would go; "
+        "check the tenant's config version before raising the limit",
+    )
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +328,7 @@ class _Recorder:
 def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow | None:
     """The tenant's telemetry row, or None for a clean tenant."""
     error_code = f"reconcile-{outcome.failed_phase}-failed" if outcome.failed else None
-    if outcome.stale_count > 0 and outcome.failed_phase != "scan":
+    if outcome.stale_count > 0 and outcome.failed_phase != Phase.SCAN:
         return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
             event_type=EVENT_RECONCILE, chunks_total=outcome.stale_count,

@@ -3,15 +3,16 @@
 An operator who starts a back-fill of thousands of sessions by hand wants to see it move; a
 systemd unit or a CI log wants a few structured lines instead of carriage returns and escape
 codes. `choose_progress` picks one by whether stderr is a terminal, so the command that reports
-progress never needs to know which it got. `render_bar` is pure (numbers in, text out), so the
-bar's arithmetic is tested without a terminal.
+progress never needs to know which it got: both are a `core.jobs.context.Progress`.
+`render_bar` is pure (numbers in, text out), so the bar's arithmetic is tested without a
+terminal.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import TextIO
 
 import structlog
 
@@ -24,19 +25,6 @@ BAR_REDRAW_INTERVAL_S = 0.1
 LOG_INTERVAL_S = 10.0
 #: Characters of the bar itself.
 BAR_WIDTH = 30
-
-
-class Progress(Protocol):
-    """What a long run reports: how much there is, how much is done, that it finished."""
-
-    def start(self, total: int, *, label: str) -> None:
-        """Begin a phase of `total` units (sessions, lines...)."""
-
-    def advance(self, done: int) -> None:
-        """`done` more units are finished."""
-
-    def finish(self) -> None:
-        """The phase ended (also after a failure: leaves the terminal clean)."""
 
 
 def render_bar(done: int, total: int, *, label: str, elapsed_s: float,
@@ -139,7 +127,8 @@ class LogProgress:
         log.info(self._event, phase=self._label, done=self._done, total=self._total)
 
 
-def choose_progress(stream: TextIO, *, event: str = "progress") -> Progress:
+def choose_progress(stream: TextIO, *, event: str = "progress"
+                    ) -> TerminalProgress | LogProgress:
     """A bar when `stream` is a terminal, log lines otherwise (journald, pipes, files)."""
     if hasattr(stream, "isatty") and stream.isatty():
         return TerminalProgress(stream)

@@ -288,20 +288,34 @@ def resolve_config(
     Pure: no file access, no clock. `base_dir` anchors relative paths (the config file's folder,
     or the current folder when no file is used).
     """
-    warnings: list[ConfigWarning] = [
+    warnings: list[ConfigWarning] = []
+    table = _knowledge_base_table(document, warnings)
+    values, invalid_guards = _checked_values(table, warnings)
+    resolved = _resolved(values, base_dir=base_dir, warnings=warnings)
+    return LoadedConfig(
+        Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),
+        tuple(warnings),
+    )
+
+
+def _knowledge_base_table(
+    document: Mapping[str, Any], warnings: list[ConfigWarning]
+) -> Mapping[str, Any]:
+    """The `[knowledgeBase]` table ({} when absent or not a table), warning about a table
+    that looks like it was meant to be it and about every key it should not have."""
+    warnings.extend(
         ConfigWarning(name, f"table [{name}] ignored: did you mean [{TABLE}]? "
                             "(table names are case-sensitive)")
         for name in document
         if name != TABLE and _folded(name) == _folded(TABLE)
-    ]
+    )
     table = document.get(TABLE, {})
     if not isinstance(table, Mapping):
         warnings.append(
             ConfigWarning(TABLE, f"[{TABLE}] must be a table, got {type(table).__name__}; "
                                  "using all defaults")
         )
-        table = {}
-
+        return {}
     for name in table:
         if name not in KEYS_BY_NAME:
             hint = _closest_key(name)
@@ -309,7 +323,14 @@ def resolve_config(
                 ConfigWarning(name, f"unknown key {TABLE}.{name} ignored"
                                     + (f" (did you mean {hint}?)" if hint else ""))
             )
+    return table
 
+
+def _checked_values(
+    table: Mapping[str, Any], warnings: list[ConfigWarning]
+) -> tuple[dict[str, Any], list[str]]:
+    """Each key's value as configured when valid, else its default (or, for a destructive
+    guard, its closed value, and the guard's name in the second list), with a warning."""
     values: dict[str, Any] = {}
     invalid_guards: list[str] = []
     for key in KEYS:
@@ -326,7 +347,14 @@ def resolve_config(
             invalid_guards.append(key.name)
         else:
             values[key.name] = key.default
+    return values, invalid_guards
 
+
+def _resolved(
+    values: Mapping[str, Any], *, base_dir: Path, warnings: list[ConfigWarning]
+) -> dict[str, Any]:
+    """The Settings fields: paths absolute (under `dataDir` by default), URLs without a
+    trailing slash, alert rules parsed (each one that will not run warned about)."""
     data_dir = _absolute(base_dir, values["dataDir"])
     resolved: dict[str, Any] = {}
     for key in KEYS:
@@ -340,13 +368,10 @@ def resolve_config(
             value = value.rstrip("/")
         elif key.type == "rules":
             value = parse_alert_rules(value)
-            warnings.extend(ConfigWarning(where, f"{TABLE}.{where} {problem}")
+            warnings.extend(ConfigWarning(key.name, f"{TABLE}.{where} {problem}")
                             for where, problem in value.problems())
         resolved[key.field_name] = value
-    return LoadedConfig(
-        Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),
-        tuple(warnings),
-    )
+    return resolved
 
 
 def invalid_value_message(key: Key, seen: Any) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from core.rules.config import KEYS_BY_NAME, Settings
@@ -203,6 +204,15 @@ class ReconcilePolicy:
         return self.auto_tombstone and not self.dry_run and not self.invalid_guards
 
 
+class Phase(StrEnum):
+    """The steps of one tenant's pass, as telemetry names a failed one (`failedPhase`,
+    `error_code` `reconcile-<phase>-failed`)."""
+
+    SCAN = "scan"
+    COUNT = "count"
+    TOMBSTONE = "tombstone"
+
+
 @dataclass(slots=True)
 class TenantOutcome:
     """One tenant's figures, filled in as its pass proceeds."""
@@ -226,8 +236,10 @@ class TenantOutcome:
     archived_count: int = 0
     #: Bands left alone because the store and the rule disagreed, or the band kept changing.
     refused_bands: int = 0
-    #: Where the tenant failed ("scan", "count", "tombstone") and why; None when it did not.
-    failed_phase: str | None = None
+    #: What the tenant's pass is doing now (scanning, counting for the guard, tombstoning).
+    phase: Phase = Phase.SCAN
+    #: The phase the tenant failed in, and why; None when it did not.
+    failed_phase: Phase | None = None
     error: str | None = None
 
     @property
@@ -282,8 +294,8 @@ class TenantFigures:
     guard: str | None
 
 
-def _optional() -> Any:
-    return field(default=None, metadata=omitted_when_none())
+#: An optional key of the detail: written only when it says something.
+_OPTIONAL = omitted_when_none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,19 +311,19 @@ class ReconcileDetail:
     orphan_version_gap: float
     max_deletes_per_tick: int
     scanned: int
-    held_count: int | None = _optional()
-    guard: str | None = _optional()
-    invalid_guards: tuple[str, ...] | None = _optional()
-    total_chunks: int | None = _optional()
+    held_count: int | None = field(default=None, metadata=_OPTIONAL)
+    guard: str | None = field(default=None, metadata=_OPTIONAL)
+    invalid_guards: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    total_chunks: int | None = field(default=None, metadata=_OPTIONAL)
     #: The tenant's chunks when the count stopped early (the guard could no longer trip).
-    total_chunks_at_least: int | None = _optional()
-    max_stale_fraction: float | None = _optional()
-    archive: str | None = _optional()
-    archived_count: int | None = _optional()
-    pass_id: str | None = _optional()
-    refused_bands: int | None = _optional()
-    failed_phase: str | None = _optional()
-    error: str | None = _optional()
+    total_chunks_at_least: int | None = field(default=None, metadata=_OPTIONAL)
+    max_stale_fraction: float | None = field(default=None, metadata=_OPTIONAL)
+    archive: str | None = field(default=None, metadata=_OPTIONAL)
+    archived_count: int | None = field(default=None, metadata=_OPTIONAL)
+    pass_id: str | None = field(default=None, metadata=_OPTIONAL)
+    refused_bands: int | None = field(default=None, metadata=_OPTIONAL)
+    failed_phase: Phase | None = field(default=None, metadata=_OPTIONAL)
+    error: str | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,7 @@ The runtime does not parse flags or map errors to exit codes: `daemons/` does.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -28,14 +26,13 @@ from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
+from core.runtime.signals import stop_on_signals
 from core.runtime.tick import Job, TickResult, open_context, run_tick
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-#: The signals that stop a one-shot run gracefully.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class TimedOut(KbError):
@@ -57,30 +54,18 @@ class OneShot:
 
 
 @contextmanager
-def stop_on_signals(run: OneShot) -> Iterator[OneShot]:
+def graceful_stop(run: OneShot) -> Iterator[OneShot]:
     """While inside: the first SIGINT/SIGTERM sets the run's stop flag; a second one exits the
     process at once (128 + its number)."""
-    loop = asyncio.get_running_loop()
 
-    def on_signal(signum: int) -> None:
-        name = signal.Signals(signum).name
-        if run.signal_number is None:
-            run.signal_number = signum
-            log.info("shutdown.requested", signal=name,
-                     message="finishing the current unit of work; a second signal exits now")
-            run.control.request_stop()
-            return
-        log.warning("shutdown.forced", signal=name)
-        sys.stderr.flush()
-        os._exit(128 + signum)
+    def request_stop(signum: int) -> None:
+        run.signal_number = signum
+        log.info("shutdown.requested", signal=signal.Signals(signum).name,
+                 message="finishing the current unit of work; a second signal exits now")
+        run.control.request_stop()
 
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
+    with stop_on_signals(request_stop, forced_exit=lambda signum: 128 + signum):
         yield run
-    finally:
-        for signum in STOP_SIGNALS:
-            loop.remove_signal_handler(signum)
 
 
 async def within(awaitable: Awaitable[T], *, timeout_s: float, what: str) -> T:
@@ -109,7 +94,7 @@ async def one_shot(settings: Settings, *, dry_run: bool = False
     """Open the stores for a run outside the scheduler, with stop signals turned into the
     run's stop flag; close them (in reverse order) on the way out."""
     run = OneShot()
-    with stop_on_signals(run):
+    with graceful_stop(run):
         async with open_context(settings, dry_run=dry_run, control=run.control) as context:
             yield context, run
 

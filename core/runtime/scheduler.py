@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -39,6 +38,7 @@ from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.runtime.metrics import Metrics
+from core.runtime.signals import stop_on_signals
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
@@ -387,27 +387,35 @@ async def serve(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Run the daemons until SIGTERM/SIGINT (or until `stop` is set by an embedding caller);
-    return the exit code (0 after a clean stop)."""
+    return the exit code (0 after a clean stop). A second signal exits at once (EXIT_FORCED)."""
     options = options or RuntimeOptions()
-    notifier = notifier or Notifier()
-    loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
-    signals_seen = 0
 
-    def on_signal(signum: int) -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen == 1:
-            log.info("shutdown.requested", signal=signal.Signals(signum).name,
-                     graceS=options.shutdown_grace_s)
-            stop.set()
-            return
-        log.warning("shutdown.forced", signal=signal.Signals(signum).name)
-        sys.stderr.flush()
-        os._exit(EXIT_FORCED)
+    def request_stop(signum: int) -> None:
+        log.info("shutdown.requested", signal=signal.Signals(signum).name,
+                 graceS=options.shutdown_grace_s)
+        stop.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):
+            return await _serve_until_stopped(settings, specs, options=options,
+                                              notifier=notifier or Notifier(), clock=clock,
+                                              stop=stop)
+    finally:
+        log.info("shutdown.completed")
+
+
+async def _serve_until_stopped(
+    settings: Settings,
+    specs: Sequence[DaemonSpec],
+    *,
+    options: RuntimeOptions,
+    notifier: Notifier,
+    clock: Callable[[], int],
+    stop: asyncio.Event,
+) -> int:
+    """Open Chroma, supervise every daemon, notify systemd and serve metrics until `stop`;
+    then let the daemons finish and close everything, in reverse order."""
     metrics = Metrics(settings)
     helpers: list[asyncio.Task[None]] = []
     server: asyncio.Server | None = None
@@ -436,6 +444,3 @@ async def serve(
             await server.wait_closed()
         if vectors is not None:
             await vectors.close()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(signum)
-        log.info("shutdown.completed")

@@ -1,0 +1,163 @@
+"""The layout holds: checks that walk the source, so the design in the folder names stays true.
+
+- the import contracts (`.importlinter`) pass, and breaking one (a rule importing a store)
+  fails `lint-imports`;
+- no function in core/ is longer than MAX_FUNCTION_LINES;
+- no SQL text, and no call that runs SQL, outside core/stores/;
+- no Chroma call outside the Chroma adapter (core/stores/chroma.py);
+- the tests of pure rules load no store.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO
+
+MAX_FUNCTION_LINES = 60
+CORE = REPO / "core"
+STORES = CORE / "stores"
+CHROMA_ADAPTER = STORES / "chroma.py"
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+#: SQL as it is written in a string: a statement's opening words.
+SQL = re.compile(
+    r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
+    r"|CREATE\s+(TABLE|INDEX)|DROP\s+TABLE|ALTER\s+TABLE|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)",
+    re.DOTALL,
+)
+#: Calls that run SQL (the connection's API, for core/stores only).
+SQL_CALLS = {"query", "execute", "executemany", "executescript", "execute_fetchall"}
+#: What only the Chroma adapter may touch: the client, its collections, and the call path.
+CHROMA_ONLY = {"_client", "_collections", "_call_on_collection", "get_collection",
+               "get_or_create_collection", "create_collection", "delete_collection"}
+
+
+def python_files(*roots: Path) -> Iterator[Path]:
+    for root in roots:
+        yield from sorted(root.rglob("*.py"))
+
+
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def where(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+
+
+def imported_modules(tree: ast.Module) -> Iterator[tuple[ast.AST, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node, node.module
+
+
+def test_the_import_contracts_hold() -> None:
+    done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> None:
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    for name in ("core", "daemons"):
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", copy / ".importlinter")
+    rule = copy / "core" / "rules" / "values.py"
+    rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.stores.sqlite  # noqa\n",
+                    encoding="utf-8")
+    done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
+    assert "core.rules.values -> core.stores.sqlite" in done.stdout
+    assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
+
+
+def test_no_function_in_core_is_longer_than_the_limit() -> None:
+    long = [f"{where(path, node)} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in python_files(CORE)
+            for node in ast.walk(parsed(path))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno is not None
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert long == [], f"split these (limit {MAX_FUNCTION_LINES} lines)"
+
+
+def outside_stores() -> Iterator[Path]:
+    for path in python_files(CORE, REPO / "daemons"):
+        if STORES not in path.parents:
+            yield path
+
+
+def string_literals(tree: ast.Module) -> Iterator[tuple[ast.AST, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node, node.value
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "?"
+                           for v in node.values)
+            yield node, text
+
+
+def test_no_sql_text_outside_the_stores() -> None:
+    found = [f"{where(path, node)}: {text.strip()[:60]!r}"
+             for path in outside_stores()
+             for node, text in string_literals(parsed(path)) if SQL.search(text)]
+    assert found == [], "every SQL statement lives in core/stores/"
+
+
+def test_nothing_outside_the_stores_runs_sql_or_opens_a_connection() -> None:
+    found = []
+    for path in outside_stores():
+        tree = parsed(path)
+        found += [f"{where(path, node)}: .{node.func.attr}()" for node in ast.walk(tree)
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in SQL_CALLS]
+        found += [f"{where(path, node)}: .{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr in {"conn", "_conn"}]
+        found += [f"{where(path, node)}: import {name}" for node, name in imported_modules(tree)
+                  if name.split(".")[0] in {"sqlite3", "aiosqlite"}]
+    assert found == []
+
+
+def test_no_chroma_call_outside_the_chroma_adapter() -> None:
+    found = []
+    for path in python_files(CORE, REPO / "daemons"):
+        if path == CHROMA_ADAPTER:
+            continue
+        tree = parsed(path)
+        found += [f"{where(path, node)}: import {name}" for node, name in imported_modules(tree)
+                  if name.split(".")[0] == "chromadb"]
+        found += [f"{where(path, node)}: .{node.attr}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Attribute) and node.attr in CHROMA_ONLY]
+    assert found == [], "Chroma is reached through core.stores.chroma.VectorStore only"
+
+
+#: Test modules that test pure rules only.
+PURE_RULE_TESTS = ("tests.test_reconcile_engine", "tests.test_alert_rules",
+                   "tests.test_ids_and_nodes")
+#: What such a test must not load, even indirectly.
+STORE_MODULES = ("chromadb", "aiosqlite", "sqlite3", "httpx", "core.stores", "core.jobs",
+                 "core.runtime", "core.reports", "daemons")
+
+
+@pytest.mark.parametrize("module", PURE_RULE_TESTS)
+def test_tests_of_pure_rules_load_no_store(module: str) -> None:
+    probe = (f"import importlib, sys; importlib.import_module({module!r}); "
+             f"print('\\n'.join(m for m in sys.modules if m.startswith({STORE_MODULES!r})))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []
