@@ -10,7 +10,7 @@ memories and `summaries` session summaries. 40% of the lines point at a memory w
 missing but whose row exists, 5% at targets that exist nowhere, 5% are malformed, and the rest
 link nodes that already exist. The contenders:
 
-- **drainer**: `core.drain.drain_queue`, exactly as a REM tick runs it;
+- **drainer**: `core.jobs.drain.drain_queue`, exactly as a REM tick runs it;
 - **baseline**: the original's algorithm (seeds/000, "JSONL Lazy Queue", "The Async Edge
   Path"), written here on the bare clients so it is not slowed by this project's adapters:
   per line, check both endpoints (one SQLite query each), one Chroma `get` per missing

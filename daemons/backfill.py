@@ -40,15 +40,15 @@ PROG = "daemons.backfill"
 #: last eager back-fill ran and what it did.
 TICK_NAME = "backfill"
 
-#: The window when `--days` is not given: the original `priorityBackfill --days` default.
+#: The window when `--days` is not given: a month, the platform's usual look-back.
 DEFAULT_DAYS = 30
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+")
 
 
 def positive_days(text: str) -> int:
-    """`--days`: a whole number >= 1. The original silently used 30 for anything else, so an
-    operator's typo back-filled a month they did not ask for."""
+    """`--days`: a whole number >= 1; anything else is a usage error (exit 2), never a silent
+    month of back-fill nobody asked for."""
     if not _WHOLE_NUMBER.fullmatch(text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of days >= 1, got {text!r}")
     return int(text)
@@ -65,7 +65,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--days", metavar="N", type=positive_days, default=DEFAULT_DAYS,
                         help="window in days, a whole number >= 1 (default "
-                        f"{DEFAULT_DAYS}, as the original's priorityBackfill): sessions whose "
+                        f"{DEFAULT_DAYS}): sessions whose "
                         "summary createdAt (ISO-8601 or epoch ms/s, compared as a time) is "
                         "within the last N days are ingested")
     parser.add_argument("--skip-drain", action="store_true",

@@ -2,7 +2,7 @@
 
 Every line is checked before any is written: when one is malformed nothing is appended, each
 bad line is named by its number on stderr, and the exit code is 2. Valid input is appended in
-one locked write (the producer protocol in `core.lazy_queue`); when that write fails (a full
+one locked write (the producer protocol in `core.stores.queue_files`); when that write fails (a full
 disk) the queue is cut back to its size before it, so nothing is appended, and the exit code
 is 1. Every line is a new line: a `_drain` key (the drainer's bookkeeping, present on a line
 copied from the queue or a dead letter) is stripped. A queue path that is a symbolic link is

@@ -1,7 +1,7 @@
 """`python -m daemons.status [--json] [--config F]`: queue depth, dead letters, last ticks,
 per-tenant drift and recent alerts.
 
-Read-only and Chroma-free (see `core.status`), so it works beside running daemons, including
+Read-only and Chroma-free (see `core.reports.status`), so it works beside running daemons, including
 on an embedded store they hold. A table on stdout; with `--json` exactly one JSON object.
 """
 

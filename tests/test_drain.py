@@ -174,7 +174,7 @@ class SimulatedCrash(BaseException):
 
 def crash_on(monkeypatch: pytest.MonkeyPatch, name: str, *, after: bool = False,
              path_suffix: str | None = None) -> None:
-    """Make `core.drain.<name>` die (before or after doing its work), optionally only for
+    """Make `core.jobs.drain.<name>` die (before or after doing its work), optionally only for
     calls whose first argument is a path ending in `path_suffix`."""
     real = getattr(drain, name)
 

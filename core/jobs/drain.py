@@ -3,11 +3,11 @@
 Every appended line takes effect exactly once, whatever its bytes and wherever a crash lands:
 
 - **Identity by position.** A rotated queue (`.draining`) is a generation with a random id in
-  a sidecar (`core.lazy_queue`); a line is (generation, byte offset). Each batch's transaction
-  writes its nodes and edges *and* the generation's committed offset, so a restart resumes
-  right after the last committed line: a replay is impossible, and a byte-identical line
-  appended again is simply another line (it reinforces the edge again, as the original did).
-  No identity is kept per applied line.
+  a sidecar (`core.stores.queue_files`); a line is (generation, byte offset). Each batch's
+  transaction writes its nodes and edges *and* the generation's committed offset, so a
+  restart resumes right after the last committed line: a replay is impossible, and a
+  byte-identical line appended again is simply another line (another mention: it reinforces
+  the edge again). No identity is kept per applied line.
 - **Order of writes per batch**: (1) over-limit lines are streamed to side files while they
   are read; (2) dead letters are appended and fsynced; (3) re-queued lines are appended and
   fsynced; (4) one transaction: back-filled nodes, edges, the committed offset (with the
@@ -22,7 +22,7 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
     copy a crash left in the queue (the batch was re-read and re-queued it again, or applied
     it) is recognized and skipped.
 - **No line can stop the queue.** Anything a line can carry is caught by the parser
-  (`core.queue_lines`) and dead-lettered as malformed. For what nobody foresaw, a batch that
+  (`core.rules.queue_lines`) and dead-lettered as malformed. For what nobody foresaw, a batch that
   fails twice with an error that is not an outage is split in halves until the line that
   fails alone is isolated and dead-lettered (`unprocessable`); the others are applied.
   Outages are told apart first: a SQLite error by its result code (busy, locked, I/O, full

@@ -1,10 +1,10 @@
-"""The operator's eager back-fill (the original's `priorityBackfill.mjs`): live-ingest every
-session summarized in the last N days, then drain the lazy-edge queue.
+"""The operator's eager back-fill: live-ingest every session summarized in the last N days,
+then drain the lazy-edge queue (what `python -m daemons.backfill` runs).
 
 Run before a workload that will touch many historical sessions, so that it does not pay a lazy
-back-fill per request. It reuses live ingestion (`core.ingest`) and the drain (`core.drain`);
-what it adds is what an operator needs from a one-off run over a large window, and what the
-original got wrong:
+back-fill per request. It reuses live ingestion (`core.jobs.ingest`) and the drain
+(`core.jobs.drain`); what it adds is what an operator needs from a one-off run over a large
+window:
 
 - the window is a time, not a string: summaries are read in pages and each `createdAt` is
   parsed (ISO-8601 with or without zone, epoch ms or s); rows that cannot be parsed are counted

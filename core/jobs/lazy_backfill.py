@@ -155,7 +155,7 @@ async def link_with_backfill(
     properties: Mapping[str, Any] | None = None,
 ) -> bool:
     """Link two nodes, first back-filling missing `memory:` / `session:` endpoints (the
-    original's `linkNodesAsync`). False when an endpoint cannot be resolved; the edge is
+    platform's `linkNodesAsync`). False when an endpoint cannot be resolved; the edge is
     then culled exactly as `GraphDB.link_nodes` would."""
     source = normalize_graph_node_id(source)
     target = normalize_graph_node_id(target)

@@ -71,7 +71,7 @@ async def reconcile_tick(
     context: TickContext, dry_run: bool
 ) -> ReconcileFigures | ReconcileDisabled:
     """One reconciliation pass over every tenant with a config node: the tick function that
-    `core.ticks.run_tick("reconcile", ...)` runs for `--tick` and for the scheduler (which
+    `core.runtime.tick.run_tick("reconcile", ...)` runs for `--tick` and for the scheduler (which
     adds `durationMs`, and `dryRun` to its log line; the figures must not repeat them).
 
     Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
@@ -207,7 +207,7 @@ async def _scan_candidates(
 ) -> None:
     """Count the tenant's stale and actionable chunks, one page of metadatas at a time, and
     keep the `ingestedAt` of the oldest actionable ones a pass may delete (see
-    `core.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
+    `core.jobs.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
     context, tenant, policy, read_ms = scope.context, scope.tenant, scope.policy, scope.read_ms
     where = candidate_where(tenant.tenant_id, tenant.version)
     async for page in context.vectors.scan(

@@ -7,13 +7,13 @@ deleted.**
 
 How:
 
-- **The predicate** of a band is `tenantId = T AND tenantConfigVersion <= ceiling AND after <
-  ingestedAt <= through`, sent as the `where` of one delete request and evaluated by Chroma
-  when that request runs. A chunk re-stamped at the current version no longer matches. A chunk
-  rewritten by a re-ingest carries a new `ingestedAt` (CONTRACT: epoch ms of its ingestion),
-  later than `through`, which is always an `ingestedAt` the pass itself read and never later
-  than the moment the pass started reading; so it no longer matches either, whatever stamp the
-  writer gave it.
+- **The predicate** of a band (`core.rules.tombstone_bands`) is `tenantId = T AND
+  tenantConfigVersion <= ceiling AND after < ingestedAt <= through`, sent as the `where` of
+  one delete request and evaluated by Chroma when that request runs. A chunk re-stamped at the
+  current version no longer matches. A chunk rewritten by a re-ingest carries a new
+  `ingestedAt` (CONTRACT: epoch ms of its ingestion), later than `through`, which is always an
+  `ingestedAt` the pass itself read and never later than the moment the pass started reading;
+  so it no longer matches either, whatever stamp the writer gave it.
 - **Held chunks.** An actionable chunk with no numeric `ingestedAt`, or one later than the
   pass's read, cannot match `$lte through` (checked on Chroma 1.5.9: a missing key, a string
   or a bool never matches a numeric comparison) and is never deleted: nothing would tell a
@@ -33,13 +33,13 @@ How:
   read tells which, and if the store still matches it nothing of the band goes.
 
 What no client can close, measured on a Chroma 1.5.9 server (`chroma run`): an upsert whose
-request overlaps a where-delete request in time can still be lost (the issue measured 3-5 of
-about 400 overlapping upserts; our race test, re-ingesting the very chunks being deleted,
-loses ~16 ids a pass; none embedded). Smaller bands did not lower that (see BAND_ROWS). What
-the predicate cannot see: a writer that rewrites a chunk's document but keeps both its old
-stamp and its old `ingestedAt`, between the band's read and its delete; and a chunk that
-enters a band in that window with an old stamp and an old `ingestedAt` (a restore of
-another archive: it is then in that archive).
+request overlaps a where-delete request in time can still be lost (3-5 of about 400
+overlapping upserts in a direct measurement; our race test, re-ingesting the very chunks
+being deleted, loses ~16 ids a pass; none embedded). Smaller bands did not lower that (see
+BAND_ROWS). What the predicate cannot see: a writer that rewrites a chunk's document but
+keeps both its old stamp and its old `ingestedAt`, between the band's read and its delete;
+and a chunk that enters a band in that window with an old stamp and an old `ingestedAt` (a
+restore of another archive: it is then in that archive).
 """
 
 from __future__ import annotations

@@ -1,17 +1,17 @@
 """The alert rule engine, pure: validate `alertRules`, evaluate them over a telemetry rollup,
 and word the alerts. No I/O and no clock: the caller passes `now_ms` and the cooldown state in
-and stores what comes back (see `core.alerting` for the pass around it).
+and stores what comes back (see `core.jobs.alerting` for the pass around it).
 
-Ported from the original KbAlertRuleEngine, with its checks in its order and its reasons, and
-with three deliberate changes:
-
-- **The cooldown key includes the repo**: (tenant, repo, metric, severity, channel). The
-  original's `tenant|metric|severity|channel` let one repo's alert silence another's.
+- **Validation** checks a rule in a fixed order and stops at the first fault, with a reason
+  an operator can act on; the rules are parsed once, when the config is read.
+- **One alert per cooldown key**: (tenant, repo, metric, severity, channel), so one repo's
+  alert never silences another's.
 - **Rules have a scope**: `"tenant"` (the default) adds up a tenant's repos; `"repo"` looks at
   each (tenant, repo) on its own. A rollup row with a `repoSlug` is a repo row, one without is
   a tenant row, and each rule reads only the rows of its scope. A tenant alert's repo is
   `ALL_REPOS`.
-- **`a2a:` channels are rejected**: they addressed an agent mailbox this system does not have.
+- **Channels** are `console` and `webhook:<http(s) URL>`; an `a2a:` channel is refused with a
+  reason (this system has no agent mailbox).
 
 Secrets: a webhook URL often carries credentials (user-info, a token in the path or query).
 Wherever a channel is shown or stored it is `redact_channel`'s
@@ -40,7 +40,7 @@ Scope = Literal["tenant", "repo"]
 
 SEVERITIES: Final[tuple[Severity, ...]] = ("warning", "critical")
 DELIVERY_MODES: Final[tuple[DeliveryMode, ...]] = ("wake", "audit")
-#: The original's delivery mode for a rule that names none.
+#: The delivery mode of a rule that names none.
 DEFAULT_DELIVERY_MODE: Final[DeliveryMode] = "wake"
 SCOPES: Final[tuple[Scope, ...]] = ("tenant", "repo")
 #: Per tenant unless asked: drift in any of a tenant's repos is the tenant's drift.
@@ -51,14 +51,14 @@ ALL_REPOS: Final = "*"
 
 CONSOLE: Final = "console"
 WEBHOOK_PREFIX: Final = "webhook:"
-#: The original's agent-mailbox channel; recognised only to be refused with a reason.
+#: An agent-mailbox channel; recognised only to be refused with a reason.
 A2A_PREFIX: Final = "a2a:"
 WEBHOOK_SCHEMES: Final = ("http", "https")
 
 #: Every key a rule may have; any other is reported (usually a typo, e.g. `scop`).
 RULE_KEYS: Final = ("metric", "threshold", "severity", "channels", "deliveryMode", "scope")
 
-# The original's reasons, word for word where it had them.
+# The reasons a rule is refused (the wording other tools of the platform match on).
 REASON_NOT_A_TABLE: Final = "rule is not an object"
 REASON_THRESHOLD: Final = "threshold must be a finite number"
 REASON_SEVERITY: Final = f"severity must be one of: {', '.join(SEVERITIES)}"
@@ -68,12 +68,12 @@ REASON_SCOPE: Final = f"scope must be one of: {', '.join(SCOPES)}"
 
 
 def unknown_metric_reason(metric: Any) -> str:
-    """The original's wording, listing the metrics a rule may name."""
+    """Why a rule's metric is refused, listing the metrics a rule may name."""
     return f'unknown metric "{metric}" (expected one of: {", ".join(KNOWN_METRICS)})'
 
 
 def malformed_channel_reason(spec: Any) -> str:
-    """The original's wording for a channel spec that is not `console` or `webhook:<url>`
+    """Why a channel spec that is not `console` or `webhook:<url>` is refused
     (the spec redacted: a malformed URL can still hold a password)."""
     return f'malformed channel spec "{redact_channel(spec)}"'
 
@@ -84,7 +84,7 @@ def webhook_url_reason(spec: str) -> str:
 
 
 def a2a_channel_reason(spec: str) -> str:
-    """Why an `a2a:` channel (valid in the original) is refused here."""
+    """Why an `a2a:` channel is refused."""
     return (
         f'channel "{redact_channel(spec)}" is not supported: this system has no agent mailbox '
         f'(use "{CONSOLE}" or "{WEBHOOK_PREFIX}<http(s) URL>")'
@@ -257,7 +257,7 @@ class AlertRule:
 
 @dataclass(frozen=True, slots=True)
 class RuleCheck:
-    """The verdict on one raw rule: `valid` and `reason` as the original's `{valid, reason}`,
+    """The verdict on one raw rule: `valid` and `reason` (`{valid, reason}`),
     plus the parsed rule when valid and the keys it did not recognise (valid or not)."""
 
     valid: bool
@@ -267,7 +267,7 @@ class RuleCheck:
 
 
 def validate_alert_rule(rule: Any) -> RuleCheck:
-    """Check one raw `alertRules` table, in the original's order, stopping at the first fault.
+    """Check one raw `alertRules` table, in a fixed order, stopping at the first fault.
 
     Order: a table; a known metric; a finite threshold; a known severity; a non-empty list of
     channels (no implicit default, so a rule never alerts somewhere nobody chose); each channel
@@ -516,7 +516,7 @@ def _fire(rule: AlertRule, row: Mapping[str, Any], target: tuple[str, str], chan
 
 
 def format_number(value: float) -> str:
-    """A figure as the original (JavaScript) printed it: `3`, not `3.0`; `0.25` as is."""
+    """A figure as a person writes it (and JavaScript prints it): `3`, not `3.0`; `0.25`."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
@@ -535,7 +535,7 @@ def alert_subject(alert: Alert) -> str:
 
 
 def alert_body(alert: Alert) -> str:
-    """The original's Markdown body, line for line."""
+    """The alert's Markdown body (what chat relays render)."""
     return "\n".join([
         f"KB ingestion alert — **{alert.severity}**",
         "",

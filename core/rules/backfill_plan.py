@@ -38,7 +38,7 @@ from core.rules.rows import ChromaRow
 
 
 class Reason(StrEnum):
-    """Why a back-fill succeeded or failed (the original's eight reasons)."""
+    """Why a back-fill succeeded or failed (the eight reasons dead letters and results name)."""
 
     UNRECOGNIZED_PREFIX = "unrecognized-prefix"
     ALREADY_EXISTS = "already-exists"

@@ -128,8 +128,8 @@ KEYS: tuple[Key, ...] = (
         "ten hourly tries give a late row half a day to appear before the line is parked",
         _at_least(1), ">= 1"),
     Key("reconciliationEnabled", "boolean", False, "opt-in: the daemon idles until asked"),
-    Key("reconciliationIntervalMs", "integer", 3_600_000, "hourly, like the original daemon",
-        _at_least(1), ">= 1"),
+    Key("reconciliationIntervalMs", "integer", 3_600_000,
+        "hourly: drift is found within the hour it appears", _at_least(1), ">= 1"),
     Key("reconciliationAutoTombstone", "boolean", False,
         "destructive, so detect-and-report only unless switched on"),
     Key("reconciliationOrphanVersionGap", "number", 2,
@@ -210,7 +210,8 @@ class Settings:
 
     @property
     def telemetry_spool_path(self) -> Path:
-        """Telemetry rows SQLite refused, kept for the next pass (see core.telemetry)."""
+        """Telemetry rows SQLite refused, kept for the next pass
+        (see core.stores.telemetry_spool)."""
         return self.data_dir / "telemetry-spool.jsonl"
 
     @property

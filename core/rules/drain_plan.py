@@ -1,6 +1,6 @@
 """The drainer's per-line decisions (pure): what happens to each line of a batch.
 
-No I/O and no clock here (the time comes in as an argument). The drainer (`core.drain`) reads a
+No I/O and no clock here (the time comes in as an argument). The drainer (`core.jobs.drain`) reads a
 batch, asks the stores a few bulk questions, and calls these in turn:
 
 1. `parse_batch`: every read line parsed (blank lines dropped), with its position.
@@ -15,7 +15,7 @@ batch, asks the stores a few bulk questions, and calls these in turn:
    re-queued with one more attempt, or dead-lettered after its last.
 
 The result is a `BatchPlan`: everything to write, in one place, so the writer can make it
-durable in the order that makes a crash harmless (see `core.drain`).
+durable in the order that makes a crash harmless (see `core.jobs.drain`).
 """
 
 from __future__ import annotations

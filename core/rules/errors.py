@@ -1,7 +1,7 @@
 """Exceptions that end a command, each tied to the exit code CONTRACT gives it.
 
 Errors the caller must decide about are values (result objects); these are the ones where the
-command cannot go on. The CLI layer maps them to exit codes in one place (`core.cli`).
+command cannot go on. The CLI layer maps them to exit codes in one place (`daemons/_cli.py`).
 """
 
 from __future__ import annotations

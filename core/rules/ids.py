@@ -18,7 +18,7 @@ RowKind = Literal["memory", "session"]
 
 def normalize_graph_node_id(node_id: Any) -> Any:
     """The canonical form of a node id; anything that is not a non-empty string is returned
-    unchanged (the caller decides what an invalid id means), as the original does."""
+    unchanged: the caller decides what an invalid id means."""
     if not isinstance(node_id, str) or not node_id:
         return node_id
     lowered = node_id[: len(SESSION_PREFIX)].lower()

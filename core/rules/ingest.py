@@ -33,7 +33,7 @@ UNPARSEABLE_NAMED = 20
 
 @dataclass(slots=True)
 class SyncStats:
-    """Figures of a sync (the original's keys, plus a session count for batches)."""
+    """Figures of a sync: memories and sessions upserted or skipped, and the errors."""
 
     memories_processed: int = 0
     memories_upserted: int = 0

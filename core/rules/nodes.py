@@ -1,9 +1,9 @@
 """MEMORY and SESSION node contents built from Chroma rows (pure).
 
 Both pipelines (live ingestion and back-fill) build their nodes here, so the two can differ only
-in their provenance marker. The payload hash is the original's: SHA-256 of compact, key-sorted
-JSON (JavaScript `JSON.stringify` formatting) over the fields that matter, absent values as "".
-Equal hashes mean an upsert would change nothing.
+in their provenance marker. The payload hash is SHA-256 of compact, key-sorted JSON (JavaScript
+`JSON.stringify` formatting, so other writers of these nodes compute the same hash) over the
+fields that matter, absent values as "". Equal hashes mean an upsert would change nothing.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ _JS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asc
 
 def js_json(value: Any) -> str:
     """Compact key-sorted JSON formatted as JavaScript's JSON.stringify would (integral floats
-    without a fraction, non-ASCII unescaped), so hashes match the original system's.
+    without a fraction, non-ASCII unescaped), so hashes match those the platform's JavaScript
+    writers compute.
 
     A value without floats (the usual payload: strings, integers, booleans, null) is written by
     orjson, whose output for those is byte-identical to the standard encoder's (a property test
@@ -173,7 +174,7 @@ def pick_summary_row(
 ) -> tuple[str, Mapping[str, Any]] | None:
     """The summary row that represents a session when there are several: the earliest
     `createdAt` as a time; rows whose time cannot be parsed come last; ties by row id.
-    Deterministic, unlike the original's "whichever Chroma returned first"."""
+    Deterministic: never "whichever Chroma returned first"."""
     best: tuple[tuple[int, int, str], str, Mapping[str, Any]] | None = None
     for row_id, metadata in rows:
         created = epoch_ms_from_created_at(metadata.get("createdAt"))

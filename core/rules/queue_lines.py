@@ -16,10 +16,10 @@ always be written back as valid JSON (every SQLite `properties` value stays vali
 
 Identity is by position, never by content. A line is identified by where the drainer read it:
 `<generation>:<byte offset>`, the generation being the random id the `.draining` file got when
-it was rotated (see `core.lazy_queue`). Two byte-identical lines are two mentions. A line that
-fails and is re-queued keeps its first identity in `_drain.lineId` together with its attempt
-count; that pair is a token the drainer issues once and accepts once, so a copy of a re-queued
-line left behind by a crash is recognized and skipped.
+it was rotated (see `core.stores.queue_files`). Two byte-identical lines are two mentions. A
+line that fails and is re-queued keeps its first identity in `_drain.lineId` together with its
+attempt count; that pair is a token the drainer issues once and accepts once, so a copy of a
+re-queued line left behind by a crash is recognized and skipped.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def diff_tenant_chunks(
     Fail-safe throughout: a current version that is not a positive number (a tenant with no
     config node is at 0), rows that are not a list, a row without a string id, and a row
     whose stamp is missing or not a number (ingested before stamps existed) give nothing to
-    act on. Each id counts once (the original passed duplicates to delete twice); order is
+    act on. Each id counts once (a duplicate row is never acted on twice); order is
     the input's.
     """
     if not isinstance(rows, (list, tuple)):

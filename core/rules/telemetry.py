@@ -38,11 +38,11 @@ KNOWN_METRICS: tuple[str, ...] = (
 
 RollupScope = Literal["repo", "tenant"]
 
-#: The original recorder's defaults for an event that does not say.
+#: The tenant and repo of an event that does not say (the platform's recorder's defaults).
 DEFAULT_TENANT_ID = "neo-shared"
 DEFAULT_REPO_SLUG = "neo"
 
-#: Stored instead of a `detail` that cannot be written as JSON (the original's wording).
+#: Stored instead of a `detail` that cannot be written as JSON (the platform's wording).
 UNSERIALIZABLE_DETAIL: Mapping[str, str] = {"error": "Unserializable Value"}
 
 

@@ -1,8 +1,8 @@
 """Parsing the `createdAt` values other programs write, as times rather than strings (pure).
 
 Chroma rows carry `createdAt` as an ISO-8601 string (with or without a zone) or as epoch
-milliseconds; some older writers used epoch seconds. The original compared these as strings,
-which orders "2026-1-5" after "2026-10-01" and numbers not at all.
+milliseconds; some older writers used epoch seconds. They are compared as times, never as
+strings (which would order "2026-1-5" after "2026-10-01", and numbers not at all).
 """
 
 from __future__ import annotations

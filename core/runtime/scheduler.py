@@ -4,7 +4,7 @@ One `serve()` call runs one or more daemons in this process (`python -m daemons`
 Each daemon has its own `AsyncIOScheduler`, started inside the running loop, and its own SQLite
 connection; an embedded Chroma store is opened once and shared (it admits one process).
 
-What this does better than the original daemons:
+What it guarantees:
 - **No lost first pass, no doubled pass.** A job's first run is due one interval after the
   start of its last recorded tick (kept in SQLite): at once when that is past, otherwise after
   the remainder. A restart neither skips nor doubles a pass.

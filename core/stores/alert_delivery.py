@@ -106,7 +106,7 @@ def webhook_payload(alert: Alert) -> dict[str, Any]:
 
 
 def deliver_to_console(alert: Alert) -> None:
-    """Log the alert: error level for `critical`, warning otherwise (the original's rule), so
+    """Log the alert: error level for `critical`, warning otherwise, so
     a log shipper's level filter already separates pages from notices."""
     emit = log.error if alert.severity == "critical" else log.warning
     emit("alert.fired", subject=alert_subject(alert), **to_json(alert))

@@ -156,7 +156,7 @@ class Generation:
     #: The dead-letter file's size at rotation: records of this generation can only follow it.
     dead_letters_size: int
     #: A `.draining` an earlier version left (adopted without a sidecar): its lines may have
-    #: been settled under their content identity (see `core.drain`, migration).
+    #: been settled under their content identity (see `core.jobs.drain`, migration).
     legacy: bool = False
 
 

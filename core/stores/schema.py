@@ -44,7 +44,7 @@ CREATE INDEX IF NOT EXISTS kb_ingestion_metrics_window
     ON kb_ingestion_metrics(timestamp, tenant_id, repo_slug);
 """
 
-# The drainer's progress and its re-queue tokens (see core.drain). Identity is by position: a
+# The drainer's progress and its re-queue tokens (see core.jobs.drain). Identity is by position: a
 # line is (generation of its `.draining` file, byte offset), so exactly-once needs only one row
 # per file in flight, written in the same transaction as the batch's nodes and edges, plus one
 # row per line waiting in the queue for another try. Nothing is kept per applied line.
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS drain_requeued (
 
 #: The 30-day per-line identity table of earlier versions (identity by content). It is no
 #: longer created; an existing one is read once to settle lines those versions left in flight,
-#: then dropped by the drainer (`core.drain`).
+#: then dropped by the drainer (`core.jobs.drain`).
 LEGACY_APPLIED_LINES = "applied_lines"
 
 # Per-daemon bookkeeping: the last completed tick (so a restart neither skips nor doubles a
