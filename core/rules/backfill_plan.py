@@ -12,8 +12,7 @@ Chroma failed, the memory is not planned either (`chroma-fetch-failed`) and is r
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -33,6 +32,7 @@ from core.rules.nodes import (
     pick_summary_row,
     session_id_of,
     session_node,
+    summaries_by_session,
 )
 from core.rules.rows import ChromaRow
 
@@ -157,11 +157,7 @@ def plan_sessions(plan: BackfillPlan, session_keys: Sequence[str],
                   summary_rows: Iterable[ChromaRow]) -> None:
     """Plan session nodes from their summary rows: the earliest row represents the session;
     a session without one becomes a minimal node."""
-    by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
-    for row in summary_rows:
-        sid = session_id_of(row.metadata)
-        if sid is not None:
-            by_session[sid].append((row.id, row.metadata))
+    by_session = summaries_by_session(summary_rows)
     for sid in session_keys:
         node_id = session_node_id(sid)
         chosen = pick_summary_row(by_session.get(sid, ()))

@@ -9,7 +9,6 @@ reads only. Live ingestion upgrades back-filled and minimal nodes: the marker be
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from core.rules.nodes import (
     pick_summary_row,
     session_id_of,
     session_node,
+    summaries_by_session,
 )
 from core.rules.rows import ChromaRow
 from core.rules.timestamps import epoch_ms_from_created_at
@@ -150,17 +150,13 @@ def build_sync_batch(session_ids: Sequence[str], summaries: Iterable[ChromaRow],
     (a session without one is an error of the batch, left to lazy back-fill), and a memory
     node with its ORIGINATES_IN edge for each memory of a synced session."""
     batch = SyncBatch()
-    rows_by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
-    for row in summaries:
-        sid = session_id_of(row.metadata)
-        if sid is not None:
-            rows_by_session[sid].append((row.id, row.metadata))
-    for sid in session_ids:
-        chosen = pick_summary_row(rows_by_session.get(sid, ()))
+    rows_by_session = summaries_by_session(summaries)
+    for session_id in session_ids:
+        chosen = pick_summary_row(rows_by_session.get(session_id, ()))
         if chosen is None:
-            batch.stats.errors.append(f"[{sid}] no summary row for this session")
+            batch.stats.errors.append(f"[{session_id}] no summary row for this session")
             continue
-        batch.sessions.append(session_node(sid, chosen[0], chosen[1], "liveIngested"))
+        batch.sessions.append(session_node(session_id, chosen[0], chosen[1], "liveIngested"))
     synced = {node.properties["sessionId"] for node in batch.sessions}
     for row in memories:
         sid = session_id_of(row.metadata)
@@ -178,21 +174,14 @@ def build_sync_batch(session_ids: Sequence[str], summaries: Iterable[ChromaRow],
 def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow]) -> list[NodeRow]:
     """The batch's nodes that would change the graph (counted as upserted; the others as
     skipped)."""
-    to_write: list[NodeRow] = []
+    sessions = [n for n in batch.sessions if needs_upsert(existing.get(n.id), n)]
+    memories = [n for n in batch.memories if needs_upsert(existing.get(n.id), n)]
     stats = batch.stats
-    for node in batch.sessions:
-        if needs_upsert(existing.get(node.id), node):
-            to_write.append(node)
-            stats.sessions_upserted += 1
-        else:
-            stats.sessions_skipped += 1
-    for node in batch.memories:
-        if needs_upsert(existing.get(node.id), node):
-            to_write.append(node)
-            stats.memories_upserted += 1
-        else:
-            stats.memories_skipped += 1
-    return to_write
+    stats.sessions_upserted += len(sessions)
+    stats.sessions_skipped += len(batch.sessions) - len(sessions)
+    stats.memories_upserted += len(memories)
+    stats.memories_skipped += len(batch.memories) - len(memories)
+    return sessions + memories
 
 
 def add_to_window(window: SessionWindow, page: Iterable[ChromaRow], *, cutoff_ms: int,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from typing import Any, Literal
 import orjson
 
 from core.rules.ids import memory_node_id, session_node_id
+from core.rules.rows import ChromaRow
 from core.rules.timestamps import epoch_ms_from_created_at
 
 MEMORY_LABEL = "MEMORY"
@@ -167,6 +169,18 @@ def session_id_of(metadata: Mapping[str, Any]) -> str | None:
     """A row's `sessionId` when it is a non-empty string, else None (no parent to link)."""
     value = metadata.get("sessionId")
     return value if isinstance(value, str) and value else None
+
+
+def summaries_by_session(
+    rows: Iterable[ChromaRow],
+) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    """Summary rows grouped by their session (rows without a session id are left out)."""
+    by_session: dict[str, list[tuple[str, Mapping[str, Any]]]] = defaultdict(list)
+    for row in rows:
+        sid = session_id_of(row.metadata)
+        if sid is not None:
+            by_session[sid].append((row.id, row.metadata))
+    return by_session
 
 
 def pick_summary_row(

@@ -39,6 +39,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -94,9 +95,45 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
     last chunk without a newline gets one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Read-write (not write-only) so that the last byte can be checked through this fd.
+    with _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as held:
+        assert held is not None, "O_CREAT: there is always a file to lock"
+        fd, opened = held
+        original_size = opened.st_size
+        try:
+            if original_size > 0 and os.pread(fd, 1, original_size - 1) != b"\n":
+                write_all(fd, b"\n")
+            last = b"\n"
+            for chunk in chunks:
+                if chunk:
+                    write_all(fd, chunk)
+                    last = chunk[-1:]
+            if last != b"\n":
+                write_all(fd, b"\n")
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            # All or nothing: cut our bytes off before anyone else can take the lock.
+            os.ftruncate(fd, original_size)
+            if durable:
+                os.fsync(fd)
+            raise
+        return os.fstat(fd).st_size
+
+
+@contextmanager
+def _locked(path: Path, flags: int) -> Iterator[tuple[int, os.stat_result] | None]:
+    """The producers' lock on the file at `path`: open it with `flags`, take an exclusive
+    flock, and check that the path still names the opened file (the drainer renames the queue
+    under this lock; a waiter that wakes holding a renamed inode reopens). Yields the locked
+    fd and its stat, or None when there is no file (and `flags` do not create one); leaving
+    closes the fd, which releases the lock."""
     while True:
-        # Read-write (not write-only) so that the last byte can be checked through this fd.
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            yield None
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             opened = os.fstat(fd)
@@ -104,30 +141,12 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
                 current = os.stat(path)
             except FileNotFoundError:
                 continue  # renamed away while we waited for the lock: reopen
-            if (opened.st_dev, opened.st_ino) != (current.st_dev, current.st_ino):
-                continue  # the path now names a new file: reopen
-            original_size = opened.st_size
-            try:
-                if original_size > 0 and os.pread(fd, 1, original_size - 1) != b"\n":
-                    write_all(fd, b"\n")
-                last = b"\n"
-                for chunk in chunks:
-                    if chunk:
-                        write_all(fd, chunk)
-                        last = chunk[-1:]
-                if last != b"\n":
-                    write_all(fd, b"\n")
-                if durable:
-                    os.fsync(fd)
-            except BaseException:
-                # All or nothing: cut our bytes off before anyone else can take the lock.
-                os.ftruncate(fd, original_size)
-                if durable:
-                    os.fsync(fd)
-                raise
-            return os.fstat(fd).st_size
+            if (opened.st_dev, opened.st_ino) == (current.st_dev, current.st_ino):
+                yield fd, opened
+                return
+            # the path now names a new file: reopen
         finally:
-            os.close(fd)  # also releases the flock
+            os.close(fd)
 
 
 def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProblem]:
@@ -217,30 +236,15 @@ def rotate_queue(queue_path: Path, draining_path: Path, generation: Generation) 
     `.draining`. False (and no sidecar written) when there is no queue or it is empty. The
     caller has made sure `.draining` does not exist (a leftover is always drained first, so a
     rotation never overwrites unread lines)."""
-    while True:
-        try:
-            fd = os.open(queue_path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
+    with _locked(queue_path, os.O_RDONLY | os.O_NOFOLLOW) as held:
+        if held is None or held[1].st_size == 0:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            opened = os.fstat(fd)
-            try:
-                current = os.stat(queue_path)
-            except FileNotFoundError:
-                return False
-            if (opened.st_dev, opened.st_ino) != (current.st_dev, current.st_ino):
-                continue
-            if opened.st_size == 0:
-                return False
-            if draining_path.exists():
-                raise FileExistsError(f"{draining_path} exists; drain it before rotating")
-            write_generation(draining_path, generation)
-            os.rename(queue_path, draining_path)
-            fsync_dir(queue_path.parent)
-            return True
-        finally:
-            os.close(fd)
+        if draining_path.exists():
+            raise FileExistsError(f"{draining_path} exists; drain it before rotating")
+        write_generation(draining_path, generation)
+        os.rename(queue_path, draining_path)
+        fsync_dir(queue_path.parent)
+        return True
 
 
 # --------------------------------------------------------------------------------------------
