@@ -169,6 +169,18 @@ def test_the_actionable_ceiling_is_a_whole_number_when_it_can_be() -> None:
     assert actionable_stamp_ceiling(1, 1.5) == -1
 
 
+@pytest.mark.parametrize("stamp", [7.233242648200938e-216, 5e-324, 1e-300])
+def test_a_stamp_the_stores_ceiling_excludes_is_not_actionable_whatever_the_rounding(
+    stamp: float,
+) -> None:
+    # 2 - 7e-216 rounds to 2, so "gap >= 2" held, yet the delete's `where` (stamp <= 0) never
+    # selects this chunk: the rule must agree with the predicate the store evaluates.
+    assert stamp > actionable_stamp_ceiling(2, 2)
+    assert is_actionable_stamp(stamp, 2, 2) is False
+    assert diff_tenant_chunks(rows(stamp), 2, 2).actionable_count == 0
+    assert diff_tenant_chunks(rows(stamp), 2, 2).stale_count == 1
+
+
 @pytest.mark.parametrize(
     ("stamp", "actionable"),
     [(1, True), (3, True), (3.5, False), (4, False), (5, False), (True, False), ("1", False),

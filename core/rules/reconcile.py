@@ -112,7 +112,10 @@ def diff_tenant_chunks(
         seen.add(row_id)
         gap = current_version - stamp
         stale.append(StaleOrphan(row_id, stamp, gap))
-        if gap >= threshold:
+        # The store's own comparison (`stamp <= current - threshold`), not `gap >= threshold`:
+        # in floating point the two differ (2 - 7e-216 >= 2, yet 7e-216 <= 0 is false), and a
+        # chunk this rule calls actionable must be one the delete's `where` selects.
+        if stamp <= current_version - threshold:
             actionable.append(row_id)
     return TenantDiff(tuple(stale), actionable_ids=tuple(actionable))
 
@@ -122,7 +125,7 @@ def is_actionable_stamp(stamp: Any, current_version: Any, orphan_version_gap: An
     below a positive current version by at least the resolved gap."""
     return (is_real_number(current_version) and current_version > 0 and is_real_number(stamp)
             and stamp < current_version
-            and current_version - stamp >= resolve_orphan_version_gap(orphan_version_gap))
+            and stamp <= current_version - resolve_orphan_version_gap(orphan_version_gap))
 
 
 def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float) -> bool:
