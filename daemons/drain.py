@@ -29,9 +29,17 @@ def build_parser() -> Parser:
     return parser
 
 
+def draining_left(settings: Settings) -> bool:
+    """Whether an earlier drain left a `.draining` file (stopped, crashed): its lines wait
+    for the next tick, which then runs at once."""
+    return settings.draining_path.exists()
+
+
 def drain_spec(settings: Settings) -> DaemonSpec:
-    """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it)."""
-    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms),))
+    """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it), at
+    once after a start that finds a `.draining` file left behind."""
+    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms,
+                                   work_left=draining_left),))
 
 
 def drain_daemon(settings: Settings) -> DaemonSpec:
