@@ -7,16 +7,18 @@ its schedule until SIGTERM or Ctrl-C.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from core.jobs.drain import rem_tick
+from core.jobs.drain import RemTickFigures, rem_tick
 from core.rules.config import Settings
+from core.rules.figures import Figures
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
 from core.stores.queue_files import refuse_symlinked_queue
 from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
+from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"
 DAEMON = "drain"
@@ -53,7 +55,15 @@ async def tick_once_now(config: str | None, *, dry_run: bool, as_json: bool) -> 
     """`--tick`: one REM tick, as the scheduler runs it (re-queued edges still count as
     done)."""
     settings = load_settings(config)
-    return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json)
+
+    def summarize(figures: Mapping[str, Figures]) -> str:
+        tick = figures[DAEMON]
+        assert isinstance(tick, RemTickFigures)
+        return drain_tick_summary(tick, dry_run=dry_run,
+                                  dead_letter_path=settings.dead_letter_path)
+
+    return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json,
+                           summarize=summarize)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -45,6 +45,7 @@ from daemons._cli import (
     serve_main,
     tick_once,
 )
+from daemons._summaries import reconcile_tick_summary
 
 PROG = "daemons.reconcile"
 DAEMON = "reconcile"
@@ -90,8 +91,13 @@ async def run_one_pass(args: argparse.Namespace) -> int:
     Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
     """
     settings = load_settings(args.config)
+
+    def summarize(figures: Mapping[str, Figures]) -> str:
+        return reconcile_tick_summary(figures, dry_run=args.dry_run,
+                                      config_source=settings.source)
+
     return await tick_once(reconcile_daemon(settings), settings, dry_run=args.dry_run,
-                           as_json=args.json, succeeded=pass_succeeded)
+                           as_json=args.json, summarize=summarize, succeeded=pass_succeeded)
 
 
 def pass_succeeded(figures: Figures) -> bool:

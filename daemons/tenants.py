@@ -3,8 +3,9 @@
     python -m daemons.tenants set-config TENANT [--repo-slug R] [--config F]
     python -m daemons.tenants list [--config F] [--json]
 
-`set-config` raises the tenant's config version by one (the first call gives 1) and prints the
-new version; every chunk stamped with an older version becomes stale for reconciliation.
+`set-config` raises the tenant's config version by one (the first call gives 1) and says so
+(`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
+older version becomes stale for reconciliation.
 Only the graph is opened, never Chroma, so these commands are quick.
 """
 
@@ -21,6 +22,7 @@ from core.runtime.settings import load_settings
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import list_tenants, set_tenant_config
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
+from daemons._summaries import set_config_summary, tenants_listing
 
 PROG = "daemons.tenants"
 
@@ -50,6 +52,8 @@ def build_parser() -> Parser:
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
                             help="the repository the tenant's chunks come from")
     add_config_flag(set_config)
+    set_config.add_argument("--json", action="store_true",
+                            help="print exactly one JSON object on stdout")
     listing = commands.add_parser("list", help="every configured tenant and its version")
     add_config_flag(listing)
     listing.add_argument("--json", action="store_true",
@@ -58,14 +62,17 @@ def build_parser() -> Parser:
 
 
 async def run_set_config(args: argparse.Namespace) -> int:
-    """Raise the version and print it (one integer on stdout, for scripts)."""
+    """Raise the version and say so (`--json`: one object, for scripts)."""
     settings = load_settings(args.config)
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
     finally:
         await graph.close()
-    print(config.version)
+    if args.json:
+        emit_json(to_json(config))
+    else:
+        sys.stdout.write(set_config_summary(config.tenant_id, config.version, config.repo_slug))
     return EXIT_OK
 
 
@@ -80,9 +87,7 @@ async def run_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"tenants": to_json(tenants)})
     else:
-        for tenant in tenants:
-            slug = tenant.repo_slug or "-"
-            print(f"{tenant.tenant_id}\tversion={tenant.version}\trepoSlug={slug}")
+        sys.stdout.write(tenants_listing(tenants))
     return EXIT_OK
 
 

@@ -334,4 +334,4 @@ async def test_the_summary_for_a_person_counts_in_the_singular_for_one(tmp_path:
     assert done.returncode == 0, done.stderr
     assert "would ingest 1 session and 1 memory " in done.stdout, done.stdout
     assert "1 sessions" not in done.stdout and "1 memories" not in done.stdout
-    assert "last 30 day(s)" in done.stdout  # --days defaults to 30
+    assert "last 30 days" in done.stdout  # --days defaults to 30
