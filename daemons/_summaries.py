@@ -180,7 +180,8 @@ def enqueue_summary(appended: int, queue: Path) -> str:
     if not appended:
         return "nothing appended: stdin held no edge lines\n"
     return (f"appended {counted(appended, 'edge line')} to {queue}; the drain daemon links "
-            "them on its next tick (kb-drain --tick to do it now)\n")
+            f"{'it' if appended == 1 else 'them'} on its next tick (kb-drain --tick to do it "
+            "now)\n")
 
 
 def set_config_summary(tenant_id: str, version: int, repo_slug: str | None) -> str:

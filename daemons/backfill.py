@@ -32,6 +32,7 @@ from daemons._cli import Parser, add_run_flags, emit_json, exit_code, run_main
 from daemons._summaries import backfill_summary
 
 PROG = "daemons.backfill"
+SCRIPT = "kb-backfill"
 #: The name this run is recorded under in `daemon_ticks`, so `daemons.status` shows when the
 #: last eager back-fill ran and what it did.
 TICK_NAME = "backfill"
@@ -53,7 +54,7 @@ def positive_days(text: str) -> int:
 def build_parser() -> Parser:
     """Flags of the back-fill command; `--help` documents every one."""
     parser = Parser(
-        prog=f"python -m {PROG}",
+        prog=SCRIPT,
         description="Live-ingest every session whose summary was created in the last N days "
         "(its summary, memories and ORIGINATES_IN edges), then drain the lazy-edge queue.",
         epilog="exit codes: 0 done; 1 a session failed (each is listed) or a store was "

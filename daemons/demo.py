@@ -49,11 +49,12 @@ from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
 
 PROG = "daemons.demo"
+SCRIPT = "kb-demo"
 
 
 def build_parser() -> Parser:
     """Flags of the demo."""
-    parser = Parser(prog=f"python -m {PROG}",
+    parser = Parser(prog=SCRIPT,
                     description="Seed a small demo dataset into the configured store (default: "
                     "the embedded store under .kb-data), run one drain tick and one report-only "
                     "reconcile pass, and print the status. Each run tells the same story.")

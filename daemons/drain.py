@@ -21,12 +21,14 @@ from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
 from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"
+SCRIPT = "kb-drain"
 DAEMON = "drain"
 
 
 def build_parser() -> Parser:
     """Flags of the drain daemon."""
-    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    parser = Parser(prog=SCRIPT, description="The drain daemon: each REM tick live-ingests "
+                    "newly summarized sessions, then drains the lazy-edge queue.")
     add_run_flags(parser, tick=True)
     return parser
 

@@ -23,12 +23,14 @@ from daemons._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser, add_config_fl
 from daemons._summaries import enqueue_summary
 
 PROG = "daemons.enqueue"
+SCRIPT = "kb-enqueue"
 log = structlog.get_logger(__name__)
 
 
 def build_parser() -> Parser:
     """Flags of the producer command."""
-    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    parser = Parser(prog=SCRIPT, description="Append edge JSON lines from stdin to the lazy-edge "
+                    "queue: all of them, or none when one is malformed (each is named).")
     add_config_flag(parser)
     return parser
 

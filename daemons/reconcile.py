@@ -48,6 +48,7 @@ from daemons._cli import (
 from daemons._summaries import reconcile_tick_summary
 
 PROG = "daemons.reconcile"
+SCRIPT = "kb-reconcile"
 DAEMON = "reconcile"
 ALERTING = "alerting"
 #: Jitter of the pass: up to 1% of the interval, at most a minute (36 s on the hourly default).
@@ -59,11 +60,10 @@ RESTORE = "restore"
 def build_parser() -> Parser:
     """The pass/daemon flags."""
     parser = Parser(
-        prog=PROG,
+        prog=SCRIPT,
         description="Find knowledge-base chunks stamped with an old tenant-config version, "
         "report them and (opt-in) tombstone them.",
-        epilog=f"Put tombstoned chunks back: python -m {PROG} {RESTORE} ARCHIVE [--config F] "
-        "[--json]",
+        epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]",
     )
     add_run_flags(parser, tick=True)
     return parser
@@ -71,11 +71,15 @@ def build_parser() -> Parser:
 
 def build_restore_parser() -> Parser:
     """`restore ARCHIVE [--config F]`."""
-    parser = Parser(prog=f"{PROG} {RESTORE}",
+    parser = Parser(prog=f"{SCRIPT} {RESTORE}",
                     description="Put back the chunks of a tombstone archive that are absent "
                     "now (preserve-live: a live chunk is never overwritten; idempotent).")
     parser.add_argument("archive", metavar="ARCHIVE", type=Path,
-                        help="a .jsonl file under <dataDir>/tombstones/")
+                        help="a tombstone archive (.jsonl), at any path: reconcile writes "
+                        "them under <dataDir>/tombstones/, and a copy kept elsewhere is "
+                        "accepted as well; each line is checked against the archive's "
+                        "header and checksum, and a refused line is named on stderr while the "
+                        "others are restored")
     add_config_flag(parser)
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object with the restore's figures")

@@ -25,6 +25,7 @@ from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 from daemons._summaries import set_config_summary, tenants_listing
 
 PROG = "daemons.tenants"
+SCRIPT = "kb-tenants"
 
 
 def tenant_argument(raw: str) -> str:
@@ -44,9 +45,13 @@ def repo_slug_argument(raw: str) -> str:
 
 def build_parser() -> Parser:
     """`set-config` and `list`, each with its own `--config`."""
-    parser = Parser(prog=PROG, description="Tenant configuration versions.")
+    parser = Parser(prog=SCRIPT, description="Tenant configuration versions: raise one, list "
+                    "them.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    set_config = commands.add_parser("set-config", help="raise a tenant's config version by one")
+    set_config = commands.add_parser("set-config", help="raise a tenant's config version by one",
+                                     description="Raise a tenant's config version by one (the "
+                                     "first call gives 1): its chunks stamped with an older "
+                                     "version become stale.")
     set_config.add_argument("tenant", metavar="TENANT", type=tenant_argument,
                             help="tenant id (a leading @ is dropped)")
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
@@ -54,7 +59,9 @@ def build_parser() -> Parser:
     add_config_flag(set_config)
     set_config.add_argument("--json", action="store_true",
                             help="print exactly one JSON object on stdout")
-    listing = commands.add_parser("list", help="every configured tenant and its version")
+    listing = commands.add_parser("list", help="every configured tenant and its version",
+                                  description="Every configured tenant, its config version "
+                                  "and repo.")
     add_config_flag(listing)
     listing.add_argument("--json", action="store_true",
                          help="print exactly one JSON object on stdout")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from core.reports.status import QueueFileStatus, StatusReport, TickShown
-from core.reports.tables import as_text, table
+from core.reports.tables import DEFAULT_WIDTH, as_text, table
 from core.rules.timestamps import iso_from_ms
 
 #: What the "oldest line" time was read from, in words.
@@ -90,6 +90,16 @@ def tick_phrase(figures: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _took(duration_ms: int) -> str:
+    return f"{duration_ms} ms" if duration_ms < 1000 else f"{duration_ms / 1000:,.1f} s"
+
+
+def _files_part(status: StatusReport) -> list[Any]:
+    return [table("Files", ["what", "path"],
+                  [["graph", status.graph.path], ["queue", status.queue.path],
+                   ["dead letters", status.dead_letters.path]])]
+
+
 def _result(tick: TickShown) -> str:
     if tick.ok:
         return "ok"
@@ -105,7 +115,7 @@ def _graph_part(status: StatusReport) -> list[Any]:
             for kind, p in (("memories", graph.memories), ("sessions", graph.sessions))]
     rows.append(["other nodes (concepts, tenants, ...)", other, None, None, None])
     rows.append(["all nodes", graph.nodes, None, None, None])
-    return [table(f"Graph: {graph.nodes:,} nodes, {graph.edges:,} edges  ({graph.path})",
+    return [table(f"Graph: {graph.nodes:,} nodes, {graph.edges:,} edges",
                   ["nodes", "count", "live-ingested", "back-filled", "of which minimal"],
                   rows, numeric=["count", "live-ingested", "back-filled", "of which minimal"])]
 
@@ -124,19 +134,19 @@ def _queue_part(status: StatusReport, now: int) -> list[Any]:
     dead = status.dead_letters
     reasons = ", ".join(f"{r} {n:,}" for r, n in dead.by_reason.items()) or "none"
     last = f", last {ago(dead.last_dead_at, now)}" if dead.last_dead_at else ""
-    return [table(f"Lazy-edge queue  ({status.queue.path})",
+    return [table("Lazy-edge queue",
                   ["file", "lines", "bytes", "re-queued", "oldest line"],
                   [_queue_row("queue", status.queue, now),
                    _queue_row(".draining", status.draining, now)],
                   numeric=["lines", "bytes", "re-queued"]),
-            f"dead letters: {dead.total:,} ({reasons}){last}  {dead.path}"]
+            f"dead letters: {dead.total:,} ({reasons}){last}"]
 
 
 def _ticks_part(status: StatusReport, now: int) -> list[Any]:
     if not status.ticks:
         return ["Last ticks: none recorded yet"]
     return [table("Last ticks", ["job", "started", "result", "took", "what it did"],
-                  [[name, ago(t.started_at, now), _result(t), f"{t.duration_ms / 1000:.1f} s",
+                  [[name, ago(t.started_at, now), _result(t), _took(t.duration_ms),
                     tick_phrase(t.figures)] for name, t in status.ticks.items()])]
 
 
@@ -163,7 +173,8 @@ def _alerts_part(status: StatusReport, now: int) -> list[Any]:
                    for a in status.alerts])]
 
 
-def render_status_text(status: StatusReport, *, header: bool = True) -> str:
+def render_status_text(status: StatusReport, *, header: bool = True,
+                       width: int = DEFAULT_WIDTH) -> str:
     """The status as a few readable tables for a terminal; `header` (when and from which
     config) is left out where the caller already said so (the demo)."""
     now = status.generated_at
@@ -174,6 +185,6 @@ def render_status_text(status: StatusReport, *, header: bool = True) -> str:
                   f"{config.source or 'built-in defaults'}; data: {config.data_dir}; "
                   f"chroma: {config.chroma})", ""]
     for section in (_graph_part(status), _queue_part(status, now), _ticks_part(status, now),
-                    _tenants_part(status, now), _alerts_part(status, now)):
+                    _tenants_part(status, now), _alerts_part(status, now), _files_part(status)):
         parts += [*section, ""]
-    return as_text(*parts[:-1])
+    return as_text(*parts[:-1], width=width)

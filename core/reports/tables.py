@@ -7,15 +7,24 @@ escape codes; rich does the column widths, alignment and wrapping of long cells.
 from __future__ import annotations
 
 import io
+import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-#: Columns of the text when the terminal's width is unknown (a pipe, a log).
-DEFAULT_WIDTH = 120
+#: Columns of the text off a terminal (a pipe, a log, a test): wide enough that a URL or a
+#: path in a cell is not folded across lines (a table takes only the width it needs).
+DEFAULT_WIDTH = 200
+
+
+def output_width(stream: TextIO) -> int:
+    """The terminal's width when `stream` is one, else DEFAULT_WIDTH."""
+    if hasattr(stream, "isatty") and stream.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
 
 
 def table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]], *,

@@ -75,8 +75,9 @@ async def open_context(
     vectors: VectorStore | None = None,
     control: TickControl | None = None,
 ) -> AsyncIterator[TickContext]:
-    """Open the graph (read-only for a dry run, so not one byte of it can change) and Chroma;
-    close both on the way out, in reverse order. The graph opens first: it is cheap and local.
+    """Open the graph (read-only for a dry run, so not one byte of it can change) and Chroma
+    (for a dry run, an embedded store that does not exist is not created); close both on the
+    way out, in reverse order. The graph opens first: it is cheap and local.
 
     `vectors`, when given, is an already open store shared between daemons in one process (an
     embedded store admits one opener per process); it is not closed here.
@@ -84,7 +85,8 @@ async def open_context(
     graph = await GraphDB.open(settings.graph_db_path, read_only=dry_run)
     try:
         own_vectors = vectors is None
-        store = vectors if vectors is not None else await VectorStore.open(settings)
+        opener = VectorStore.open_for_dry_run if dry_run else VectorStore.open
+        store = vectors if vectors is not None else await opener(settings)
         try:
             yield TickContext(settings, graph, store, control or TickControl())
         finally:
