@@ -192,3 +192,18 @@ async def test_a_chroma_url_with_user_info_is_never_shown(
     with pytest.raises(StoreUnavailable) as failed:
         await VectorStore.open(settings)
     assert "TOKENSECRET" not in str(failed.value) and "127.0.0.1:9" in str(failed.value)
+
+
+def test_a_line_to_a_node_no_back_fill_can_create_says_it_is_not_in_the_graph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    asyncio.run(_seed_memories(tmp_path))
+    kb = config(tmp_path)
+    line = b'{"source":"CONCEPT:nowhere","target":"memory:m1","relationship":"R"}\n'
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line)))
+    assert run(enqueue.main, "--config", kb, capsys=capsys)[0] == 0
+    assert run(drain.main, "--tick", "--config", kb, capsys=capsys)[0] == 0
+    [requeued] = (tmp_path / "data/memory-core/lazy-edges.jsonl").read_text().splitlines()
+    assert json.loads(requeued)["_drain"]["lastReason"] == "not-in-graph"
