@@ -406,3 +406,43 @@ async def test_a_taken_metrics_port_is_a_config_error_before_any_tick(tmp_path: 
                                          options=FAST, notifier=Notifier({})), 10)
     assert ticks.calls == []
     assert not settings.graph_db_path.exists(), "it stopped before opening any store"
+
+
+async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_restart(
+    vectors: VectorStore, settings: Settings
+) -> None:
+    from dataclasses import replace
+
+    from core.jobs.context import TickControl
+    from core.jobs.reconcile import reconcile_tick
+    from core.runtime.tick import run_tick
+    from core.stores.tenants import set_tenant_config
+
+    enabled = replace(settings, reconciliation_enabled=True)
+    graph = await GraphDB.open(enabled.graph_db_path)
+    try:
+        for tenant in ("acme", "globex"):
+            await set_tenant_config(graph, tenant, repo_slug=f"{tenant}/kb")
+        stopping = TickControl()
+        stopping.request_stop()  # the daemon's stop arrives before the first tenant
+        result = await run_tick("reconcile", TickContext(enabled, graph, vectors, stopping),
+                                reconcile_tick, dry_run=False)
+        record = (await last_ticks(graph))["reconcile"]
+    finally:
+        await graph.close()
+    assert result.incomplete == "stopped between tenants"
+    assert not record.ok and record.figures["stopped"] is True
+
+    passes = Ticks()
+    runner = DaemonRunner(DaemonSpec("reconcile", (Job("reconcile", passes, 3_600_000),)),
+                          settings=enabled, vectors=vectors, options=FAST,
+                          metrics=Metrics(enabled))
+    stop = asyncio.Event()
+    begun = time.monotonic()
+    running = asyncio.create_task(runner.run(stop))
+    try:
+        await wait_until(lambda: len(passes.calls) == 1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 5)
+    assert passes.calls[0] - begun < 1.0, "not an hour later: the last pass did not finish"
