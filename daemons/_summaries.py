@@ -100,6 +100,9 @@ def _tenant_line(tenant: TenantFigures) -> str:
         line += f", {tenant.tombstoned_count:,} tombstoned"
     if tenant.held_count:
         line += f", {tenant.held_count:,} held"
+    missing = getattr(tenant, "missing_path_count", None)  # when the pass checks manifests
+    if isinstance(missing, int) and missing:
+        line += f", {counted(missing, 'chunk')} of paths no longer in the manifest"
     if tenant.guard:
         line += f" (guard: {tenant.guard})"
     return line

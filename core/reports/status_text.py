@@ -115,7 +115,7 @@ def _graph_part(status: StatusReport) -> list[Any]:
             for kind, p in (("memories", graph.memories), ("sessions", graph.sessions))]
     rows.append(["other nodes (concepts, tenants, ...)", other, None, None, None])
     rows.append(["all nodes", graph.nodes, None, None, None])
-    return [table(f"Graph: {graph.nodes:,} nodes, {graph.edges:,} edges",
+    return [table(f"Graph: {_plural(graph.nodes, 'node')}, {_plural(graph.edges, 'edge')}",
                   ["nodes", "count", "live-ingested", "back-filled", "of which minimal"],
                   rows, numeric=["count", "live-ingested", "back-filled", "of which minimal"])]
 

@@ -406,11 +406,14 @@ async def serve(
                  graceS=options.shutdown_grace_s)
         stop.set()
 
+    metrics = Metrics(settings)
+    if settings.metrics_port:  # first of all: a taken port is a config error before any tick
+        metrics.serve(settings.metrics_port)
     try:
         with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):
             return await _serve_until_stopped(settings, specs, options=options,
                                               notifier=notifier or Notifier(), clock=clock,
-                                              stop=stop)
+                                              stop=stop, metrics=metrics)
     finally:
         log.info("shutdown.completed")
 
@@ -423,14 +426,12 @@ async def _serve_until_stopped(
     notifier: Notifier,
     clock: Callable[[], int],
     stop: asyncio.Event,
+    metrics: Metrics,
 ) -> int:
-    """Open Chroma, supervise every daemon, notify systemd and serve metrics until `stop`;
-    then let the daemons finish and close everything, in reverse order."""
-    metrics = Metrics(settings)
+    """Open Chroma, supervise every daemon and notify systemd until `stop`, with `metrics`
+    served; then let the daemons finish and close everything, in reverse order."""
     helpers: list[asyncio.Task[None]] = []
     vectors: VectorStore | None = None
-    if settings.metrics_port:  # first: a taken port is a config error before any tick
-        metrics.serve(settings.metrics_port)
     try:
         vectors = await _open_vectors(settings, stop, options)
         if vectors is None:
