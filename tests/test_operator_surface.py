@@ -60,15 +60,21 @@ async def _seed_memories(tmp_path: Path) -> None:
         await vectors.close()
 
 
-def test_every_command_prints_a_short_summary_without_json(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def seeded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bytes) -> str:
+    """A config over a store with three memories of one summarized session, and `stdin` ready
+    for `enqueue`; the config's path."""
     import asyncio
 
     asyncio.run(_seed_memories(tmp_path))
-    kb = config(tmp_path)
-    line = b'{"source":"memory:m1","target":"memory:m2","relationship":"R"}\n'
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line)))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    return config(tmp_path)
+
+
+def test_every_command_prints_a_short_summary_without_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kb = seeded(tmp_path, monkeypatch,
+                b'{"source":"memory:m1","target":"memory:m2","relationship":"R"}\n')
     said: dict[str, str] = {}
     for name, main, argv in [
         ("enqueue", enqueue.main, []),
@@ -101,14 +107,10 @@ def test_every_command_prints_a_short_summary_without_json(
 def test_the_status_tables_add_up_and_date_the_oldest_line_by_its_own_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import asyncio
-
-    asyncio.run(_seed_memories(tmp_path))
-    kb = config(tmp_path)
-    lines = (b'{"source":"memory:m1","target":"memory:m2","relationship":"R"}\n'
-             b'{"source":"CONCEPT:a","target":"memory:m9","relationship":"R",'
-             b'"timestamp":"2020-01-02T03:04:05Z"}\n')
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines)))
+    kb = seeded(tmp_path, monkeypatch,
+                b'{"source":"memory:m1","target":"memory:m2","relationship":"R"}\n'
+                b'{"source":"CONCEPT:a","target":"memory:m9","relationship":"R",'
+                b'"timestamp":"2020-01-02T03:04:05Z"}\n')
     assert run(enqueue.main, "--config", kb, capsys=capsys)[0] == 0
     assert run(drain.main, "--tick", "--config", kb, capsys=capsys)[0] == 0
     code, out = run(status.main, "--config", kb, capsys=capsys)
@@ -197,12 +199,8 @@ async def test_a_chroma_url_with_user_info_is_never_shown(
 def test_a_line_to_a_node_no_back_fill_can_create_says_it_is_not_in_the_graph(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import asyncio
-
-    asyncio.run(_seed_memories(tmp_path))
-    kb = config(tmp_path)
-    line = b'{"source":"CONCEPT:nowhere","target":"memory:m1","relationship":"R"}\n'
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line)))
+    kb = seeded(tmp_path, monkeypatch,
+                b'{"source":"CONCEPT:nowhere","target":"memory:m1","relationship":"R"}\n')
     assert run(enqueue.main, "--config", kb, capsys=capsys)[0] == 0
     assert run(drain.main, "--tick", "--config", kb, capsys=capsys)[0] == 0
     [requeued] = (tmp_path / "data/memory-core/lazy-edges.jsonl").read_text().splitlines()
