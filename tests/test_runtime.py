@@ -251,10 +251,17 @@ async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     async def stopped_drain(stores: TickContext, dry_run: bool) -> RemTickFigures:
         return RemTickFigures(LiveIngestSkipped(0, "none"), DrainStats(interrupted=True))
 
-    _, stop = await served([DaemonSpec("d", (Job("d", stopped_drain, 60_000),))])
-    await asyncio.sleep(0.3)
+    ran: list[bool] = []
+
+    async def tick(stores: TickContext, dry_run: bool) -> RemTickFigures:
+        figures = await stopped_drain(stores, dry_run)
+        ran.append(True)
+        return figures
+
+    task, stop = await served([DaemonSpec("d", (Job("d", tick, 60_000),))])
+    await wait_until(lambda: ran)
     stop.set()
-    await asyncio.sleep(0.3)
+    assert await asyncio.wait_for(task, 10) == 0  # the record is written before serve returns
     graph = await GraphDB.open(settings.graph_db_path)
     record = (await last_ticks(graph))["d"]
     await graph.close()
