@@ -64,7 +64,9 @@ def story(stdout: str) -> str:
     masked = re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+Z( \(\d+[smhd] ago\))?", "<time>", stdout)
     masked = re.sub(r"\b[\d,.]+ m?s\b", "<took>", masked)
     masked = re.sub(r"finished in [\d.]+s", "finished in <took>", masked)
-    # Table columns are as wide as their widest cell: a longer duration widens them.
+    # Table columns are as wide as their widest cell: a longer duration widens them, and
+    # the rule under the headings with them.
+    masked = re.sub("─+", "─", masked)
     return "\n".join(" ".join(line.split()) for line in masked.splitlines())
 
 
