@@ -115,6 +115,8 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
                 "kb-tenants set-config TENANT --repo-slug R"]
     mode = ("tombstoning on" if figures.auto_tombstone
             else "report only: autoTombstone is off")
+    if not figures.enabled:
+        mode = "reconciliation is disabled: this dry run shows what a pass would find"
     lines = [f"reconcile pass over {counted(len(figures.tenants), 'tenant')} ({mode})"
              + (DRY_RUN_NOTE if dry_run else "") + ": "
              f"{counted(figures.stale_count, 'stale chunk')}, "
@@ -129,9 +131,14 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     elif figures.unrecorded_rows:
         lines.append(f"{counted(figures.unrecorded_rows, 'telemetry row')} not in SQLite yet "
                      "(kept in the spool; the next pass writes them)")
+    elif figures.tombstoned_count:
+        lines.append("tombstoned chunks are archived under tombstones/ first (kb-reconcile "
+                     "restore ARCHIVE puts them back); kb-status shows each tenant's drift")
+    elif figures.stale_count and not figures.auto_tombstone:
+        lines.append(f"left: {counted(figures.stale_count, 'stale chunk')} stay until "
+                     "reconciliationAutoTombstone = true; kb-status shows each tenant's drift")
     else:
-        lines.append("kb-status shows each tenant's drift; tombstoned chunks are archived "
-                     "under tombstones/ (kb-reconcile restore ARCHIVE puts them back)")
+        lines.append("kb-status shows each tenant's drift")
     return lines
 
 
