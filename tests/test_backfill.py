@@ -131,20 +131,13 @@ async def test_a_memory_chroma_does_not_have_is_row_not_found(
     assert await count_rows(graph, "nodes") == 0
 
 
-async def test_a_missing_collection_is_no_collection(
-    graph: GraphDB, vectors: VectorStore, settings: Settings
+@pytest.mark.parametrize("node_id", ["memory:m1", "session:s1"])
+async def test_a_missing_collection_is_no_collection_and_echoes_the_id(
+    graph: GraphDB, vectors: VectorStore, settings: Settings, node_id: str
 ) -> None:
-    result = await ingest_single_row(graph, vectors, settings, "memory:m1")
+    result = await ingest_single_row(graph, vectors, settings, node_id)
     assert (result.success, result.reason) == (False, Reason.NO_COLLECTION)
-    assert result.graph_node_id == "memory:m1"
-
-
-async def test_a_session_without_a_summary_collection_echoes_its_id(
-    graph: GraphDB, vectors: VectorStore, settings: Settings
-) -> None:
-    result = await ingest_single_row(graph, vectors, settings, "session:s1")
-    assert (result.success, result.reason) == (False, Reason.NO_COLLECTION)
-    assert result.graph_node_id == "session:s1"
+    assert result.graph_node_id == node_id
 
 
 async def test_a_failing_fetch_is_chroma_fetch_failed(
