@@ -29,6 +29,8 @@ import structlog
 
 from core.jobs import tombstoning
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
+from core.rules.errors import StoreUnavailable
+from core.rules.explain_plan import TenantPlan, build_plan
 from core.rules.figures import to_json
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
@@ -59,7 +61,7 @@ from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.telemetry import insert_metric_rows, new_metric_row
 from core.stores.telemetry_spool import MetricSpool
-from core.stores.tenant_manifests import all_manifests
+from core.stores.tenant_manifests import all_manifests, tenant_manifests
 from core.stores.tenants import list_tenants
 
 if TYPE_CHECKING:
@@ -408,3 +410,23 @@ def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow
             detail=to_json(outcome.telemetry_detail(policy)),
         )
     return None
+
+
+async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
+    """`reconcile explain`: one tenant's pass run in explain mode (the same scan, rules and
+    guards as a pass, with nothing deleted and no telemetry written), as a plan. Raises
+    LookupError for a tenant without a configuration node (the pass never visits it) and
+    StoreUnavailable when the tenant's scan failed."""
+    tenant = next((t for t in await list_tenants(context.graph) if t.tenant_id == tenant_id),
+                  None)
+    if tenant is None:
+        raise LookupError(f"tenant {tenant_id!r} has no configuration node "
+                          "(a pass never visits it)")
+    manifests = await tenant_manifests(context.graph, tenant_id)
+    policy = ReconcilePolicy.from_settings(context.settings, dry_run=True)
+    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True)
+    if outcome.failed or tally is None:
+        raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
+                               f"{outcome.error or 'no valid config version'}")
+    return build_plan(outcome, tally, policy, manifests,
+                      enabled=context.settings.reconciliation_enabled)
