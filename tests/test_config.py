@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 import shutil
 import tomllib
 from pathlib import Path
