@@ -123,22 +123,10 @@ async def reconcile_tick(
                 await recorder.record(outcome, policy)
             outcomes.append(outcome)
         context.control.progress()
-    return ReconcileFigures(
-        enabled=settings.reconciliation_enabled,
-        auto_tombstone=policy.auto_tombstone,
-        pass_id=policy.pass_id,
-        tenants=tuple(o.figures() for o in outcomes),
-        failed_tenants=sum(o.failed for o in outcomes),
-        stale_count=sum(o.stale_count for o in outcomes),
-        manifest_orphan_count=sum(o.manifest_orphan_count for o in outcomes),
-        total_orphan_count=sum(o.total_orphan_count for o in outcomes),
-        missing_path_count=sum(o.missing_path_count for o in outcomes),
-        tombstoned_count=sum(o.tombstoned_count for o in outcomes),
-        archives=tuple(o.archive for o in outcomes if o.archive),
-        spool_flushed=recorder.flushed,
-        unrecorded_rows=spool.pending() + recorder.lost,
-        stopped=len(outcomes) < len(tenants),
-    )
+    return ReconcileFigures.of(
+        outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
+        pass_id=policy.pass_id, spool_flushed=recorder.flushed,
+        unrecorded_rows=spool.pending() + recorder.lost, stopped=len(outcomes) < len(tenants))
 
 
 async def reconcile_tenant(

@@ -410,6 +410,23 @@ class ReconcileFigures:
     #: Whether the daemon's stop ended the pass before its last tenant.
     stopped: bool
 
+    @classmethod
+    def of(cls, outcomes: list[TenantOutcome], *, enabled: bool, auto_tombstone: bool,
+           pass_id: str, spool_flushed: int, unrecorded_rows: int, stopped: bool
+           ) -> ReconcileFigures:
+        """A pass's figures from its tenants' outcomes."""
+        return cls(
+            enabled=enabled, auto_tombstone=auto_tombstone, pass_id=pass_id,
+            tenants=tuple(o.figures() for o in outcomes),
+            failed_tenants=sum(o.failed for o in outcomes),
+            stale_count=sum(o.stale_count for o in outcomes),
+            manifest_orphan_count=sum(o.manifest_orphan_count for o in outcomes),
+            total_orphan_count=sum(o.total_orphan_count for o in outcomes),
+            missing_path_count=sum(o.missing_path_count for o in outcomes),
+            tombstoned_count=sum(o.tombstoned_count for o in outcomes),
+            archives=tuple(o.archive for o in outcomes if o.archive),
+            spool_flushed=spool_flushed, unrecorded_rows=unrecorded_rows, stopped=stopped)
+
     @property
     def succeeded(self) -> bool:
         """A pass did its work when no tenant failed and every telemetry row it owes (its own
