@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from core.jobs.demo import build_demo_dataset, synthetic_embedding
+from core.rules.manifests import PathCoverage, diff_tenant_manifest
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
 from tests.support import make_settings, run_module, seed
@@ -36,11 +37,24 @@ def test_the_dataset_holds_every_case_and_its_queue_has_no_clock_in_it() -> None
     summarized = {row.metadata["sessionId"] for row in dataset.summaries}
     sessions = {row.metadata["sessionId"] for row in dataset.memories}
     assert sessions - summarized, "sessions without a summary"
-    assert len(dataset.tenants) == 3
+    assert len(dataset.tenants) == 4
     assert len({row.metadata["tenantConfigVersion"] for row in dataset.chunks}) >= 2
     # Built again at another time: the same queue bytes, so a re-run is recognized as applied.
     assert build_demo_dataset(now_ms=1_900_000_000_000).queue_lines == dataset.queue_lines
     assert synthetic_embedding("x") == synthetic_embedding("x") != synthetic_embedding("y")
+
+
+def test_the_force_pushed_tenant_has_two_orphaned_paths_and_one_missing_path() -> None:
+    dataset = build_demo_dataset(now_ms=1_800_000_000_000)
+    [(tenant, manifest)] = dataset.manifests
+    rows = [r for r in dataset.chunks if r.metadata["tenantId"] == tenant]
+    diff = diff_tenant_manifest(rows, {manifest.repo_slug: manifest})
+    assert {o.source_path for o in diff.manifest_orphans} == {"src/old_index.py",
+                                                              "src/legacy/cache.py"}
+    coverage = PathCoverage({manifest.repo_slug: manifest})
+    for row in rows:
+        coverage.observe(row.metadata)
+    assert coverage.missing() == {manifest.repo_slug: ("src/index.py",)}
 
 
 def graph_facts(folder: Path) -> dict[str, Any]:

@@ -115,9 +115,11 @@ def _tenants_section(status: StatusReport, now: int) -> list[str]:
         out.append("  none configured")
         return out
     out.extend(table(
-        ["tenant", "repo", "version", "last stale", "tombstoned", "reported"],
+        ["tenant", "repo", "version", "last stale", "orphaned", "missing paths", "tombstoned",
+         "reported"],
         [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
-          t.last_tombstoned_count, ago(t.last_report_at, now)] for t in status.tenants],
+          t.last_manifest_orphan_count, t.last_missing_path_count, t.last_tombstoned_count,
+          ago(t.last_report_at, now)] for t in status.tenants],
     ))
     return out
 
