@@ -237,35 +237,45 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
             "remaining": remaining, "failedTenants": figures["failedTenants"]}
 
 
-def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
-    """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
-    by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
-    else."""
-    from core.rules.reconcile import actionable_stamp_ceiling, candidate_where
+def _scan_then_delete(collection: Any, where: dict[str, Any], *, batch: int,
+                      doomed: Any = None) -> tuple[int, int]:
+    """The floors' shared work: a bare paged scan of `where` (metadatas, at the pass's page
+    size), then deletes by ids, in batches of `batch`, of the rows `doomed(metadata)` picks
+    (none when it is None). Returns (scanned, deleted)."""
     from core.stores.chroma import SCAN_PAGE_ROWS
 
-    settings = settings_for(root)
-    client = open_chroma(settings)
-    where = candidate_where(TENANT, CURRENT_VERSION)
-    measure = Measure()
-    measure.start()
-    collection = client.get_collection(settings.knowledge_base_collection,
-                                       embedding_function=None)
     ids: list[str] = []
     scanned = offset = 0
     while True:
         page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
                               offset=offset)
         scanned += len(page["ids"])
-        if delete == "ids":
-            ids.extend(page["ids"])
+        if doomed is not None:
+            ids += [i for i, m in zip(page["ids"], page["metadatas"], strict=True) if doomed(m)]
         if len(page["ids"]) < SCAN_PAGE_ROWS:
             break
         offset += len(page["ids"])
-    tombstoned = len(ids)
-    batch = int(client.get_max_batch_size())
     for start in range(0, len(ids), batch):
         collection.delete(ids=ids[start:start + batch])
+    return scanned, len(ids)
+
+
+def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
+    """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
+    by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
+    else."""
+    from core.rules.reconcile import actionable_stamp_ceiling, candidate_where
+
+    settings = settings_for(root)
+    client = open_chroma(settings)
+    measure = Measure()
+    measure.start()
+    collection = client.get_collection(settings.knowledge_base_collection,
+                                       embedding_function=None)
+    scanned, tombstoned = _scan_then_delete(
+        collection, candidate_where(TENANT, CURRENT_VERSION),
+        batch=int(client.get_max_batch_size()),
+        doomed=(lambda _m: True) if delete == "ids" else None)
     if delete == "where":
         ceiling = actionable_stamp_ceiling(CURRENT_VERSION, 2)
         tombstoned = collection.delete(where={"$and": [
@@ -278,8 +288,6 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
 def run_full_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     """(child) The bare paged scan of every chunk of the tenant (what a pass with a manifest
     reads), then (`delete`) deletes by ids of the stale and orphaned ones; nothing else."""
-    from core.stores.chroma import SCAN_PAGE_ROWS
-
     settings = settings_for(root)
     client = open_chroma(settings)
     gone = {page_path(p) for p in range(10**6) if orphaned_page(p)}
@@ -287,23 +295,12 @@ def run_full_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     measure.start()
     collection = client.get_collection(settings.knowledge_base_collection,
                                        embedding_function=None)
-    ids: list[str] = []
-    scanned = offset = 0
-    while True:
-        page = collection.get(where={"tenantId": TENANT}, include=["metadatas"],
-                              limit=SCAN_PAGE_ROWS, offset=offset)
-        scanned += len(page["ids"])
-        if delete:
-            ids += [i for i, m in zip(page["ids"], page["metadatas"], strict=True)
-                    if m["tenantConfigVersion"] < CURRENT_VERSION or m["sourcePath"] in gone]
-        if len(page["ids"]) < SCAN_PAGE_ROWS:
-            break
-        offset += len(page["ids"])
-    batch = int(client.get_max_batch_size())
-    for start in range(0, len(ids), batch):
-        collection.delete(ids=ids[start:start + batch])
+    scanned, tombstoned = _scan_then_delete(
+        collection, {"tenantId": TENANT}, batch=int(client.get_max_batch_size()),
+        doomed=(lambda m: m["tenantConfigVersion"] < CURRENT_VERSION
+                or m["sourcePath"] in gone) if delete else None)
     measure.stop()
-    return {**measure.figures(), "scanned": scanned, "tombstoned": len(ids),
+    return {**measure.figures(), "scanned": scanned, "tombstoned": tombstoned,
             "remaining": int(collection.count()), "failedTenants": 0}
 
 

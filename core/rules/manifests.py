@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from core.rules.rows import id_and_metadata
 from core.rules.tenants import normalize_tenant_id
 from core.rules.values import is_real_number
 
@@ -184,7 +185,7 @@ def diff_tenant_manifest(
     actionable: list[str] = []
     seen: set[str] = set()
     for row in rows:
-        row_id, metadata = _id_and_metadata(row)
+        row_id, metadata = id_and_metadata(row)
         if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
             continue
         orphan = manifest_orphan(row_id, metadata, usable)
@@ -196,12 +197,6 @@ def diff_tenant_manifest(
                                            grace_ms=grace_ms):
             actionable.append(row_id)
     return ManifestDiff(tuple(orphans), actionable_ids=tuple(actionable))
-
-
-def _id_and_metadata(row: Any) -> tuple[Any, Any]:
-    if isinstance(row, Mapping):
-        return row.get("id"), row.get("metadata")
-    return getattr(row, "id", None), getattr(row, "metadata", None)
 
 
 def ordered_union(*id_lists: Sequence[str]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from core.rules.config import KEYS_BY_NAME, Settings
 from core.rules.figures import omitted_when_none
+from core.rules.rows import id_and_metadata
 from core.rules.values import is_real_number
 
 #: The default gap (the config table's, never re-spelled); never a stand-in for an invalid one.
@@ -78,13 +79,6 @@ class TenantDiff:
 EMPTY_DIFF = TenantDiff()
 
 
-def _id_and_metadata(row: Any) -> tuple[Any, Any]:
-    """A row's id and metadata, from a `{id, metadata}` mapping or a ChromaRow-like object."""
-    if isinstance(row, Mapping):
-        return row.get("id"), row.get("metadata")
-    return getattr(row, "id", None), getattr(row, "metadata", None)
-
-
 def diff_tenant_chunks(
     rows: Any, current_version: Any, orphan_version_gap: Any = None
 ) -> TenantDiff:
@@ -110,7 +104,7 @@ def diff_tenant_chunks(
     stale: list[StaleOrphan] = []
     actionable: list[str] = []
     for row in rows:
-        row_id, metadata = _id_and_metadata(row)
+        row_id, metadata = id_and_metadata(row)
         if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
             continue
         stamp: Any = metadata.get(STAMP_KEY)
