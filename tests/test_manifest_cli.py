@@ -153,6 +153,21 @@ def test_a_force_push_orphans_exactly_the_removed_files_chunks(
     assert "c.md#0" in text.stdout and "missing: e.md" in text.stdout
 
 
+def test_from_a_subfolder_of_a_work_tree_the_whole_tree_is_read(
+    tmp_path: Path, config: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "one")
+    prepare(config, [])
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
+                   str(repo / "src"))
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert shown["manifests"][0]["pathCount"] == 2  # a.md and src/b.py, not just b.py
+
+
 def test_explain_pages_a_long_plan_on_a_terminal_and_lists_it_whole_in_json(
     tmp_path: Path, config: Path
 ) -> None:
