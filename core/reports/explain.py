@@ -16,7 +16,9 @@ PAGE_ROWS: Final = 50
 
 
 def _closed(value: float | None, unit: str = "") -> str:
-    return "invalid: nothing actionable (fails closed)" if value is None else f"{value:g}{unit}"
+    if value is None:
+        return "invalid: nothing actionable (fails closed)"
+    return f"{int(value):,}{unit}" if float(value).is_integer() else f"{value:g}{unit}"
 
 
 def _why(chunk: ChunkLine) -> str:
