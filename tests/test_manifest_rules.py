@@ -271,5 +271,6 @@ def test_a_policy_patch_refuses_invalid_values_and_inherit_removes_the_key() -> 
         "reconciliationPolicy": {"orphanVersionGap": 3, "manifestGraceMs": 0,
                                  "autoTombstone": None}}
     for bad in ({"gap": 0.5}, {"gap": math.nan}, {"grace_ms": -1}, {"auto_tombstone": "yes"}):
+        kwargs: dict[str, Any] = {"gap": None, "grace_ms": None, "auto_tombstone": None, **bad}
         with pytest.raises(ValueError):
-            policy_patch(**{"gap": None, "grace_ms": None, "auto_tombstone": None, **bad})
+            policy_patch(**kwargs)

@@ -2,10 +2,11 @@
 commit (the daemon-side repo walk that catches a force-push; the original only had what each
 push's payload said).
 
-`git ls-tree -r -z --full-tree --name-only <commit>` lists every path of the commit's tree;
-`-z` gives the names as they are (no quoting of unusual bytes), so a path that is not UTF-8 is
-found and refused rather than stored in git's quoted form; `--full-tree` lists the whole tree
-even when DIR is a subfolder of a work tree (git would list paths below it, relative to it). Works on a work tree and on a bare
+`git ls-tree -r -z --full-tree --name-only <commit>` lists every path of the commit's
+tree; `-z` gives the names as they are (no quoting of unusual bytes), so a path that is not
+UTF-8 is found and refused rather than stored in git's quoted form; `--full-tree` lists the
+whole tree even when DIR is a subfolder of a work tree (git would list paths below it,
+relative to it). Works on a work tree and on a bare
 repository (`git -C DIR`); the work tree's uncommitted files are never read.
 """
 
