@@ -33,6 +33,14 @@ def git(repo: Path, *args: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
+def new_repo(tmp_path: Path) -> Path:
+    """An empty git repository (branch main) in `tmp_path/repo`."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
 def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
     """Write (or, for None, remove) files and commit them; the new head's id."""
     for name, text in files.items():
@@ -108,9 +116,7 @@ def left(config: Path) -> set[str]:
 def test_a_force_push_orphans_exactly_the_removed_files_chunks(
     tmp_path: Path, config: Path
 ) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
+    repo = new_repo(tmp_path)
     base = commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "base")
     pushed = commit_files(repo, {"c.md": "c", "src/d.py": "d"}, "pushed")
     made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(repo))
@@ -156,9 +162,7 @@ def test_a_force_push_orphans_exactly_the_removed_files_chunks(
 def test_from_a_subfolder_of_a_work_tree_the_whole_tree_is_read(
     tmp_path: Path, config: Path
 ) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
+    repo = new_repo(tmp_path)
     commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "one")
     prepare(config, [])
     made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
@@ -193,9 +197,7 @@ def test_explain_pages_a_long_plan_on_a_terminal_and_lists_it_whole_in_json(
 def test_bad_manifest_input_is_exit_2_with_one_line_and_changes_nothing(
     tmp_path: Path, config: Path, args: tuple[str, ...], stdin: str | None, says: str
 ) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
+    repo = new_repo(tmp_path)
     commit_files(repo, {"a.md": "a"}, "one")
     (tmp_path / "empty-dir").mkdir()
     args = tuple(str(repo) if a == "REPO" else str(tmp_path / "empty-dir") if a == "." else a
@@ -217,9 +219,7 @@ def test_a_path_that_is_not_utf8_is_refused_from_a_file_and_from_git(
     bad.write_bytes(b"ok.md\n\xff\xfe.md\n")
     done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", str(bad))
     assert done.returncode == 2 and f"{bad}:2: path is not valid UTF-8" in done.stderr
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
+    repo = new_repo(tmp_path)
     (repo / "ok.md").write_text("ok")
     try:
         (repo / os.fsdecode(b"\xff.md")).write_text("bad")
