@@ -34,7 +34,12 @@ from core.stores.claimed_paths import ClaimedPathsError, paths_at, paths_from_by
 from core.stores.clock import now_ms
 from core.stores.sqlite import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
-from core.stores.tenants import list_tenants, set_tenant_config, set_tenant_policy
+from core.stores.tenants import (
+    list_tenants,
+    set_tenant_config,
+    set_tenant_policy,
+    tenant_config,
+)
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 
 PROG = "daemons.tenants"
@@ -168,10 +173,14 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         await set_tenant_manifest(graph, args.tenant, manifest)
+        configured = await tenant_config(graph, args.tenant) is not None
     finally:
         await graph.close()
     at = f" at {manifest.revision}" if manifest.revision else ""
     print(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths{at}")
+    if not configured:
+        sys.stderr.write(f"{PROG}: note: tenant {args.tenant!r} has no configuration node; a "
+                         "pass reconciles it once set-config has given it one\n")
     return EXIT_OK
 
 

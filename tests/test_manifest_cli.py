@@ -159,6 +159,17 @@ def test_a_force_push_orphans_exactly_the_removed_files_chunks(
     assert "c.md#0" in text.stdout and "missing: e.md" in text.stdout
 
 
+def test_a_manifest_for_an_unconfigured_tenant_is_kept_and_says_the_pass_skips_it(
+    tmp_path: Path, config: Path
+) -> None:
+    made = tenants(config, "set-manifest", "nobody", "--repo-slug", "r", "--paths-file", "-",
+                   stdin="a.md\n")
+    assert made.returncode == 0, made.stderr
+    assert "has no configuration node" in made.stderr
+    shown = json.loads(tenants(config, "show", "nobody", "--json").stdout)
+    assert (shown["configured"], shown["manifests"][0]["pathCount"]) == (False, 1)
+
+
 def test_from_a_subfolder_of_a_work_tree_the_whole_tree_is_read(
     tmp_path: Path, config: Path
 ) -> None:
