@@ -2,9 +2,8 @@
 adapters (the per-edge baseline and the floors), and the small file helpers the seeders share.
 
 The bare connections are opened exactly as the project opens its own (WAL, `synchronous=FULL`,
-foreign keys, the same busy timeout and page cache; Chroma with telemetry off and no embedding
-function), so a floor is cheaper only because it does less, never because it is less durable
-or worse configured.
+foreign keys, the same busy timeout; Chroma with telemetry off and no embedding function), so a
+floor is cheaper only because it does less, never because it is less durable.
 """
 
 from __future__ import annotations
@@ -34,13 +33,12 @@ def settings_for(root: Path, **overrides: Any) -> Any:
 def open_sqlite(path: Path) -> sqlite3.Connection:
     """The graph file with the project's durability settings, in autocommit mode (callers
     issue their own BEGIN IMMEDIATE / COMMIT)."""
-    from core.stores.sqlite import BUSY_TIMEOUT_MS, CACHE_SIZE_KIB
+    from core.stores.sqlite import BUSY_TIMEOUT_MS
 
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
-    conn.execute(f"PRAGMA cache_size=-{CACHE_SIZE_KIB}")
     return conn
 
 

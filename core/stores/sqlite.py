@@ -30,11 +30,6 @@ log = structlog.get_logger(__name__)
 #: out a neighbour's batch commit (tens of ms), short enough that a stuck writer fails the tick
 #: instead of hanging it.
 BUSY_TIMEOUT_MS = 5_000
-#: The connection's page cache (KiB; SQLite's default is 2 MiB). A drain batch inserts ~10,000
-#: edges at scattered places of two indexes; with the default cache their pages are spilled and
-#: read back mid-transaction, which made the edge insert ~45% dearer in CPU (measured, 50,000
-#: lines). A fixed bound: the cache never grows with the data beyond it.
-CACHE_SIZE_KIB = 32 * 1024
 #: SQLite primary result codes that say the database cannot be used right now (permission,
 #: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
 #: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
@@ -118,7 +113,6 @@ class GraphDB:
             if not read_only or in_memory:
                 await conn.executescript("".join(ALL_DDL))
             await conn.execute("PRAGMA foreign_keys=ON")
-            await conn.execute(f"PRAGMA cache_size=-{CACHE_SIZE_KIB}")
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
