@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -51,6 +51,22 @@ class EdgeRow:
     relationship: str
     weight: float = 1.0
     properties: Mapping[str, Any] | None = None
+
+
+class EdgeLike(Protocol):
+    """An edge's fields, read-only: an `EdgeRow`, or a parsed queue line, which the drainer
+    links as it is (one object less per line)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def relationship(self) -> str: ...
+    @property
+    def weight(self) -> float: ...
+    @property
+    def properties(self) -> Mapping[str, Any] | None: ...
 
 
 #: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, which
@@ -111,7 +127,10 @@ def payload_hash(payload: Mapping[str, Any]) -> str:
     the value: back-filling 11,000 memories spent a quarter of its planning there (measured).
     Anything else (a float, a bool, a lone surrogate, an integer past 64 bits) goes through
     `js_json`."""
-    if all(type(v) is str or type(v) is int for v in payload.values()):
+    for value in payload.values():
+        if type(value) is not str and type(value) is not int:
+            break
+    else:
         try:
             return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
         except orjson.JSONEncodeError:
