@@ -193,14 +193,7 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
                 plan.legacy_settled.append((legacy_id, "dead"))
             continue
         if isinstance(line, MalformedLine):
-            read_at = position_id(generation, item.read.offset)
-            plan.malformed += 1
-            plan.processed += 1
-            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
-                line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
-                attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
-            if legacy_id is not None:
-                plan.legacy_settled.append((legacy_id, "dead"))
+            _dead_letter_malformed(triaged, item, line, legacy_id, now_ms=now_ms)
             continue
         if legacy_id is not None:
             triaged.legacy_ids[item.read.offset] = legacy_id
@@ -208,6 +201,20 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
         endpoints[line.source] = None
         endpoints[line.target] = None
     return triaged
+
+
+def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine,
+                           legacy_id: str | None, *, now_ms: int) -> None:
+    """A malformed line's dead letter (it is never retried)."""
+    plan = triaged.plan
+    read_at = position_id(triaged.generation, item.read.offset)
+    plan.malformed += 1
+    plan.processed += 1
+    plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
+        line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
+        attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
+    if legacy_id is not None:
+        plan.legacy_settled.append((legacy_id, "dead"))
 
 
 def decide(
