@@ -391,8 +391,8 @@ async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
     appended: list[bool] = []
 
     def read_then_producer_appends(self: QueueReader, max_lines: int, max_bytes: int,
-                                   *, final: bool = False) -> list[ReadLine]:
-        lines = real_read(self, max_lines, max_bytes, final=final)
+                                   **bounds: Any) -> list[ReadLine]:
+        lines = real_read(self, max_lines, max_bytes, **bounds)
         if not appended:  # a producer that opened the file before the rename writes now
             appended.append(True)
             with self.path.open("ab") as f:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import pytest
+
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
@@ -126,22 +128,34 @@ async def test_a_400_mb_queue_of_50_mb_lines_stays_within_the_bound(tmp_path: Pa
     await drain_huge_lines(tmp_path, huge=8, size=50 * MIB)
 
 
-async def test_lines_just_under_the_limit_that_parse_into_millions_of_objects_stay_within_the_bound(
-    tmp_path: Path,
+def _dense_body(shape: str, size: int) -> bytes:
+    """About `size` bytes of one JSON shape, to follow an edge's fields in an object."""
+    if shape == "empty-lists":  # the JSON that grows most when parsed (~21x its bytes)
+        return b'"p": [' + b"[]," * (size // 3) + b"[]]"
+    if shape == "long-string":
+        return b'"p": "' + b"x" * size + b'"'
+    if shape == "top-level-keys":  # each a property: parsed into the line and its copy
+        return b",".join(b'"k%07d": 0' % i for i in range(size // 14))
+    return b'"p": [' + b'"ab",' * (size // 5) + b'"ab"]'  # short strings
+
+
+@pytest.mark.parametrize("shape", ["empty-lists", "long-string", "top-level-keys",
+                                   "short-strings"])
+async def test_lines_just_under_the_limit_of_any_shape_stay_within_the_bound(
+    tmp_path: Path, shape: str
 ) -> None:
-    # `[[],[],...]` is the JSON that grows most when parsed (~21x its bytes as Python lists),
-    # and these lines are valid edges: they are parsed, applied and stored.
+    # A batch is bounded by its bytes and by a bound of its parsed size computed from them;
+    # each shape here is valid, so it is parsed, planned, linked and stored.
     empty = await make_world(tmp_path / "empty")
-    world = await make_world(tmp_path / "dense")
+    world = await make_world(tmp_path / shape)
     lines = 40
-    filler = (MIB - 200) // 3
     with world.queue.open("wb") as out:
         for i in range(lines):
-            out.write(edge(f"DENSE{i}")[:-1] + b', "p": [' + b"[]," * filler + b"[]]}\n")
+            out.write(edge(f"SHAPE{i}")[:-1] + b", " + _dense_body(shape, MIB - 300) + b"}\n")
     baseline = run_tick(empty, tmp_path / "home")
     report = run_tick(world, tmp_path / "home")
     growth = (report["peakKiB"] - baseline["peakKiB"]) * 1024
-    print(f"peak RSS over an empty tick: {growth / MIB:.1f} MiB")
+    print(f"{shape}: peak RSS over an empty tick: {growth / MIB:.1f} MiB")
     assert report["drain"]["succeeded"] == lines
     assert growth <= MAX_GROWTH_BYTES, f"peak RSS grew {growth / MIB:.0f} MiB over an empty tick"
 

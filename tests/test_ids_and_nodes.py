@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -16,6 +17,7 @@ from core.rules.nodes import (
     memory_node,
     memory_payload_hash,
     minimal_session_node,
+    payload_hash,
     pick_summary_row,
     session_node,
     session_payload_hash,
@@ -88,6 +90,17 @@ def test_js_json_is_byte_identical_to_the_standard_encoder_whatever_the_value(
     reference = json.dumps(_js_numbers(value), sort_keys=True, separators=(",", ":"),
                            ensure_ascii=False)
     assert js_json(value) == reference
+
+
+@settings(max_examples=400, deadline=None)
+@given(payload=st.dictionaries(
+    st.sampled_from(["createdAt", "sessionId", "title", "userId"]),
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text()))
+def test_payload_hash_is_the_hash_of_js_json_whatever_the_values(payload: Any) -> None:
+    # The fast path (orjson straight to bytes) must hash exactly the bytes js_json writes.
+    expected = hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+    assert payload_hash(payload) == expected
 
 
 def test_memory_and_session_nodes_carry_exactly_one_marker() -> None:

@@ -200,10 +200,13 @@ def plan_memories(plan: BackfillPlan, memory_rows: Iterable[ChromaRow], *,
         node_id = session_node_id(key)
         if node_id not in plan.results and session_failure is not None:
             plan.results[node_id] = replace(session_failure, graph_node_id=node_id)
+    # Only a failure makes `needed` matter: asked per row of a list, it cost as much as
+    # planning the rows (measured).
+    unresolved_parents = frozenset(needed) if session_failure is not None else frozenset()
     for row in memory_rows:
         node_id = memory_node_id(row.id)
         sid = session_id_of(row.metadata)
-        if sid is not None and sid in needed and session_failure is not None:
+        if session_failure is not None and sid is not None and sid in unresolved_parents:
             plan.results[node_id] = BackfillResult.of(
                 session_failure.reason, node_id,
                 f"parent session {sid!r} unresolved: {session_failure.error or ''}".rstrip(": "),

@@ -25,7 +25,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from core.rules.dead_letters import dead_letter_record
-from core.rules.nodes import EdgeRow
+from core.rules.nodes import EdgeLike
 from core.rules.queue_lines import (
     MALFORMED,
     MAX_LINE_BYTES,
@@ -108,7 +108,8 @@ class DeadLetter:
 class BatchPlan:
     """Everything one batch writes, and its figures."""
 
-    links: list[EdgeRow] = field(default_factory=list)
+    #: The lines to link, as parsed (an `EdgeLine` has an edge's fields).
+    links: list[EdgeLike] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     #: Lines for the live queue: re-queued ones (with one more attempt) and deferred ones.
     requeue: list[bytes] = field(default_factory=list)
@@ -152,8 +153,16 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
     legacy_seen: set[str] = set()
     legacy_file = known.legacy_file
     dead_written = known.dead_written
+    # No migration and no dead letter from a crashed attempt: a new valid line is work at once.
+    plain = not legacy_file and not dead_written
     for item in parsed:
         line = item.line
+        if (plain and type(line) is EdgeLine and line.token_id is None
+                and line.legacy_id is None):
+            work.append(item)
+            endpoints[line.source] = None
+            endpoints[line.target] = None
+            continue
         legacy_id = None
         if legacy_file or (type(line) is EdgeLine and line.legacy_id is not None):
             legacy_id = legacy_id_of(item, legacy_file=legacy_file)
@@ -184,14 +193,7 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
                 plan.legacy_settled.append((legacy_id, "dead"))
             continue
         if isinstance(line, MalformedLine):
-            read_at = position_id(generation, item.read.offset)
-            plan.malformed += 1
-            plan.processed += 1
-            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
-                line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
-                attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
-            if legacy_id is not None:
-                plan.legacy_settled.append((legacy_id, "dead"))
+            _dead_letter_malformed(triaged, item, line, legacy_id, now_ms=now_ms)
             continue
         if legacy_id is not None:
             triaged.legacy_ids[item.read.offset] = legacy_id
@@ -199,6 +201,20 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
         endpoints[line.source] = None
         endpoints[line.target] = None
     return triaged
+
+
+def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine,
+                           legacy_id: str | None, *, now_ms: int) -> None:
+    """A malformed line's dead letter (it is never retried)."""
+    plan = triaged.plan
+    read_at = position_id(triaged.generation, item.read.offset)
+    plan.malformed += 1
+    plan.processed += 1
+    plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
+        line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
+        attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
+    if legacy_id is not None:
+        plan.legacy_settled.append((legacy_id, "dead"))
 
 
 def decide(
@@ -215,8 +231,7 @@ def decide(
         assert type(line) is EdgeLine
         source, target, token = line.source, line.target, line.token_id
         if source not in unresolved and target not in unresolved:
-            links.append(EdgeRow(source, target, line.relationship, line.weight,
-                                 line.properties))
+            links.append(line)
             if token is not None:
                 plan.tokens_consumed.append(token)
             if legacy_ids and item.read.offset in legacy_ids:

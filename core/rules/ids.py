@@ -14,6 +14,7 @@ MEMORY_PREFIX = "memory:"
 SESSION_PREFIX = "session:"
 
 RowKind = Literal["memory", "session"]
+_ROW_PREFIXES = (MEMORY_PREFIX, SESSION_PREFIX)
 
 
 def normalize_graph_node_id(node_id: Any) -> Any:
@@ -45,13 +46,16 @@ class RowNodeId:
 def parse_row_node_id(node_id: Any) -> RowNodeId | None:
     """Split a `memory:` / `session:` id (any prefix case); None for anything else, including
     an empty body such as `memory:`, which names no row and must not reach Chroma."""
-    canonical = normalize_graph_node_id(node_id)
+    canonical = (node_id if type(node_id) is str and node_id.startswith(_ROW_PREFIXES)
+                 else normalize_graph_node_id(node_id))  # already canonical: the usual case
     if not isinstance(canonical, str):
         return None
-    for kind, prefix in (("memory", MEMORY_PREFIX), ("session", SESSION_PREFIX)):
-        if canonical.startswith(prefix):
-            key = canonical[len(prefix):]
-            return RowNodeId(kind, key) if key else None  # type: ignore[arg-type]
+    if canonical.startswith(MEMORY_PREFIX):
+        key = canonical[len(MEMORY_PREFIX):]
+        return RowNodeId("memory", key) if key else None
+    if canonical.startswith(SESSION_PREFIX):
+        key = canonical[len(SESSION_PREFIX):]
+        return RowNodeId("session", key) if key else None
     return None
 
 

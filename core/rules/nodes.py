@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 
@@ -51,6 +51,22 @@ class EdgeRow:
     relationship: str
     weight: float = 1.0
     properties: Mapping[str, Any] | None = None
+
+
+class EdgeLike(Protocol):
+    """An edge's fields, read-only: an `EdgeRow`, or a parsed queue line, which the drainer
+    links as it is (one object less per line)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def relationship(self) -> str: ...
+    @property
+    def weight(self) -> float: ...
+    @property
+    def properties(self) -> Mapping[str, Any] | None: ...
 
 
 #: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, which
@@ -102,26 +118,49 @@ def _field(metadata: Mapping[str, Any], name: str) -> Any:
     return "" if value is None else value
 
 
+def payload_hash(payload: Mapping[str, Any]) -> str:
+    """SHA-256 of `js_json(payload)`, the hash a node's payload is compared by.
+
+    A payload whose values are all strings and integers (every real one: ids, titles, epoch
+    milliseconds or ISO times) is written by orjson straight to bytes, the same bytes
+    `js_json` gives (a property test holds the two to that), without `js_json`'s walks over
+    the value: back-filling 11,000 memories spent a quarter of its planning there (measured).
+    Anything else (a float, a bool, a lone surrogate, an integer past 64 bits) goes through
+    `js_json`."""
+    for value in payload.values():
+        if type(value) is not str and type(value) is not int:
+            break
+    else:
+        try:
+            return hashlib.sha256(orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        except orjson.JSONEncodeError:
+            pass  # a lone surrogate or an integer past 64 bits: js_json decides
+    return hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+
+
 def memory_payload_hash(metadata: Mapping[str, Any]) -> str:
     """Hash of the memory fields a graph node mirrors."""
-    payload = {k: _field(metadata, k) for k in ("createdAt", "sessionId", "userId")}
-    return hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+    return payload_hash({k: _field(metadata, k) for k in ("createdAt", "sessionId", "userId")})
 
 
 def session_payload_hash(metadata: Mapping[str, Any]) -> str:
     """Hash of the session-summary fields a graph node mirrors."""
-    payload = {k: _field(metadata, k) for k in ("createdAt", "sessionId", "title", "userId")}
-    return hashlib.sha256(js_json(payload).encode("utf-8")).hexdigest()
+    return payload_hash({k: _field(metadata, k)
+                         for k in ("createdAt", "sessionId", "title", "userId")})
 
 
 def memory_node(chroma_id: str, metadata: Mapping[str, Any], marker: Marker) -> NodeRow:
     """The MEMORY node for a memory row."""
+    created, session, user = (_field(metadata, "createdAt"), _field(metadata, "sessionId"),
+                              _field(metadata, "userId"))
     properties = {
         "chromaId": chroma_id,
-        "sessionId": _field(metadata, "sessionId"),
-        "createdAt": _field(metadata, "createdAt"),
-        "userId": _field(metadata, "userId"),
-        "payloadHash": memory_payload_hash(metadata),
+        "sessionId": session,
+        "createdAt": created,
+        "userId": user,
+        # The same payload as memory_payload_hash's, its fields read once.
+        "payloadHash": payload_hash({"createdAt": created, "sessionId": session,
+                                     "userId": user}),
         marker: True,
     }
     return NodeRow(memory_node_id(chroma_id), MEMORY_LABEL, properties)

@@ -17,7 +17,7 @@ import orjson
 import structlog
 
 from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL, EdgeRow, NodeRow
+from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL, EdgeLike, EdgeRow, NodeRow
 from core.stores.sqlite import GraphDB, Transaction
 
 log = structlog.get_logger(__name__)
@@ -75,7 +75,9 @@ class Reader(Protocol):
 def properties_json(value: Mapping[str, Any] | None) -> str:
     """Compact JSON of a property object, always valid JSON (see the module docstring); a
     non-finite float is written as null (lines with one are malformed anyway)."""
-    return orjson.dumps(value if type(value) is dict else dict(value or {})).decode()
+    if not value:  # None or empty (every structural edge): no encoder call
+        return "{}"
+    return orjson.dumps(value if type(value) is dict else dict(value)).decode()
 
 
 def _ids_json(ids: Collection[str]) -> str:
@@ -102,7 +104,7 @@ async def upsert_nodes(
     )
 
 
-async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeRow]) -> None:
+async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
     await tx.executemany(
         _INSERT_EDGE_IF_ABSENT,
@@ -111,7 +113,7 @@ async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeRow]) -> N
     )
 
 
-async def link_edges(tx: Transaction, edges: Iterable[EdgeRow]) -> None:
+async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
     (capped at MAX_WEIGHT) and merge its properties. Rows apply in order, so two links of one
     edge in a batch reinforce twice, as two separate calls would."""

@@ -55,6 +55,7 @@ from core.rules.queue_lines import (
     SpilledBytes,
     check_lines,
     line_time,
+    parsed_size_bound,
 )
 from core.stores.files import fsync_dir, open_lines, write_all
 
@@ -323,17 +324,24 @@ class QueueReader:
         self._chunk = chunk_bytes
         self._max_line = max_line_bytes
 
-    def read_lines(self, max_lines: int, max_bytes: int, *, final: bool = False) -> list[ReadLine]:
-        """Up to `max_lines` lines (or until `max_bytes` of them) after the last one read.
-        With `final`, the end of the file ends the last line even without a newline."""
+    def read_lines(self, max_lines: int, max_bytes: int, *, final: bool = False,
+                   max_parsed_bytes: int | None = None) -> list[ReadLine]:
+        """Up to `max_lines` lines (or until `max_bytes` of them, or until the bound of their
+        parsed size, `parsed_size_bound`, reaches `max_parsed_bytes`) after the last one
+        read; always at least one line when there is one. With `final`, the end of the file
+        ends the last line even without a newline."""
         lines: list[ReadLine] = []
-        taken = 0
+        taken = parsed = 0
         while len(lines) < max_lines and taken < max_bytes:
             line = self._next_line(final=final)
             if line is None:
                 break
             lines.append(line)
             taken += len(line.raw) + 1
+            if max_parsed_bytes is not None:
+                parsed += parsed_size_bound(line.raw)
+                if parsed >= max_parsed_bytes:
+                    break
         return lines
 
     def _next_line(self, *, final: bool) -> ReadLine | None:
