@@ -397,11 +397,16 @@ async def test_disabled_reconciliation_does_nothing(
 
 
 class StopOnFirstProgress(TickControl):
-    """The runtime's stop signal arriving while the first tenant is being scanned."""
+    """The runtime's stop signal arriving at the first sign of progress: while the tenants'
+    group read runs (with `tenant_bound`, only once a tenant's own step has begun)."""
+
+    def __init__(self, *, tenant_bound: bool = False) -> None:
+        super().__init__()
+        self.tenant_bound = tenant_bound
 
     def progress(self) -> None:
         super().progress()
-        if structlog.contextvars.get_contextvars().get("tenant"):
+        if not self.tenant_bound or structlog.contextvars.get_contextvars().get("tenant"):
             self.request_stop()
 
 
@@ -416,11 +421,21 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
         await seed(vectors, settings.knowledge_base_collection,
                    [chunk(f"{tenant}{i}", tenant, 1) for i in range(3)])
 
+    # Stopped while the group's candidates are read: no tenant's step begins, nothing goes.
     stopped = await one_pass(TickContext(settings, graph, vectors, StopOnFirstProgress()))
     assert stopped["stopped"] is True
-    assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
-    assert stopped["tombstonedCount"] == 0  # scanned, but no delete batch began
+    assert stopped["tenants"] == []
+    assert stopped["tombstonedCount"] == 0
     assert await vectors.count(settings.knowledge_base_collection) == 6
 
+    # Stopped inside the first tenant's tombstoning: its band finishes (a band is never cut
+    # in two), the next tenant is left for the next pass.
+    stopped = await one_pass(TickContext(settings, graph, vectors,
+                                         StopOnFirstProgress(tenant_bound=True)))
+    assert stopped["stopped"] is True
+    assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
+    assert stopped["tombstonedCount"] == 3
+    assert await vectors.count(settings.knowledge_base_collection) == 3
+
     resumed = await one_pass(TickContext(settings, graph, vectors))
-    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 6)
+    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 3)

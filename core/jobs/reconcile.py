@@ -21,12 +21,14 @@ from __future__ import annotations
 import functools
 import math
 import uuid
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from core.jobs import tombstoning
+from core.jobs.reconcile_fleet import count_group, scan_group
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
 from core.rules.figures import to_json
 from core.rules.reconcile import (
@@ -44,6 +46,8 @@ from core.rules.reconcile import (
     is_actionable_stamp,
     stale_fraction_exceeded,
 )
+from core.rules.reconcile_groups import TenantGroup, group_tenants, needs_count
+from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.rules.tenants import TenantConfig
 from core.rules.tombstone_bands import OldestIngested, deletion_bound
@@ -76,12 +80,15 @@ async def reconcile_tick(
 
     Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
     run works either way and writes nothing: no telemetry, no archive, no delete. First, rows
-    an earlier pass could not write are written (the spool). Tenants run one after another;
-    one tenant's failure is logged with its id and counted in `failedTenants`, and the pass
-    goes on to the next. `unrecordedRows` counts telemetry rows still not in SQLite when the
-    pass ends (kept in the spool): such a pass has not succeeded. When the daemon is
-    stopping, the pass returns between tenants or bands (never inside one) with `stopped:
-    true`; the next pass starts over, so nothing is lost.
+    an earlier pass could not write are written (the spool). Tenants go by groups of one
+    version (`core.rules.reconcile_groups`): one candidate read and one count read serve a
+    group, then each tenant is guarded and tombstoned on its own, and the group's telemetry
+    rows are written in one transaction. One tenant's failure is logged with its id and
+    counted in `failedTenants`, and the pass goes on to the next; a group read that fails
+    falls back to one read per tenant. `unrecordedRows` counts telemetry rows still not in
+    SQLite when the pass ends (kept in the spool): such a pass has not succeeded. When the
+    daemon is stopping, the pass returns between groups, tenants or bands (never inside one)
+    with `stopped: true`; the next pass starts over, so nothing is lost.
     """
     settings = context.settings
     if not settings.reconciliation_enabled and not dry_run:
@@ -97,18 +104,8 @@ async def reconcile_tick(
     recorder = _Recorder(context, spool)
     if not dry_run:
         await recorder.flush_spool()
-    outcomes: list[TenantOutcome] = []
     tenants = await list_tenants(context.graph)
-    for tenant in tenants:
-        if context.control.stopping:
-            log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
-            break
-        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
-            outcome = await reconcile_tenant(context, tenant, policy)
-            if not dry_run:
-                await recorder.record(outcome, policy)
-            outcomes.append(outcome)
-        context.control.progress()
+    outcomes = await _all_tenants(context, tenants, policy, recorder)
     return ReconcileFigures(
         enabled=settings.reconciliation_enabled,
         auto_tombstone=policy.auto_tombstone,
@@ -124,58 +121,181 @@ async def reconcile_tick(
     )
 
 
+async def _all_tenants(
+    context: TickContext, tenants: list[TenantConfig], policy: ReconcilePolicy,
+    recorder: _Recorder,
+) -> list[TenantOutcome]:
+    """Every tenant's outcome, group by group (each group's telemetry recorded before the
+    next), in the tenants' order; fewer when the daemon is stopping."""
+    outcomes: list[TenantOutcome] = []
+    for tenant in tenants:
+        if tenant.version < 1:
+            outcomes.append(await reconcile_tenant(context, tenant, policy))
+    for group in group_tenants(tenants):
+        if context.control.stopping:
+            log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
+            break
+        done = await _reconcile_group(context, group, policy)
+        if not policy.dry_run:
+            await recorder.record(done, policy)
+        outcomes.extend(done)
+        context.control.progress()
+    place = {tenant.tenant_id: i for i, tenant in enumerate(tenants)}
+    outcomes.sort(key=lambda o: place[o.tenant_id])  # the figures list tenants in id order
+    return outcomes
+
+
 async def reconcile_tenant(
     context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy
 ) -> TenantOutcome:
-    """Scan, guard and tombstone one tenant; never raises (a failure is recorded in the
-    outcome with the phase it happened in, and logged with the tenant's id). Writes no
-    telemetry (the caller does)."""
+    """Scan, guard and tombstone one tenant on its own reads; never raises (a failure is
+    recorded in the outcome with the phase it happened in, and logged with the tenant's id).
+    Writes no telemetry (the caller does). The path of a tenant whose group read failed."""
     outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
     if tenant.version < 1:
-        log.warning("reconcile.tenant_skipped", reason="no valid config version")
+        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+            log.warning("reconcile.tenant_skipped", reason="no valid config version")
         return outcome
-    try:
-        await _reconcile(_TenantScope(context, tenant, policy, read_ms=now_ms()), outcome)
-    except CollectionMissing:
-        # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
-        log.warning("reconcile.no_collection", collection=policy.collection)
-    except Exception as exc:
-        outcome.failed_phase = outcome.phase
-        outcome.error = f"{type(exc).__name__}: {exc}"
-        log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-                  exc_info=True)
-    finally:
-        log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-                 **to_json(outcome.figures()))
+    scope = _TenantScope(context, tenant, policy, read_ms=now_ms())
+    await _guarded(outcome, policy, _reconcile(scope, outcome))
     return outcome
 
 
+async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
+                   step: Coroutine[Any, Any, None]) -> None:
+    """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
+    is recorded in the outcome with the phase it happened in and logged with the tenant's id,
+    so one tenant cannot stop the others."""
+    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
+        try:
+            await step
+        except CollectionMissing:
+            # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
+            log.warning("reconcile.no_collection", collection=policy.collection)
+        except Exception as exc:
+            outcome.failed_phase = outcome.phase
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+                      exc_info=True)
+        finally:
+            log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
+                     **to_json(outcome.figures()))
+
+
 async def _reconcile(scope: _TenantScope, outcome: TenantOutcome) -> None:
-    """Scan the tenant's candidates; then, when tombstoning is on and some are actionable,
-    hold back when a guard says so, else tombstone the oldest up to the cap."""
-    policy = scope.policy
-    oldest = OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
+    """Scan the tenant's candidates, then guard and tombstone (`_after_scan`)."""
+    oldest = _oldest_for(scope.policy)
     await _scan_candidates(scope, outcome, oldest)
+    await _after_scan(scope, outcome, oldest, counted=None)
+
+
+def _oldest_for(policy: ReconcilePolicy) -> OldestIngested:
+    """Where a tenant's scan keeps the `ingestedAt` of the chunks a pass may delete."""
+    return OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
+
+
+async def _after_scan(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
+                      counted: int | None) -> None:
+    """When tombstoning is on and some chunks are actionable: hold back when a guard says so,
+    else tombstone the oldest up to the cap. `counted` is the tenant's chunk count when a
+    group read already has it (else the tenant is counted on its own)."""
+    policy = scope.policy
+    if outcome.held_count and policy.auto_tombstone:
+        log.warning(
+            "reconcile.chunks_held", heldCount=outcome.held_count,
+            message="actionable chunks without a numeric ingestedAt (or with one later than "
+            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
+            "from the archived content",
+        )
     if not (policy.auto_tombstone and outcome.actionable_count > 0):
         return
     if policy.invalid_guards:
         outcome.guard = GUARD_INVALID_CONFIG
         return
     outcome.phase = Phase.COUNT
-    if await _too_large_a_share(scope, outcome) or not policy.deletes_allowed:
+    if await _too_large_a_share(scope, outcome, counted) or not policy.deletes_allowed:
         return
     outcome.phase = Phase.TOMBSTONE
     await _tombstone(scope, outcome, oldest)
 
 
-async def _too_large_a_share(scope: _TenantScope, outcome: TenantOutcome) -> bool:
-    """Count the tenant's chunks (only as far as the answer needs: past actionable / fraction
-    it cannot change) and apply the stale-fraction guard; True (and the guard set) when the
-    pass must not tombstone this tenant."""
+async def _reconcile_group(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy
+) -> list[TenantOutcome]:
+    """One group of tenants: one candidate read for all, one count read for those the guard
+    needs counted, then each tenant guarded and tombstoned on its own (`_after_scan`). A
+    group read that fails falls back to one read per tenant; the outcomes of the tenants
+    done, in the group's order (fewer when the daemon is stopping)."""
+    read_ms = now_ms()
+    scopes = {t.tenant_id: _TenantScope(context, t, policy, read_ms) for t in group.tenants}
+    outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
+                for t in group.tenants}
+    oldest = {tenant_id: _oldest_for(policy) for tenant_id in scopes}
+    try:
+        await scan_group(context.vectors, policy.collection, group, beat=context.control.progress,
+                         on_rows=lambda tenant_id, rows: _tally(
+                             scopes[tenant_id], outcomes[tenant_id], oldest[tenant_id], rows))
+    except CollectionMissing:
+        log.warning("reconcile.no_collection", collection=policy.collection)
+        return list(outcomes.values())
+    except Exception:
+        log.warning("reconcile.group_read_failed", tenants=len(group.tenants), exc_info=True,
+                    message="reading these tenants one by one instead")
+        return await _one_by_one(context, group, policy)
+    counts = await _group_counts(context, policy, list(outcomes.values()))
+    done = []
+    for tenant_id, outcome in outcomes.items():
+        if context.control.stopping:
+            break
+        await _guarded(outcome, policy, _after_scan(scopes[tenant_id], outcome,
+                                                    oldest[tenant_id], counts.get(tenant_id)))
+        done.append(outcome)
+    return done
+
+
+async def _one_by_one(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy
+) -> list[TenantOutcome]:
+    """The group's tenants on their own reads (after a group read failed), until stopping."""
+    done = []
+    for tenant in group.tenants:
+        if context.control.stopping:
+            break
+        done.append(await reconcile_tenant(context, tenant, policy))
+    return done
+
+
+async def _group_counts(
+    context: TickContext, policy: ReconcilePolicy, outcomes: list[TenantOutcome]
+) -> dict[str, int]:
+    """The chunk counts of the group's tenants the guard needs, from one read when there are
+    two or more of them (one tenant counts itself, stopping early); empty when the read fails
+    (each tenant then counts itself)."""
+    wanted = [o.tenant_id for o in outcomes if needs_count(o, policy)]
+    if len(wanted) < 2:
+        return {}
+    try:
+        return dict(await count_group(context.vectors, policy.collection, wanted,
+                                      beat=context.control.progress))
+    except Exception:
+        log.warning("reconcile.group_count_failed", tenants=len(wanted), exc_info=True,
+                    message="counting these tenants one by one instead")
+        return {}
+
+
+async def _too_large_a_share(
+    scope: _TenantScope, outcome: TenantOutcome, counted: int | None
+) -> bool:
+    """Apply the stale-fraction guard to the tenant's chunk count (`counted`, or counted here
+    only as far as the answer needs: past actionable / fraction it cannot change); True (and
+    the guard set) when the pass must not tombstone this tenant."""
     policy = scope.policy
-    enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
-    outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
-        scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
+    if counted is not None:
+        outcome.total_chunks, outcome.total_complete = counted, True
+    else:
+        enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
+        outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
+            scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
     if not stale_fraction_exceeded(actionable=outcome.actionable_count,
                                    total=outcome.total_chunks,
                                    max_fraction=policy.max_stale_fraction):
@@ -208,31 +328,30 @@ async def _scan_candidates(
     """Count the tenant's stale and actionable chunks, one page of metadatas at a time, and
     keep the `ingestedAt` of the oldest actionable ones a pass may delete (see
     `core.jobs.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
-    context, tenant, policy, read_ms = scope.context, scope.tenant, scope.policy, scope.read_ms
-    where = candidate_where(tenant.tenant_id, tenant.version)
-    async for page in context.vectors.scan(
-        policy.collection, where=where, include=("metadatas",)
+    where = candidate_where(scope.tenant.tenant_id, scope.tenant.version)
+    async for page in scope.context.vectors.scan(
+        scope.policy.collection, where=where, include=("metadatas",)
     ):
-        diff = diff_tenant_chunks(page, tenant.version, policy.orphan_version_gap)
-        outcome.scanned += len(page)
-        outcome.stale_count += diff.stale_count
-        outcome.actionable_count += diff.actionable_count
-        if diff.actionable_ids:
-            metadata = {row.id: row.metadata for row in page}
-            for row_id in diff.actionable_ids:
-                bound = deletion_bound(metadata[row_id], read_ms=read_ms)
-                if bound is None:
-                    outcome.held_count += 1
-                else:
-                    oldest.offer(bound)
-        context.control.progress()
-    if outcome.held_count and policy.auto_tombstone:
-        log.warning(
-            "reconcile.chunks_held", heldCount=outcome.held_count,
-            message="actionable chunks without a numeric ingestedAt (or with one later than "
-            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
-            "from the archived content",
-        )
+        _tally(scope, outcome, oldest, page)
+        scope.context.control.progress()
+
+
+def _tally(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
+           rows: list[ChromaRow]) -> None:
+    """Add one page of the tenant's candidate rows to its figures and to `oldest`."""
+    policy = scope.policy
+    diff = diff_tenant_chunks(rows, scope.tenant.version, policy.orphan_version_gap)
+    outcome.scanned += len(rows)
+    outcome.stale_count += diff.stale_count
+    outcome.actionable_count += diff.actionable_count
+    if diff.actionable_ids:
+        metadata = {row.id: row.metadata for row in rows}
+        for row_id in diff.actionable_ids:
+            bound = deletion_bound(metadata[row_id], read_ms=scope.read_ms)
+            if bound is None:
+                outcome.held_count += 1
+            else:
+                oldest.offer(bound)
 
 
 async def count_tenant_chunks(
@@ -305,24 +424,26 @@ class _Recorder:
             log.error("reconcile.spool_flush_failed", path=str(self.spool.path),
                       pending=self.spool.pending(), exc_info=True)
 
-    async def record(self, outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
-        """One `reconcile` row for a tenant with stale chunks (none for a clean one); an
-        `error` row for a tenant that failed before its stale count was known."""
-        row = _telemetry_row(outcome, policy)
-        if row is None:
+    async def record(self, outcomes: Sequence[TenantOutcome], policy: ReconcilePolicy) -> None:
+        """The `reconcile` rows of a group's tenants with stale chunks (none for a clean one)
+        and `error` rows for those that failed before their stale count was known, in ONE
+        transaction; what SQLite refuses goes to the spool."""
+        rows = [row for o in outcomes if (row := _telemetry_row(o, policy)) is not None]
+        if not rows:
             return
         try:
-            await insert_metric_rows(self.graph, [row])
+            await insert_metric_rows(self.graph, rows)
             return
         except Exception as exc:
             log.error("reconcile.telemetry_unrecorded", path=str(self.spool.path),
-                      error=str(exc), message="kept in the spool; the next pass writes it, "
-                      "and this pass does not count as done")
+                      rows=len(rows), error=str(exc), message="kept in the spool; the next "
+                      "pass writes them, and this pass does not count as done")
         try:
-            await self.spool.append([row])
+            await self.spool.append(rows)
         except Exception:
-            self.lost += 1
-            log.error("reconcile.telemetry_lost", row=row.as_json(), exc_info=True)
+            self.lost += len(rows)
+            for row in rows:
+                log.error("reconcile.telemetry_lost", row=row.as_json(), exc_info=True)
 
 
 def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow | None:

@@ -1,0 +1,62 @@
+"""The grouped reads of a reconciliation pass: one Chroma query serves a whole group of tenants
+(`core.rules.reconcile_groups`), and each page is split back by tenant for the per-tenant
+decisions (`core.jobs.reconcile`).
+
+Both reads are read-only offset scans (`VectorStore.scan`), so memory is one page, whatever the
+number of tenants or chunks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Final
+
+from core.rules.reconcile_groups import (
+    TenantGroup,
+    count_by_tenant,
+    group_candidate_where,
+    rows_by_tenant,
+    tenants_where,
+)
+from core.rules.rows import ChromaRow
+
+if TYPE_CHECKING:
+    from core.stores.chroma import VectorStore
+
+#: Rows per page of a group's count read (metadatas: the tenant of each row is needed). Fewer,
+#: larger pages re-run the `where` fewer times; under Chroma's 32,766-row metadata limit. See
+#: README "Performance" for the measured cost and memory per page size.
+GROUP_COUNT_PAGE_ROWS: Final = 10_000
+
+
+async def scan_group(
+    vectors: VectorStore, collection: str, group: TenantGroup,
+    on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
+) -> None:
+    """Read the group's candidate chunks (stamp below the group's version), metadatas only,
+    a page at a time, and hand each tenant's rows of a page to `on_rows(tenant_id, rows)`
+    (rows of a tenant outside the group cannot match the `where` and are never handed)."""
+    members = set(group.tenant_ids)
+    async for page in vectors.scan(collection, where=group_candidate_where(group),
+                                   include=("metadatas",)):
+        for tenant_id, rows in rows_by_tenant(page).items():
+            if tenant_id in members:
+                on_rows(tenant_id, rows)
+        beat()
+
+
+async def count_group(
+    vectors: VectorStore, collection: str, tenant_ids: Sequence[str],
+    beat: Callable[[], None],
+) -> Counter[str]:
+    """Every chunk of these tenants, counted per tenant in one paged read (a tenant with no
+    chunk left counts 0). Complete counts: unlike the one-tenant count it cannot stop early,
+    so it is for groups, where one read replaces a round trip per tenant."""
+    counts: Counter[str] = Counter(dict.fromkeys(tenant_ids, 0))
+    members = set(tenant_ids)
+    async for page in vectors.scan(collection, where=tenants_where(tenant_ids),
+                                   include=("metadatas",), page_rows=GROUP_COUNT_PAGE_ROWS):
+        counts.update({t: n for t, n in count_by_tenant(page).items() if t in members})
+        beat()
+    return counts
