@@ -15,6 +15,7 @@ import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.jobs.reconcile import reconcile_tick
+from core.rules import reconcile_groups
 from core.rules.config import Settings
 from core.rules.reconcile import GUARD_STALE_FRACTION
 from core.rules.rows import ChromaRow
@@ -257,10 +258,18 @@ def tenant_fault(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch) -> Calla
     return inject
 
 
+@pytest.mark.parametrize(("sweep", "phase"), [(False, "scan"), (True, "tombstone")])
 async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore,
     tenant_fault: Callable[[str], None], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, sweep: bool, phase: str,
 ) -> None:
+    # Without the sweep, the group's candidate read names the broken tenant and fails, and
+    # the tenants are read one by one; with it (few chunks per tenant: the whole collection
+    # is read once, naming no tenant), the shared band names it, fails before any delete,
+    # and the tenants are tombstoned one by one. Either way only the broken tenant fails.
+    if not sweep:
+        monkeypatch.setattr(reconcile_groups, "SWEEP_MAX_CHUNKS_PER_TENANT", 0)
     stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "aaa-broken", 3)
@@ -273,11 +282,12 @@ async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     assert await ids_in(vectors, collection) == {"a1"}
     rows = await reconcile_rows(graph)
     assert [(r["tenant"], r["event"], r["error"]) for r in rows] == [
-        ("aaa-broken", "error", "reconcile-scan-failed"), ("bbb-fine", "reconcile", None)
+        ("aaa-broken", "error" if phase == "scan" else "reconcile",
+         f"reconcile-{phase}-failed"), ("bbb-fine", "reconcile", None)
     ]
     failures = [json.loads(line) for line in capsys.readouterr().err.splitlines()
                 if "reconcile.tenant_failed" in line]
-    assert [(f["tenant"], f["phase"]) for f in failures] == [("aaa-broken", "scan")]
+    assert [(f["tenant"], f["phase"]) for f in failures] == [("aaa-broken", phase)]
 
 
 async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went(
@@ -428,14 +438,18 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
     assert stopped["tombstonedCount"] == 0
     assert await vectors.count(settings.knowledge_base_collection) == 6
 
-    # Stopped inside the first tenant's tombstoning: its band finishes (a band is never cut
-    # in two), the next tenant is left for the next pass.
-    stopped = await one_pass(TickContext(settings, graph, vectors,
+    # Stopped inside the first tenant's own tombstoning (a cap of 2 puts each tenant on its
+    # own bands): its band finishes (a band is never cut in two), the next tenant is left
+    # for the next pass and not reported as done.
+    capped = make_settings(tmp_path, reconciliationEnabled=True,
+                           reconciliationAutoTombstone=True, reconciliationMaxStaleFraction=1.0,
+                           reconciliationMaxDeletesPerTick=2)
+    stopped = await one_pass(TickContext(capped, graph, vectors,
                                          StopOnFirstProgress(tenant_bound=True)))
     assert stopped["stopped"] is True
     assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
-    assert stopped["tombstonedCount"] == 3
-    assert await vectors.count(settings.knowledge_base_collection) == 3
+    assert stopped["tombstonedCount"] == 2
+    assert await vectors.count(settings.knowledge_base_collection) == 4
 
     resumed = await one_pass(TickContext(settings, graph, vectors))
-    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 3)
+    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 4)

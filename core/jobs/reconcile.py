@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from core.jobs import tombstoning
-from core.jobs.reconcile_fleet import count_group, scan_group
+from core.jobs.reconcile_fleet import count_group, scan_group, sweep_collection
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
+from core.jobs.tombstoning_groups import tombstone_group
 from core.rules.figures import to_json
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -46,7 +47,14 @@ from core.rules.reconcile import (
     is_actionable_stamp,
     stale_fraction_exceeded,
 )
-from core.rules.reconcile_groups import TenantGroup, group_tenants, needs_count
+from core.rules.reconcile_groups import (
+    TenantGroup,
+    candidate_rows,
+    group_tenants,
+    needs_count,
+    sweep_pays,
+    within_cap,
+)
 from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.rules.tenants import TenantConfig
@@ -117,7 +125,7 @@ async def reconcile_tick(
         archives=tuple(o.archive for o in outcomes if o.archive),
         spool_flushed=recorder.flushed,
         unrecorded_rows=spool.pending() + recorder.lost,
-        stopped=len(outcomes) < len(tenants),
+        stopped=len(outcomes) < len(tenants) or context.control.stopping,
     )
 
 
@@ -131,11 +139,14 @@ async def _all_tenants(
     for tenant in tenants:
         if tenant.version < 1:
             outcomes.append(await reconcile_tenant(context, tenant, policy))
+    swept = await _read_sweep(context, [t for t in tenants if t.version >= 1], policy)
     for group in group_tenants(tenants):
         if context.control.stopping:
             log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
             break
-        done = await _reconcile_group(context, group, policy)
+        read = swept.only(group) if swept else await _read_group(context, group, policy)
+        done = (await _finish_group(context, read, policy) if read is not None
+                else await _one_by_one(context, group, policy))
         if not policy.dry_run:
             await recorder.record(done, policy)
         outcomes.extend(done)
@@ -183,10 +194,12 @@ async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
 
 
 async def _reconcile(scope: _TenantScope, outcome: TenantOutcome) -> None:
-    """Scan the tenant's candidates, then guard and tombstone (`_after_scan`)."""
+    """Scan the tenant's candidates, then guard and tombstone it."""
     oldest = _oldest_for(scope.policy)
     await _scan_candidates(scope, outcome, oldest)
-    await _after_scan(scope, outcome, oldest, counted=None)
+    await _clear_to_tombstone(scope, outcome, counted=None)
+    if outcome.phase == Phase.TOMBSTONE:
+        await _tombstone(scope, outcome, oldest, TombstoneProgress())
 
 
 def _oldest_for(policy: ReconcilePolicy) -> OldestIngested:
@@ -194,11 +207,11 @@ def _oldest_for(policy: ReconcilePolicy) -> OldestIngested:
     return OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
 
 
-async def _after_scan(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
-                      counted: int | None) -> None:
-    """When tombstoning is on and some chunks are actionable: hold back when a guard says so,
-    else tombstone the oldest up to the cap. `counted` is the tenant's chunk count when a
-    group read already has it (else the tenant is counted on its own)."""
+async def _clear_to_tombstone(scope: _TenantScope, outcome: TenantOutcome,
+                              counted: int | None) -> None:
+    """When tombstoning is on and some chunks are actionable, apply the guards; the outcome's
+    phase becomes TOMBSTONE when none holds the tenant back. `counted` is the tenant's chunk
+    count when a group read already has it (else the tenant is counted on its own)."""
     policy = scope.policy
     if outcome.held_count and policy.auto_tombstone:
         log.warning(
@@ -216,41 +229,140 @@ async def _after_scan(scope: _TenantScope, outcome: TenantOutcome, oldest: Oldes
     if await _too_large_a_share(scope, outcome, counted) or not policy.deletes_allowed:
         return
     outcome.phase = Phase.TOMBSTONE
-    await _tombstone(scope, outcome, oldest)
 
 
-async def _reconcile_group(
-    context: TickContext, group: TenantGroup, policy: ReconcilePolicy
-) -> list[TenantOutcome]:
-    """One group of tenants: one candidate read for all, one count read for those the guard
-    needs counted, then each tenant guarded and tombstoned on its own (`_after_scan`). A
-    group read that fails falls back to one read per tenant; the outcomes of the tenants
-    done, in the group's order (fewer when the daemon is stopping)."""
-    read_ms = now_ms()
-    scopes = {t.tenant_id: _TenantScope(context, t, policy, read_ms) for t in group.tenants}
-    outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
-                for t in group.tenants}
-    oldest = {tenant_id: _oldest_for(policy) for tenant_id in scopes}
+@dataclass(slots=True)
+class _GroupRead:
+    """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
+    the `ingestedAt` of its deletable chunks, and its chunk count when a read counted it."""
+
+    scopes: dict[str, _TenantScope]
+    outcomes: dict[str, TenantOutcome]
+    oldest: dict[str, OldestIngested]
+    counts: dict[str, int]
+
+    @classmethod
+    def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
+              policy: ReconcilePolicy) -> _GroupRead:
+        """Nothing read yet (the tenants' read time is now)."""
+        read_ms = now_ms()
+        return cls({t.tenant_id: _TenantScope(context, t, policy, read_ms) for t in tenants},
+                   {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
+                    for t in tenants},
+                   {t.tenant_id: _oldest_for(policy) for t in tenants}, {})
+
+    def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
+        """Add a page's candidate rows of one tenant."""
+        _tally(self.scopes[tenant_id], self.outcomes[tenant_id], self.oldest[tenant_id], rows)
+
+    def only(self, group: TenantGroup) -> _GroupRead:
+        """The part of a sweep's read that is this group's."""
+        ids = group.tenant_ids
+        return _GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
+                          {t: self.oldest[t] for t in ids},
+                          {t: self.counts[t] for t in ids if t in self.counts})
+
+
+async def _read_sweep(context: TickContext, tenants: Sequence[TenantConfig],
+                      policy: ReconcilePolicy) -> _GroupRead | None:
+    """All tenants from ONE paged read of the whole collection, when their chunks are few
+    enough that it costs less than a read per group (`sweep_pays`): candidates and counts
+    alike. None when it does not pay or fails (the groups then read on their own)."""
     try:
-        await scan_group(context.vectors, policy.collection, group, beat=context.control.progress,
-                         on_rows=lambda tenant_id, rows: _tally(
-                             scopes[tenant_id], outcomes[tenant_id], oldest[tenant_id], rows))
+        chunks = await context.vectors.count(policy.collection)
+        if not sweep_pays(tenants=len(tenants), chunks=chunks):
+            return None
+        read = _GroupRead.empty(context, tenants, policy)
+        versions = {t.tenant_id: t.version for t in tenants}
+
+        def on_rows(tenant_id: str, rows: list[ChromaRow]) -> None:
+            read.counts[tenant_id] = read.counts.get(tenant_id, 0) + len(rows)
+            read.tally(tenant_id, candidate_rows(rows, versions[tenant_id]))
+
+        await sweep_collection(context.vectors, policy.collection, set(versions),
+                               on_rows=on_rows, beat=context.control.progress)
+    except CollectionMissing:
+        return None
+    except Exception:
+        log.warning("reconcile.sweep_failed", tenants=len(tenants), exc_info=True,
+                    message="reading the tenants by groups instead")
+        return None
+    read.counts = {t: read.counts.get(t, 0) for t in versions}
+    return read
+
+
+async def _read_group(context: TickContext, group: TenantGroup,
+                      policy: ReconcilePolicy) -> _GroupRead | None:
+    """One group: one candidate read for all its tenants, one count read for those the guard
+    needs counted. None when the candidate read fails (the tenants then read one by one)."""
+    read = _GroupRead.empty(context, group.tenants, policy)
+    try:
+        await scan_group(context.vectors, policy.collection, group, on_rows=read.tally,
+                         beat=context.control.progress)
     except CollectionMissing:
         log.warning("reconcile.no_collection", collection=policy.collection)
-        return list(outcomes.values())
+        return read
     except Exception:
         log.warning("reconcile.group_read_failed", tenants=len(group.tenants), exc_info=True,
                     message="reading these tenants one by one instead")
-        return await _one_by_one(context, group, policy)
-    counts = await _group_counts(context, policy, list(outcomes.values()))
-    done = []
-    for tenant_id, outcome in outcomes.items():
+        return None
+    read.counts = await _group_counts(context, policy, list(read.outcomes.values()))
+    return read
+
+
+async def _finish_group(context: TickContext, read: _GroupRead,
+                        policy: ReconcilePolicy) -> list[TenantOutcome]:
+    """Guard each tenant of a read group on its own; tombstone those cleared and under the cap
+    with shared bands, the others on their own. The outcomes of the tenants done, in the
+    group's order (fewer when the daemon is stopping)."""
+    done: list[TenantOutcome] = []
+    shared: list[str] = []
+    alone: list[str] = []
+    for tenant_id, outcome in read.outcomes.items():
         if context.control.stopping:
             break
-        await _guarded(outcome, policy, _after_scan(scopes[tenant_id], outcome,
-                                                    oldest[tenant_id], counts.get(tenant_id)))
+        await _guarded(outcome, policy, _clear_to_tombstone(
+            read.scopes[tenant_id], outcome, read.counts.get(tenant_id)))
         done.append(outcome)
+        if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
+            (shared if within_cap(outcome, policy) else alone).append(tenant_id)
+    if len(shared) < 2:
+        shared, alone = [], alone + shared
+    progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}
+    if shared and not await _tombstone_shared(context, read, policy, shared, progress):
+        alone += shared
+    for i, tenant_id in enumerate(alone):
+        if context.control.stopping:  # the tenants left are not done: the next pass does them
+            left = set(alone[i:])
+            return [o for o in done if o.tenant_id not in left]
+        outcome = read.outcomes[tenant_id]
+        await _guarded(outcome, policy, _tombstone(read.scopes[tenant_id], outcome,
+                                                   read.oldest[tenant_id], progress[tenant_id]))
     return done
+
+
+async def _tombstone_shared(context: TickContext, read: _GroupRead, policy: ReconcilePolicy,
+                            tenant_ids: list[str],
+                            progress: dict[str, TombstoneProgress]) -> bool:
+    """Tombstone these tenants (one version, each under the cap) with shared bands; False when
+    the shared bands were abandoned (the caller then tombstones them one by one, continuing
+    their progress)."""
+    jobs = {t: _tombstone_job(read.scopes[t]) for t in tenant_ids}
+    values = sorted(v for t in tenant_ids for v in read.oldest[t].sorted())
+    try:
+        await tombstone_group(jobs, values, cap=policy.max_deletes_per_tick,
+                              progress={t: progress[t] for t in tenant_ids},
+                              stopping=lambda: context.control.stopping,
+                              beat=context.control.progress)
+    except Exception as exc:
+        log.warning("reconcile.shared_bands_abandoned", tenants=len(tenant_ids),
+                    error=f"{type(exc).__name__}: {exc}",
+                    message="tombstoning these tenants one by one instead")
+        return False
+    finally:
+        for t in tenant_ids:
+            _apply(read.outcomes[t], progress[t])
+    return True
 
 
 async def _one_by_one(
@@ -373,13 +485,11 @@ async def count_tenant_chunks(
     return total, True
 
 
-async def _tombstone(
-    scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested
-) -> None:
-    """Archive and delete the oldest actionable chunks, band by band, up to the cap."""
+def _tombstone_job(scope: _TenantScope) -> TombstoneJob:
+    """What tombstoning the tenant needs: its stores, its staleness rule, its read time."""
     context, tenant, policy = scope.context, scope.tenant, scope.policy
     version, gap = tenant.version, policy.orphan_version_gap
-    job = TombstoneJob(
+    return TombstoneJob(
         vectors=context.vectors,
         collection=policy.collection,
         tenant_id=tenant.tenant_id,
@@ -391,18 +501,30 @@ async def _tombstone(
         pass_id=policy.pass_id,
         band_rows=tombstoning.BAND_ROWS,
     )
-    progress = TombstoneProgress()
+
+
+async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
+                     progress: TombstoneProgress) -> None:
+    """Archive and delete the oldest actionable chunks, band by band, up to the cap
+    (`progress`: what earlier shared bands already did for the tenant)."""
+    context = scope.context
+    outcome.phase = Phase.TOMBSTONE
     try:
         await tombstone_bands(
-            job, oldest.sorted(), cap=policy.max_deletes_per_tick,
+            _tombstone_job(scope), oldest.sorted(), cap=scope.policy.max_deletes_per_tick,
             progress=progress, stopping=lambda: context.control.stopping,
             beat=context.control.progress,
         )
     finally:
-        outcome.tombstoned_count = progress.tombstoned
-        outcome.archived_count = progress.archived
-        outcome.refused_bands = progress.bands_refused
-        outcome.archive = str(progress.archive.path) if progress.archive else None
+        _apply(outcome, progress)
+
+
+def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
+    """The tenant's figures from what its tombstoning did so far."""
+    outcome.tombstoned_count = progress.tombstoned
+    outcome.archived_count = progress.archived
+    outcome.refused_bands = progress.bands_refused
+    outcome.archive = str(progress.archive.path) if progress.archive else None
 
 
 class _Recorder:

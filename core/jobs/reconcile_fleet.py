@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 #: Rows per page of a group's count read (metadatas: the tenant of each row is needed). Fewer,
 #: larger pages re-run the `where` fewer times; under Chroma's 32,766-row metadata limit. See
 #: README "Performance" for the measured cost and memory per page size.
-GROUP_COUNT_PAGE_ROWS: Final = 10_000
+GROUP_COUNT_PAGE_ROWS: Final = 5_000
 
 
 async def scan_group(
@@ -42,6 +42,20 @@ async def scan_group(
                                    include=("metadatas",)):
         for tenant_id, rows in rows_by_tenant(page).items():
             if tenant_id in members:
+                on_rows(tenant_id, rows)
+        beat()
+
+
+async def sweep_collection(
+    vectors: VectorStore, collection: str, tenant_ids: set[str],
+    on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
+) -> None:
+    """Read the WHOLE collection once (no `where`), metadatas only, a page at a time, and hand
+    each of these tenants' rows of a page to `on_rows(tenant_id, rows)`: every row of theirs,
+    stale or not (the caller picks the candidates and counts the rest)."""
+    async for page in vectors.scan(collection, include=("metadatas",)):
+        for tenant_id, rows in rows_by_tenant(page).items():
+            if tenant_id in tenant_ids:
                 on_rows(tenant_id, rows)
         beat()
 

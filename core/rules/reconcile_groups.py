@@ -16,9 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
-from core.rules.rows import ChromaRow
+from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
+from core.rules.tombstone_bands import INGESTED_KEY, Band, Number
+from core.rules.values import is_real_number
 
+#: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
+#: this many chunks: one bare paged scan then costs less than a round trip per tenant or group
+#: (a per-tenant read costs ~12 ms, the time of scanning ~350 chunks; measured, README
+#: "Performance"), and it counts every tenant for the guard in the same read.
+SWEEP_MAX_CHUNKS_PER_TENANT: Final = 500
 #: Tenants per `tenantId $in [...]` list. Chroma 1.5.9 accepts 10,000 values and refuses
 #: 50,000 (issue 13); see README "Performance" for what the list's length costs.
 TENANTS_PER_WHERE: Final = 1_000
@@ -66,6 +73,46 @@ def group_candidate_where(group: TenantGroup) -> dict[str, Any]:
     """`where` for the group's possibly stale chunks: one of its tenants, stamp below the
     group's version (`core.rules.reconcile.candidate_where` for many tenants at once)."""
     return {"$and": [tenants_where(group.tenant_ids), {STAMP_KEY: {"$lt": group.version}}]}
+
+
+def sweep_pays(*, tenants: int, chunks: int) -> bool:
+    """Whether one sweep of the whole collection is the cheaper read for these tenants."""
+    return tenants > 1 and chunks <= tenants * SWEEP_MAX_CHUNKS_PER_TENANT
+
+
+def candidate_rows(rows: Iterable[ChromaRow], version: int) -> list[ChromaRow]:
+    """The rows a candidate `where` would return for a tenant at `version` (a real-number
+    stamp below it: Chroma's `$lt` matches numbers only), from a sweep's page."""
+    return [row for row in rows
+            if is_real_number(stamp := row.metadata.get(STAMP_KEY)) and stamp < version]
+
+
+def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
+    """A band's predicate over several tenants of one ceiling: `core.rules.tombstone_bands.
+    band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
+    clauses: list[dict[str, Any]] = [tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}}]
+    if band.after is not None:
+        clauses.append({INGESTED_KEY: {"$gt": band.after}})
+    clauses.append({INGESTED_KEY: {"$lte": band.through}})
+    return {"$and": clauses}
+
+
+def split_page(page: ColumnPage) -> dict[Any, ColumnPage]:
+    """A page of whole rows split by the `tenantId` each row carries (whatever its type)."""
+    index: dict[Any, list[int]] = {}
+    for i, metadata in enumerate(page.metadatas):
+        index.setdefault(metadata.get(TENANT_KEY), []).append(i)
+    return {tenant: ColumnPage(
+        [page.ids[i] for i in rows], [page.metadatas[i] for i in rows],
+        [page.documents[i] for i in rows],
+        page.embeddings[rows] if page.embeddings is not None else None)
+        for tenant, rows in index.items()}
+
+
+def within_cap(outcome: TenantOutcome, policy: ReconcilePolicy) -> bool:
+    """Whether every chunk the tenant's scan found deletable fits under the delete cap, so
+    that its bands need no `limit` and can be shared with other tenants."""
+    return outcome.actionable_count - outcome.held_count <= policy.max_deletes_per_tick
 
 
 def rows_by_tenant(rows: Iterable[ChromaRow]) -> dict[str, list[ChromaRow]]:

@@ -1,0 +1,126 @@
+"""Tombstoning many tenants with shared bands: the same rule as `core.jobs.tombstoning`, with
+one band's requests serving every tenant of a group.
+
+A group is tenants of one stamp ceiling (one current version, one gap) whose deletable chunks
+all fit under the delete cap, so no band needs a `limit` (the store's choice of rows under a
+`limit` could not be held to a per-tenant cap). A band is `tenantId $in [...] AND
+tenantConfigVersion <= ceiling AND after < ingestedAt <= through`: for each of its tenants
+exactly the predicate of that tenant's own band, evaluated by the store at delete time. Per
+band: one ids-only read of what it matches; those rows fetched whole a page at a time, split by
+tenant, checked against the rule and appended to each tenant's own archive; every archive
+touched fsynced; then one `delete(where=band)`.
+
+Anything unusual ends the group's shared bands and raises `GroupBandsAbandoned`, before the
+band's delete, so that the caller tombstones the group's tenants one by one with the careful
+path (`core.jobs.tombstoning`): a fetched row the rule refuses (it changed since it matched, or
+the store and the rule disagree). A delete that removes fewer rows than were archived (rows
+re-stamped or re-written in between) is attributed per tenant by reading which archived ids
+are gone. Memory: one page of whole rows plus the ids of one band.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from core.jobs.tombstoning import (
+    ARCHIVE_READ_ROWS,
+    TombstoneFailed,
+    TombstoneJob,
+    TombstoneProgress,
+    append_to_archive,
+)
+from core.rules.reconcile_groups import group_band_where, split_page
+from core.rules.tombstone_bands import Band, Number, plan_bands, rule_violations
+
+if TYPE_CHECKING:
+    from core.stores.chroma import VectorStore
+
+log = structlog.get_logger(__name__)
+
+
+class GroupBandsAbandoned(Exception):
+    """The group's shared bands stopped before a delete; its tenants go one by one."""
+
+
+async def tombstone_group(
+    jobs: Mapping[str, TombstoneJob],
+    oldest: Sequence[Number],
+    *,
+    cap: int,
+    progress: Mapping[str, TombstoneProgress],
+    stopping: Callable[[], bool],
+    beat: Callable[[], None],
+) -> None:
+    """Archive and delete the group's deletable chunks (`oldest`: the sorted `ingestedAt` of
+    all of them, every tenant's under `cap`, which no tenant's deletes may pass) band by
+    band, until the bands run out or the daemon is stopping (checked between bands). `jobs`
+    and `progress` are per tenant; every job shares one collection, ceiling and read time."""
+    first = next(iter(jobs.values()))
+    for band in plan_bands(oldest, band_rows=first.band_rows):
+        if stopping():
+            return
+        await _group_band(jobs, band, progress, cap)
+        beat()
+
+
+async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
+                      progress: Mapping[str, TombstoneProgress], cap: int) -> None:
+    first = next(iter(jobs.values()))
+    vectors = first.vectors
+    where = group_band_where(list(jobs), first.ceiling, band)
+    matched = await vectors.ids_where(first.collection, where=where)
+    archived: dict[str, list[str]] = {}
+    for start in range(0, len(matched), ARCHIVE_READ_ROWS):
+        page = await vectors.get_page(first.collection,
+                                      ids=matched[start:start + ARCHIVE_READ_ROWS])
+        for tenant_id, rows in split_page(page).items():
+            job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
+            if job is None or rule_violations(rows, tenant_id=tenant_id,
+                                               is_actionable=job.is_actionable,
+                                               read_ms=job.read_ms):
+                raise GroupBandsAbandoned(
+                    f"a shared band's rows changed or disagree with the rule (tenant "
+                    f"{tenant_id!r}); nothing of the band was deleted")
+            await append_to_archive(job, rows, progress[tenant_id])
+            archived.setdefault(tenant_id, []).extend(rows.ids)
+    if not archived:
+        return
+    if any(progress[t].tombstoned + len(ids) > cap for t, ids in archived.items()):
+        raise GroupBandsAbandoned("a tenant's share of a shared band would pass the delete "
+                                  "cap (chunks entered since the scan); nothing was deleted")
+    for tenant_id in archived:
+        archive = progress[tenant_id].archive
+        assert archive is not None
+        await archive.sync()  # nothing goes that is not on disk
+    try:
+        deleted = await vectors.delete_where(first.collection, where=where)
+    except Exception as exc:
+        await _attribute_gone(vectors, first.collection, archived, progress)
+        raise TombstoneFailed(f"delete of a shared band of {len(archived)} tenants failed: "
+                              f"{exc}") from exc
+    if deleted == sum(len(ids) for ids in archived.values()):
+        for tenant_id, ids in archived.items():
+            progress[tenant_id].tombstoned += len(ids)
+            progress[tenant_id].bands_done += 1
+    else:
+        await _attribute_gone(vectors, first.collection, archived, progress)
+    log.info("reconcile.tombstoned_shared_band", deleted=deleted, tenants=len(archived),
+             archived=sum(len(ids) for ids in archived.values()))
+
+
+async def _attribute_gone(vectors: VectorStore, collection: str,
+                          archived: Mapping[str, list[str]],
+                          progress: Mapping[str, TombstoneProgress]) -> None:
+    """Count, per tenant, the archived ids that no longer exist (none when that cannot be
+    read: the telemetry must not claim deletions that may not have happened)."""
+    try:
+        live = {row.id for row in await vectors.get_by_ids(
+            collection, [i for ids in archived.values() for i in ids], include=())}
+    except Exception:
+        log.warning("reconcile.delete_outcome_unknown", tenants=len(archived), exc_info=True)
+        return
+    for tenant_id, ids in archived.items():
+        progress[tenant_id].tombstoned += sum(1 for i in ids if i not in live)
