@@ -186,7 +186,7 @@ async def _archive_by_ids(
         bad = rule_violations(page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
                               read_ms=job.read_ms)
         keep = set(page.ids) - set(bad)
-        await append_to_archive(job, _only(page, keep), progress)
+        await _archive(job, _only(page, keep), progress)
         archived.update(keep)
         refused.extend(bad)
     return refused
@@ -223,9 +223,7 @@ def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
                       [page.documents[i] for i in index], embeddings)
 
 
-async def append_to_archive(
-    job: TombstoneJob, page: ColumnPage, progress: TombstoneProgress
-) -> None:
+async def _archive(job: TombstoneJob, page: ColumnPage, progress: TombstoneProgress) -> None:
     """Append a page to the tenant's archive (created with its first row); the band's
     `sync` makes it durable before the band's delete."""
     if not len(page):

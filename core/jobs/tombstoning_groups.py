@@ -8,7 +8,8 @@ tenantConfigVersion <= ceiling AND after < ingestedAt <= through`: for each of i
 exactly the predicate of that tenant's own band, evaluated by the store at delete time. Per
 band: one ids-only read of what it matches; those rows fetched whole a page at a time, split by
 tenant, checked against the rule and appended to each tenant's own archive; every archive
-touched fsynced; then one `delete(where=band)`.
+touched fsynced (one thread call for all of them: per tenant, archive work is what a shared
+band costs most); then one `delete(where=band)`.
 
 Anything unusual ends the group's shared bands and raises `GroupBandsAbandoned`, before the
 band's delete, so that the caller tombstones the group's tenants one by one with the careful
@@ -20,6 +21,7 @@ are gone. Memory: one page of whole rows plus the ids of one band.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -30,10 +32,12 @@ from core.jobs.tombstoning import (
     TombstoneFailed,
     TombstoneJob,
     TombstoneProgress,
-    append_to_archive,
 )
 from core.rules.reconcile_groups import group_band_where, split_page
+from core.rules.rows import ColumnPage
 from core.rules.tombstone_bands import Band, Number, plan_bands, rule_violations
+from core.stores.archives import TombstoneArchive, sync_archives
+from core.stores.clock import now_ms
 
 if TYPE_CHECKING:
     from core.stores.chroma import VectorStore
@@ -76,7 +80,8 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
     for start in range(0, len(matched), ARCHIVE_READ_ROWS):
         page = await vectors.get_page(first.collection,
                                       ids=matched[start:start + ARCHIVE_READ_ROWS])
-        for tenant_id, rows in split_page(page).items():
+        split = split_page(page)
+        for tenant_id, rows in split.items():
             job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
             if job is None or rule_violations(rows, tenant_id=tenant_id,
                                                is_actionable=job.is_actionable,
@@ -84,17 +89,17 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
                 raise GroupBandsAbandoned(
                     f"a shared band's rows changed or disagree with the rule (tenant "
                     f"{tenant_id!r}); nothing of the band was deleted")
-            await append_to_archive(job, rows, progress[tenant_id])
+        await asyncio.to_thread(_write_pages, jobs, split, progress, now_ms())
+        for tenant_id, rows in split.items():
             archived.setdefault(tenant_id, []).extend(rows.ids)
     if not archived:
         return
     if any(progress[t].tombstoned + len(ids) > cap for t, ids in archived.items()):
         raise GroupBandsAbandoned("a tenant's share of a shared band would pass the delete "
                                   "cap (chunks entered since the scan); nothing was deleted")
-    for tenant_id in archived:
-        archive = progress[tenant_id].archive
-        assert archive is not None
-        await archive.sync()  # nothing goes that is not on disk
+    # Nothing goes that is not on disk: every archive the band touched, in one thread call.
+    await asyncio.to_thread(sync_archives, [
+        archive for t in archived if (archive := progress[t].archive) is not None])
     try:
         deleted = await vectors.delete_where(first.collection, where=where)
     except Exception as exc:
@@ -109,6 +114,20 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
         await _attribute_gone(vectors, first.collection, archived, progress)
     log.info("reconcile.tombstoned_shared_band", deleted=deleted, tenants=len(archived),
              archived=sum(len(ids) for ids in archived.values()))
+
+
+def _write_pages(jobs: Mapping[str, TombstoneJob], split: Mapping[str, ColumnPage],
+                 progress: Mapping[str, TombstoneProgress], archived_at_ms: int) -> None:
+    """(blocking, one thread call per page) Append each tenant's rows to its own archive,
+    creating it with its first rows; durable only after `sync_archives`."""
+    for tenant_id, rows in split.items():
+        job, done = jobs[tenant_id], progress[tenant_id]
+        if done.archive is None:
+            done.archive = TombstoneArchive.new_unsynced(
+                job.tombstones_dir, collection=job.collection, tenant_id=tenant_id,
+                pass_id=job.pass_id, now_ms=archived_at_ms)
+        done.archive.write_page(rows, archived_at_ms=archived_at_ms)
+        done.archived += len(rows)
 
 
 async def _attribute_gone(vectors: VectorStore, collection: str,

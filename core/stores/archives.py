@@ -83,6 +83,10 @@ class TombstoneArchive:
         #: Rows appended so far, and how many of them are durable.
         self.rows_written = 0
         self.rows_synced = 0
+        #: Whether the file (and its folder entry) is durable yet (`new_unsynced` files are
+        #: not until `sync_archives`).
+        self.durable = True
+        self.created_directory = False
 
     @classmethod
     async def create(
@@ -109,6 +113,31 @@ class TombstoneArchive:
         if created_directory:
             fsync_dir(path.parent.parent)
 
+    @classmethod
+    def new_unsynced(
+        cls, directory: Path, *, collection: str, tenant_id: str, pass_id: str, now_ms: int
+    ) -> TombstoneArchive:
+        """(blocking) Create a new archive holding only its header, exclusively, NOT yet
+        durable: for a caller that writes many archives at once and makes them all durable
+        with one `sync_archives` (one fsync per file, one per folder) before any delete."""
+        header = ArchiveHeader(collection, tenant_id, pass_id, now_ms)
+        path = directory / archive_file_name(
+            collection=collection, tenant_id=tenant_id, now_ms=now_ms
+        )
+        created_directory = not path.parent.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("xb") as handle:
+            handle.write(seal(header.record()) + b"\n")
+        archive = cls(path, header)
+        archive.durable, archive.created_directory = False, created_directory
+        return archive
+
+    def write_page(self, page: ColumnPage, *, archived_at_ms: int) -> None:
+        """(blocking) `append` without its thread, for a caller already on one."""
+        if len(page):
+            self._write(page, archived_at_ms)
+            self.rows_written += len(page)
+
     async def append(self, page: ColumnPage, *, archived_at_ms: int) -> None:
         """Write a page of whole rows and flush it (durable only after `sync`); raises (and
         nothing may be deleted) when a row cannot be archived exactly or the disk refuses."""
@@ -129,14 +158,32 @@ class TombstoneArchive:
 
     async def sync(self) -> None:
         """Make every appended row durable (fsync); raises when the disk refuses."""
-        if self.rows_synced == self.rows_written:
+        if self.durable and self.rows_synced == self.rows_written:
             return
-        await asyncio.to_thread(self._fsync)
-        self.rows_synced = self.rows_written
+        await asyncio.to_thread(sync_archives, [self])
 
     def _fsync(self) -> None:
         with self.path.open("ab") as handle:
             os.fsync(handle.fileno())
+
+
+def sync_archives(archives: list[TombstoneArchive]) -> None:
+    """(blocking) Make every row written to these archives durable, and every new one's
+    folder entry: one fsync per file with unsynced rows, one per folder; raises when the disk
+    refuses (and nothing may then be deleted)."""
+    folders: set[Path] = set()
+    for archive in archives:
+        if archive.durable and archive.rows_synced == archive.rows_written:
+            continue
+        archive._fsync()
+        if not archive.durable:
+            folders.add(archive.path.parent)
+            if archive.created_directory:
+                folders.add(archive.path.parent.parent)
+    for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
+        fsync_dir(folder)
+    for archive in archives:
+        archive.durable, archive.rows_synced = True, archive.rows_written
 
 
 # --------------------------------------------------------------------------------------------
