@@ -83,6 +83,9 @@ TARGET_TENANTS = 1_000
 MAX_PER_CHUNK_GROWTH = 1.1
 MAX_RSS_GROWTH_MIB = 150.0
 MILLION = 1_000_000
+#: A 1,000,000-chunk child (seeding, or a pass and its floor, each reading every chunk by
+#: offset pages) can take many minutes on a busy 2-core machine.
+SCALE_CHILD_TIMEOUT_S = 3_600.0
 
 
 def tenant_name(index: int) -> str:
@@ -246,7 +249,8 @@ def run_scale_benchmark(shapes: Sequence[tuple[int, int]], *, repeats: int = 1,
             seed = workdir / f"seed-{key}"
             progress(f"scale: seeding {tenants:,} tenants, {chunks:,} chunks")
             run_child(MODULE, ["--seed", str(seed), "--tenants", str(tenants),
-                               "--chunks", str(chunks)], env=env)
+                               "--chunks", str(chunks)], env=env,
+                      timeout_s=SCALE_CHILD_TIMEOUT_S)
             runs[key] = {name: [] for name in contenders}
             for turn in range(repeats):
                 for name in contenders:
@@ -254,7 +258,8 @@ def run_scale_benchmark(shapes: Sequence[tuple[int, int]], *, repeats: int = 1,
                     progress(f"scale: {name} at {tenants:,} tenants x {chunks:,} "
                              f"(run {turn + 1}/{repeats})")
                     runs[key][name].append(run_child(
-                        MODULE, ["--contender", name, "--data", str(root)], env=env))
+                        MODULE, ["--contender", name, "--data", str(root)], env=env,
+                        timeout_s=SCALE_CHILD_TIMEOUT_S))
                     remove_tree(root)
             remove_tree(seed)
         return summarize(shapes, runs)
