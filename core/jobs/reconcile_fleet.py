@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from core.rules.reconcile_groups import (
     TenantGroup,
@@ -35,15 +35,9 @@ async def scan_group(
     on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
 ) -> None:
     """Read the group's candidate chunks (stamp below the group's version), metadatas only,
-    a page at a time, and hand each tenant's rows of a page to `on_rows(tenant_id, rows)`
-    (rows of a tenant outside the group cannot match the `where` and are never handed)."""
-    members = set(group.tenant_ids)
-    async for page in vectors.scan(collection, where=group_candidate_where(group),
-                                   include=("metadatas",)):
-        for tenant_id, rows in rows_by_tenant(page).items():
-            if tenant_id in members:
-                on_rows(tenant_id, rows)
-        beat()
+    a page at a time, and hand each tenant's rows of a page to `on_rows(tenant_id, rows)`."""
+    await _by_tenant(vectors, collection, group_candidate_where(group), set(group.tenant_ids),
+                     on_rows, beat)
 
 
 async def sweep_collection(
@@ -53,7 +47,16 @@ async def sweep_collection(
     """Read the WHOLE collection once (no `where`), metadatas only, a page at a time, and hand
     each of these tenants' rows of a page to `on_rows(tenant_id, rows)`: every row of theirs,
     stale or not (the caller picks the candidates and counts the rest)."""
-    async for page in vectors.scan(collection, include=("metadatas",)):
+    await _by_tenant(vectors, collection, None, tenant_ids, on_rows, beat)
+
+
+async def _by_tenant(
+    vectors: VectorStore, collection: str, where: dict[str, Any] | None, tenant_ids: set[str],
+    on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
+) -> None:
+    """Page through `where`'s rows and hand each page's rows of these tenants on, by tenant
+    (a row of any other tenant is never handed on)."""
+    async for page in vectors.scan(collection, where=where, include=("metadatas",)):
         for tenant_id, rows in rows_by_tenant(page).items():
             if tenant_id in tenant_ids:
                 on_rows(tenant_id, rows)

@@ -1,0 +1,54 @@
+"""Bounded memory: a reconcile pass over many tenants holds a page, not the collection. The same
+pass (dry, then tombstoning: archives written streaming) over four times the chunks must grow
+the process by about as much, within a small margin; `make bench SCALE=full` measures the
+1,000,000-chunk case against its 150 MB bound.
+
+Each pass runs in a child process of its own (`benchmarks.scale_bench`, which reports the peak
+RSS growth of the pass alone, stores already open). Marked slow (about two minutes, most of it
+seeding 250,000 chunks): `python -m pytest -m slow tests/test_reconcile_memory.py`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.harness import child_env, copy_data, run_child
+from benchmarks.scale_bench import MODULE, stale_count
+
+TENANTS = 1_000
+SMALL, LARGE = 50_000, 200_000
+#: How much more the pass over LARGE may grow the process than over SMALL: a few pages of
+#: Chroma's buffers and the per-tenant figures, never a share of the 150,000 extra chunks
+#: (their metadata alone is ~60 MB as Python objects).
+MAX_EXTRA_GROWTH_MIB = 25.0
+
+
+def seeded(workdir: Path, chunks: int) -> Path:
+    root = workdir / f"seed-{chunks}"
+    run_child(MODULE, ["--seed", str(root), "--tenants", str(TENANTS), "--chunks", str(chunks)],
+              env=child_env(workdir), timeout_s=900)
+    return root
+
+
+def growth(workdir: Path, seed: Path, contender: str) -> tuple[float, dict[str, object]]:
+    root = copy_data(seed, workdir / f"{contender}-{seed.name}")
+    report = run_child(MODULE, ["--contender", contender, "--data", str(root)],
+                       env=child_env(workdir), timeout_s=900).report
+    return float(report["peakRssGrowthMiB"]), report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("contender", ["dry", "tombstone"])
+def test_a_fleet_pass_grows_by_a_page_not_by_the_collection(
+    tmp_path: Path, contender: str
+) -> None:
+    small_seed, large_seed = seeded(tmp_path, SMALL), seeded(tmp_path, LARGE)
+    small, small_report = growth(tmp_path, small_seed, contender)
+    large, large_report = growth(tmp_path, large_seed, contender)
+    assert small_report["stale"] == stale_count(TENANTS, SMALL)
+    assert large_report["stale"] == stale_count(TENANTS, LARGE)
+    if contender == "tombstone":
+        assert large_report["tombstoned"] == stale_count(TENANTS, LARGE)
+    assert large - small <= MAX_EXTRA_GROWTH_MIB, (small, large)
