@@ -49,7 +49,6 @@ from core.rules.reconcile import (
 )
 from core.rules.reconcile_groups import (
     TenantGroup,
-    candidate_rows,
     group_tenants,
     needs_count,
     sweep_pays,
@@ -273,21 +272,15 @@ async def _read_sweep(context: TickContext, tenants: Sequence[TenantConfig],
         if not sweep_pays(tenants=len(tenants), chunks=chunks):
             return None
         read = _GroupRead.empty(context, tenants, policy)
-        versions = {t.tenant_id: t.version for t in tenants}
-
-        def on_rows(tenant_id: str, rows: list[ChromaRow]) -> None:
-            read.counts[tenant_id] = read.counts.get(tenant_id, 0) + len(rows)
-            read.tally(tenant_id, candidate_rows(rows, versions[tenant_id]))
-
-        await sweep_collection(context.vectors, policy.collection, set(versions),
-                               on_rows=on_rows, beat=context.control.progress)
+        read.counts = dict(await sweep_collection(
+            context.vectors, policy.collection, {t.tenant_id: t.version for t in tenants},
+            on_rows=read.tally, beat=context.control.progress))
     except CollectionMissing:
         return None
     except Exception:
         log.warning("reconcile.sweep_failed", tenants=len(tenants), exc_info=True,
                     message="reading the tenants by groups instead")
         return None
-    read.counts = {t: read.counts.get(t, 0) for t in versions}
     return read
 
 

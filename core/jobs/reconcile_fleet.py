@@ -9,7 +9,7 @@ number of tenants or chunks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from core.rules.reconcile_groups import (
@@ -17,6 +17,7 @@ from core.rules.reconcile_groups import (
     count_by_tenant,
     group_candidate_where,
     rows_by_tenant,
+    sweep_page,
     tenants_where,
 )
 from core.rules.rows import ChromaRow
@@ -42,17 +43,25 @@ async def scan_group(
 
 
 async def sweep_collection(
-    vectors: VectorStore, collection: str, tenant_ids: set[str],
+    vectors: VectorStore, collection: str, versions: Mapping[str, int],
     on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
-) -> None:
-    """Read the WHOLE collection once (no `where`), metadatas only, a page at a time, and hand
-    each of these tenants' rows of a page to `on_rows(tenant_id, rows)`: every row of theirs,
-    stale or not (the caller picks the candidates and counts the rest)."""
-    await _by_tenant(vectors, collection, None, tenant_ids, on_rows, beat)
+) -> Counter[str]:
+    """Read the WHOLE collection once (no `where`), ids and metadatas, a page at a time; hand
+    each tenant's candidate rows of a page (`sweep_page`: stamp below its version in
+    `versions`) to `on_rows(tenant_id, rows)`, and return how many chunks each tenant has
+    (every tenant of `versions`, 0 for one with none)."""
+    counts: Counter[str] = Counter(dict.fromkeys(versions, 0))
+    async for page in vectors.metadata_pages(collection):
+        seen, candidates = sweep_page(page, versions)
+        counts.update(seen)
+        for tenant_id, rows in candidates.items():
+            on_rows(tenant_id, rows)
+        beat()
+    return counts
 
 
 async def _by_tenant(
-    vectors: VectorStore, collection: str, where: dict[str, Any] | None, tenant_ids: set[str],
+    vectors: VectorStore, collection: str, where: dict[str, Any], tenant_ids: set[str],
     on_rows: Callable[[str, list[ChromaRow]], None], beat: Callable[[], None],
 ) -> None:
     """Page through `where`'s rows and hand each page's rows of these tenants on, by tenant

@@ -11,7 +11,7 @@ split back by `tenantId`, and every decision stays per tenant (`core.rules.recon
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -80,11 +80,23 @@ def sweep_pays(*, tenants: int, chunks: int) -> bool:
     return tenants > 1 and chunks <= tenants * SWEEP_MAX_CHUNKS_PER_TENANT
 
 
-def candidate_rows(rows: Iterable[ChromaRow], version: int) -> list[ChromaRow]:
-    """The rows a candidate `where` would return for a tenant at `version` (a real-number
-    stamp below it: Chroma's `$lt` matches numbers only), from a sweep's page."""
-    return [row for row in rows
-            if is_real_number(stamp := row.metadata.get(STAMP_KEY)) and stamp < version]
+def sweep_page(page: ColumnPage, versions: Mapping[str, int]
+               ) -> tuple[Counter[str], dict[str, list[ChromaRow]]]:
+    """A sweep's page, for the tenants at these current versions: how many rows each has, and
+    each one's candidate rows (those its candidate `where` would return: a real-number stamp
+    below its version, as Chroma's `$lt` matches numbers only). Rows of other tenants, and
+    fresh rows, cost a lookup and no object."""
+    counts: Counter[str] = Counter()
+    candidates: dict[str, list[ChromaRow]] = {}
+    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
+        tenant_id = metadata.get(TENANT_KEY) if metadata else None
+        if not isinstance(tenant_id, str) or (version := versions.get(tenant_id)) is None:
+            continue
+        counts[tenant_id] += 1
+        stamp = metadata.get(STAMP_KEY)
+        if is_real_number(stamp) and stamp < version:
+            candidates.setdefault(tenant_id, []).append(ChromaRow(row_id, dict(metadata)))
+    return counts, candidates
 
 
 def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:

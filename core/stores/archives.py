@@ -21,11 +21,12 @@ import asyncio
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Final, TypeVar
 
 import structlog
 
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+T = TypeVar("T")
+
+#: Threads that create and fsync many archives at once (a shared band touches up to 1,000).
+ARCHIVE_IO_THREADS: Final = 8
 #: Lines checked and restored per batch: one `get` and one `add` per batch, and memory
 #: bounded by a batch whatever the file's size.
 RESTORE_BATCH_LINES: Final = 1_000
@@ -167,19 +172,28 @@ class TombstoneArchive:
             os.fsync(handle.fileno())
 
 
+def in_parallel(work: Callable[[T], object], items: Sequence[T]) -> None:
+    """(blocking) `work` on every item, on up to ARCHIVE_IO_THREADS threads (file creation and
+    fsync wait on the disk, not the GIL: 1,000 archives' fsyncs one after another cost ~1 s
+    more than spread over threads); the first error is raised after all finished."""
+    if len(items) < 2:
+        for item in items:
+            work(item)
+        return
+    with ThreadPoolExecutor(max_workers=ARCHIVE_IO_THREADS,
+                            thread_name_prefix="archive-io") as pool:
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()
+
+
 def sync_archives(archives: list[TombstoneArchive]) -> None:
     """(blocking) Make every row written to these archives durable, and every new one's
     folder entry: one fsync per file with unsynced rows, one per folder; raises when the disk
     refuses (and nothing may then be deleted)."""
-    folders: set[Path] = set()
-    for archive in archives:
-        if archive.durable and archive.rows_synced == archive.rows_written:
-            continue
-        archive._fsync()
-        if not archive.durable:
-            folders.add(archive.path.parent)
-            if archive.created_directory:
-                folders.add(archive.path.parent.parent)
+    pending = [a for a in archives if not a.durable or a.rows_synced != a.rows_written]
+    in_parallel(lambda archive: archive._fsync(), pending)
+    folders = {a.path.parent for a in pending if not a.durable}
+    folders |= {a.path.parent.parent for a in pending if not a.durable and a.created_directory}
     for folder in sorted(folders, key=lambda f: len(f.parts), reverse=True):
         fsync_dir(folder)
     for archive in archives:
