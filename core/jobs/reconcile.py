@@ -172,10 +172,11 @@ async def reconcile_tenant(
 
 
 async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
-                   step: Coroutine[Any, Any, None]) -> None:
+                   step: Coroutine[Any, Any, None], *, last: bool = True) -> None:
     """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
     is recorded in the outcome with the phase it happened in and logged with the tenant's id,
-    so one tenant cannot stop the others."""
+    so one tenant cannot stop the others. The tenant's `reconcile.tenant` line is logged after
+    its `last` step (a group logs it once its tenants are done)."""
     with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
         try:
             await step
@@ -188,8 +189,14 @@ async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
             log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
                       exc_info=True)
         finally:
-            log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-                     **to_json(outcome.figures()))
+            if last:
+                _log_outcome(outcome, policy)
+
+
+def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
+    """The tenant's one `reconcile.tenant` line: its figures when its pass is done."""
+    log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
+             tenant=outcome.tenant_id, **to_json(outcome.figures()))
 
 
 async def _reconcile(scope: _TenantScope, outcome: TenantOutcome) -> None:
@@ -315,7 +322,7 @@ async def _finish_group(context: TickContext, read: _GroupRead,
         if context.control.stopping:
             break
         await _guarded(outcome, policy, _clear_to_tombstone(
-            read.scopes[tenant_id], outcome, read.counts.get(tenant_id)))
+            read.scopes[tenant_id], outcome, read.counts.get(tenant_id)), last=False)
         done.append(outcome)
         if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
             (shared if within_cap(outcome, policy) else alone).append(tenant_id)
@@ -327,10 +334,14 @@ async def _finish_group(context: TickContext, read: _GroupRead,
     for i, tenant_id in enumerate(alone):
         if context.control.stopping:  # the tenants left are not done: the next pass does them
             left = set(alone[i:])
-            return [o for o in done if o.tenant_id not in left]
+            done = [o for o in done if o.tenant_id not in left]
+            break
         outcome = read.outcomes[tenant_id]
         await _guarded(outcome, policy, _tombstone(read.scopes[tenant_id], outcome,
-                                                   read.oldest[tenant_id], progress[tenant_id]))
+                                                   read.oldest[tenant_id], progress[tenant_id]),
+                       last=False)
+    for outcome in done:
+        _log_outcome(outcome, policy)
     return done
 
 
