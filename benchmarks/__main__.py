@@ -33,7 +33,8 @@ def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
             scale: str = "quick") -> tuple[list[str], dict[str, Any]]:
     """Run the chosen benchmarks; return their printed sections and the combined report."""
     report: dict[str, Any] = {"mode": "smoke" if smoke else "full", "repeats": repeats,
-                              "scale": "smoke" if smoke else scale, "machine": machine()}
+                              "scaleShapes": "smoke" if smoke else scale,
+                              "machine": machine()}
     sections: list[str] = []
     runners: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
         "drain": (lambda: drain_bench.run_drain_benchmark(
