@@ -9,27 +9,19 @@ number of tenants or chunks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from core.rules.reconcile_groups import (
     TenantGroup,
-    count_by_tenant,
     group_candidate_where,
     rows_by_tenant,
     sweep_page,
-    tenants_where,
 )
 from core.rules.rows import ChromaRow
 
 if TYPE_CHECKING:
     from core.stores.chroma import VectorStore
-
-#: Rows per page of a group's count read (metadatas: the tenant of each row is needed). Fewer,
-#: larger pages re-run the `where` fewer times, but a page's metadatas cost memory: a first
-#: page of 10,000 grew the process by 73-89 MB, of 2,000 by 15-20 MB (measured, 20,000-chunk
-#: store), so 5,000.
-GROUP_COUNT_PAGE_ROWS: Final = 5_000
 
 
 async def scan_group(
@@ -71,19 +63,3 @@ async def _by_tenant(
             if tenant_id in tenant_ids:
                 on_rows(tenant_id, rows)
         beat()
-
-
-async def count_group(
-    vectors: VectorStore, collection: str, tenant_ids: Sequence[str],
-    beat: Callable[[], None],
-) -> Counter[str]:
-    """Every chunk of these tenants, counted per tenant in one paged read (a tenant with no
-    chunk left counts 0). Complete counts: unlike the one-tenant count it cannot stop early,
-    so it is for groups, where one read replaces a round trip per tenant."""
-    counts: Counter[str] = Counter(dict.fromkeys(tenant_ids, 0))
-    members = set(tenant_ids)
-    async for page in vectors.scan(collection, where=tenants_where(tenant_ids),
-                                   include=("metadatas",), page_rows=GROUP_COUNT_PAGE_ROWS):
-        counts.update({t: n for t, n in count_by_tenant(page).items() if t in members})
-        beat()
-    return counts
