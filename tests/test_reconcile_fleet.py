@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from core.jobs.context import TickContext
 from core.rules import reconcile_groups
 from core.rules.reconcile_groups import TenantGroup, group_tenants
 from core.rules.rows import ChromaRow
@@ -56,16 +57,19 @@ def without_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reconcile_groups, "SWEEP_MAX_CHUNKS_PER_TENANT", 0)
 
 
-@pytest.mark.parametrize("sweep", [True, False])
-async def test_every_read_path_reaches_the_per_tenant_figures(
-    tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
-    sweep: bool,
-) -> None:
+@pytest.fixture(params=["sweep", "group reads"])
+async def fleet(request: pytest.FixtureRequest, tmp_path: Path, graph: GraphDB,
+                vectors: VectorStore, monkeypatch: pytest.MonkeyPatch) -> TickContext:
+    """The fleet seeded, tombstoning on, read by one sweep or (sweep off) by group reads."""
     stores = tombstoning(tmp_path, graph, vectors)
     await seed_fleet(graph, vectors, stores.settings.knowledge_base_collection)
-    if not sweep:
+    if request.param == "group reads":
         without_sweep(monkeypatch)
-    figures = await one_pass(stores, dry_run=True)
+    return stores
+
+
+async def test_every_read_path_reaches_the_per_tenant_figures(fleet: TickContext) -> None:
+    figures = await one_pass(fleet, dry_run=True)
     by_tenant = {t["tenantId"]: (t["scanned"], t["staleCount"], t["actionableCount"])
                  for t in figures["tenants"]}
     assert by_tenant == {
@@ -75,18 +79,12 @@ async def test_every_read_path_reaches_the_per_tenant_figures(
     assert [t["tenantId"] for t in figures["tenants"]] == sorted(FLEET)
 
 
-@pytest.mark.parametrize("sweep", [True, False])
 async def test_shared_bands_delete_exactly_the_actionable_chunks_into_each_tenants_archive(
-    tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
-    sweep: bool,
+    fleet: TickContext, vectors: VectorStore,
 ) -> None:
-    stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
-    await seed_fleet(graph, vectors, collection)
-    if not sweep:
-        without_sweep(monkeypatch)
+    collection = fleet.settings.knowledge_base_collection
     before = await ids_in(vectors, collection)
-    figures = await one_pass(stores)
+    figures = await one_pass(fleet)
     gone = before - await ids_in(vectors, collection)
     assert gone == {"t-a-0", "t-a-1", "t-b-0", "t-c-0", "t-c-1", "t-c-2", "t-c-5", "t-f-2"}
     assert figures["tombstonedCount"] == len(gone) and figures["failedTenants"] == 0
