@@ -14,11 +14,13 @@ from daemons.drain import drain_daemon
 from daemons.reconcile import reconcile_daemon
 
 PROG = "daemons"
+SCRIPT = "kb-daemons"
 
 
 def build_parser() -> Parser:
     """Flags of the combined process."""
-    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    parser = Parser(prog=SCRIPT, description="Run both daemons (drain and reconcile) in one "
+                    "process, in the foreground, until SIGTERM or Ctrl-C.")
     add_config_flag(parser)
     return parser
 

@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, NoReturn
 
 import structlog
@@ -63,11 +63,6 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
                         help="print exactly one JSON object with the run's figures on stdout")
 
 
-def counted(number: int, noun: str, plural: str | None = None) -> str:
-    """`1 session`, `2 sessions`, `0 summaries` (pass `plural` where adding an s is wrong)."""
-    return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
-
-
 def emit_json(figures: Any) -> None:
     """The one JSON object of a `--json` run, on stdout."""
     sys.stdout.write(json.dumps(figures, default=str, sort_keys=True) + "\n")
@@ -93,10 +88,12 @@ async def tick_once(
     *,
     dry_run: bool,
     as_json: bool,
+    summarize: Callable[[Mapping[str, Figures]], str],
     succeeded: Callable[[Figures], bool] = lambda _figures: True,
 ) -> int:
     """A daemon's `--tick`: each of its jobs once, as its scheduler runs them (the first job's
-    figures, then each other job's under its name), printed as one JSON object with `--json`.
+    figures, then each other job's under its name), printed as one JSON object with `--json`,
+    else as the few lines `summarize` makes of the figures by job name.
     Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
     when a stop signal ended it early. A failure still prints one JSON object
     (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
@@ -114,6 +111,9 @@ async def tick_once(
     ok = succeeded(main.figures)
     if as_json:
         emit_json({"ok": ok, **shown})
+    else:
+        sys.stdout.write(summarize({name: result.figures for name, result in done.figures.items()}))
+        sys.stdout.flush()
     return exit_code(ok=ok, run=done.run)
 
 

@@ -19,23 +19,20 @@ from typing import NoReturn
 
 from core.jobs.context import Progress, TickContext
 from core.jobs.eager_backfill import (
-    DrainFailed,
-    DrainSkipped,
     EagerBackfillFigures,
-    EagerIngestFigures,
     eager_backfill,
 )
 from core.reports.progress import choose_progress
 from core.rules.config import Settings
-from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError
-from core.rules.ingest import LiveIngestSkipped
 from core.runtime.oneshot import run_jobs_once
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
-from daemons._cli import Parser, add_run_flags, counted, emit_json, exit_code, run_main
+from daemons._cli import Parser, add_run_flags, emit_json, exit_code, run_main
+from daemons._summaries import backfill_summary
 
 PROG = "daemons.backfill"
+SCRIPT = "kb-backfill"
 #: The name this run is recorded under in `daemon_ticks`, so `daemons.status` shows when the
 #: last eager back-fill ran and what it did.
 TICK_NAME = "backfill"
@@ -57,7 +54,7 @@ def positive_days(text: str) -> int:
 def build_parser() -> Parser:
     """Flags of the back-fill command; `--help` documents every one."""
     parser = Parser(
-        prog=f"python -m {PROG}",
+        prog=SCRIPT,
         description="Live-ingest every session whose summary was created in the last N days "
         "(its summary, memories and ORIGINATES_IN edges), then drain the lazy-edge queue.",
         epilog="exit codes: 0 done; 1 a session failed (each is listed) or a store was "
@@ -104,51 +101,8 @@ async def backfill(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.json())
     else:
-        sys.stdout.write(render_summary(figures))
+        sys.stdout.write(backfill_summary(figures))
     return exit_code(ok=figures.ok, run=done.run)
-
-
-def render_summary(figures: EagerBackfillFigures) -> str:
-    """A few lines for a person at a terminal (`--json` is for programs)."""
-    verb = "would ingest" if figures.dry_run else "ingested"
-    lines = [f"back-fill of the last {figures.days} day(s) (since {figures.cutoff})"
-             + (" [dry run: nothing written]" if figures.dry_run else "")]
-    lines += _ingest_lines(figures.live_ingest, verb)
-    lines += _drain_lines(figures.drain, dry_run=figures.dry_run)
-    if figures.failure_count:
-        lines.append(f"  {figures.failure_count} failure(s):")
-        lines.extend(f"    {failure}" for failure in figures.failures)
-        hidden = figures.failure_count - len(figures.failures)
-        if hidden > 0:
-            lines.append(f"    ... and {hidden} more (see the log)")
-    return "\n".join(lines) + "\n"
-
-
-def _ingest_lines(live: EagerIngestFigures | LiveIngestSkipped, verb: str) -> list[str]:
-    if isinstance(live, LiveIngestSkipped):
-        return [f"  live ingestion skipped: {live.skipped}"]
-    lines = [
-        f"  {counted(live.summaries_scanned, 'summary', 'summaries')} scanned, "
-        f"{counted(live.sessions_found, 'session')} in the window; {verb} "
-        f"{counted(live.sessions_upserted, 'session')} and "
-        f"{counted(live.memories_upserted, 'memory', 'memories')} "
-        f"({counted(live.sessions_skipped, 'session')} and "
-        f"{counted(live.memories_skipped, 'memory', 'memories')} already up to date)"]
-    if live.unparseable_created_at:
-        named = ", ".join(str(r.get("rowId")) for r in live.unparseable_rows)
-        lines.append(f"  {counted(live.unparseable_created_at, 'summary', 'summaries')} "
-                     f"with an unparseable createdAt were not considered: {named}")
-    return lines
-
-
-def _drain_lines(drain: DrainStats | DrainFailed | DrainSkipped, *, dry_run: bool) -> list[str]:
-    if isinstance(drain, DrainSkipped):
-        return [f"  drain skipped ({drain.skipped})"]
-    if isinstance(drain, DrainFailed):
-        return [f"  drain failed: {drain.error}"]
-    return [f"  queue: {counted(drain.total_lines, 'line')}, {drain.succeeded:,} linked, "
-            f"{drain.requeued:,} re-queued, {drain.dead_lettered:,} dead-lettered"
-            + (" (dry run: counted only)" if dry_run else "")]
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -8,7 +8,11 @@ lines dead-lettered, and a tenant whose knowledge-base chunks drifted behind its
 The reconcile pass runs for real but report-only: reconciliation is switched on for this one
 pass (it is opt-in and off by default) with auto-tombstoning forced off. A dry run would write
 no telemetry, so `status` would have no stale counts to show; report-only writes the
-telemetry and deletes nothing, so the demo can be re-run and shows the same drift each time.
+telemetry and deletes nothing.
+
+Every run tells the same story: in a data folder the demo created and nobody else wrote to
+since, it starts again from nothing (`core.stores.demo_state`); in any other folder it runs on
+what is there and says so.
 
 The demo writes only into a store that holds nothing but its own rows: pointed at a store with
 other data it refuses (exit 2) rather than mix made-up sessions into real ones.
@@ -27,6 +31,7 @@ from core.jobs.demo import DemoDataset, Seeded, build_demo_dataset, seed_demo
 from core.jobs.drain import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
+from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
 from core.rules.figures import Figures
@@ -35,21 +40,24 @@ from core.rules.reconcile import ReconcileFigures
 from core.rules.rows import ChromaRow
 from core.runtime.oneshot import one_shot, run_job
 from core.runtime.settings import load_settings
+from core.stores import demo_state
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from daemons._cli import Parser, add_config_flag, exit_code, run_main
+from daemons._summaries import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
 
 PROG = "daemons.demo"
+SCRIPT = "kb-demo"
 
 
 def build_parser() -> Parser:
     """Flags of the demo."""
-    parser = Parser(prog=f"python -m {PROG}",
+    parser = Parser(prog=SCRIPT,
                     description="Seed a small demo dataset into the configured store (default: "
                     "the embedded store under .kb-data), run one drain tick and one report-only "
-                    "reconcile pass, and print the status. Safe to re-run.")
+                    "reconcile pass, and print the status. Each run tells the same story.")
     add_config_flag(parser)
     return parser
 
@@ -90,6 +98,7 @@ async def run_demo(config: str | None) -> int:
     dataset = build_demo_dataset(now_ms=now_ms())
     drained: Figures | None = None
     reconciled: Figures | None = None
+    own = await claim_data_dir(settings)
     async with one_shot(settings) as (context, run):
         await refuse_foreign_store(context, dataset)
         seeded = await seed_demo(context, dataset)
@@ -100,12 +109,31 @@ async def run_demo(config: str | None) -> int:
             reporting = report_only(context)
             reconciled = (await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
                                         dry_run=False)).figures
+    if own and not run.control.stopping:
+        demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
     sys.stdout.write(render_story(seeded, drained=drained, reconciled=reconciled,
                                   config=config))
-    sys.stdout.write("\n" + render_status_text(status))
+    if not own:
+        sys.stdout.write(f"\n(not a fresh run: {settings.data_dir} changed since the demo's "
+                         "last run, so it ran on what is there; point --config at a fresh "
+                         "dataDir for the story from the start)\n")
+    sys.stdout.write("\nStatus now\n" + render_status_text(status, header=False))
     sys.stdout.write(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return exit_code(ok=True, run=run)
+
+
+async def claim_data_dir(settings: Settings) -> bool:
+    """Whether this run may call the data folder its own: a fresh folder, or the folder of
+    the demo's last run exactly as it left it (then put back to the start, so this run tells
+    the same story). Any other folder is used as it is."""
+    if demo_state.is_fresh(settings):
+        return True
+    footprint = demo_state.recorded(settings)
+    if footprint is None or footprint != await demo_state.measure(settings):
+        return False
+    demo_state.remove_demo_state(settings)
+    return True
 
 
 def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures | None,
@@ -127,17 +155,19 @@ def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures
         + (f"{seeded.queue_lines} queue lines" if seeded.queue_lines
            else "no queue lines (an earlier run appended them: a line appended again would "
                 "be a new mention)"),
-        f"  drain tick: live-ingested {upserted[0]} sessions and {upserted[1]} memories; "
-        f"drained {drain.total_lines} lines: {drain.succeeded} linked (back-filling what was "
-        f"missing), {drain.requeued} re-queued (hallucinated targets), "
+        f"  drain tick: live-ingested {counted(upserted[0], 'session')} and "
+        f"{counted(upserted[1], 'memory', 'memories')}; drained "
+        f"{counted(drain.total_lines, 'line')}: {drain.succeeded} linked (back-filling what "
+        f"was missing), {drain.requeued} re-queued (hallucinated targets), "
         f"{drain.dead_lettered} dead-lettered (malformed)",
-        f"  reconcile pass (report-only): {stale} stale chunks found, {tombstoned} tombstoned",
+        f"  reconcile pass (report-only): {counted(stale, 'stale chunk')} found, "
+        f"{tombstoned} tombstoned",
         "",
         "Try next:",
-        f"  python -m daemons.status{flag}                 # this table again (--json for tools)",
-        f"  python -m daemons.reconcile --tick --dry-run{flag}  # what reconciliation would do",
-        f"  python -m daemons.backfill --days 30 --dry-run{flag}  # an eager back-fill, counted",
-        "  make demo                                  # re-run: nothing is applied twice",
+        f"  .venv/bin/kb-status{flag}                       # this table again (--json for tools)",
+        f"  .venv/bin/kb-reconcile --tick --dry-run{flag}   # what reconciliation would do",
+        f"  .venv/bin/kb-backfill --days 30 --dry-run{flag} # an eager back-fill, counted",
+        "  make demo                                  # again: the same story from the start",
     ]
     return "\n".join(lines) + "\n"
 

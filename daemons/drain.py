@@ -7,31 +7,43 @@ its schedule until SIGTERM or Ctrl-C.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from core.jobs.drain import rem_tick
+from core.jobs.drain import RemTickFigures, rem_tick
 from core.rules.config import Settings
+from core.rules.figures import Figures
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
 from core.stores.queue_files import refuse_symlinked_queue
 from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
+from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"
+SCRIPT = "kb-drain"
 DAEMON = "drain"
 
 
 def build_parser() -> Parser:
     """Flags of the drain daemon."""
-    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    parser = Parser(prog=SCRIPT, description="The drain daemon: each REM tick live-ingests "
+                    "newly summarized sessions, then drains the lazy-edge queue.")
     add_run_flags(parser, tick=True)
     return parser
 
 
+def draining_left(settings: Settings) -> bool:
+    """Whether an earlier drain left a `.draining` file (stopped, crashed): its lines wait
+    for the next tick, which then runs at once."""
+    return settings.draining_path.exists()
+
+
 def drain_spec(settings: Settings) -> DaemonSpec:
-    """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it)."""
-    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms),))
+    """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it), at
+    once after a start that finds a `.draining` file left behind."""
+    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms,
+                                   work_left=draining_left),))
 
 
 def drain_daemon(settings: Settings) -> DaemonSpec:
@@ -45,7 +57,15 @@ async def tick_once_now(config: str | None, *, dry_run: bool, as_json: bool) -> 
     """`--tick`: one REM tick, as the scheduler runs it (re-queued edges still count as
     done)."""
     settings = load_settings(config)
-    return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json)
+
+    def summarize(figures: Mapping[str, Figures]) -> str:
+        tick = figures[DAEMON]
+        assert isinstance(tick, RemTickFigures)
+        return drain_tick_summary(tick, dry_run=dry_run,
+                                  dead_letter_path=settings.dead_letter_path)
+
+    return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json,
+                           summarize=summarize)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

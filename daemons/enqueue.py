@@ -20,14 +20,17 @@ import structlog
 from core.runtime.settings import load_settings
 from core.stores.queue_files import enqueue_edges
 from daemons._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser, add_config_flag, run_main
+from daemons._summaries import enqueue_summary
 
 PROG = "daemons.enqueue"
+SCRIPT = "kb-enqueue"
 log = structlog.get_logger(__name__)
 
 
 def build_parser() -> Parser:
     """Flags of the producer command."""
-    parser = Parser(prog=f"python -m {PROG}", description=__doc__.splitlines()[0])
+    parser = Parser(prog=SCRIPT, description="Append edge JSON lines from stdin to the lazy-edge "
+                    "queue: all of them, or none when one is malformed (each is named).")
     add_config_flag(parser)
     return parser
 
@@ -48,6 +51,7 @@ async def enqueue_stdin(config: str | None) -> int:
         return EXIT_USAGE
     appended = sum(1 for line in lines if line.strip())
     log.info("enqueue.appended", lines=appended, queue=str(settings.lazy_edges_queue_path))
+    sys.stdout.write(enqueue_summary(appended, settings.lazy_edges_queue_path))
     return EXIT_OK
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -45,8 +45,10 @@ from daemons._cli import (
     serve_main,
     tick_once,
 )
+from daemons._summaries import reconcile_tick_summary
 
 PROG = "daemons.reconcile"
+SCRIPT = "kb-reconcile"
 DAEMON = "reconcile"
 ALERTING = "alerting"
 #: Jitter of the pass: up to 1% of the interval, at most a minute (36 s on the hourly default).
@@ -58,11 +60,10 @@ RESTORE = "restore"
 def build_parser() -> Parser:
     """The pass/daemon flags."""
     parser = Parser(
-        prog=PROG,
+        prog=SCRIPT,
         description="Find knowledge-base chunks stamped with an old tenant-config version, "
         "report them and (opt-in) tombstone them.",
-        epilog=f"Put tombstoned chunks back: python -m {PROG} {RESTORE} ARCHIVE [--config F] "
-        "[--json]",
+        epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]",
     )
     add_run_flags(parser, tick=True)
     return parser
@@ -70,11 +71,15 @@ def build_parser() -> Parser:
 
 def build_restore_parser() -> Parser:
     """`restore ARCHIVE [--config F]`."""
-    parser = Parser(prog=f"{PROG} {RESTORE}",
+    parser = Parser(prog=f"{SCRIPT} {RESTORE}",
                     description="Put back the chunks of a tombstone archive that are absent "
                     "now (preserve-live: a live chunk is never overwritten; idempotent).")
     parser.add_argument("archive", metavar="ARCHIVE", type=Path,
-                        help="a .jsonl file under <dataDir>/tombstones/")
+                        help="a tombstone archive (.jsonl), at any path: reconcile writes "
+                        "them under <dataDir>/tombstones/, and a copy kept elsewhere is "
+                        "accepted as well; each line is checked against the archive's "
+                        "header and checksum, and a refused line is named on stderr while the "
+                        "others are restored")
     add_config_flag(parser)
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object with the restore's figures")
@@ -90,8 +95,13 @@ async def run_one_pass(args: argparse.Namespace) -> int:
     Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
     """
     settings = load_settings(args.config)
+
+    def summarize(figures: Mapping[str, Figures]) -> str:
+        return reconcile_tick_summary(figures, dry_run=args.dry_run,
+                                      config_source=settings.source)
+
     return await tick_once(reconcile_daemon(settings), settings, dry_run=args.dry_run,
-                           as_json=args.json, succeeded=pass_succeeded)
+                           as_json=args.json, summarize=summarize, succeeded=pass_succeeded)
 
 
 def pass_succeeded(figures: Figures) -> bool:

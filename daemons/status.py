@@ -13,16 +13,18 @@ from typing import NoReturn
 
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
+from core.reports.tables import output_width
 from core.rules.figures import to_json
 from core.runtime.settings import load_settings
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 
 PROG = "daemons.status"
+SCRIPT = "kb-status"
 
 
 def build_parser() -> Parser:
     """Flags of the status command."""
-    parser = Parser(prog=f"python -m {PROG}",
+    parser = Parser(prog=SCRIPT,
                     description="Show the lazy-edge queue, dead letters, each daemon's last "
                     "tick, each tenant's config version and stale count, and recent alerts. "
                     "Reads only; never opens Chroma.")
@@ -38,7 +40,7 @@ async def show_status(config: str | None, *, as_json: bool) -> int:
     if as_json:
         emit_json(to_json(status))
     else:
-        sys.stdout.write(render_status_text(status))
+        sys.stdout.write(render_status_text(status, width=output_width(sys.stdout)))
     return EXIT_OK
 
 

@@ -3,8 +3,9 @@
     python -m daemons.tenants set-config TENANT [--repo-slug R] [--config F]
     python -m daemons.tenants list [--config F] [--json]
 
-`set-config` raises the tenant's config version by one (the first call gives 1) and prints the
-new version; every chunk stamped with an older version becomes stale for reconciliation.
+`set-config` raises the tenant's config version by one (the first call gives 1) and says so
+(`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
+older version becomes stale for reconciliation.
 Only the graph is opened, never Chroma, so these commands are quick.
 """
 
@@ -21,8 +22,10 @@ from core.runtime.settings import load_settings
 from core.stores.sqlite import GraphDB
 from core.stores.tenants import list_tenants, set_tenant_config
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
+from daemons._summaries import set_config_summary, tenants_listing
 
 PROG = "daemons.tenants"
+SCRIPT = "kb-tenants"
 
 
 def tenant_argument(raw: str) -> str:
@@ -42,15 +45,23 @@ def repo_slug_argument(raw: str) -> str:
 
 def build_parser() -> Parser:
     """`set-config` and `list`, each with its own `--config`."""
-    parser = Parser(prog=PROG, description="Tenant configuration versions.")
+    parser = Parser(prog=SCRIPT, description="Tenant configuration versions: raise one, list "
+                    "them.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    set_config = commands.add_parser("set-config", help="raise a tenant's config version by one")
+    set_config = commands.add_parser("set-config", help="raise a tenant's config version by one",
+                                     description="Raise a tenant's config version by one (the "
+                                     "first call gives 1): its chunks stamped with an older "
+                                     "version become stale.")
     set_config.add_argument("tenant", metavar="TENANT", type=tenant_argument,
                             help="tenant id (a leading @ is dropped)")
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
                             help="the repository the tenant's chunks come from")
     add_config_flag(set_config)
-    listing = commands.add_parser("list", help="every configured tenant and its version")
+    set_config.add_argument("--json", action="store_true",
+                            help="print exactly one JSON object on stdout")
+    listing = commands.add_parser("list", help="every configured tenant and its version",
+                                  description="Every configured tenant, its config version "
+                                  "and repo.")
     add_config_flag(listing)
     listing.add_argument("--json", action="store_true",
                          help="print exactly one JSON object on stdout")
@@ -58,14 +69,17 @@ def build_parser() -> Parser:
 
 
 async def run_set_config(args: argparse.Namespace) -> int:
-    """Raise the version and print it (one integer on stdout, for scripts)."""
+    """Raise the version and say so (`--json`: one object, for scripts)."""
     settings = load_settings(args.config)
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
     finally:
         await graph.close()
-    print(config.version)
+    if args.json:
+        emit_json(to_json(config))
+    else:
+        sys.stdout.write(set_config_summary(config.tenant_id, config.version, config.repo_slug))
     return EXIT_OK
 
 
@@ -80,9 +94,7 @@ async def run_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"tenants": to_json(tenants)})
     else:
-        for tenant in tenants:
-            slug = tenant.repo_slug or "-"
-            print(f"{tenant.tenant_id}\tversion={tenant.version}\trepoSlug={slug}")
+        sys.stdout.write(tenants_listing(tenants))
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from core.jobs.lazy_backfill import ingest_single_row, link_with_backfill, plan_
 from core.rules.backfill_plan import Reason
 from core.rules.config import Settings
 from core.rules.figures import to_json
+from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, upsert_node
@@ -117,6 +118,9 @@ async def test_ids_that_name_no_row_are_unrecognized_and_never_reach_chroma(
     result = await ingest_single_row(graph, stores, settings, node_id)
     assert (result.success, result.reason) == (False, Reason.UNRECOGNIZED_PREFIX)
     assert calls() == 0
+    # The requested id is echoed, as the original does (a non-string has nothing to echo).
+    assert result.graph_node_id == (normalize_graph_node_id(node_id)
+                                    if isinstance(node_id, str) else None)
 
 
 async def test_a_memory_chroma_does_not_have_is_row_not_found(
@@ -127,11 +131,13 @@ async def test_a_memory_chroma_does_not_have_is_row_not_found(
     assert await count_rows(graph, "nodes") == 0
 
 
-async def test_a_missing_collection_is_no_collection(
-    graph: GraphDB, vectors: VectorStore, settings: Settings
+@pytest.mark.parametrize("node_id", ["memory:m1", "session:s1"])
+async def test_a_missing_collection_is_no_collection_and_echoes_the_id(
+    graph: GraphDB, vectors: VectorStore, settings: Settings, node_id: str
 ) -> None:
-    result = await ingest_single_row(graph, vectors, settings, "memory:m1")
+    result = await ingest_single_row(graph, vectors, settings, node_id)
     assert (result.success, result.reason) == (False, Reason.NO_COLLECTION)
+    assert result.graph_node_id == node_id
 
 
 async def test_a_failing_fetch_is_chroma_fetch_failed(

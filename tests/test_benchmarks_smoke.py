@@ -8,9 +8,9 @@ the full sizes and the README records those figures.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,24 @@ from benchmarks.harness import WORKDIR_PREFIX, repo_root
 SMOKE_TIMEOUT_S = 300
 
 
-def leftover_workdirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"))
+def leftover_workdirs(temp_root: Path) -> set[Path]:
+    return set(temp_root.glob(f"{WORKDIR_PREFIX}*"))
 
 
 @pytest.fixture(scope="module")
-def smoke_run() -> tuple[list[str], dict[str, Any], set[Path]]:
+def smoke_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[list[str], dict[str, Any], set[Path]]:
     """One smoke run shared by the tests below: stdout lines, the report, and the benchmark
-    temp folders that existed before it."""
-    before = leftover_workdirs()
+    temp folders it left behind. It runs with a temp root of its own (TMPDIR), so a benchmark
+    another process runs at the same time cannot be taken for this run's leftovers."""
+    temp_root = tmp_path_factory.mktemp("bench-tmp")
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke"], cwd=repo_root(),
+                          env={**os.environ, "TMPDIR": str(temp_root)},
                           capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]
-    return lines, json.loads(lines[-1]), before
+    return lines, json.loads(lines[-1]), leftover_workdirs(temp_root)
 
 
 def test_stdout_ends_with_exactly_one_json_object(
@@ -143,4 +147,4 @@ def test_every_target_is_reported_with_its_verdict(
 def test_no_temp_data_is_left_behind(
     smoke_run: tuple[list[str], dict[str, Any], set[Path]],
 ) -> None:
-    assert leftover_workdirs() - smoke_run[2] == set()
+    assert smoke_run[2] == set()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -58,11 +57,33 @@ def test_sigterm_during_a_long_drain_exits_0_and_loses_no_line(tmp_path: Path) -
     assert "shutdown.completed" in events
     assert not any("raised an exception" in e for e in events)
 
-    finish = subprocess.run([sys.executable, "-m", "daemons.drain", "--tick", "--json",
-                             "--config", str(config)], cwd=ROOT, capture_output=True,
-                            timeout=120, check=False,
-                            env={**os.environ, "HOME": str(tmp_path / "home")})
-    assert finish.returncode == 0, finish.stderr.decode()[-2000:]
+    graph = sqlite3.connect(data / "graph.sqlite")
+    ok, figures = graph.execute("SELECT ok, figures FROM daemon_ticks WHERE daemon = 'drain'"
+                                ).fetchone()
+    graph.close()
+    assert ok == 0 and "stopped mid-drain" in json.loads(figures)["incomplete"], \
+        "a stopped tick is not recorded as a completed one"
+
+    # Restarted with the hour-long default interval, it drains the rest at once.
+    restarted = start(["daemons.drain", "--config", str(config)], tmp_path)
+
+    def all_applied() -> bool:
+        db = sqlite3.connect(f"file:{data / 'graph.sqlite'}?mode=ro", uri=True)
+        try:
+            return bool(db.execute("SELECT COUNT(*) FROM edges").fetchone()[0] == total)
+        finally:
+            db.close()
+
+    try:
+        wait_for(lambda: (all_applied() and not draining.exists()) or restarted.poll() is not None,
+                 timeout=90)
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        _, err = restarted.communicate(timeout=60)
+    assert restarted.returncode == 0, err.decode()[-2000:]
+    scheduled = [json.loads(x) for x in err.decode().splitlines()
+                 if x.startswith("{") and '"job.scheduled"' in x]
+    assert scheduled[0]["firstTickInS"] == 0 and scheduled[0]["resuming"] is True
     graph = sqlite3.connect(data / "graph.sqlite")
     weights = graph.execute("SELECT COUNT(*), MIN(weight), MAX(weight) FROM edges").fetchone()
     graph.close()

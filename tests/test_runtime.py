@@ -67,7 +67,7 @@ class Ticks:
         return Counted(len(self.calls))
 
 
-async def wait_until(predicate: Any, within: float = 5.0) -> None:
+async def wait_until(predicate: Any, within: float = 20.0) -> None:
     deadline = time.monotonic() + within
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -194,6 +194,93 @@ async def test_a_restart_inside_the_interval_neither_skips_nor_doubles_the_pass(
     assert 0.3 < waited < 1.5, f"first tick after the ~0.5 s remainder, not at once ({waited})"
 
 
+async def _record_last(settings: Settings, *, ok: bool, ago_ms: int) -> None:
+    graph = await GraphDB.open(settings.graph_db_path)
+    started = int(time.time() * 1000) - ago_ms
+    await record_tick(graph, TickRecord("d", started, started + 10, 10, ok, {}))
+    await graph.close()
+
+
+async def first_ticks(specs: list[DaemonSpec], settings: Settings, vectors: VectorStore,
+                      ticks: list[Ticks]) -> list[float]:
+    """Run the daemons on an open store until each of `ticks` ran once; how long after the
+    start each first ran (the store is open before the clock starts: opening Chroma is not
+    what is measured)."""
+    stop = asyncio.Event()
+    runners = [DaemonRunner(spec, settings=settings, vectors=vectors, options=FAST,
+                            metrics=Metrics(settings)) for spec in specs]
+    begun = time.monotonic()
+    running = [asyncio.create_task(r.run(stop)) for r in runners]
+    try:
+        await wait_until(lambda: all(t.calls for t in ticks))
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*running), 5)
+    return [t.calls[0] - begun for t in ticks]
+
+
+async def test_a_last_tick_that_did_not_complete_runs_again_at_once(
+    vectors: VectorStore, settings: Settings
+) -> None:
+    await _record_last(settings, ok=False, ago_ms=100)
+    ticks = Ticks()
+    [waited] = await first_ticks([DaemonSpec("d", (Job("d", ticks, 60_000),))], settings,
+                                 vectors, [ticks])
+    assert waited < 1.0, "not an interval later: the last tick was not done"
+
+
+async def test_work_left_in_flight_runs_the_first_tick_at_once(
+    vectors: VectorStore, settings: Settings
+) -> None:
+    await _record_last(settings, ok=True, ago_ms=100)
+    ticks, quiet = Ticks(), Ticks()
+    waited = await first_ticks(
+        [DaemonSpec("d", (Job("d", ticks, 60_000, work_left=lambda _s: True),)),
+         DaemonSpec("q", (Job("q", quiet, 60_000, work_left=lambda _s: False),))],
+        settings, vectors, [ticks, quiet])
+    assert max(waited) < 1.0, "work left, or no history: at once"
+
+
+async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
+    served: Any, settings: Settings
+) -> None:
+    from core.jobs.drain import RemTickFigures
+    from core.rules.drain_plan import DrainStats
+    from core.rules.ingest import LiveIngestSkipped
+
+    async def stopped_drain(stores: TickContext, dry_run: bool) -> RemTickFigures:
+        return RemTickFigures(LiveIngestSkipped(0, "none"), DrainStats(interrupted=True))
+
+    ran: list[bool] = []
+
+    async def tick(stores: TickContext, dry_run: bool) -> RemTickFigures:
+        figures = await stopped_drain(stores, dry_run)
+        ran.append(True)
+        return figures
+
+    task, stop = await served([DaemonSpec("d", (Job("d", tick, 60_000),))])
+    await wait_until(lambda: ran)
+    stop.set()
+    assert await asyncio.wait_for(task, 10) == 0  # the record is written before serve returns
+    graph = await GraphDB.open(settings.graph_db_path)
+    record = (await last_ticks(graph))["d"]
+    await graph.close()
+    assert not record.ok
+    assert "stopped mid-drain" in record.figures["incomplete"]
+
+
+def test_a_pass_with_unrecorded_telemetry_or_stopped_is_incomplete() -> None:
+    from dataclasses import replace
+
+    from core.runtime.tick import incomplete_reason
+
+    done = _pass_figures(tombstoned=0, stale=0)
+    assert incomplete_reason(done) is None
+    assert "telemetry" in str(incomplete_reason(replace(done, unrecorded_rows=3)))
+    assert "stopped" in str(incomplete_reason(replace(done, stopped=True)))
+    assert "failed" in str(incomplete_reason(replace(done, failed_tenants=1)))
+
+
 async def test_ticks_are_recorded_so_the_next_start_knows(served: Any,
                                                            settings: Settings) -> None:
     ticks = Ticks()
@@ -252,17 +339,123 @@ async def test_shutdown_lets_the_running_tick_finish_its_batch(served: Any) -> N
     assert finished == [], "the tick returned after its current batch, not at its end"
 
 
-async def test_metrics_answer_on_loopback(served: Any, tmp_path: Path) -> None:
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics, parsed by prometheus-client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return int(probe.getsockname()[1])
+
+
+async def test_metrics_parse_with_full_precision_on_loopback(served: Any, tmp_path: Path) -> None:
+    port = free_port()
     settings = make_settings(tmp_path / "m", metricsPort=port)
+    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.lazy_edges_queue_path.write_bytes(b"{}\n" * 1_234_567)
     ticks = Ticks()
     await served([DaemonSpec("d", (Job("d", ticks, 10_000),))], use_settings=settings)
     await wait_until(lambda: len(ticks.calls) == 1)
     await asyncio.sleep(0.1)
-    body = await asyncio.to_thread(
-        lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read())
-    text = body.decode()
-    assert 'kb_ticks_total{job="d",outcome="ok"} 1' in text
-    assert "kb_queue_lines 0" in text
+    values = await asyncio.to_thread(scrape, port)
+    now = time.time()
+    assert values[("kb_queue_lines", ())] == 1_234_567, "a value above 10^6, exactly"
+    last = values[("kb_last_success_timestamp_seconds", (("job", "d"),))]
+    assert now - 1.5 < last <= now, f"the last success to the second ({last} vs {now})"
+    assert values[("kb_ticks_total", (("job", "d"), ("outcome", "ok")))] == 1
+    assert values[("kb_tick_duration_seconds_count", (("job", "d"),))] == 1
+    assert ("kb_queue_draining", ()) in values
+    assert any(name.startswith("process_") for name, _ in values), "process metrics"
+    with pytest.raises(OSError):  # loopback only
+        await asyncio.to_thread(socket.create_connection, (_external_address(), port), 1)
+
+
+def _external_address() -> str:
+    """An address of this machine that is not loopback (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            pytest.skip("no non-loopback address on this machine")
+    if address.startswith("127."):
+        pytest.skip("no non-loopback address on this machine")
+    return address
+
+
+async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path / "m")
+    metrics = Metrics(settings)
+    figures = _pass_figures(tombstoned=1_234_567, stale=2_000_001)
+    metrics.observe_tick("reconcile", outcome="ok", duration_s=1.0, figures=figures,
+                         finished_ts=1_796_030_123.25)
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in
+               text_string_to_metric_families(generate_latest(metrics.registry).decode())
+               for s in f.samples}
+    assert samples[("kb_tombstoned_chunks_total", (("tenant", "t1"),))] == 1_234_567
+    assert samples[("kb_stale_chunks", (("tenant", "t1"),))] == 2_000_001
+    assert samples[("kb_last_success_timestamp_seconds", (("job", "reconcile"),))] \
+        == 1_796_030_123.25
+
+
+def _pass_figures(*, tombstoned: int, stale: int) -> Any:
+    from core.rules.reconcile import ReconcileFigures, TenantFigures
+
+    tenant = TenantFigures("t1", None, 2, stale, stale, stale, 0, tombstoned, None)
+    return ReconcileFigures(True, True, "p", (tenant,), 0, stale, tombstoned, (), 0, 0, False)
+
+
+async def test_a_taken_metrics_port_is_a_config_error_before_any_tick(tmp_path: Path) -> None:
+    from core.rules.errors import ConfigError
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        settings = make_settings(tmp_path / "m", metricsPort=port)
+        ticks = Ticks()
+        with pytest.raises(ConfigError, match=f"metricsPort = {port}: .*taken"):
+            await asyncio.wait_for(serve(settings, [DaemonSpec("d", (Job("d", ticks, 10),))],
+                                         options=FAST, notifier=Notifier({})), 10)
+    assert ticks.calls == []
+    assert not settings.graph_db_path.exists(), "it stopped before opening any store"
+
+
+async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_restart(
+    vectors: VectorStore, settings: Settings
+) -> None:
+    from dataclasses import replace
+
+    from core.jobs.context import TickControl
+    from core.jobs.reconcile import reconcile_tick
+    from core.runtime.tick import run_tick
+    from core.stores.tenants import set_tenant_config
+
+    enabled = replace(settings, reconciliation_enabled=True)
+    graph = await GraphDB.open(enabled.graph_db_path)
+    try:
+        for tenant in ("acme", "globex"):
+            await set_tenant_config(graph, tenant, repo_slug=f"{tenant}/kb")
+        stopping = TickControl()
+        stopping.request_stop()  # the daemon's stop arrives before the first tenant
+        result = await run_tick("reconcile", TickContext(enabled, graph, vectors, stopping),
+                                reconcile_tick, dry_run=False)
+        record = (await last_ticks(graph))["reconcile"]
+    finally:
+        await graph.close()
+    assert result.incomplete == "stopped between tenants"
+    assert not record.ok and record.figures["stopped"] is True
+
+    passes = Ticks()
+    [waited] = await first_ticks([DaemonSpec("reconcile", (Job("reconcile", passes, 3_600_000),))],
+                                 enabled, vectors, [passes])
+    assert waited < 1.0, "not an hour later: the last pass did not finish"

@@ -100,9 +100,11 @@ def test_the_admin_command_sets_and_lists_versions(tmp_path: Path) -> None:
     config = tmp_path / "kb.toml"
     config.write_text('[knowledgeBase]\ndataDir = "data"\n', encoding="utf-8")
     first = _run(tmp_path, "set-config", "@acme", "--repo-slug", "acme/kb", "--config", str(config))
-    second = _run(tmp_path, "set-config", "acme", "--config", str(config))
-    assert (first.returncode, first.stdout) == (0, "1\n")
-    assert (second.returncode, second.stdout) == (0, "2\n")
+    second = _run(tmp_path, "set-config", "acme", "--json", "--config", str(config))
+    assert first.returncode == 0
+    assert first.stdout.startswith("tenant acme (repo acme/kb): config version 1;")
+    assert second.returncode == 0
+    assert json.loads(second.stdout) == {"tenantId": "acme", "version": 2, "repoSlug": "acme/kb"}
     listed = _run(tmp_path, "list", "--json", "--config", str(config))
     assert listed.returncode == 0
     assert json.loads(listed.stdout) == {

@@ -58,7 +58,7 @@ import structlog
 from core.jobs.context import TickContext
 from core.jobs.ingest import live_ingest_since
 from core.jobs.lazy_backfill import plan_backfill
-from core.rules.backfill_plan import BackfillPlan
+from core.rules.backfill_plan import BackfillPlan, line_reason
 from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,
@@ -541,7 +541,7 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
         if backfill.resolved(node_id):
             continue
         result = backfill.results.get(node_id)
-        unresolved[node_id] = str(result.reason) if result is not None else ENDPOINT_MISSING
+        unresolved[node_id] = line_reason(result) if result is not None else ENDPOINT_MISSING
     return unresolved
 
 

@@ -25,6 +25,7 @@ from core.rules.backfill_plan import (
     plan_sessions,
     sessions_needed,
     sort_request,
+    unrecognized,
 )
 from core.rules.ids import normalize_graph_node_id, parse_row_node_id, session_node_id
 from core.rules.rows import ChromaRow
@@ -130,11 +131,13 @@ async def ingest_single_row(
     """Make one `memory:` / `session:` node exist (with its parent session), never raising.
 
     Uppercase prefixes are accepted and normalized; an id that names no row (another prefix,
-    an empty body, not a string) is `unrecognized-prefix` and never reaches Chroma.
+    an empty body, not a string) is `unrecognized-prefix` and never reaches Chroma. Every
+    result echoes the requested id as `graphNodeId` (normalized; None only for a non-string),
+    as the original does, whether it succeeded or not.
     """
     parsed = parse_row_node_id(node_id)
     if parsed is None:
-        return BackfillResult.of(Reason.UNRECOGNIZED_PREFIX, None)
+        return unrecognized(node_id)
     try:
         plan = await plan_backfill(graph, vectors, settings, [parsed.node_id])
         await write_plan(graph, plan)

@@ -3,9 +3,8 @@
 An operator who starts a back-fill of thousands of sessions by hand wants to see it move; a
 systemd unit or a CI log wants a few structured lines instead of carriage returns and escape
 codes. `choose_progress` picks one by whether stderr is a terminal, so the command that reports
-progress never needs to know which it got: both are a `core.jobs.context.Progress`.
-`render_bar` is pure (numbers in, text out), so the bar's arithmetic is tested without a
-terminal.
+progress never needs to know which it got: both are a `core.jobs.context.Progress`. The bar is
+rich's (the library that draws chromadb's own output).
 """
 
 from __future__ import annotations
@@ -15,79 +14,57 @@ from collections.abc import Callable
 from typing import TextIO
 
 import structlog
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 log = structlog.get_logger(__name__)
 
-#: Redraw the bar at most this often (s): a redraw per batch would flood a slow terminal.
-BAR_REDRAW_INTERVAL_S = 0.1
 #: Log a progress line at most this often (s) off a terminal: enough to tell a stuck run from a
 #: slow one in journald without a line per batch.
 LOG_INTERVAL_S = 10.0
-#: Characters of the bar itself.
-BAR_WIDTH = 30
-
-
-def render_bar(done: int, total: int, *, label: str, elapsed_s: float,
-               width: int = BAR_WIDTH) -> str:
-    """One line: `label [#####.....] 400/1000  40%  12s, ~18s left` (no newline).
-
-    The estimate appears once a tenth is done: earlier ones swing too much to be useful.
-    """
-    total = max(total, 0)
-    done = min(max(done, 0), total) if total else 0
-    fraction = done / total if total else 1.0
-    filled = int(fraction * width)
-    bar = "#" * filled + "." * (width - filled)
-    line = f"{label} [{bar}] {done}/{total} {fraction:4.0%}  {elapsed_s:.0f}s"
-    if 0.1 <= fraction < 1.0:
-        remaining = elapsed_s * (1 - fraction) / fraction
-        line += f", ~{remaining:.0f}s left"
-    return line
+#: Redraws of the bar per second: a redraw per batch would flood a slow terminal.
+BAR_REFRESH_PER_S = 10.0
 
 
 class TerminalProgress:
-    """A bar redrawn in place on `stream` (a terminal), throttled to BAR_REDRAW_INTERVAL_S."""
+    """rich's progress bar on `stream` (a terminal): the phase, a bar, done/total, the
+    percentage, the time spent and an estimate of the time left; cleared of nothing when it
+    ends, so the final state stays on screen above the summary."""
 
-    def __init__(self, stream: TextIO, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._stream = stream
-        self._clock = clock
-        self._label = ""
-        self._total = 0
-        self._done = 0
-        self._started = 0.0
-        self._drawn_at = float("-inf")
-        self._active = False
+    def __init__(self, stream: TextIO) -> None:
+        self._console = Console(file=stream, highlight=False)
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def start(self, total: int, *, label: str) -> None:
-        """Draw an empty bar."""
-        self._label, self._total, self._done = label, total, 0
-        self._started = self._clock()
-        self._active = True
-        self._draw(force=True)
+        """Draw an empty bar for a phase of `total` units."""
+        self.finish()
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TaskProgressColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=self._console, refresh_per_second=BAR_REFRESH_PER_S, transient=False)
+        self._task = self._progress.add_task(label, total=max(total, 0))
+        self._progress.start()
 
     def advance(self, done: int) -> None:
-        """Move the bar (redrawn only when the throttle allows)."""
-        self._done += done
-        self._draw(force=False)
+        """Move the bar (rich redraws at most BAR_REFRESH_PER_S times a second)."""
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task, done)
 
     def finish(self) -> None:
-        """Draw the final state and end the line, so later output starts on a fresh one."""
-        if self._active:
-            self._draw(force=True)
-            self._stream.write("\n")
-            self._stream.flush()
-            self._active = False
-
-    def _draw(self, *, force: bool) -> None:
-        now = self._clock()
-        if not force and now - self._drawn_at < BAR_REDRAW_INTERVAL_S:
-            return
-        self._drawn_at = now
-        line = render_bar(self._done, self._total, label=self._label,
-                          elapsed_s=now - self._started)
-        # \r returns to the start of the line; \x1b[K clears what a longer line left behind.
-        self._stream.write("\r" + line + "\x1b[K")
-        self._stream.flush()
+        """Draw the final state and leave the line, so later output starts on a fresh one."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress, self._task = None, None
 
 
 class LogProgress:

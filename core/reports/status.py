@@ -261,7 +261,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         config=ConfigShown(
             str(settings.source) if settings.source is not None else None,
             str(settings.data_dir),
-            settings.chroma_url if settings.server_mode else str(settings.chroma_path)),
+            settings.chroma_url_shown if settings.server_mode else str(settings.chroma_path)),
         queue=QueueFileStatus.of(settings.lazy_edges_queue_path, queue),
         draining=QueueFileStatus.of(settings.draining_path, draining),
         dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),

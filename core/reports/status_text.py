@@ -1,12 +1,24 @@
-"""The status as a few readable tables for a terminal (pure: a `StatusReport` in, text out)."""
+"""The status as a few tables a person reads in ten seconds (pure: a `StatusReport` in, text
+out; rich draws the tables).
+
+Every figure is said in words: a tick's figures become one phrase ("1,000 lines: 950 linked,
+40 re-queued"), never a dump of `key=value` pairs (those are in `--json`); the node total is
+shown beside a breakdown that adds up to it; the queue's oldest line is dated by the line's own
+`timestamp` where it has one, and the table says which time it used.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from core.reports.status import QueueFileStatus, StatusReport
+from core.reports.status import QueueFileStatus, StatusReport, TickShown
+from core.reports.tables import DEFAULT_WIDTH, as_text, table
 from core.rules.timestamps import iso_from_ms
+
+#: What the "oldest line" time was read from, in words.
+_OLDEST_FROM = {"timestamp": "its timestamp", "lastAttemptAt": "its last attempt",
+                "mtime": "the file's mtime"}
 
 
 def ago(then_ms: int | None, now_ms: int) -> str:
@@ -25,127 +37,154 @@ def ago(then_ms: int | None, now_ms: int) -> str:
     return f"{iso_from_ms(then_ms)} ({age} ago)"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, indent: str = "  "
-          ) -> list[str]:
-    """Left-aligned columns as wide as their widest cell (None shows as `-`)."""
-    cells = [[str(h) for h in headers], *[[("-" if c is None else str(c)) for c in r]
-                                         for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return [indent + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in cells]
+def _n(figures: Mapping[str, Any], key: str) -> int:
+    value = figures.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def flatten_figures(figures: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """`key=value` for every scalar figure, nested keys joined by dots; a list shows its
-    length (the per-tenant details are in the tenants table and in `--json`)."""
+def _plural(number: int, noun: str, plural: str | None = None) -> str:
+    return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
+
+
+def _drain_phrase(drain: Mapping[str, Any]) -> str:
+    if not _n(drain, "totalLines"):
+        return "queue empty"
+    phrase = (f"{_plural(_n(drain, 'totalLines'), 'line')}: {_n(drain, 'succeeded'):,} linked, "
+              f"{_n(drain, 'requeued'):,} re-queued, {_n(drain, 'deadLettered'):,} "
+              "dead-lettered")
+    return phrase + (" (stopped mid-drain)" if drain.get("interrupted") else "")
+
+
+def _ingest_phrase(live: Mapping[str, Any]) -> str:
+    if "skipped" in live:
+        return "ingestion skipped"
+    return (f"{_plural(_n(live, 'sessionsUpserted'), 'session')} and "
+            f"{_plural(_n(live, 'memoriesUpserted'), 'memory', 'memories')} ingested")
+
+
+def tick_phrase(figures: Mapping[str, Any]) -> str:
+    """What a recorded tick did, in words, from the figures it recorded (any daemon's, any
+    version's: an unknown shape gives an empty phrase, never an error)."""
     parts: list[str] = []
-    for key, value in figures.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            parts.extend(flatten_figures(value, prefix=f"{name}."))
-        elif isinstance(value, list):
-            parts.append(f"{name}=<{len(value)} items>")
-        else:
-            parts.append(f"{name}={value}")
-    return parts
+    if isinstance(figures.get("error"), str):
+        parts.append(f"error: {figures['error']}")
+    live, drain = figures.get("liveIngest"), figures.get("drain")
+    if isinstance(live, Mapping):
+        parts.append(_ingest_phrase(live))
+    if isinstance(drain, Mapping):
+        parts.append(_drain_phrase(drain))
+    if figures.get("enabled") is False and "tenants" in figures and "passId" not in figures:
+        parts.append("disabled")
+    elif isinstance(figures.get("tenants"), list):
+        parts.append(f"{_plural(len(figures['tenants']), 'tenant')}, "
+                     f"{_n(figures, 'staleCount'):,} stale, "
+                     f"{_n(figures, 'tombstonedCount'):,} tombstoned"
+                     + (f", {_n(figures, 'failedTenants'):,} failed"
+                        if _n(figures, "failedTenants") else ""))
+    if "fired" in figures and "rules" in figures:
+        parts.append(f"{_plural(_n(figures, 'fired'), 'alert')} fired")
+    if "days" in figures:
+        parts.insert(0, f"last {_plural(_n(figures, 'days'), 'day')}")
+    if isinstance(figures.get("incomplete"), str):
+        parts.append(f"not complete: {figures['incomplete']}")
+    return "; ".join(parts)
 
 
-def _wrap(parts: Sequence[str], *, indent: str, width: int = 100) -> list[str]:
-    lines: list[str] = []
-    current = indent
-    for part in parts:
-        if current.strip() and len(current) + 1 + len(part) > width:
-            lines.append(current)
-            current = indent
-        current += (" " if current.strip() else "") + part
-    if current.strip():
-        lines.append(current)
-    return lines
+def _took(duration_ms: int) -> str:
+    return f"{duration_ms} ms" if duration_ms < 1000 else f"{duration_ms / 1000:,.1f} s"
 
 
-def _graph_section(status: StatusReport) -> list[str]:
+def _files_part(status: StatusReport) -> list[Any]:
+    return [table("Files", ["what", "path"],
+                  [["graph", status.graph.path], ["queue", status.queue.path],
+                   ["dead letters", status.dead_letters.path]])]
+
+
+def _result(tick: TickShown) -> str:
+    if tick.ok:
+        return "ok"
+    return "not complete" if "incomplete" in tick.figures else "FAILED"
+
+
+def _graph_part(status: StatusReport) -> list[Any]:
     graph = status.graph
-    out = ["", f"Graph  {graph.path}" + ("" if graph.present else "  (not created yet)")]
-    if graph.present:
-        out.append(f"  {graph.nodes} nodes, {graph.edges} edges")
-        out.extend(table(
-            ["kind", "total", "live-ingested", "back-filled", "of which minimal"],
-            [[kind, p.total, p.live_ingested, p.backfilled, p.minimal]
-             for kind, p in (("memories", graph.memories), ("sessions", graph.sessions))],
-        ))
-    return out
+    if not graph.present:
+        return [f"Graph: not created yet ({graph.path})"]
+    other = graph.nodes - graph.memories.total - graph.sessions.total
+    rows = [[kind, p.total, p.live_ingested, p.backfilled, p.minimal]
+            for kind, p in (("memories", graph.memories), ("sessions", graph.sessions))]
+    rows.append(["other nodes (concepts, tenants, ...)", other, None, None, None])
+    rows.append(["all nodes", graph.nodes, None, None, None])
+    return [table(f"Graph: {_plural(graph.nodes, 'node')}, {_plural(graph.edges, 'edge')}",
+                  ["nodes", "count", "live-ingested", "back-filled", "of which minimal"],
+                  rows, numeric=["count", "live-ingested", "back-filled", "of which minimal"])]
 
 
 def _queue_row(name: str, f: QueueFileStatus, now: int) -> list[Any]:
-    oldest = (ago(f.oldest_timestamp, now) + f" [{f.oldest_from}]"
-              if f.oldest_timestamp is not None else None)
     if not f.present:
-        return [name, "absent", None, None, oldest, f.path]
-    return [name, f.lines, f.bytes, f.retried_lines, oldest, f.path]
+        return [name, "absent", None, None, None]
+    oldest = None
+    if f.oldest_timestamp is not None:
+        source = _OLDEST_FROM.get(str(f.oldest_from), str(f.oldest_from))
+        oldest = f"{ago(f.oldest_timestamp, now)}, from {source}"
+    return [name, f.lines, f.bytes, f.retried_lines, oldest]
 
 
-def _queue_section(status: StatusReport, now: int) -> list[str]:
-    out = ["", "Lazy-edge queue"]
-    out.extend(table(["file", "lines", "bytes", "retried", "oldest line", "path"],
-                     [_queue_row("queue", status.queue, now),
-                      _queue_row(".draining", status.draining, now)]))
+def _queue_part(status: StatusReport, now: int) -> list[Any]:
     dead = status.dead_letters
-    reasons = ", ".join(f"{r} {n}" for r, n in dead.by_reason.items()) or "none"
-    out.append(f"  dead letters: {dead.total} ({reasons})"
-               + (f", last {ago(dead.last_dead_at, now)}" if dead.last_dead_at else "")
-               + f"  {dead.path}")
-    return out
+    reasons = ", ".join(f"{r} {n:,}" for r, n in dead.by_reason.items()) or "none"
+    last = f", last {ago(dead.last_dead_at, now)}" if dead.last_dead_at else ""
+    return [table("Lazy-edge queue",
+                  ["file", "lines", "bytes", "re-queued", "oldest line"],
+                  [_queue_row("queue", status.queue, now),
+                   _queue_row(".draining", status.draining, now)],
+                  numeric=["lines", "bytes", "re-queued"]),
+            f"dead letters: {dead.total:,} ({reasons}){last}"]
 
 
-def _ticks_section(status: StatusReport, now: int) -> list[str]:
-    out = ["", "Last ticks"]
+def _ticks_part(status: StatusReport, now: int) -> list[Any]:
     if not status.ticks:
-        out.append("  none recorded yet")
-    for daemon, tick in status.ticks.items():
-        out.append(f"  {daemon}: {'ok' if tick.ok else 'FAILED'}, started "
-                   f"{ago(tick.started_at, now)}, took {tick.duration_ms} ms")
-        out.extend(_wrap(flatten_figures(tick.figures), indent="    "))
-    return out
+        return ["Last ticks: none recorded yet"]
+    return [table("Last ticks", ["job", "started", "result", "took", "what it did"],
+                  [[name, ago(t.started_at, now), _result(t), _took(t.duration_ms),
+                    tick_phrase(t.figures)] for name, t in status.ticks.items()])]
 
 
-def _tenants_section(status: StatusReport, now: int) -> list[str]:
-    out = ["", "Tenants (stale counts from each tenant's latest reconcile report; "
-           "a clean pass writes none)"]
+def _tenants_part(status: StatusReport, now: int) -> list[Any]:
     if not status.tenants:
-        out.append("  none configured")
-        return out
-    out.extend(table(
-        ["tenant", "repo", "version", "last stale", "tombstoned", "reported"],
-        [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
-          t.last_tombstoned_count, ago(t.last_report_at, now)] for t in status.tenants],
-    ))
-    return out
+        return ["Tenants: none configured (kb-tenants set-config TENANT --repo-slug R)"]
+    return [table("Tenants (stale counts from each tenant's latest reconcile report; a clean "
+                  "pass writes none)",
+                  ["tenant", "repo", "version", "last stale", "tombstoned", "reported"],
+                  [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
+                    t.last_tombstoned_count, ago(t.last_report_at, now)]
+                   for t in status.tenants],
+                  numeric=["version", "last stale", "tombstoned"])]
 
 
-def _alerts_section(status: StatusReport, now: int) -> list[str]:
-    out = ["", "Recent alerts"]
+def _alerts_part(status: StatusReport, now: int) -> list[Any]:
     if not status.alerts:
-        out.append("  none")
-        return out
-    out.extend(table(
-        ["fired", "tenant", "repo", "metric", "value", "threshold", "severity", "channel",
-         "delivered"],
-        [[ago(a.fired_at, now), a.tenant_id, a.repo_slug, a.metric, a.value, a.threshold,
-          a.severity, a.channel, "yes" if a.delivered else f"no: {a.error}"]
-         for a in status.alerts],
-    ))
-    return out
+        return ["Recent alerts: none"]
+    return [table("Recent alerts",
+                  ["fired", "tenant", "metric", "value", "threshold", "severity", "channel",
+                   "delivered"],
+                  [[ago(a.fired_at, now), a.tenant_id, a.metric, a.value, a.threshold,
+                    a.severity, a.channel, "yes" if a.delivered else f"no: {a.error}"]
+                   for a in status.alerts])]
 
 
-def render_status_text(status: StatusReport) -> str:
-    """The status as a few readable tables for a terminal."""
+def render_status_text(status: StatusReport, *, header: bool = True,
+                       width: int = DEFAULT_WIDTH) -> str:
+    """The status as a few readable tables for a terminal; `header` (when and from which
+    config) is left out where the caller already said so (the demo)."""
     now = status.generated_at
     config = status.config
-    out = [f"kb-daemons status at {iso_from_ms(now)}  "
-           f"(config: {config.source or 'built-in defaults'}; data: {config.data_dir})"]
-    out += _graph_section(status)
-    out += _queue_section(status, now)
-    out += _ticks_section(status, now)
-    out += _tenants_section(status, now)
-    out += _alerts_section(status, now)
-    return "\n".join(out) + "\n"
+    parts: list[Any] = []
+    if header:
+        parts += [f"kb-daemons status at {iso_from_ms(now)}  (config: "
+                  f"{config.source or 'built-in defaults'}; data: {config.data_dir}; "
+                  f"chroma: {config.chroma})", ""]
+    for section in (_graph_part(status), _queue_part(status, now), _ticks_part(status, now),
+                    _tenants_part(status, now), _alerts_part(status, now), _files_part(status)):
+        parts += [*section, ""]
+    return as_text(*parts[:-1], width=width)

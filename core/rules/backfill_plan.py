@@ -13,7 +13,7 @@ Chroma failed, the memory is not planned either (`chroma-fetch-failed`) and is r
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -94,6 +94,28 @@ class Request:
     row_ids: dict[str, tuple[str, str]]
 
 
+def unrecognized(raw: Any) -> BackfillResult:
+    """The result for an id that names no Chroma row: `unrecognized-prefix`, echoing the id
+    (normalized) as the original does, or None when it is not a string."""
+    shown = normalize_graph_node_id(raw) if isinstance(raw, str) else None
+    return BackfillResult.of(Reason.UNRECOGNIZED_PREFIX, shown)
+
+
+#: A queue line's reason when an endpoint is not in the graph and no back-fill can create it
+#: (a `CONCEPT:`, `AGENT:` or unprefixed id: only `memory:` and `session:` ids name Chroma
+#: rows). The line waits for a producer to create that node.
+NOT_IN_GRAPH = "not-in-graph"
+
+
+def line_reason(result: BackfillResult) -> str:
+    """The reason a drained line records for an endpoint that did not resolve: the result's,
+    except that `unrecognized-prefix` (what `ingest_single_row` answers, as the original
+    does) says what is wrong with the line instead: `not-in-graph`."""
+    if result.reason is Reason.UNRECOGNIZED_PREFIX:
+        return NOT_IN_GRAPH
+    return str(result.reason)
+
+
 def sort_request(node_ids: Iterable[Any]) -> Request:
     """Canonicalize the requested ids; an id that names no row (another prefix, an empty
     body, not a string) is `unrecognized-prefix` at once and never reaches a store."""
@@ -102,8 +124,7 @@ def sort_request(node_ids: Iterable[Any]) -> Request:
     for raw in node_ids:
         parsed = parse_row_node_id(raw)
         if parsed is None:
-            plan.results[str(normalize_graph_node_id(raw))] = BackfillResult.of(
-                Reason.UNRECOGNIZED_PREFIX, None)
+            plan.results[str(normalize_graph_node_id(raw))] = unrecognized(raw)
         else:
             row_ids[parsed.node_id] = (parsed.kind, parsed.key)
     return Request(plan, row_ids)
@@ -178,7 +199,7 @@ def plan_memories(plan: BackfillPlan, memory_rows: Iterable[ChromaRow], *,
     for key in session_keys:
         node_id = session_node_id(key)
         if node_id not in plan.results and session_failure is not None:
-            plan.results[node_id] = session_failure
+            plan.results[node_id] = replace(session_failure, graph_node_id=node_id)
     for row in memory_rows:
         node_id = memory_node_id(row.id)
         sid = session_id_of(row.metadata)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from core.rules.alert_rules import AlertRules, parse_alert_rules
 from core.rules.values import is_real_number, is_whole_number
@@ -97,6 +98,19 @@ def _port(v: int) -> bool:
 
 def _fraction(v: float) -> bool:
     return 0 < v <= 1
+
+
+def url_without_user_info(url: str) -> str:
+    """`url` as it may be shown or logged (pure): any `user:password@` left out, so
+    `http://alice:pw@host:8000` shows as `http://host:8000`; a URL that cannot be parsed shows
+    as everything after its last `@` (or as written when it has none)."""
+    try:
+        parts = urlsplit(url)
+        if "@" not in parts.netloc:
+            return url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    except ValueError:
+        return url.rpartition("@")[2]
 
 
 def _url(v: str) -> bool:
@@ -213,6 +227,11 @@ class Settings:
         """Telemetry rows SQLite refused, kept for the next pass
         (see core.stores.telemetry_spool)."""
         return self.data_dir / "telemetry-spool.jsonl"
+
+    @property
+    def chroma_url_shown(self) -> str:
+        """`chromaUrl` as status, logs and errors may show it: without user-info."""
+        return url_without_user_info(self.chroma_url)
 
     @property
     def server_mode(self) -> bool:
@@ -378,8 +397,14 @@ def _resolved(
 def invalid_value_message(key: Key, seen: Any) -> str:
     """The warning for a value of the wrong type or out of range: what was expected, what was
     seen, and what is used instead. The value of `alertRules` is described, never quoted: it
-    may hold webhook URLs with credentials in them."""
-    shown = f"a {type(seen).__name__}" if key.type == "rules" else repr(seen)
+    may hold webhook URLs with credentials in them; a URL is quoted without its user-info."""
+    if key.type == "rules":
+        shown = f"a {type(seen).__name__}"
+    elif key.type == "url" and isinstance(seen, str):
+        hidden = url_without_user_info(seen)
+        shown = repr(hidden) + (" (its user-info hidden)" if hidden != seen else "")
+    else:
+        shown = repr(seen)
     head = f"{TABLE}.{key.name}: expected {key.type_text}, got {shown}"
     if key.fails_closed:
         return f"{head}; deleting nothing until it is fixed (a destructive guard fails closed)"

@@ -1,22 +1,48 @@
-"""Prometheus text exposition on 127.0.0.1 (`metricsPort` > 0), with no dependency.
+"""`/metrics` on 127.0.0.1 (`metricsPort` > 0), written by prometheus-client.
 
-Counters and last-tick gauges are updated by the runtime after each tick; the queue depth and
-dead-letter counts are read from the files at scrape time, through the same readers status
-uses (cached by size and mtime, so a scrape of an unchanged multi-GB queue costs two `stat`
-calls).
+The library writes the text format (escaping, full-precision values, histograms) and the
+`process_*` metrics; the registry is our own, so nothing another library registers globally
+leaks in, and two runtimes in one test process do not collide.
+
+What is exposed:
+- per job: ticks by outcome (`kb_ticks_total`), a tick-duration histogram
+  (`kb_tick_duration_seconds`), when the last *completed* tick finished
+  (`kb_last_success_timestamp_seconds`; an interrupted or unsuccessful tick does not move it);
+- read from the files at scrape time, through the same readers status uses, and re-read only
+  when a file's size or mtime changed (a scrape of an unchanged multi-GB queue costs two
+  `stat` calls): the queue's lines (`kb_queue_lines`), whether a `.draining` file is left
+  (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`);
+- per tenant, from the last reconcile pass: stale chunks (`kb_stale_chunks`), chunks of paths
+  the manifest no longer lists when the pass reports them (`kb_missing_paths`), and chunks
+  tombstoned (`kb_tombstoned_chunks_total`).
+
+Scrapes are answered on the library's own thread, so a slow file read never blocks the loop.
 """
 
 from __future__ import annotations
 
-import asyncio
+import errno
 import os
-from collections import Counter
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from core.rules.config import Settings
+from core.rules.errors import ConfigError
 from core.rules.figures import Figures
 from core.rules.reconcile import ReconcileFigures
 from core.stores.dead_letter_file import count_dead_letters
@@ -24,126 +50,120 @@ from core.stores.queue_files import count_newlines
 
 log = structlog.get_logger(__name__)
 
-#: How long a scrape connection may take to send its request line.
-_REQUEST_TIMEOUT_S = 5.0
+#: Tick durations range from milliseconds (an empty queue) to the tick's time bound (an hour).
+DURATION_BUCKETS_S = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, float("inf"))
 
 
 @dataclass(slots=True)
 class _FileCount:
     key: tuple[int, int] = (-1, -1)
     lines: int = 0
-    reasons: Counter[str] = field(default_factory=Counter)
+    reasons: dict[str, int] = field(default_factory=dict)
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-class Metrics:
-    """The daemons' metrics, rendered in the Prometheus text format."""
+class _QueueFiles(Collector):
+    """The queue's depth and the dead letters by reason, read when scraped."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.ticks: Counter[tuple[str, str]] = Counter()
-        self.last_duration_s: dict[str, float] = {}
-        self.last_success_ts: dict[str, float] = {}
-        self.stale_chunks: dict[str, int] = {}
-        self.tombstoned: Counter[str] = Counter()
+        self._lock = threading.Lock()  # concurrent scrapes share the caches
         self._queue = _FileCount()
         self._dead = _FileCount()
 
+    def collect(self) -> Iterator[Metric]:
+        s = self.settings
+        with self._lock:
+            self._queue = _count(s.lazy_edges_queue_path, self._queue, reasons=False)
+            self._dead = _count(s.dead_letter_path, self._dead, reasons=True)
+            queue, dead = self._queue, self._dead
+        yield GaugeMetricFamily("kb_queue_lines", "Lines waiting in the lazy-edge queue.",
+                                value=queue.lines)
+        yield GaugeMetricFamily("kb_queue_draining",
+                                "1 while a .draining file is left for the next tick.",
+                                value=1 if s.draining_path.exists() else 0)
+        by_reason = GaugeMetricFamily("kb_dead_letters", "Lines in the dead-letter file, by "
+                                      "reason.", labels=["reason"])
+        for reason, n in sorted(dead.reasons.items()):
+            by_reason.add_metric([reason], n)
+        yield by_reason
+
+
+def _count(path: Path, cache: _FileCount, *, reasons: bool) -> _FileCount:
+    """A file's lines (and, for the dead letters, their reasons), re-read only when its size
+    or mtime changed since the last scrape."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return _FileCount()
+    key = (stat.st_size, stat.st_mtime_ns)
+    if key == cache.key:
+        return cache
+    if not reasons:
+        return _FileCount(key=key, lines=count_newlines(path))
+    counts = count_dead_letters(path)
+    return _FileCount(key=key, lines=counts.total, reasons=dict(counts.by_reason))
+
+
+class Metrics:
+    """The daemons' metrics on a registry of their own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter("kb_ticks", "Ticks run, by job and outcome (ok, incomplete: "
+                             "stopped or unsuccessful, failed, timeout, skipped).",
+                             ["job", "outcome"], registry=r)
+        self.durations = Histogram("kb_tick_duration_seconds", "How long ticks ran, by job.",
+                                   ["job"], buckets=DURATION_BUCKETS_S, registry=r)
+        self.last_success = Gauge("kb_last_success_timestamp_seconds",
+                                  "When the last completed, successful tick finished, by job.",
+                                  ["job"], registry=r)
+        self.stale = Gauge("kb_stale_chunks", "Stale chunks found by the last pass, by tenant.",
+                           ["tenant"], registry=r)
+        self.missing_paths = Gauge("kb_missing_paths", "Chunks of paths the tenant's manifest "
+                                   "no longer lists, by tenant (last pass).", ["tenant"],
+                                   registry=r)
+        self.tombstoned = Counter("kb_tombstoned_chunks", "Chunks tombstoned, by tenant.",
+                                  ["tenant"], registry=r)
+        r.register(_QueueFiles(settings))
+        ProcessCollector(registry=r)
+        self._server: Any = None
+
     def observe_tick(self, job: str, *, outcome: str, duration_s: float,
                      figures: Figures | None = None, finished_ts: float) -> None:
-        """Record one tick's outcome (`ok`, `failed`, `skipped`, `timeout`) and, for a
-        reconcile pass, each tenant's stale and tombstoned chunks."""
-        self.ticks[(job, outcome)] += 1
-        self.last_duration_s[job] = duration_s
+        """Record one tick's outcome and duration and, for a reconcile pass, each tenant's
+        stale, missing-path and tombstoned chunks."""
+        self.ticks.labels(job, outcome).inc()
+        self.durations.labels(job).observe(duration_s)
         if outcome == "ok":
-            self.last_success_ts[job] = finished_ts
+            self.last_success.labels(job).set(finished_ts)
         if isinstance(figures, ReconcileFigures):
             for tenant in figures.tenants:
-                self.stale_chunks[tenant.tenant_id] = tenant.stale_count
-                self.tombstoned[tenant.tenant_id] += tenant.tombstoned_count
+                self.stale.labels(tenant.tenant_id).set(tenant.stale_count)
+                missing = getattr(tenant, "missing_path_count", None)
+                if isinstance(missing, int):
+                    self.missing_paths.labels(tenant.tenant_id).set(missing)
+                self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
 
-    def _count(self, path: Path, cache: _FileCount, *, reasons: bool) -> _FileCount:
-        """A file's lines (and, for the dead letters, their reasons), re-read only when its
-        size or mtime changed since the last scrape."""
+    def serve(self, port: int) -> None:
+        """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
+        a thread of the library's. A port that is taken is a configuration error (exit 2)."""
         try:
-            stat = path.stat()
-        except FileNotFoundError:
-            return _FileCount()
-        key = (stat.st_size, stat.st_mtime_ns)
-        if key == cache.key:
-            return cache
-        if not reasons:
-            return _FileCount(key=key, lines=count_newlines(path))
-        counts = count_dead_letters(path)
-        return _FileCount(key=key, lines=counts.total, reasons=counts.by_reason)
-
-    def render(self) -> str:
-        """The exposition text (blocking file reads: call through a thread)."""
-        s = self.settings
-        self._queue = self._count(s.lazy_edges_queue_path, self._queue, reasons=False)
-        self._dead = self._count(s.dead_letter_path, self._dead, reasons=True)
-        out: list[str] = []
-
-        def metric(name: str, kind: str, doc: str, rows: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP {name} {doc}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(f"{name}{labels} {value:g}" for labels, value in rows)
-
-        metric("kb_ticks_total", "counter", "Ticks run, by job and outcome.",
-               [(f'{{job="{_label(j)}",outcome="{_label(o)}"}}', n)
-                for (j, o), n in sorted(self.ticks.items())])
-        metric("kb_tick_failures_total", "counter", "Ticks that failed or timed out, by job.",
-               [(f'{{job="{_label(j)}"}}', float(sum(n for (jj, o), n in self.ticks.items()
-                                                     if jj == j and o in ("failed", "timeout"))))
-                for j in sorted({j for j, _ in self.ticks})])
-        metric("kb_tick_duration_seconds", "gauge", "Duration of the last tick, by job.",
-               [(f'{{job="{_label(j)}"}}', v) for j, v in sorted(self.last_duration_s.items())])
-        metric("kb_last_success_timestamp_seconds", "gauge",
-               "When the last successful tick finished, by job.",
-               [(f'{{job="{_label(j)}"}}', v) for j, v in sorted(self.last_success_ts.items())])
-        metric("kb_queue_lines", "gauge", "Lines waiting in the lazy-edge queue.",
-               [("", float(self._queue.lines))])
-        metric("kb_queue_draining", "gauge", "1 while a .draining file exists.",
-               [("", 1.0 if s.draining_path.exists() else 0.0)])
-        metric("kb_dead_letters", "gauge", "Lines in the dead-letter file, by reason.",
-               [(f'{{reason="{_label(r)}"}}', float(n))
-                for r, n in sorted(self._dead.reasons.items())])
-        metric("kb_stale_chunks", "gauge", "Stale chunks found by the last pass, by tenant.",
-               [(f'{{tenant="{_label(t)}"}}', float(n))
-                for t, n in sorted(self.stale_chunks.items())])
-        metric("kb_tombstoned_chunks_total", "counter", "Chunks tombstoned, by tenant.",
-               [(f'{{tenant="{_label(t)}"}}', float(n))
-                for t, n in sorted(self.tombstoned.items())])
-        return "\n".join(out) + "\n"
-
-    async def serve(self, port: int) -> asyncio.Server:
-        """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design)."""
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                request = await asyncio.wait_for(reader.readline(), _REQUEST_TIMEOUT_S)
-                path = request.split(b" ")[1] if request.count(b" ") >= 2 else b""
-                if path.split(b"?")[0] in (b"/metrics", b"/"):
-                    body = (await asyncio.to_thread(self.render)).encode()
-                    status = b"200 OK"
-                    kind = b"text/plain; version=0.0.4; charset=utf-8"
-                else:
-                    body, status, kind = b"not found\n", b"404 Not Found", b"text/plain"
-                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind +
-                             b"\r\nContent-Length: " + str(len(body)).encode() +
-                             b"\r\nConnection: close\r\n\r\n" + body)
-                await writer.drain()
-            except (TimeoutError, ConnectionError, OSError):
-                pass
-            except Exception:
-                log.warning("metrics.request_failed", exc_info=True)
-            finally:
-                writer.close()
-
-        server = await asyncio.start_server(handle, host="127.0.0.1", port=port)
+            self._server, _thread = start_http_server(port, addr="127.0.0.1",
+                                                      registry=self.registry)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise ConfigError(f"metricsPort = {port}: 127.0.0.1:{port} is "
+                                  f"{'taken' if exc.errno == errno.EADDRINUSE else 'not allowed'}"
+                                  " (choose another port, or 0 to turn metrics off)") from None
+            raise
         log.info("metrics.listening", address=f"http://127.0.0.1:{port}/metrics",
                  pid=os.getpid())
-        return server
+
+    def close(self) -> None:
+        """Stop answering scrapes and free the port."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

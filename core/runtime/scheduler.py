@@ -7,7 +7,9 @@ connection; an embedded Chroma store is opened once and shared (it admits one pr
 What it guarantees:
 - **No lost first pass, no doubled pass.** A job's first run is due one interval after the
   start of its last recorded tick (kept in SQLite): at once when that is past, otherwise after
-  the remainder. A restart neither skips nor doubles a pass.
+  the remainder. A restart neither skips nor doubles a pass. A last tick that did not complete
+  (stopped, cancelled, failed, or unsuccessful by its own figures) or work left in flight (a
+  `.draining` file) makes the first run due at once.
 - **Supervision.** A tick that raises is logged with its traceback and the next one still
   runs; repeated failures back off (logged once, and again on recovery). A daemon whose
   scheduler dies is restarted with backoff; the other daemon in the process is unaffected.
@@ -85,11 +87,13 @@ class RuntimeOptions:
     health_check_s: float = HEALTH_CHECK_S
 
 
-def first_run_delay_ms(last_started_ms: int | None, interval_ms: int, now: int) -> int:
-    """How long to wait before a job's first tick (pure): none without a previous tick or when
-    one interval has passed since it started; otherwise the remainder, never more than one
+def first_run_delay_ms(last_started_ms: int | None, interval_ms: int, now: int, *,
+                       resume: bool = False) -> int:
+    """How long to wait before a job's first tick (pure): none without a previous tick, when
+    work must be resumed (the last tick did not complete, or left work in flight), or when one
+    interval has passed since it started; otherwise the remainder, never more than one
     interval (a clock that went backwards must not postpone the pass indefinitely)."""
-    if last_started_ms is None:
+    if last_started_ms is None or resume:
         return 0
     return max(0, min(last_started_ms + interval_ms - now, interval_ms))
 
@@ -160,8 +164,10 @@ class DaemonRunner:
             for job in self.spec.jobs:
                 self._states[job.name].control = TickControl()
                 last = previous.get(job.name)
+                left = job.work_left is not None and job.work_left(self.settings)
+                resume = left or (last is not None and not last.ok)
                 delay_ms = first_run_delay_ms(last.started_at if last else None,
-                                              job.interval_ms, self.clock())
+                                              job.interval_ms, self.clock(), resume=resume)
                 scheduler.add_job(
                     self._fire,
                     trigger="interval",
@@ -178,7 +184,8 @@ class DaemonRunner:
                 )
                 log.info("job.scheduled", daemon=self.spec.name, job=job.name,
                          intervalS=job.interval_ms / 1000, firstTickInS=delay_ms / 1000,
-                         lastTickStartedAt=last.started_at if last else None)
+                         lastTickStartedAt=last.started_at if last else None,
+                         resuming=resume)
             scheduler.add_listener(self._on_scheduler_event,
                                    EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
             scheduler.start()
@@ -234,7 +241,8 @@ class DaemonRunner:
                 result = await run_tick(job.name, context, job.tick,
                                         dry_run=self.options.dry_run,
                                         tick_number=state.number)
-            outcome, figures = "ok", result.figures
+            outcome = "ok" if result.incomplete is None else "incomplete"
+            figures = result.figures
         except LockHeld:
             outcome = "skipped"
         except TimeoutError:
@@ -259,7 +267,9 @@ class DaemonRunner:
                          afterFailures=state.failures)
             state.failures, state.backing_off = 0, False
             return
-        if outcome == "skipped":
+        if outcome in ("skipped", "incomplete"):
+            # Another process did the work, or the tick did it but not all of it (stopped,
+            # or a tenant failed): neither is a failure of this daemon to back off from.
             return
         state.failures += 1
         delay_ms = backoff_delay_ms(state.failures, job.interval_ms)
@@ -396,11 +406,14 @@ async def serve(
                  graceS=options.shutdown_grace_s)
         stop.set()
 
+    metrics = Metrics(settings)
+    if settings.metrics_port:  # first of all: a taken port is a config error before any tick
+        metrics.serve(settings.metrics_port)
     try:
         with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):
             return await _serve_until_stopped(settings, specs, options=options,
                                               notifier=notifier or Notifier(), clock=clock,
-                                              stop=stop)
+                                              stop=stop, metrics=metrics)
     finally:
         log.info("shutdown.completed")
 
@@ -413,12 +426,11 @@ async def _serve_until_stopped(
     notifier: Notifier,
     clock: Callable[[], int],
     stop: asyncio.Event,
+    metrics: Metrics,
 ) -> int:
-    """Open Chroma, supervise every daemon, notify systemd and serve metrics until `stop`;
-    then let the daemons finish and close everything, in reverse order."""
-    metrics = Metrics(settings)
+    """Open Chroma, supervise every daemon and notify systemd until `stop`, with `metrics`
+    served; then let the daemons finish and close everything, in reverse order."""
     helpers: list[asyncio.Task[None]] = []
-    server: asyncio.Server | None = None
     vectors: VectorStore | None = None
     try:
         vectors = await _open_vectors(settings, stop, options)
@@ -429,8 +441,6 @@ async def _serve_until_stopped(
         supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)
                       for r in runners]
         helpers.append(asyncio.create_task(_notify_systemd(notifier, runners, stop)))
-        if settings.metrics_port:
-            server = await metrics.serve(settings.metrics_port)
         await stop.wait()
         notifier.send("STOPPING=1")
         await asyncio.gather(*supervised)
@@ -439,8 +449,6 @@ async def _serve_until_stopped(
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        if server is not None:
-            server.close()
-            await server.wait_closed()
+        metrics.close()
         if vectors is not None:
             await vectors.close()

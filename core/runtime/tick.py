@@ -5,10 +5,17 @@ A tick is a coroutine `tick(context, dry_run) -> figures`, run every `interval_m
 `tick.completed` line with its figures (or `tick.failed` with the traceback, or `tick.skipped`
 when another process holds the work's lock), and records the tick in SQLite unless it was a
 dry run. `open_context` opens the stores a tick works on, in a fixed order.
+
+A tick that returned is not necessarily complete: a drain stopped after its current batch
+(`.draining` left for the next tick), a reconcile pass stopped between tenants, or a pass whose
+figures say it did not succeed (a failed tenant, telemetry rows not in SQLite) is recorded with
+`ok = false` and `incomplete` saying why, exactly as a tick that raised or was cancelled. The
+scheduler runs a job whose last tick is not ok at once on the next start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -18,9 +25,11 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from core.jobs.context import TickContext, TickControl
+from core.jobs.drain import RemTickFigures
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
 from core.rules.figures import Figures, to_json
+from core.rules.reconcile import ReconcileFigures
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import TickRecord, record_tick
@@ -46,6 +55,9 @@ class Job:
     interval_ms: int
     jitter_s: float = 0.0
     timeout_s: float | None = None
+    #: Whether work was left in flight by an earlier run (a `.draining` file): then the first
+    #: tick after a start runs at once.
+    work_left: Callable[[Settings], bool] | None = None
 
     @property
     def effective_timeout_s(self) -> float:
@@ -63,8 +75,9 @@ async def open_context(
     vectors: VectorStore | None = None,
     control: TickControl | None = None,
 ) -> AsyncIterator[TickContext]:
-    """Open the graph (read-only for a dry run, so not one byte of it can change) and Chroma;
-    close both on the way out, in reverse order. The graph opens first: it is cheap and local.
+    """Open the graph (read-only for a dry run, so not one byte of it can change) and Chroma
+    (for a dry run, an embedded store that does not exist is not created); close both on the
+    way out, in reverse order. The graph opens first: it is cheap and local.
 
     `vectors`, when given, is an already open store shared between daemons in one process (an
     embedded store admits one opener per process); it is not closed here.
@@ -72,7 +85,8 @@ async def open_context(
     graph = await GraphDB.open(settings.graph_db_path, read_only=dry_run)
     try:
         own_vectors = vectors is None
-        store = vectors if vectors is not None else await VectorStore.open(settings)
+        opener = VectorStore.open_for_dry_run if dry_run else VectorStore.open
+        store = vectors if vectors is not None else await opener(settings)
         try:
             yield TickContext(settings, graph, store, control or TickControl())
         finally:
@@ -82,17 +96,36 @@ async def open_context(
         await graph.close()
 
 
+def incomplete_reason(figures: Figures) -> str | None:
+    """Why a tick that returned did not finish its work, or None when it did (pure)."""
+    if isinstance(figures, RemTickFigures) and figures.drain.interrupted:
+        return "stopped mid-drain: the rest of the queue is left in .draining"
+    if isinstance(figures, ReconcileFigures):
+        if figures.stopped:
+            return "stopped between tenants"
+        if figures.unrecorded_rows:
+            return f"{figures.unrecorded_rows} telemetry rows not recorded (kept in the spool)"
+        if figures.failed_tenants:
+            return f"{figures.failed_tenants} tenants failed"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class TickResult(Generic[F]):
-    """A completed tick: its figures (a frozen dataclass) and how long it took."""
+    """A tick that returned: its figures (a frozen dataclass), how long it took, and why it
+    is not complete (None when it is)."""
 
     figures: F
     duration_ms: int
+    incomplete: str | None = None
 
     def json(self) -> dict[str, Any]:
-        """The figures' JSON plus `durationMs`: the `--json` object, the canonical log line's
-        fields, and what `daemon_ticks` records."""
-        return {**to_json(self.figures), "durationMs": self.duration_ms}
+        """The figures' JSON plus `durationMs` (and `incomplete` when it is): the `--json`
+        object, the canonical log line's fields, and what `daemon_ticks` records."""
+        shown = {**to_json(self.figures), "durationMs": self.duration_ms}
+        if self.incomplete is not None:
+            shown["incomplete"] = self.incomplete
+        return shown
 
 
 async def run_tick(
@@ -115,6 +148,15 @@ async def run_tick(
             # Not a failure of this daemon: another process is doing the same work.
             log.warning("tick.skipped", reason=str(exc))
             raise
+        except asyncio.CancelledError:
+            # Cancelled (its time bound, or a stop whose grace ran out): not a completed tick,
+            # so the next start runs it at once. Shielded: the cancel must not stop the record.
+            duration_ms = int((time.monotonic() - started) * 1000)
+            log.warning("tick.cancelled", durationMs=duration_ms, dryRun=dry_run)
+            if not dry_run:
+                await asyncio.shield(_record(context, TickRecord(
+                    daemon, started_ms, now_ms(), duration_ms, False, {"error": "cancelled"})))
+            raise
         except Exception as exc:
             duration_ms = int((time.monotonic() - started) * 1000)
             log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run, exc_info=True)
@@ -122,12 +164,13 @@ async def run_tick(
                 await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms,
                                                  False, {"error": str(exc)}))
             raise
-        result = TickResult(figures, int((time.monotonic() - started) * 1000))
+        result = TickResult(figures, int((time.monotonic() - started) * 1000),
+                            incomplete_reason(figures))
         shown = result.json()
         log.info("tick.completed", **{"dryRun": dry_run, **shown})
         if not dry_run:
             await _record(context, TickRecord(daemon, started_ms, now_ms(), result.duration_ms,
-                                             True, shown))
+                                             result.incomplete is None, shown))
     return result
 
 

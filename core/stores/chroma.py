@@ -59,6 +59,8 @@ IDS_PER_GET = 5_000
 SESSIONS_PER_WHERE = 1_000
 #: The lock file inside an embedded store folder.
 STORE_LOCK_NAME = ".kb-daemons.lock"
+#: The file an embedded store holds once Chroma has opened it.
+EMBEDDED_STORE_FILE = "chroma.sqlite3"
 
 
 class CollectionMissing(KbError):
@@ -140,7 +142,7 @@ class VectorStore:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
-            description = f"Chroma server {settings.chroma_url}"
+            description = f"Chroma server {settings.chroma_url_shown}"
         else:
             description = f"embedded Chroma store {settings.chroma_path}"
             lock = ProcessLock(
@@ -161,6 +163,17 @@ class VectorStore:
             if isinstance(exc, Exception):
                 raise VectorStoreError(f"{description}: cannot open: {exc}") from exc
             raise
+
+    @classmethod
+    async def open_for_dry_run(cls, settings: Settings) -> VectorStore:
+        """The store as `open` gives it, except that an embedded store that does not exist is
+        not created (a dry run creates nothing: no folder, no lock file, no database): it
+        reads as a store without collections, and any write is refused."""
+        if settings.server_mode or (settings.chroma_path / EMBEDDED_STORE_FILE).exists():
+            return await cls.open(settings)
+        description = f"embedded Chroma store {settings.chroma_path} (not created yet)"
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
+        return cls(_AbsentStore(description), executor, description=description)
 
     async def close(self) -> None:
         """Release the client, its thread and the store lock (idempotent)."""
@@ -189,6 +202,8 @@ class VectorStore:
                 return await loop.run_in_executor(
                     self._executor, partial(self._call_on_collection, name, method, kwargs)
                 )
+            except CollectionMissing:
+                raise
             except chromadb.errors.NotFoundError as exc:
                 # A stale handle and a missing collection look alike; one retry tells them apart.
                 stale = self._collections.pop(name, None) is not None
@@ -391,6 +406,26 @@ class VectorStore:
         except Exception as exc:
             raise VectorStoreError(f"{self.description}: create {name!r} failed: {exc}") from exc
         self._collections[name] = collection
+
+
+class _AbsentStore:
+    """The client of an embedded store that does not exist, for a dry run: every collection
+    is missing, and creating one is refused (nothing may be created)."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+
+    def get_max_batch_size(self) -> int:
+        return 1
+
+    def get_collection(self, name: str, **_: Any) -> Any:
+        raise CollectionMissing(f"collection {name!r} not found in {self.description}")
+
+    def get_or_create_collection(self, name: str, **_: Any) -> Any:
+        raise VectorStoreError(f"{self.description}: a dry run creates nothing ({name!r})")
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def refused_for_its_data(error: VectorStoreError) -> bool:

@@ -1,0 +1,212 @@
+"""What a command says to a person when it is not `--json`: one to five lines of what was
+done, what is left and where to look next (pure: figures in, text out).
+
+Programs read `--json`; these lines are for the operator at a terminal, so they use words, not
+`key=value` pairs, give counts with their nouns ("1 session", "2 sessions"), and name the
+command to run next (the console scripts, `kb-status` and friends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from core.jobs.alerting import AlertingDisabled, AlertingFigures
+from core.jobs.drain import RemTickFigures
+from core.jobs.eager_backfill import (
+    DrainFailed,
+    DrainSkipped,
+    EagerBackfillFigures,
+    EagerIngestFigures,
+)
+from core.reports.tables import as_text, table
+from core.rules.drain_plan import DrainStats
+from core.rules.figures import Figures
+from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
+from core.rules.reconcile import ReconcileDisabled, ReconcileFigures, TenantFigures
+from core.rules.tenants import TenantConfig
+
+DRY_RUN_NOTE = " [dry run: nothing written]"
+#: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
+TENANTS_NAMED = 2
+
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """`1 session`, `2 sessions`, `0 summaries` (pass `plural` where adding an s is wrong)."""
+    return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
+
+
+def ingest_line(live: LiveIngestFigures | LiveIngestSkipped, *, dry_run: bool) -> str:
+    """What live ingestion did, in one line."""
+    if isinstance(live, LiveIngestSkipped):
+        return f"live ingestion skipped: {live.skipped}"
+    verb = "would ingest" if dry_run else "ingested"
+    line = (f"{counted(live.summaries_scanned, 'summary', 'summaries')} scanned, "
+            f"{counted(live.sessions_found, 'session')} in the window; {verb} "
+            f"{counted(live.sessions_upserted, 'session')} and "
+            f"{counted(live.memories_upserted, 'memory', 'memories')} "
+            f"({counted(live.sessions_skipped, 'session')} and "
+            f"{counted(live.memories_skipped, 'memory', 'memories')} already up to date)")
+    if live.errors:
+        line += f"; {counted(live.errors, 'session')} could not be synced (see the log)"
+    return line
+
+
+def drain_line(drain: DrainStats | DrainFailed | DrainSkipped, *, dry_run: bool) -> str:
+    """What the drain did with the queue, in one line."""
+    if isinstance(drain, DrainSkipped):
+        return f"drain skipped ({drain.skipped})"
+    if isinstance(drain, DrainFailed):
+        return f"drain failed: {drain.error} (the queue stays for the next drain)"
+    if not drain.total_lines:
+        return "queue: empty, nothing to link"
+    line = (f"queue: {counted(drain.total_lines, 'line')} read, {drain.succeeded:,} linked, "
+            f"{drain.requeued:,} re-queued, {drain.dead_lettered:,} dead-lettered")
+    return line + (" (dry run: counted only)" if dry_run else "")
+
+
+def _drain_left(drain: DrainStats, dead_letter_path: Path) -> str | None:
+    """What the drain left for later, or None when it left nothing."""
+    if drain.interrupted:
+        return ("stopped after its current batch: the rest waits in .draining and the next "
+                "start drains it at once")
+    parts = []
+    if drain.requeued:
+        parts.append(f"{counted(drain.requeued, 'line')} re-queued wait for their endpoints "
+                     "(next tick)")
+    if drain.dead_lettered:
+        parts.append(f"{counted(drain.dead_lettered, 'dead letter')} in {dead_letter_path} "
+                     "(kb-status shows them by reason; README \"Producing edges\" says what "
+                     "each means)")
+    return "left: " + "; ".join(parts) if parts else None
+
+
+def drain_tick_summary(figures: RemTickFigures, *, dry_run: bool,
+                       dead_letter_path: Path) -> str:
+    """`kb-drain --tick`: live ingestion, the queue, and what is left."""
+    lines = ["drain tick" + (DRY_RUN_NOTE if dry_run else "") + ": "
+             + ingest_line(figures.live_ingest, dry_run=dry_run),
+             drain_line(figures.drain, dry_run=dry_run)]
+    left = _drain_left(figures.drain, dead_letter_path)
+    lines.append(left if left is not None else "nothing left for later; kb-status shows the "
+                 "graph and the queue")
+    return "\n".join(lines) + "\n"
+
+
+def _tenant_line(tenant: TenantFigures) -> str:
+    line = (f"  {tenant.tenant_id}: version {tenant.current_version}, "
+            f"{counted(tenant.stale_count, 'stale chunk')} of {tenant.scanned:,} scanned")
+    if tenant.tombstoned_count:
+        line += f", {tenant.tombstoned_count:,} tombstoned"
+    if tenant.held_count:
+        line += f", {tenant.held_count:,} held"
+    missing = getattr(tenant, "missing_path_count", None)  # when the pass checks manifests
+    if isinstance(missing, int) and missing:
+        line += f", {counted(missing, 'chunk')} of paths no longer in the manifest"
+    if tenant.guard:
+        line += f" (guard: {tenant.guard})"
+    return line
+
+
+def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
+    if not figures.tenants and not figures.stopped:
+        return ["reconcile pass" + (DRY_RUN_NOTE if dry_run else "")
+                + ": no tenants configured, nothing to scan; add one with "
+                "kb-tenants set-config TENANT --repo-slug R"]
+    mode = ("tombstoning on" if figures.auto_tombstone
+            else "report only: autoTombstone is off")
+    if not figures.enabled:
+        mode = "reconciliation is disabled: this dry run shows what a pass would find"
+    lines = [f"reconcile pass over {counted(len(figures.tenants), 'tenant')} ({mode})"
+             + (DRY_RUN_NOTE if dry_run else "") + ": "
+             f"{counted(figures.stale_count, 'stale chunk')}, "
+             f"{figures.tombstoned_count:,} tombstoned"
+             + (f", {counted(figures.failed_tenants, 'tenant')} failed (see the log)"
+                if figures.failed_tenants else "")]
+    lines += [_tenant_line(t) for t in figures.tenants[:TENANTS_NAMED]]
+    if len(figures.tenants) > TENANTS_NAMED:
+        lines[-1] += f"; and {len(figures.tenants) - TENANTS_NAMED} more (kb-status)"
+    if figures.stopped:
+        lines.append("stopped between tenants: the next start runs a full pass at once")
+    elif figures.unrecorded_rows:
+        lines.append(f"{counted(figures.unrecorded_rows, 'telemetry row')} not in SQLite yet "
+                     "(kept in the spool; the next pass writes them)")
+    elif figures.tombstoned_count:
+        lines.append("tombstoned chunks are archived under tombstones/ first (kb-reconcile "
+                     "restore ARCHIVE puts them back); kb-status shows each tenant's drift")
+    elif figures.stale_count and not figures.auto_tombstone:
+        lines.append(f"left: {counted(figures.stale_count, 'stale chunk')} stay until "
+                     "reconciliationAutoTombstone = true; kb-status shows each tenant's drift")
+    else:
+        lines.append("kb-status shows each tenant's drift")
+    return lines
+
+
+def reconcile_tick_summary(figures: Mapping[str, Figures], *, dry_run: bool,
+                           config_source: Path | None) -> str:
+    """`kb-reconcile --tick`: the pass (or why none ran), and the alerting pass."""
+    lines: list[str] = []
+    for figure in figures.values():
+        if isinstance(figure, ReconcileDisabled):
+            where = str(config_source) if config_source is not None else "config/kb.toml"
+            lines += ["reconciliation is disabled: no pass ran, nothing was scanned",
+                      f"to run passes, set reconciliationEnabled = true under [knowledgeBase] "
+                      f"in {where}; kb-reconcile --tick --dry-run reports drift without it"]
+        elif isinstance(figure, ReconcileFigures):
+            lines += _pass_summary(figure, dry_run=dry_run)
+        elif isinstance(figure, AlertingFigures):
+            lines.append(f"alerting: {counted(figure.fired, 'alert')} "
+                         f"{'would fire' if dry_run else 'fired'} "
+                         f"({figure.delivered:,} delivered, {figure.failed:,} failed, "
+                         f"{figure.suppressed:,} suppressed) from "
+                         f"{counted(figure.rules, 'rule')}")
+        elif isinstance(figure, AlertingDisabled):
+            continue
+    return "\n".join(lines) + "\n"
+
+
+def backfill_summary(figures: EagerBackfillFigures) -> str:
+    """`kb-backfill`: the window, what was ingested, the queue, the failures."""
+    lines = [f"back-fill of the last {counted(figures.days, 'day')} (since {figures.cutoff})"
+             + (DRY_RUN_NOTE if figures.dry_run else "")]
+    lines.append("  " + ingest_line(figures.live_ingest, dry_run=figures.dry_run))
+    live = figures.live_ingest
+    if isinstance(live, EagerIngestFigures) and live.unparseable_created_at:
+        named = ", ".join(str(r.get("rowId")) for r in live.unparseable_rows)
+        lines.append(f"  {counted(live.unparseable_created_at, 'summary', 'summaries')} "
+                     f"with an unparseable createdAt were not considered: {named}")
+    lines.append("  " + drain_line(figures.drain, dry_run=figures.dry_run))
+    if figures.failure_count:
+        lines.append(f"  {counted(figures.failure_count, 'failure')}:")
+        lines.extend(f"    {failure}" for failure in figures.failures)
+        hidden = figures.failure_count - len(figures.failures)
+        if hidden > 0:
+            lines.append(f"    ... and {hidden} more (see the log)")
+    return "\n".join(lines) + "\n"
+
+
+def enqueue_summary(appended: int, queue: Path) -> str:
+    """`kb-enqueue`: how many lines went where, and when they are linked."""
+    if not appended:
+        return "nothing appended: stdin held no edge lines\n"
+    return (f"appended {counted(appended, 'edge line')} to {queue}; the drain daemon links "
+            f"{'it' if appended == 1 else 'them'} on its next tick (kb-drain --tick to do it "
+            "now)\n")
+
+
+def set_config_summary(tenant_id: str, version: int, repo_slug: str | None) -> str:
+    """`kb-tenants set-config`: the new version and what it means."""
+    repo = f" (repo {repo_slug})" if repo_slug else ""
+    return (f"tenant {tenant_id}{repo}: config version {version}; chunks stamped with an "
+            "older version are now stale\nkb-reconcile --tick --dry-run lists them\n")
+
+
+def tenants_listing(tenants: Sequence[TenantConfig]) -> str:
+    """`kb-tenants list`: a table of the configured tenants, or how to add the first."""
+    if not tenants:
+        return ("no tenants configured yet; add one with "
+                "kb-tenants set-config TENANT --repo-slug R\n")
+    return as_text(f"{counted(len(tenants), 'tenant')} configured:",
+                   table(None, ["tenant", "config version", "repo"],
+                         [[t.tenant_id, t.version, t.repo_slug] for t in tenants],
+                         numeric=["config version"]))
