@@ -20,6 +20,18 @@ The contenders:
   staleness predicate, no bands): what the store's own delete-by-predicate costs against
   deleting by ids, with nothing else.
 
+With a manifest (issue 15): the repo's manifest claims every page but one in MANIFEST_GAP_EVERY
+(5% of the chunks orphaned by path) plus one page no chunk carries (a missing path). A tenant
+with a manifest is read whole, so the manifest contenders are held against a whole-tenant scan:
+
+- **manifest-dry** / **manifest-tombstone**: the pass, dry and for real (the real one deletes
+  the union of config-stale and orphaned chunks: stale bands, then `sourcePath $in` bands);
+- **full-scan-floor**: a bare paged scan of every chunk of the tenant, metadatas only;
+- **manifest-tombstone-floor**: that scan, then deletes by ids of the same union;
+- **in-cost**: what one ids-only `get` whose `where` carries `sourcePath $in` N paths costs
+  (N = 1,000, 5,000, 10,000: Chroma 1.5.9 takes 10,000 values, fails at 50,000), against the
+  same `get` without the `$in`: the price of naming orphaned paths in a predicate.
+
 Chunks carry synthetic 384-number embeddings (pseudo-random, from a fixed seed: no model is
 ever loaded), the size of the platform's default embedding model, because the tombstone
 pass reads and archives every embedding it deletes: tiny test embeddings would hide that cost
@@ -52,9 +64,25 @@ from benchmarks.harness import (
 )
 
 MODULE = "benchmarks.reconcile_bench"
-CONTENDERS = ("dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor")
+CONTENDERS = ("dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor",
+              "manifest-dry", "manifest-tombstone", "full-scan-floor",
+              "manifest-tombstone-floor", "in-cost")
 #: Which floor each pass is held against.
-FLOOR_OF = {"dry": "scan-floor", "tombstone": "tombstone-floor"}
+FLOOR_OF = {"dry": "scan-floor", "tombstone": "tombstone-floor",
+            "manifest-dry": "full-scan-floor", "manifest-tombstone": "manifest-tombstone-floor"}
+#: Contenders that record the repo's manifest (untimed) before they run.
+WITH_MANIFEST = ("manifest-dry", "manifest-tombstone", "full-scan-floor",
+                 "manifest-tombstone-floor", "in-cost")
+#: Chunks per source page (`docs/page-<i // PAGE_CHUNKS>.md`).
+PAGE_CHUNKS = 20
+#: One page in this many is absent from the manifest: 5% of the chunks orphaned by path.
+MANIFEST_GAP_EVERY = 20
+#: A manifest path no chunk carries.
+MISSING_PAGE = "docs/never-ingested.md"
+#: Time allowed to grow a store (seeding is not what is measured).
+SEED_TIMEOUT_S = 3_600.0
+#: `$in` sizes the in-cost contender measures.
+IN_SIZES = (1_000, 5_000, 10_000)
 
 #: Issue 9's sizes (chunks of the one tenant) and a smoke pair (two sizes, so growth is
 #: computed the same way).
@@ -90,7 +118,7 @@ def chunk_rows(start: int, stop: int) -> list[tuple[str, dict[str, Any], str]]:
         stamp = STALE_STAMP if i % STALE_EVERY == 0 else CURRENT_VERSION
         rows.append((f"chunk-{i:07d}", {
             "tenantId": TENANT, "repoSlug": f"{TENANT}/docs", "tenantConfigVersion": stamp,
-            "sourcePath": f"docs/page-{i // 20:05d}.md", "ingestedAt": 1_714_000_000_000 + i,
+            "sourcePath": page_path(i // PAGE_CHUNKS), "ingestedAt": 1_714_000_000_000 + i,
         }, (f"Chunk {i} of the knowledge base. " * 20)[:DOCUMENT_CHARS]))
     return rows
 
@@ -108,6 +136,47 @@ def embeddings(start: int, stop: int) -> list[list[float]]:
 def stale_count(size: int) -> int:
     """How many of the first `size` chunks are stale."""
     return len(range(0, size, STALE_EVERY))
+
+
+def page_path(page: int) -> str:
+    """The source path of a page of chunks."""
+    return f"docs/page-{page:05d}.md"
+
+
+def orphaned_page(page: int) -> bool:
+    """Whether the manifest leaves this page out."""
+    return page % MANIFEST_GAP_EVERY == MANIFEST_GAP_EVERY // 2
+
+
+def manifest_counts(size: int) -> dict[str, int]:
+    """What the manifest pass must find among the first `size` chunks (pure): manifest orphans
+    and the union with the stale ones (each chunk once)."""
+    orphans = [i for i in range(size) if orphaned_page(i // PAGE_CHUNKS)]
+    both = sum(1 for i in orphans if i % STALE_EVERY == 0)
+    return {"orphans": len(orphans), "union": stale_count(size) + len(orphans) - both}
+
+
+def manifest_paths(size: int) -> list[str]:
+    """The manifest of a store of `size` chunks: every page but the orphaned ones, plus one
+    page no chunk carries."""
+    pages = range((size + PAGE_CHUNKS - 1) // PAGE_CHUNKS)
+    return [page_path(p) for p in pages if not orphaned_page(p)] + [MISSING_PAGE]
+
+
+async def record_manifest(root: Path, size: int) -> None:
+    """(child, untimed) Record the repo's manifest, as `tenants set-manifest` would."""
+    from core.rules.manifests import RepoManifest, claimed_paths
+    from core.stores.clock import now_ms
+    from core.stores.sqlite import GraphDB
+    from core.stores.tenant_manifests import set_tenant_manifest
+
+    settings = settings_for(root)
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        await set_tenant_manifest(graph, TENANT, RepoManifest(
+            f"{TENANT}/docs", claimed_paths(manifest_paths(size)), now_ms()))
+    finally:
+        await graph.close()
 
 
 # ------------------------------------------------------------------------------------------
@@ -155,7 +224,8 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     from core.runtime.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
-                            reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
+                            reconciliationMaxDeletesPerTick=UNCAPPED_DELETES,
+                            reconciliationManifestGraceMs=0)
     measure = Measure()
     async with open_context(settings, dry_run=dry_run) as stores:
         measure.start()
@@ -164,8 +234,32 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
         remaining = await stores.vectors.count(settings.knowledge_base_collection)
     [tenant] = figures["tenants"]
     return {**measure.figures(), "scanned": tenant["scanned"], "stale": tenant["staleCount"],
-            "tombstoned": tenant["tombstonedCount"], "remaining": remaining,
-            "failedTenants": figures["failedTenants"]}
+            "orphans": tenant["manifestOrphanCount"], "union": tenant["totalOrphanCount"],
+            "missing": tenant["missingPathCount"], "tombstoned": tenant["tombstonedCount"],
+            "remaining": remaining, "failedTenants": figures["failedTenants"]}
+
+
+def _scan_then_delete(collection: Any, where: dict[str, Any], *, batch: int,
+                      doomed: Any = None) -> tuple[int, int]:
+    """The floors' shared work: a bare paged scan of `where` (metadatas, at the pass's page
+    size), then deletes by ids, in batches of `batch`, of the rows `doomed(metadata)` picks
+    (none when it is None). Returns (scanned, deleted)."""
+    from core.stores.chroma import SCAN_PAGE_ROWS
+
+    ids: list[str] = []
+    scanned = offset = 0
+    while True:
+        page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
+                              offset=offset)
+        scanned += len(page["ids"])
+        if doomed is not None:
+            ids += [i for i, m in zip(page["ids"], page["metadatas"], strict=True) if doomed(m)]
+        if len(page["ids"]) < SCAN_PAGE_ROWS:
+            break
+        offset += len(page["ids"])
+    for start in range(0, len(ids), batch):
+        collection.delete(ids=ids[start:start + batch])
+    return scanned, len(ids)
 
 
 def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
@@ -173,30 +267,17 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
     else."""
     from core.rules.reconcile import actionable_stamp_ceiling, candidate_where
-    from core.stores.chroma import SCAN_PAGE_ROWS
 
     settings = settings_for(root)
     client = open_chroma(settings)
-    where = candidate_where(TENANT, CURRENT_VERSION)
     measure = Measure()
     measure.start()
     collection = client.get_collection(settings.knowledge_base_collection,
                                        embedding_function=None)
-    ids: list[str] = []
-    scanned = offset = 0
-    while True:
-        page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
-                              offset=offset)
-        scanned += len(page["ids"])
-        if delete == "ids":
-            ids.extend(page["ids"])
-        if len(page["ids"]) < SCAN_PAGE_ROWS:
-            break
-        offset += len(page["ids"])
-    tombstoned = len(ids)
-    batch = int(client.get_max_batch_size())
-    for start in range(0, len(ids), batch):
-        collection.delete(ids=ids[start:start + batch])
+    scanned, tombstoned = _scan_then_delete(
+        collection, candidate_where(TENANT, CURRENT_VERSION),
+        batch=int(client.get_max_batch_size()),
+        doomed=(lambda _m: True) if delete == "ids" else None)
     if delete == "where":
         ceiling = actionable_stamp_ceiling(CURRENT_VERSION, 2)
         tombstoned = collection.delete(where={"$and": [
@@ -206,17 +287,85 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
             "remaining": int(collection.count()), "failedTenants": 0}
 
 
-def run_contender(name: str, root: Path) -> dict[str, Any]:
-    """(child) Run one contender on `root`."""
+def run_full_floor(root: Path, *, delete: bool) -> dict[str, Any]:
+    """(child) The bare paged scan of every chunk of the tenant (what a pass with a manifest
+    reads), then (`delete`) deletes by ids of the stale and orphaned ones; nothing else."""
+    settings = settings_for(root)
+    client = open_chroma(settings)
+    gone = {page_path(p) for p in range(10**6) if orphaned_page(p)}
+    measure = Measure()
+    measure.start()
+    collection = client.get_collection(settings.knowledge_base_collection,
+                                       embedding_function=None)
+    scanned, tombstoned = _scan_then_delete(
+        collection, {"tenantId": TENANT}, batch=int(client.get_max_batch_size()),
+        doomed=(lambda m: m["tenantConfigVersion"] < CURRENT_VERSION
+                or m["sourcePath"] in gone) if delete else None)
+    measure.stop()
+    return {**measure.figures(), "scanned": scanned, "tombstoned": tombstoned,
+            "remaining": int(collection.count()), "failedTenants": 0}
+
+
+def run_in_cost(root: Path) -> dict[str, Any]:
+    """(child) One ids-only `get` per `$in` size (N orphaned-looking paths, the first ones
+    real), and the same `get` without `$in`, timed apart."""
+    import time
+
+    settings = settings_for(root)
+    client = open_chroma(settings)
+    collection = client.get_collection(settings.knowledge_base_collection,
+                                       embedding_function=None)
+    base = [{"tenantId": TENANT}, {"repoSlug": f"{TENANT}/docs"}]
+    measure = Measure()
+    measure.start()
+    seconds: dict[str, float] = {}
+    for n in (0, *IN_SIZES):
+        paths = [page_path(p) for p in range(n)]
+        where = {"$and": [*base, {"sourcePath": {"$in": paths}}]} if n else {"$and": base}
+        started = time.perf_counter()
+        matched = len(collection.get(where=where, include=[])["ids"])
+        seconds[f"in{n}" if n else "noIn"] = round(time.perf_counter() - started, 4)
+        seconds[f"in{n}Matched" if n else "noInMatched"] = matched
+    measure.stop()
+    return {**measure.figures(), **seconds, "scanned": 0, "tombstoned": 0,
+            "remaining": int(collection.count()), "failedTenants": 0}
+
+
+def run_contender(name: str, root: Path, size: int) -> dict[str, Any]:
+    """(child) Run one contender on `root` (a store of `size` chunks)."""
     quiet_child_logging()
-    if name in ("dry", "tombstone"):
-        figures = asyncio.run(run_pass(root, dry_run=name == "dry"))
+    if name in WITH_MANIFEST:
+        asyncio.run(record_manifest(root, size))
+    if name in ("dry", "tombstone", "manifest-dry", "manifest-tombstone"):
+        figures = asyncio.run(run_pass(root, dry_run=name.endswith("dry")))
     elif name in ("scan-floor", "tombstone-floor", "where-floor"):
         figures = run_floor(root, delete={"tombstone-floor": "ids",
                                           "where-floor": "where"}.get(name))
+    elif name in ("full-scan-floor", "manifest-tombstone-floor"):
+        figures = run_full_floor(root, delete=name == "manifest-tombstone-floor")
+    elif name == "in-cost":
+        figures = run_in_cost(root)
     else:
         raise ValueError(f"unknown contender {name!r}")
     return {"contender": name, **figures}
+
+
+def expected_figures(name: str, size: int) -> dict[str, int]:
+    """What a contender that did its work reports for a store of `size` chunks."""
+    stale, counts = stale_count(size), manifest_counts(size)
+    if name == "in-cost":
+        return {"remaining": size, "failedTenants": 0}
+    if name in ("full-scan-floor", "manifest-tombstone-floor"):
+        gone = counts["union"] if name == "manifest-tombstone-floor" else 0
+        return {"scanned": size, "tombstoned": gone, "remaining": size - gone,
+                "failedTenants": 0}
+    if name.startswith("manifest-"):
+        gone = counts["union"] if name == "manifest-tombstone" else 0
+        return {"scanned": size, "stale": stale, "orphans": counts["orphans"],
+                "union": counts["union"], "missing": 1, "tombstoned": gone,
+                "remaining": size - gone, "failedTenants": 0}
+    gone = stale if name in ("tombstone", "tombstone-floor", "where-floor") else 0
+    return {"stale": stale, "tombstoned": gone, "remaining": size - gone, "failedTenants": 0}
 
 
 # ------------------------------------------------------------------------------------------
@@ -236,7 +385,9 @@ def run_reconcile_benchmark(sizes: Sequence[int], *, repeats: int = 1,
         grow = workdir / "grow"
         for size in sizes:
             progress(f"reconcile: seeding {size:,} chunks")
-            run_child(MODULE, ["--seed", str(grow), "--size", str(size)], env=env)
+            # Seeding is not measured; on a busy machine 100,000 chunks took over 600 s.
+            run_child(MODULE, ["--seed", str(grow), "--size", str(size)], env=env,
+                      timeout_s=SEED_TIMEOUT_S)
             copy_data(grow, workdir / f"seed-{size}")
         remove_tree(grow)
         runs: dict[int, dict[str, list[ChildRun]]] = {}
@@ -247,7 +398,8 @@ def run_reconcile_benchmark(sizes: Sequence[int], *, repeats: int = 1,
                     root = copy_data(workdir / f"seed-{size}", workdir / f"{name}-{size}")
                     progress(f"reconcile: {name} at {size:,} (run {turn + 1}/{repeats})")
                     runs[size][name].append(run_child(
-                        MODULE, ["--contender", name, "--data", str(root)], env=env))
+                        MODULE, ["--contender", name, "--data", str(root), "--size",
+                                 str(size)], env=env))
                     remove_tree(root)
             remove_tree(workdir / f"seed-{size}")
         return summarize(sizes, runs)
@@ -268,13 +420,9 @@ def summarize(sizes: Sequence[int], runs: dict[int, dict[str, list[ChildRun]]]
             report = {**best.report, "wholeProcessS": round(best.wall_s, 3),
                       "inProcessRunsS": [float(r.report["inProcessS"]) for r in child_runs]}
             entry[name] = report
-            deletes = name in ("tombstone", "tombstone-floor", "where-floor")
-            expected = {"stale": stale_count(size),
-                        "tombstoned": stale_count(size) if deletes else 0,
-                        "remaining": size - (stale_count(size) if deletes else 0),
-                        "failedTenants": 0}
-            problems += [f"{name} at {size}: {key} {report[key]} != expected {value}"
-                         for key, value in expected.items() if report[key] != value]
+            problems += [f"{name} at {size}: {key} {report.get(key)} != expected {value}"
+                         for key, value in expected_figures(name, size).items()
+                         if report.get(key) != value]
         by_size[str(size)] = entry
     targets: list[Target] = []
     smallest, largest = str(sizes[0]), str(sizes[-1])
@@ -306,9 +454,14 @@ def summarize(sizes: Sequence[int], runs: dict[int, dict[str, list[ChildRun]]]
         for size, entry in by_size.items()
         if "where-floor" in entry and "tombstone-floor" in entry
     }
+    in_cost = {size: {k: v for k, v in entry["in-cost"].items()
+                      if k == "noIn" or (k.startswith("in") and k[2:].isdigit())}
+               for size, entry in by_size.items() if "in-cost" in entry}
     return {
         "sizes": list(sizes),
         "staleShare": 1 / STALE_EVERY,
+        "orphanedShare": 1 / MANIFEST_GAP_EVERY,
+        "inCostS": in_cost,
         "runs": by_size,
         "timeGrowth": growth,
         "whereFloorOverTombstoneFloor": where_over_ids,
@@ -324,16 +477,20 @@ def table(result: dict[str, Any]) -> str:
     for size, entry in result["runs"].items():
         for name, c in entry.items():
             rows.append([f"{int(size):,}", name, c["inProcessS"], c.get("overFloor", ""),
-                         c["wholeProcessS"], c["peakRssGrowthMiB"], c["stale"],
-                         c["tombstoned"]])
-    head = (f"Reconciliation: one tenant, {result['staleShare']:.0%} stale "
+                         c["wholeProcessS"], c["peakRssGrowthMiB"], c.get("stale", ""),
+                         c.get("orphans", ""), c["tombstoned"]])
+    head = (f"Reconciliation: one tenant, {result['staleShare']:.0%} stale; the manifest "
+            f"contenders also {result['orphanedShare']:.0%} orphaned by path "
             f"(in-process s; x floor: the pass over its floor)")
     body = format_table(["chunks", "contender", "in-process s", "x floor", "whole-process s",
-                         "peak RSS +MiB", "stale", "tombstoned"], rows)
+                         "peak RSS +MiB", "stale", "orphans", "tombstoned"], rows)
     growth = ", ".join(f"{name} {value:.2f}x" for name, value in result["timeGrowth"].items())
     where = ", ".join(f"{int(size):,}: {value:.2f}x"
                       for size, value in result.get("whereFloorOverTombstoneFloor", {}).items())
+    in_cost = "; ".join(f"{int(size):,}: " + ", ".join(f"{k} {v:.3f}s" for k, v in c.items())
+                        for size, c in result.get("inCostS", {}).items())
     tail = [f"time growth smallest -> largest size: {growth}",
+            f"ids-only get with sourcePath $in N paths (noIn: without): {in_cost or '-'}",
             f"where-only delete floor over the delete-by-ids floor: {where or '-'}",
             f"consistent (every contender did its work): {result['consistent']}"]
     return "\n".join([head, body, *tail])
@@ -366,9 +523,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit_report(asyncio.run(grow_store(args.seed, args.size)))
         return 0
     if args.contender is not None:
-        if args.data is None:
-            parser.error("--contender needs --data ROOT")
-        emit_report(run_contender(args.contender, args.data))
+        if args.data is None or args.size is None:
+            parser.error("--contender needs --data ROOT --size N")
+        emit_report(run_contender(args.contender, args.data, args.size))
         return 0
     sizes: Sequence[int] = SMOKE_SIZES if args.smoke else FULL_SIZES
     if args.sizes:

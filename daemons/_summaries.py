@@ -100,9 +100,12 @@ def _tenant_line(tenant: TenantFigures) -> str:
         line += f", {tenant.tombstoned_count:,} tombstoned"
     if tenant.held_count:
         line += f", {tenant.held_count:,} held"
-    missing = getattr(tenant, "missing_path_count", None)  # when the pass checks manifests
-    if isinstance(missing, int) and missing:
-        line += f", {counted(missing, 'chunk')} of paths no longer in the manifest"
+    if tenant.manifest_orphan_count:
+        line += (f", {counted(tenant.manifest_orphan_count, 'chunk')} of paths no longer in "
+                 "the manifest")
+    if tenant.missing_path_count:
+        line += (f", {counted(tenant.missing_path_count, 'manifest path')} with no chunks "
+                 f"(kb-reconcile explain {tenant.tenant_id})")
     if tenant.guard:
         line += f" (guard: {tenant.guard})"
     return line
@@ -120,7 +123,9 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     lines = [f"reconcile pass over {counted(len(figures.tenants), 'tenant')} ({mode})"
              + (DRY_RUN_NOTE if dry_run else "") + ": "
              f"{counted(figures.stale_count, 'stale chunk')}, "
-             f"{figures.tombstoned_count:,} tombstoned"
+             + (f"{counted(figures.manifest_orphan_count, 'chunk')} orphaned by path, "
+                if figures.manifest_orphan_count else "")
+             + f"{figures.tombstoned_count:,} tombstoned"
              + (f", {counted(figures.failed_tenants, 'tenant')} failed (see the log)"
                 if figures.failed_tenants else "")]
     lines += [_tenant_line(t) for t in figures.tenants[:TENANTS_NAMED]]

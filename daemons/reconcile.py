@@ -2,6 +2,7 @@
 
     python -m daemons.reconcile [--config F] [--tick] [--dry-run] [--json]
     python -m daemons.reconcile restore ARCHIVE [--config F] [--json]
+    python -m daemons.reconcile explain TENANT [--config F] [--json]
 
 `--tick` runs the daemon's jobs once, through the scheduler's own path (`core.runtime`): one
 pass (`core.jobs.reconcile.reconcile_tick`), then one alerting pass
@@ -12,6 +13,11 @@ write (spooled for the next pass; the `--json` object is printed first); 2 usage
 configuration or archive errors (a restore with a refused or unreadable line included: each
 is named on stderr, the others are still restored); 128 + the signal's number when SIGINT or
 SIGTERM stopped the run (after its current tenant, band or batch).
+
+`explain` runs one tenant's pass in explain mode (`core.jobs.reconcile.explain_tenant`: the
+pass's own scan, rules and guards; nothing deleted, nothing written) and prints the plan: a
+table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
+tenant without a configuration node, 1 when a store cannot be read.
 """
 
 from __future__ import annotations
@@ -23,15 +29,17 @@ from pathlib import Path
 from typing import NoReturn
 
 from core.jobs.alerting import alerting_tick
-from core.jobs.reconcile import reconcile_tick
+from core.jobs.reconcile import explain_tenant, reconcile_tick
 from core.jobs.restore import RestoreResult, restore_archive
+from core.reports.explain import render_plan
 from core.rules.config import Settings
+from core.rules.errors import ConfigError
 from core.rules.figures import Figures, to_json
 from core.rules.reconcile import ReconcileDisabled, ReconcileFigures
 from core.runtime.oneshot import OneShot, graceful_stop, within
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
-from core.runtime.tick import Job
+from core.runtime.tick import Job, open_context
 from core.stores.archives import ensure_archive_file
 from core.stores.chroma import VectorStore
 from daemons._cli import (
@@ -55,6 +63,7 @@ ALERTING = "alerting"
 RECONCILE_JITTER_FRACTION = 0.01
 RECONCILE_JITTER_MAX_S = 60.0
 RESTORE = "restore"
+EXPLAIN = "explain"
 
 
 def build_parser() -> Parser:
@@ -63,7 +72,8 @@ def build_parser() -> Parser:
         prog=SCRIPT,
         description="Find knowledge-base chunks stamped with an old tenant-config version, "
         "report them and (opt-in) tombstone them.",
-        epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]",
+        epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]. "
+        f"Read one tenant's plan: {SCRIPT} {EXPLAIN} TENANT [--config F] [--json].",
     )
     add_run_flags(parser, tick=True)
     return parser
@@ -84,6 +94,37 @@ def build_restore_parser() -> Parser:
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object with the restore's figures")
     return parser
+
+
+def build_explain_parser() -> Parser:
+    """`explain TENANT [--config F] [--json]`."""
+    from daemons.tenants import tenant_argument
+
+    parser = Parser(prog=f"{PROG} {EXPLAIN}",
+                    description="One tenant's reconciliation plan, chunk by chunk, without "
+                    "changing anything: why each chunk is stale or orphaned, whether it is "
+                    "actionable, the missing paths, and which guard would hold the pass.")
+    parser.add_argument("tenant", metavar="TENANT", type=tenant_argument,
+                        help="tenant id (a leading @ is dropped)")
+    add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object: the whole plan, every chunk")
+    return parser
+
+
+async def run_explain(args: argparse.Namespace) -> int:
+    """Print the plan (the graph opened read-only; Chroma only read)."""
+    settings = load_settings(args.config)
+    async with open_context(settings, dry_run=True) as context:
+        try:
+            plan = await explain_tenant(context, args.tenant)
+        except LookupError as exc:
+            raise ConfigError(str(exc).strip("'\"")) from None
+    if args.json:
+        emit_json(to_json(plan))
+    else:
+        sys.stdout.write(render_plan(plan))
+    return EXIT_OK
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
@@ -163,13 +204,16 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Parse, then hand over to exactly one of: restore, one pass, the daemon."""
+    """Parse, then hand over to exactly one of: restore, explain, one pass, the daemon."""
     argv = list(sys.argv[1:] if argv is None else argv)
     # Dispatch on the first word rather than argparse subparsers: a subparser's defaults
     # (here --config) would silently override the same flag given before the subcommand.
     if argv[:1] == [RESTORE]:
         restore_args = build_restore_parser().parse_args(argv[1:])
         run_main(PROG, lambda: run_restore(restore_args))
+    if argv[:1] == [EXPLAIN]:
+        explain_args = build_explain_parser().parse_args(argv[1:])
+        run_main(PROG, lambda: run_explain(explain_args))
     args = build_parser().parse_args(argv)
     if not args.tick:
         if args.json:

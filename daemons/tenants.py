@@ -1,12 +1,19 @@
-"""`python -m daemons.tenants`: tenant-config administration.
+"""`python -m daemons.tenants`: tenant administration.
 
     python -m daemons.tenants set-config TENANT [--repo-slug R] [--config F]
     python -m daemons.tenants list [--config F] [--json]
+    python -m daemons.tenants set-manifest TENANT --repo-slug R
+        (--from-git DIR [--ref REF] | --paths-file F) [--config F]
+    python -m daemons.tenants set-policy TENANT [--orphan-version-gap N]
+        [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--config F]
+    python -m daemons.tenants show TENANT [--config F] [--json]
 
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
-older version becomes stale for reconciliation.
-Only the graph is opened, never Chroma, so these commands are quick.
+older version becomes stale for reconciliation. `set-manifest` records a repo's claimed state
+(replacing that repo's manifest); `set-policy` changes the tenant's reconciliation policy and
+never its version. Bad input is exit 2 with one line, and changes nothing. Only the graph is
+opened, never Chroma, so these commands are quick.
 """
 
 from __future__ import annotations
@@ -14,13 +21,26 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
+from core.reports.tenant_show import gather_tenant, render_tenant
+from core.rules.errors import ConfigError
 from core.rules.figures import to_json
+from core.rules.manifests import RepoManifest, claimed_paths
+from core.rules.tenant_policy import AUTO_CHOICES, policy_patch
 from core.rules.tenants import normalize_tenant_id
 from core.runtime.settings import load_settings
+from core.stores.claimed_paths import ClaimedPathsError, paths_at, paths_from_bytes
+from core.stores.clock import now_ms
 from core.stores.sqlite import GraphDB
-from core.stores.tenants import list_tenants, set_tenant_config
+from core.stores.tenant_manifests import set_tenant_manifest
+from core.stores.tenants import (
+    list_tenants,
+    set_tenant_config,
+    set_tenant_policy,
+    tenant_config,
+)
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
 from daemons._summaries import set_config_summary, tenants_listing
 
@@ -43,20 +63,49 @@ def repo_slug_argument(raw: str) -> str:
     return raw.strip()
 
 
+def _tenant_command(commands: argparse._SubParsersAction[Parser], name: str,
+                    help_text: str) -> Parser:
+    command = commands.add_parser(name, help=help_text)
+    command.add_argument("tenant", metavar="TENANT", type=tenant_argument,
+                         help="tenant id (a leading @ is dropped)")
+    add_config_flag(command)
+    return command
+
+
+def _add_manifest_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    manifest = _tenant_command(commands, "set-manifest",
+                               "record a repo's claimed paths (replaces its manifest)")
+    manifest.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
+                          help="the repository whose manifest this is")
+    source = manifest.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-git", metavar="DIR", type=Path,
+                        help="a git work tree or bare repository: the paths at --ref")
+    source.add_argument("--paths-file", metavar="F",
+                        help="one path per line (- for stdin), UTF-8")
+    manifest.add_argument("--ref", metavar="REF",
+                          help="the commit to read with --from-git (default HEAD)")
+
+
+def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    policy = _tenant_command(commands, "set-policy",
+                             "set the tenant's reconciliation policy (the version stays)")
+    policy.add_argument("--orphan-version-gap", metavar="N", type=float,
+                        help="versions behind before a stale chunk is actionable (>= 1)")
+    policy.add_argument("--manifest-grace-ms", metavar="M", type=int,
+                        help="how old a manifest must be before its orphans are actionable")
+    policy.add_argument("--auto-tombstone", choices=AUTO_CHOICES,
+                        help="off exempts the tenant; on never overrides a global false")
+
+
 def build_parser() -> Parser:
-    """`set-config` and `list`, each with its own `--config`."""
-    parser = Parser(prog=SCRIPT, description="Tenant configuration versions: raise one, list "
-                    "them.")
+    """Every subcommand, each with its own `--config`."""
+    parser = Parser(prog=SCRIPT, description="Tenant configuration, manifests and policy.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    set_config = commands.add_parser("set-config", help="raise a tenant's config version by one",
-                                     description="Raise a tenant's config version by one (the "
-                                     "first call gives 1): its chunks stamped with an older "
-                                     "version become stale.")
-    set_config.add_argument("tenant", metavar="TENANT", type=tenant_argument,
-                            help="tenant id (a leading @ is dropped)")
+    set_config = _tenant_command(commands, "set-config", "raise a tenant's config version by one")
+    set_config.description = ("Raise a tenant's config version by one (the first call gives 1): "
+                              "its chunks stamped with an older version become stale.")
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
                             help="the repository the tenant's chunks come from")
-    add_config_flag(set_config)
     set_config.add_argument("--json", action="store_true",
                             help="print exactly one JSON object on stdout")
     listing = commands.add_parser("list", help="every configured tenant and its version",
@@ -65,6 +114,11 @@ def build_parser() -> Parser:
     add_config_flag(listing)
     listing.add_argument("--json", action="store_true",
                          help="print exactly one JSON object on stdout")
+    _add_manifest_parser(commands)
+    _add_policy_parser(commands)
+    show = _tenant_command(commands, "show", "version, policy in force and manifests")
+    show.add_argument("--json", action="store_true",
+                      help="print exactly one JSON object on stdout")
     return parser
 
 
@@ -98,10 +152,96 @@ async def run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def read_manifest(args: argparse.Namespace, *, now: int) -> RepoManifest:
+    """The manifest the flags describe, read before anything is opened for writing; a
+    ConfigError (exit 2, one line) for a missing repository or ref, an unreadable file, an
+    empty path list or a path that is not UTF-8."""
+    if args.ref is not None and args.from_git is None:
+        raise ConfigError("argument --ref: only with --from-git")
+    try:
+        if args.from_git is not None:
+            at = paths_at(args.from_git, args.ref or "HEAD")
+            paths, revision = at.paths, at.revision
+        else:
+            source = "<stdin>" if args.paths_file == "-" else args.paths_file
+            data = (sys.stdin.buffer.read() if args.paths_file == "-"
+                    else Path(args.paths_file).read_bytes())
+            paths, revision = paths_from_bytes(data, source=source), None
+        return RepoManifest(args.repo_slug, claimed_paths(paths), now, revision)
+    except OSError as exc:
+        raise ConfigError(f"argument --paths-file: {exc.strerror}: {exc.filename}") from None
+    except ValueError as exc:  # ClaimedPathsError, or an empty path list
+        flag = "--from-git" if args.from_git is not None else "--paths-file"
+        prefix = "" if isinstance(exc, ClaimedPathsError) else f"argument {flag}: "
+        raise ConfigError(f"{prefix}{exc}") from None
+
+
+async def run_set_manifest(args: argparse.Namespace) -> int:
+    """Record the manifest; print `<repo> <paths> paths [at <revision>]`."""
+    settings = load_settings(args.config)
+    manifest = read_manifest(args, now=now_ms())
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        await set_tenant_manifest(graph, args.tenant, manifest)
+        configured = await tenant_config(graph, args.tenant) is not None
+    finally:
+        await graph.close()
+    at = f" at {manifest.revision}" if manifest.revision else ""
+    print(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths{at}")
+    if not configured:
+        sys.stderr.write(f"{PROG}: note: tenant {args.tenant!r} has no configuration node; a "
+                         "pass reconciles it once set-config has given it one\n")
+    return EXIT_OK
+
+
+async def run_set_policy(args: argparse.Namespace) -> int:
+    """Merge the given policy values; print the policy in force (as `show`)."""
+    settings = load_settings(args.config)
+    if (args.orphan_version_gap, args.manifest_grace_ms, args.auto_tombstone) == (None,) * 3:
+        raise ConfigError("nothing to set: give --orphan-version-gap, --manifest-grace-ms "
+                          "or --auto-tombstone")
+    try:
+        patch = policy_patch(gap=args.orphan_version_gap, grace_ms=args.manifest_grace_ms,
+                             auto_tombstone=args.auto_tombstone)
+    except ValueError as exc:
+        raise ConfigError(f"argument {exc}") from None
+    graph = await GraphDB.open(settings.graph_db_path)
+    try:
+        await set_tenant_policy(graph, args.tenant, patch)
+        shown = await gather_tenant(graph, settings, args.tenant)
+    except LookupError as exc:
+        raise ConfigError(str(exc).strip("'\"")) from None
+    finally:
+        await graph.close()
+    sys.stdout.write(render_tenant(shown))
+    return EXIT_OK
+
+
+async def run_show(args: argparse.Namespace) -> int:
+    """Print the tenant (read-only)."""
+    settings = load_settings(args.config)
+    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    try:
+        shown = await gather_tenant(graph, settings, args.tenant)
+    except LookupError as exc:
+        raise ConfigError(str(exc).strip("'\"")) from None
+    finally:
+        await graph.close()
+    if args.json:
+        emit_json(to_json(shown))
+    else:
+        sys.stdout.write(render_tenant(shown))
+    return EXIT_OK
+
+
+COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_set_manifest,
+            "set-policy": run_set_policy, "show": run_show}
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Parse and run one subcommand."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    run = run_set_config if args.command == "set-config" else run_list
+    run = COMMANDS[args.command]
     run_main(PROG, lambda: run(args))
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks import reconcile_bench
 from benchmarks.harness import WORKDIR_PREFIX, repo_root
 
 #: Generous: the smoke run takes ~60 s here, most of it interpreter, Chroma and `chroma run`
@@ -85,8 +86,17 @@ def test_every_reconcile_contender_finds_and_deletes_the_stale_chunks(
     assert len(reconcile["sizes"]) >= 2
     for size, runs in reconcile["runs"].items():
         stale = int(size) // 10
-        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor"}
-        assert {r["stale"] for r in runs.values()} == {stale}
+        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor", "where-floor",
+                             "manifest-dry", "manifest-tombstone", "full-scan-floor",
+                             "manifest-tombstone-floor", "in-cost"}
+        assert {r["stale"] for r in runs.values() if "stale" in r} == {stale}
+        # The manifest pass: 5% orphaned by path, one missing path; the union deleted once.
+        orphans = reconcile_bench.manifest_counts(int(size))
+        assert (runs["manifest-dry"]["orphans"], runs["manifest-dry"]["missing"]) == (
+            orphans["orphans"], 1)
+        assert runs["manifest-tombstone"]["tombstoned"] == \
+            runs["manifest-tombstone-floor"]["tombstoned"] == orphans["union"]
+        assert runs["in-cost"]["in10000Matched"] == runs["in-cost"]["noInMatched"]
         assert runs["dry"]["tombstoned"] == runs["scan-floor"]["tombstoned"] == 0
         assert runs["tombstone"]["tombstoned"] == runs["tombstone-floor"]["tombstoned"] == \
             runs["where-floor"]["tombstoned"] == stale
@@ -95,6 +105,7 @@ def test_every_reconcile_contender_finds_and_deletes_the_stale_chunks(
             assert run["inProcessS"] > 0 and "peakRssGrowthMiB" in run
     assert {"dry", "tombstone", "scan-floor", "tombstone-floor"} <= reconcile["timeGrowth"].keys()
     assert set(reconcile["whereFloorOverTombstoneFloor"]) == set(reconcile["runs"])
+    assert set(reconcile["inCostS"]) == set(reconcile["runs"])
 
 
 def test_the_scale_section_runs_every_contender_over_many_tenants(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 import tomllib
 from pathlib import Path
@@ -104,8 +105,6 @@ def test_wrong_type_takes_the_default_with_one_warning_naming_key_type_and_value
         ("remIntervalMs", True),  # a boolean is not an integer
         ("remIntervalMs", 1.5),
         ("lazyEdgeMaxAttempts", 0),
-        ("reconciliationOrphanVersionGap", 0.5),
-        ("reconciliationOrphanVersionGap", float("nan")),
         ("metricsPort", 70000),
         ("logFormat", "xml"),
         ("chromaUrl", "localhost:8000"),
@@ -154,6 +153,33 @@ def test_an_invalid_destructive_guard_fails_closed_instead_of_taking_its_default
     assert loaded.settings.invalid_guards == (key,)
     field = next(k.field_name for k in KEYS if k.name == key)
     assert getattr(loaded.settings, field) == 0  # a value that lets nothing through
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "effect"),
+    [
+        ("reconciliationOrphanVersionGap", 0.5, "nothing is actionable by version"),
+        ("reconciliationOrphanVersionGap", float("nan"), "nothing is actionable by version"),
+        ("reconciliationOrphanVersionGap", "2", "nothing is actionable by version"),
+        ("reconciliationOrphanVersionGap", True, "nothing is actionable by version"),
+        ("reconciliationManifestGraceMs", -1, "no manifest orphan is actionable"),
+        ("reconciliationManifestGraceMs", 1.5, "no manifest orphan is actionable"),
+        ("reconciliationManifestGraceMs", "1d", "no manifest orphan is actionable"),
+        ("reconciliationManifestGraceMs", False, "no manifest orphan is actionable"),
+    ],
+)
+def test_an_invalid_gap_or_grace_fails_closed_instead_of_loosening_to_its_default(
+    tmp_path: Path, key: str, value: object, effect: str
+) -> None:
+    # A looser default (a gap of 2 where 5 was meant) could delete what the operator meant to
+    # keep: the value closes what it governs (math.inf: nothing is ever that old or far
+    # behind), and the pass's other deletions go on.
+    loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
+    [warning] = loaded.warnings
+    assert f"{effect} until it is fixed" in warning.message
+    assert loaded.settings.invalid_guards == (key,)
+    field = next(k.field_name for k in KEYS if k.name == key)
+    assert getattr(loaded.settings, field) == math.inf
 
 
 def test_a_max_deletes_of_zero_is_valid_and_simply_deletes_nothing(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from core.jobs.demo import build_demo_dataset, synthetic_embedding
+from core.rules.manifests import PathCoverage, diff_tenant_manifest
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
 from tests.support import make_settings, run_module, seed
@@ -37,11 +38,24 @@ def test_the_dataset_holds_every_case_and_its_queue_has_no_clock_in_it() -> None
     summarized = {row.metadata["sessionId"] for row in dataset.summaries}
     sessions = {row.metadata["sessionId"] for row in dataset.memories}
     assert sessions - summarized, "sessions without a summary"
-    assert len(dataset.tenants) == 3
+    assert len(dataset.tenants) == 4
     assert len({row.metadata["tenantConfigVersion"] for row in dataset.chunks}) >= 2
     # Built again at another time: the same queue bytes, so a re-run is recognized as applied.
     assert build_demo_dataset(now_ms=1_900_000_000_000).queue_lines == dataset.queue_lines
     assert synthetic_embedding("x") == synthetic_embedding("x") != synthetic_embedding("y")
+
+
+def test_the_force_pushed_tenant_has_two_orphaned_paths_and_one_missing_path() -> None:
+    dataset = build_demo_dataset(now_ms=1_800_000_000_000)
+    [(tenant, manifest)] = dataset.manifests
+    rows = [r for r in dataset.chunks if r.metadata["tenantId"] == tenant]
+    diff = diff_tenant_manifest(rows, {manifest.repo_slug: manifest})
+    assert {o.source_path for o in diff.manifest_orphans} == {"src/old_index.py",
+                                                              "src/legacy/cache.py"}
+    coverage = PathCoverage({manifest.repo_slug: manifest})
+    for row in rows:
+        coverage.observe(row.metadata)
+    assert coverage.missing() == {manifest.repo_slug: ("src/index.py",)}
 
 
 def graph_facts(folder: Path) -> dict[str, Any]:
@@ -83,7 +97,7 @@ def test_five_runs_tell_the_same_story(tmp_path: Path) -> None:
     requeued = [json.loads(line) for line in queue.read_text().splitlines()]
     assert len(requeued) == 2 and all(r["_drain"]["attempts"] == 1 for r in requeued), \
         "the re-queued lines never age toward the dead-letter file"
-    assert facts["nodes"] == 29 and len(facts["edges"]) == 20
+    assert facts["nodes"] == 31 and len(facts["edges"]) == 20
     assert not (tmp_path / "home").exists(), "nothing may be written under $HOME"
 
 

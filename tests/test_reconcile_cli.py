@@ -87,7 +87,8 @@ def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_ba
     figures = json.loads(ticked.stdout)
     assert figures["tenants"] == [{
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 4, "scanned": 3,
-        "staleCount": 3, "actionableCount": 2, "heldCount": 0, "tombstonedCount": 2,
+        "staleCount": 3, "manifestOrphanCount": 0, "totalOrphanCount": 3,
+        "missingPathCount": 0, "actionableCount": 2, "heldCount": 0, "tombstonedCount": 2,
         "guard": None,
     }]
     assert (figures["ok"], figures["failedTenants"], figures["unrecordedRows"]) == (

@@ -82,18 +82,19 @@ def test_float_stamps_are_numbers_like_any_other() -> None:
 @pytest.mark.parametrize(
     ("gap", "actionable"),
     [
-        (None, ("c", "d")),  # omitted: the default, 2
-        (0, ("c", "d")),  # below 1: the default
-        (-3, ("c", "d")),
+        (None, ()),  # missing: fails closed, nothing actionable by version
+        (0, ()),  # below 1: fails closed (a looser default could delete what was kept)
+        (-3, ()),
         (1, ("b", "c", "d")),  # no grace: every stale chunk
+        (2, ("c", "d")),
         (2.5, ("d",)),  # a fractional threshold is used as is
-        ("3", ("c", "d")),  # a string is not a number: the default
-        (True, ("c", "d")),  # nor is a bool
-        (float("inf"), ("c", "d")),
-        (float("nan"), ("c", "d")),
+        ("3", ()),  # a string is not a number: fails closed
+        (True, ()),  # nor is a bool
+        (float("inf"), ()),  # what the config reader gives an invalid value
+        (float("nan"), ()),
     ],
 )
-def test_the_gap_is_used_when_it_is_a_finite_number_of_at_least_one_else_two(
+def test_the_gap_is_used_when_it_is_a_finite_number_of_at_least_one_else_nothing_is_actionable(
     gap: Any, actionable: tuple[str, ...]
 ) -> None:
     diff = diff_tenant_chunks(rows(5, 4, 3, 1), 5, gap)
@@ -105,7 +106,8 @@ def test_the_default_gap_comes_from_the_configuration_table() -> None:
     from core.rules.config import KEYS_BY_NAME
 
     assert KEYS_BY_NAME["reconciliationOrphanVersionGap"].default == DEFAULT_ORPHAN_VERSION_GAP
-    assert resolve_orphan_version_gap(None) == DEFAULT_ORPHAN_VERSION_GAP
+    assert resolve_orphan_version_gap(DEFAULT_ORPHAN_VERSION_GAP) == 2
+    assert resolve_orphan_version_gap(None) is None
 
 
 @pytest.mark.parametrize("not_rows", [None, "abc", 42, {"id": "a"}, {"a", "b"}])

@@ -100,7 +100,8 @@ async def test_a_clean_tenant_writes_no_telemetry_row(
     figures = await one_pass(stores)
     assert tenant_figures(figures, "acme") == {
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 3, "scanned": 0,
-        "staleCount": 0, "actionableCount": 0, "heldCount": 0, "tombstonedCount": 0,
+        "staleCount": 0, "manifestOrphanCount": 0, "totalOrphanCount": 0,
+        "missingPathCount": 0, "actionableCount": 0, "heldCount": 0, "tombstonedCount": 0,
         "guard": None,
     }
     assert await count_rows(graph, "kb_ingestion_metrics") == 0

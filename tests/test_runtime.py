@@ -392,7 +392,8 @@ def _external_address() -> str:
 async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
     settings = make_settings(tmp_path / "m")
     metrics = Metrics(settings)
-    figures = _pass_figures(tombstoned=1_234_567, stale=2_000_001)
+    figures = _pass_figures(tombstoned=1_234_567, stale=2_000_001, orphans=3_000_017,
+                            missing=7)
     metrics.observe_tick("reconcile", outcome="ok", duration_s=1.0, figures=figures,
                          finished_ts=1_796_030_123.25)
     from prometheus_client import generate_latest
@@ -403,15 +404,25 @@ async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
                for s in f.samples}
     assert samples[("kb_tombstoned_chunks_total", (("tenant", "t1"),))] == 1_234_567
     assert samples[("kb_stale_chunks", (("tenant", "t1"),))] == 2_000_001
+    assert samples[("kb_manifest_orphan_chunks", (("tenant", "t1"),))] == 3_000_017
+    assert samples[("kb_missing_paths", (("tenant", "t1"),))] == 7
     assert samples[("kb_last_success_timestamp_seconds", (("job", "reconcile"),))] \
         == 1_796_030_123.25
 
 
-def _pass_figures(*, tombstoned: int, stale: int) -> Any:
+def _pass_figures(*, tombstoned: int, stale: int, orphans: int = 0, missing: int = 0) -> Any:
     from core.rules.reconcile import ReconcileFigures, TenantFigures
 
-    tenant = TenantFigures("t1", None, 2, stale, stale, stale, 0, tombstoned, None)
-    return ReconcileFigures(True, True, "p", (tenant,), 0, stale, tombstoned, (), 0, 0, False)
+    tenant = TenantFigures(tenant_id="t1", repo_slug=None, current_version=2, scanned=stale,
+                           stale_count=stale, manifest_orphan_count=orphans,
+                           total_orphan_count=stale + orphans, missing_path_count=missing,
+                           actionable_count=stale, held_count=0, tombstoned_count=tombstoned,
+                           guard=None)
+    return ReconcileFigures(enabled=True, auto_tombstone=True, pass_id="p", tenants=(tenant,),
+                            failed_tenants=0, stale_count=stale, manifest_orphan_count=orphans,
+                            total_orphan_count=stale + orphans, missing_path_count=missing,
+                            tombstoned_count=tombstoned, archives=(), spool_flushed=0,
+                            unrecorded_rows=0, stopped=False)
 
 
 async def test_a_taken_metrics_port_is_a_config_error_before_any_tick(tmp_path: Path) -> None:

@@ -175,6 +175,10 @@ def test_status_json_after_the_demo_shows_backfill_dead_letters_drift_and_ticks(
     tenants = {t["tenantId"]: t for t in status["tenants"]}
     assert tenants["acme"]["currentVersion"] == 3 and tenants["acme"]["lastStaleCount"] == 5
     assert tenants["globex"]["lastStaleCount"] is None
+    # The force-pushed tenant: 3 chunks of 2 paths its manifest dropped, 1 path never ingested.
+    assert (tenants["hooli"]["lastStaleCount"], tenants["hooli"]["lastManifestOrphanCount"],
+            tenants["hooli"]["lastTotalOrphanCount"],
+            tenants["hooli"]["lastMissingPathCount"]) == (0, 3, 3, 1)
     assert status["alerts"] == []
 
 

@@ -118,9 +118,29 @@ async def test_the_rollup_per_tenant_and_repo_counts_the_window_only(graph: Grap
     assert acme_a == {
         "tenantId": "acme", "repoSlug": "a", "eventCount": 2, "ingestEvents": 1,
         "tombstoneEvents": 0, "reconcileEvents": 1, "errorEvents": 0, "chunksEmbedded": 10,
-        "chunksDeleted": 3, "chunksTotal": 17, "errorRate": 0.0,
+        "chunksDeleted": 3, "chunksTotal": 17, "missingPaths": 0, "errorRate": 0.0,
     }
     assert rollup[1]["errorRate"] == 0.5
+
+
+async def test_missing_paths_roll_up_as_the_largest_count_a_reconcile_row_reported(
+    graph: GraphDB
+) -> None:
+    # Missing paths are a level: three passes that each report the same 3 paths mean 3.
+    for i, detail in enumerate([{"missingPathCount": 3}, {"missingPathCount": 3},
+                                {"missingPathCount": 2}, {"missingPathCount": "x"}, None]):
+        await record_ingestion_metric(graph, tenant_id="acme", repo_slug="a",
+                                      event_type=EVENT_RECONCILE, timestamp_ms=1_000 + i,
+                                      detail=detail)
+    await record_ingestion_metric(graph, tenant_id="acme", repo_slug="a",
+                                  event_type=EVENT_ERROR, timestamp_ms=1_010,
+                                  detail={"missingPathCount": 99})  # not a reconcile row
+    async with graph.write() as tx:  # a row another program wrote with unreadable detail
+        await tx.execute("INSERT INTO kb_ingestion_metrics(id, timestamp, tenant_id, "
+                         "repo_slug, event_type, detail) VALUES ('bad', 1020, 'acme', 'a', "
+                         "'reconcile', '{not json')")
+    [row] = await ingestion_rollup(graph, MetricWindow(1_000, 2_000))
+    assert row["missingPaths"] == 3
 
 
 async def test_the_rollup_per_tenant_merges_repos_and_has_no_repo_slug(graph: GraphDB) -> None:

@@ -10,7 +10,9 @@ It is shaped so that one drain tick and one reconcile pass each have real work t
   Chroma row: re-queued), one legacy uppercase `SESSION:` target, and malformed lines (dead-
   lettered at once);
 - three tenants whose knowledge-base chunks carry several config versions: one drifted (stale
-  and actionable chunks), one slightly behind, one clean.
+  and actionable chunks), one slightly behind, one clean; and a fourth whose repo was
+  force-pushed: its manifest (the paths at the rewritten head) no longer claims two paths that
+  still have chunks (manifest orphans) and claims one that has none (a missing path).
 
 Re-running is safe: Chroma rows and graph nodes are upserted, a tenant's version is raised only
 up to its target, and the queue lines are appended only by the first run on a store (a line
@@ -33,6 +35,7 @@ import structlog
 
 from core.jobs.context import TickContext
 from core.rules.figures import to_json
+from core.rules.manifests import RepoManifest, claimed_paths
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
 from core.rules.timestamps import iso_from_ms
@@ -40,6 +43,7 @@ from core.stores import clock
 from core.stores.daemon_state import get_value, set_value
 from core.stores.graph import upsert_nodes
 from core.stores.queue_files import append_locked
+from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import set_tenant_config, tenant_version
 
 log = structlog.get_logger(__name__)
@@ -74,6 +78,10 @@ class DemoTenant:
     version: int
     #: How many chunks carry each config version.
     chunks_by_version: Mapping[int, int]
+    #: The source paths its chunks cycle through.
+    paths: tuple[str, ...] = ()
+    #: The repo's manifest (the paths after its last push), when it has one.
+    manifest_paths: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,8 @@ class DemoDataset:
     anchor_nodes: tuple[NodeRow, ...]
     tenants: tuple[DemoTenant, ...]
     queue_lines: tuple[bytes, ...]
+    #: (tenant, manifest) pairs, recorded as `tenants set-manifest` would.
+    manifests: tuple[tuple[str, RepoManifest], ...] = ()
 
 
 SESSIONS: tuple[DemoSession, ...] = (
@@ -114,10 +124,17 @@ TENANTS: tuple[DemoTenant, ...] = (
     DemoTenant("globex", "globex/handbook", 2, {2: 5}),
     # Slightly behind: one chunk one version back (stale, within the grace gap).
     DemoTenant("initech", "initech/tps-service", 2, {2: 4, 1: 1}),
+    # Force-pushed: the rewritten head dropped src/old_index.py and src/legacy/cache.py (three
+    # chunks still carry them) and added src/index.py (no chunk yet: a missing path).
+    DemoTenant("hooli", "hooli/search", 1, {1: 6},
+               paths=("README.md", "docs/guide.md", "src/old_index.py", "src/legacy/cache.py"),
+               manifest_paths=("README.md", "docs/guide.md", "src/index.py")),
 )
 
 _SOURCE_PATHS = ("README.md", "docs/architecture.md", "docs/runbook.md", "src/api/search.py",
                  "src/workers/billing.py", "docs/tenancy.md")
+#: The commit id the force-pushed tenant's manifest was read at (made up, like the repo).
+DEMO_REVISION = "5f0c2d9e7a1b3c4d5e6f708192a3b4c5d6e7f809"
 
 
 def synthetic_embedding(row_id: str, *, dim: int = EMBEDDING_DIM) -> list[float]:
@@ -192,7 +209,8 @@ def _chunks(now_ms: int) -> list[ChromaRow]:
         for version, count in sorted(tenant.chunks_by_version.items(), reverse=True):
             for _ in range(count):
                 n += 1
-                path = _SOURCE_PATHS[n % len(_SOURCE_PATHS)]
+                paths = tenant.paths or _SOURCE_PATHS
+                path = paths[n % len(paths)]
                 rows.append(_row(
                     f"{DEMO_PREFIX}kb-{tenant.tenant_id}-{n:02d}",
                     {"tenantId": tenant.tenant_id, "repoSlug": tenant.repo_slug,
@@ -263,7 +281,16 @@ def build_demo_dataset(*, now_ms: int) -> DemoDataset:
         anchor_nodes=ANCHOR_NODES,
         tenants=TENANTS,
         queue_lines=tuple(queue_lines()),
+        manifests=tuple(_manifests(now_ms)),
     )
+
+
+def _manifests(now_ms: int) -> list[tuple[str, RepoManifest]]:
+    """Each tenant's manifest, recorded two days ago: after its chunks were ingested (so they
+    are judged by it) and past the default day of grace."""
+    return [(t.tenant_id, RepoManifest(t.repo_slug, claimed_paths(t.manifest_paths),
+                                       now_ms - 2 * DAY_MS, DEMO_REVISION))
+            for t in TENANTS if t.manifest_paths is not None]
 
 
 #: daemon_state key set once the demo's queue lines were appended to a store.
@@ -306,6 +333,8 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
             version = (await set_tenant_config(context.graph, tenant.tenant_id,
                                                repo_slug=tenant.repo_slug)).version
         versions[tenant.tenant_id] = version
+    for tenant_id, manifest in dataset.manifests:
+        await set_tenant_manifest(context.graph, tenant_id, manifest)
     appended = 0
     if await get_value(context.graph, DEMO_QUEUE_SEEDED) is None:
         await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,10 @@ from core.jobs import tombstoning
 from core.jobs.reconcile_fleet import scan_group, sweep_collection
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
 from core.jobs.tombstoning_groups import tombstone_group
+from core.rules.errors import StoreUnavailable
+from core.rules.explain_plan import TenantPlan, build_plan
 from core.rules.figures import to_json
+from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_STALE_FRACTION,
@@ -43,24 +46,26 @@ from core.rules.reconcile import (
     TenantOutcome,
     actionable_stamp_ceiling,
     candidate_where,
-    diff_tenant_chunks,
-    is_actionable_stamp,
     stale_fraction_exceeded,
 )
-from core.rules.reconcile_groups import (
-    TenantGroup,
-    group_tenants,
-    sweep_pays,
-    within_cap,
-)
+from core.rules.reconcile_groups import TenantGroup, group_tenants, sweep_pays, within_cap
 from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
+from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
+from core.rules.tenant_scan import (
+    ScanRules,
+    TenantTally,
+    orphan_bands,
+    orphan_clauses,
+    orphan_rule,
+)
 from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import OldestIngested, deletion_bound
+from core.rules.tombstone_bands import plan_bands, stale_clauses, stale_rule
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.telemetry import insert_metric_rows, new_metric_row
 from core.stores.telemetry_spool import MetricSpool
+from core.stores.tenant_manifests import all_manifests, tenant_manifests
 from core.stores.tenants import list_tenants
 
 if TYPE_CHECKING:
@@ -86,15 +91,17 @@ async def reconcile_tick(
 
     Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
     run works either way and writes nothing: no telemetry, no archive, no delete. First, rows
-    an earlier pass could not write are written (the spool). Tenants go by groups of one
-    version (`core.rules.reconcile_groups`): one candidate read and one count read serve a
-    group, then each tenant is guarded and tombstoned on its own, and the group's telemetry
-    rows are written in one transaction. One tenant's failure is logged with its id and
-    counted in `failedTenants`, and the pass goes on to the next; a group read that fails
-    falls back to one read per tenant. `unrecordedRows` counts telemetry rows still not in
-    SQLite when the pass ends (kept in the spool): such a pass has not succeeded. When the
-    daemon is stopping, the pass returns between groups, tenants or bands (never inside one)
-    with `stopped: true`; the next pass starts over, so nothing is lost.
+    an earlier pass could not write are written (the spool). A tenant with a manifest or a
+    policy of its own is read, guarded and tombstoned on its own (the path `reconcile
+    explain` runs); the others go by groups of one version (`core.rules.reconcile_groups`):
+    one candidate read and one count read serve a group, then each tenant is guarded and
+    tombstoned on its own, and the group's telemetry rows are written in one transaction.
+    One tenant's failure is logged with its id and counted in `failedTenants`, and the pass
+    goes on to the next; a group read that fails falls back to one read per tenant.
+    `unrecordedRows` counts telemetry rows still not in SQLite when the pass ends (kept in
+    the spool): such a pass has not succeeded. When the daemon is stopping, the pass returns
+    between groups, tenants or bands (never inside one) with `stopped: true`; the next pass
+    starts over, so nothing is lost.
     """
     settings = context.settings
     if not settings.reconciliation_enabled and not dry_run:
@@ -104,43 +111,320 @@ async def reconcile_tick(
     policy = ReconcilePolicy.from_settings(settings, dry_run=dry_run, pass_id=uuid.uuid4().hex)
     if policy.invalid_guards and policy.auto_tombstone:
         log.warning("reconcile.guard_config_invalid", keys=list(policy.invalid_guards),
-                    message="a destructive guard is set to an invalid value: this pass "
-                    "deletes nothing (reports only) until it is fixed")
+                    message="a setting that fails closed is invalid: until it is fixed, this "
+                    "pass deletes nothing (a delete cap or stale fraction), nothing by version "
+                    "(the gap) or nothing by manifest (the grace)")
     spool = MetricSpool(settings.telemetry_spool_path)
     recorder = _Recorder(context, spool)
     if not dry_run:
         await recorder.flush_spool()
     tenants = await list_tenants(context.graph)
-    outcomes = await _all_tenants(context, tenants, policy, recorder)
-    return ReconcileFigures(
-        enabled=settings.reconciliation_enabled,
-        auto_tombstone=policy.auto_tombstone,
-        pass_id=policy.pass_id,
-        tenants=tuple(o.figures() for o in outcomes),
-        failed_tenants=sum(o.failed for o in outcomes),
-        stale_count=sum(o.stale_count for o in outcomes),
-        tombstoned_count=sum(o.tombstoned_count for o in outcomes),
-        archives=tuple(o.archive for o in outcomes if o.archive),
-        spool_flushed=recorder.flushed,
+    manifests = await all_manifests(context.graph)
+    outcomes = await _all_tenants(context, tenants, policy, manifests, recorder)
+    return ReconcileFigures.of(
+        outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
+        pass_id=policy.pass_id, spool_flushed=recorder.flushed,
         unrecorded_rows=spool.pending() + recorder.lost,
-        stopped=len(outcomes) < len(tenants) or context.control.stopping,
-    )
+        stopped=len(outcomes) < len(tenants) or context.control.stopping)
 
 
 async def _all_tenants(
     context: TickContext, tenants: list[TenantConfig], policy: ReconcilePolicy,
-    recorder: _Recorder,
+    manifests: Mapping[str, Mapping[str, RepoManifest]], recorder: _Recorder,
 ) -> list[TenantOutcome]:
-    """Every tenant's outcome, group by group (each group's telemetry recorded before the
-    next), in the tenants' order; fewer when the daemon is stopping."""
+    """Every tenant's outcome, in the tenants' order; fewer when the daemon is stopping.
+    The tenants the groups cannot serve exactly (`_grouped`) go one by one on the
+    per-tenant path first, each tenant's row recorded as it is done; then the others by
+    groups, each group's rows recorded before the next."""
+    plain = [t for t in tenants if _grouped(t, policy, manifests)]
+    plain_ids = {t.tenant_id for t in plain}
     outcomes: list[TenantOutcome] = []
-    for tenant in tenants:
-        if tenant.version < 1:
-            outcomes.append(await reconcile_tenant(context, tenant, policy))
-    swept = await _read_sweep(context, [t for t in tenants if t.version >= 1], policy)
+    for tenant in (t for t in tenants if t.tenant_id not in plain_ids):
+        if context.control.stopping:
+            break
+        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+            outcome, _ = await reconcile_tenant(context, tenant, policy,
+                                                manifests.get(tenant.tenant_id, {}))
+        if not policy.dry_run:
+            await recorder.record([outcome], policy)
+        outcomes.append(outcome)
+        context.control.progress()
+    if not context.control.stopping:
+        outcomes += await _by_groups(context, plain, policy, recorder)
+    if context.control.stopping:
+        log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
+    place = {tenant.tenant_id: i for i, tenant in enumerate(tenants)}
+    outcomes.sort(key=lambda o: place[o.tenant_id])  # the figures list tenants in id order
+    return outcomes
+
+
+def _grouped(tenant: TenantConfig, policy: ReconcilePolicy,
+             manifests: Mapping[str, Mapping[str, RepoManifest]]) -> bool:
+    """Whether the groups serve this tenant: a valid version, no manifest (a group reads
+    candidates by version only; a manifest needs all the tenant's chunks) and the pass's
+    own policy in force (a group's shared bands use one gap; a tenant's own gap, grace or
+    autoTombstone, or an invalid stored value, takes the per-tenant path). When in doubt,
+    the per-tenant path: it is the reference the groups must equal."""
+    if tenant.version < 1 or manifests.get(tenant.tenant_id):
+        return False
+    own, default = _resolve(tenant.stored_policy, policy), _resolve(None, policy)
+    return not own.invalid_keys and (own.gap, own.grace_ms, own.deletes) == (
+        default.gap, default.grace_ms, default.deletes)
+
+
+def _resolve(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
+    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
+    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
+                                 global_grace_ms=policy.manifest_grace_ms,
+                                 global_auto_tombstone=policy.auto_tombstone)
+
+
+async def reconcile_tenant(
+    context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
+    manifests: Mapping[str, RepoManifest], *, explain: bool = False,
+) -> tuple[TenantOutcome, TenantTally | None]:
+    """Scan, guard and tombstone one tenant; never raises (a failure is recorded in the
+    outcome with the phase it happened in, and logged with the tenant's id). Writes no
+    telemetry (the caller does). With `explain`, nothing is deleted, every verdict is kept in
+    the tally and the guards are judged as if tombstoning were on (`reconcile explain`)."""
+    outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
+    if tenant.version < 1:
+        log.warning("reconcile.tenant_skipped", reason="no valid config version")
+        return outcome, None
+    scope = _TenantScope.of(context, tenant, policy, manifests, explain=explain)
+    scope.describe(outcome)
+    tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain)
+    try:
+        await _reconcile(scope, outcome, tally)
+    except CollectionMissing:
+        # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
+        log.warning("reconcile.no_collection", collection=policy.collection)
+    except Exception as exc:
+        outcome.failed_phase = outcome.phase
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+                  exc_info=True)
+    finally:
+        log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
+                 **to_json(outcome.figures()))
+    return outcome, tally
+
+
+async def _reconcile(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
+    """Scan the tenant; then, when tombstoning is on for it and some chunks are actionable,
+    hold back when a guard says so, else tombstone the oldest up to the cap."""
+    await _scan(scope, outcome, tally)
+    if await _clear_to_tombstone(scope, outcome, tally, counted=None):
+        await _tombstone(scope, outcome, tally)
+
+
+async def _clear_to_tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                              counted: int | None) -> bool:
+    """When tombstoning is on for the tenant (or explaining) and some chunks are actionable,
+    apply the guards; True (and the phase TOMBSTONE) when the pass may tombstone it now.
+    `counted`: the tenant's chunk count when a group read already has it."""
+    if not ((scope.tenant_policy.deletes or scope.explain) and outcome.actionable_count > 0):
+        return False
+    if scope.policy.invalid_pass_guards:
+        outcome.guard = GUARD_INVALID_CONFIG
+        return False
+    outcome.phase = Phase.COUNT
+    if await _too_large_a_share(scope, outcome, tally, counted) or not scope.deletes:
+        return False
+    outcome.phase = Phase.TOMBSTONE
+    return True
+
+
+async def _too_large_a_share(
+    scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally, counted: int | None
+) -> bool:
+    """Count the tenant's chunks (known from the scan when it read them all, or `counted` by a
+    group read; else counted only as far as the answer needs: past actionable / fraction it
+    cannot change) and apply the stale-fraction guard to the union of actionable chunks; True
+    (and the guard set) when the pass must not tombstone this tenant."""
+    policy = scope.policy
+    if scope.manifests:
+        outcome.total_chunks, outcome.total_complete = tally.scanned, True
+    elif counted is not None:
+        outcome.total_chunks, outcome.total_complete = counted, True
+    else:
+        enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
+        outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
+            scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
+    if not stale_fraction_exceeded(actionable=outcome.actionable_count,
+                                   total=outcome.total_chunks,
+                                   max_fraction=policy.max_stale_fraction):
+        return False
+    outcome.guard = GUARD_STALE_FRACTION
+    log.warning(
+        "reconcile.guard", guard=GUARD_STALE_FRACTION,
+        actionableCount=outcome.actionable_count, totalChunks=outcome.total_chunks,
+        maxStaleFraction=policy.max_stale_fraction,
+        message="refusing to tombstone: too large a share of the tenant would go; "
+        "check the tenant's config version and manifests before raising the limit",
+    )
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class _TenantScope:
+    """What one tenant's scan and tombstoning share: the stores, the tenant, the pass's and the
+    tenant's policy, its manifests, and the rules fixed when the pass started reading it
+    (epoch ms; no chunk ingested later is deleted)."""
+
+    context: TickContext
+    tenant: TenantConfig
+    policy: ReconcilePolicy
+    tenant_policy: TenantPolicy
+    manifests: Mapping[str, RepoManifest]
+    rules: ScanRules
+    explain: bool
+
+    @classmethod
+    def of(cls, context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
+           manifests: Mapping[str, RepoManifest], *, explain: bool) -> _TenantScope:
+        """The tenant's scope, its policy resolved now (an invalid stored value warned)."""
+        tenant_policy = _resolve(tenant.stored_policy, policy)
+        if tenant_policy.invalid_keys:
+            log.warning("reconcile.tenant_policy_invalid", keys=list(tenant_policy.invalid_keys),
+                        message="an invalid per-tenant policy value fails closed: nothing is "
+                        "actionable by what it governs until it is fixed (tenants set-policy)")
+        rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
+                          tenant_policy.grace_ms, read_ms=now_ms())
+        return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
+
+    @property
+    def deletes(self) -> bool:
+        """Whether this tenant's pass may delete."""
+        return (self.policy.deletes_allowed and self.tenant_policy.deletes
+                and not self.explain)
+
+    @property
+    def cap(self) -> int:
+        """How many chunks the scan keeps for bands (none when nothing will be deleted)."""
+        return self.policy.max_deletes_per_tick if self.deletes else 0
+
+    def describe(self, outcome: TenantOutcome) -> None:
+        """Put the policy in force into the outcome (and so into telemetry)."""
+        outcome.orphan_version_gap = self.tenant_policy.gap
+        outcome.manifest_grace_ms = self.tenant_policy.grace_ms
+        outcome.auto_tombstone = self.tenant_policy.deletes
+        outcome.invalid_policy = self.tenant_policy.invalid_keys
+
+
+async def _scan(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
+    """Judge the tenant's chunks one page of metadatas at a time: only the possibly stale ones
+    (stamp below the current version) for a tenant without manifests, every chunk of the
+    tenant for one with manifests (orphans and missing paths need them all). Memory is one
+    page plus the tally's bounded keep, whatever the tenant's size."""
+    context, tenant = scope.context, scope.tenant
+    where = ({TENANT_KEY: tenant.tenant_id} if scope.manifests
+             else candidate_where(tenant.tenant_id, tenant.version))
+    async for page in context.vectors.scan(
+        scope.policy.collection, where=where, include=("metadatas",)
+    ):
+        tally.add_page(page)
+        context.control.progress()
+    _take_tally(scope, outcome, tally)
+
+
+def _take_tally(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
+    """The tenant's figures from its scan's tally (warning of chunks no band can hold)."""
+    outcome.scanned = tally.scanned
+    outcome.stale_count = tally.stale_count
+    outcome.manifest_orphan_count = tally.manifest_orphan_count
+    outcome.total_orphan_count = tally.total_orphan_count
+    outcome.actionable_count = tally.actionable_count
+    outcome.held_count = tally.held_count
+    outcome.missing_paths = {slug: len(p) for slug, p in tally.missing_paths().items()}
+    if outcome.held_count and scope.tenant_policy.deletes:
+        log.warning(
+            "reconcile.chunks_held", heldCount=outcome.held_count,
+            message="actionable chunks without a numeric ingestedAt (or with one later than "
+            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
+            "from the archived content",
+        )
+
+
+async def count_tenant_chunks(
+    vectors: VectorStore, collection: str, tenant_id: str, *, enough: int | None = None
+) -> tuple[int, bool]:
+    """A tenant's chunks, counted from an ids-only paged read, and whether the count is
+    complete: it reads `enough` + 1 first and stops once it has `enough` (the guard's answer
+    cannot change past it; at 100,000 chunks that saves ~0.6 s of a pass and the memory of
+    the later pages). Offset paging never counts a row twice, and a ratio needs no more."""
+    total = 0
+    first = min(enough + 1, COUNT_PAGE_ROWS) if enough is not None else None
+    async for page in vectors.scan(
+        collection, where={TENANT_KEY: tenant_id}, include=(), page_rows=COUNT_PAGE_ROWS,
+        first_page_rows=first,
+    ):
+        total += len(page)
+        if enough is not None and total >= enough:
+            return total, False
+    return total, True
+
+
+async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                     progress: TombstoneProgress | None = None) -> None:
+    """Archive and delete the oldest actionable chunks, band by band, up to the cap: the
+    config-stale ones first, then each repo's manifest orphans (one archive for the tenant;
+    the cap counts both). `progress`: what shared bands already did for the tenant."""
+    context, tenant, rules = scope.context, scope.tenant, scope.rules
+    outcome.phase = Phase.TOMBSTONE
+    progress = progress or TombstoneProgress()
+    run = functools.partial(tombstone_bands, cap=scope.policy.max_deletes_per_tick,
+                            progress=progress, stopping=lambda: context.control.stopping,
+                            beat=context.control.progress)
+    try:
+        if len(tally.oldest_stale) and rules.gap is not None:
+            ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
+            await run(_stale_job(scope, ceiling),
+                      plan_bands(tally.oldest_stale.sorted(), band_rows=tombstoning.BAND_ROWS))
+        for slug, oldest in sorted(tally.oldest_orphans.items()):
+            if len(oldest) and not context.control.stopping:
+                manifest = scope.manifests[slug]
+                await run(_job(scope, orphan_clauses(tenant.tenant_id, manifest),
+                               orphan_rule(tenant.tenant_id, manifest)),
+                          orphan_bands(oldest.sorted(), band_rows=tombstoning.BAND_ROWS))
+    finally:
+        _apply(outcome, progress)
+
+
+def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
+    """The tenant's figures from what its tombstoning did so far."""
+    outcome.tombstoned_count = progress.tombstoned
+    outcome.archived_count = progress.archived
+    outcome.refused_bands = progress.bands_refused
+    outcome.archive = str(progress.archive.path) if progress.archive else None
+
+
+def _stale_job(scope: _TenantScope, ceiling: int | float) -> TombstoneJob:
+    """The tenant's config-stale tombstoning job (stamps at or below `ceiling`)."""
+    tenant_id = scope.tenant.tenant_id
+    return _job(scope, stale_clauses(tenant_id, ceiling),
+                stale_rule(tenant_id, scope.rules.stale_actionable))
+
+
+def _job(scope: _TenantScope, clauses: tuple[dict[str, Any], ...],
+         may_delete: Callable[[Mapping[str, Any]], bool]) -> TombstoneJob:
+    """A tombstoning job of the tenant under one predicate."""
+    return TombstoneJob(
+        vectors=scope.context.vectors, collection=scope.policy.collection,
+        tenant_id=scope.tenant.tenant_id, clauses=clauses, may_delete=may_delete,
+        read_ms=scope.rules.read_ms, tombstones_dir=scope.context.settings.tombstones_dir,
+        pass_id=scope.policy.pass_id)
+
+
+async def _by_groups(context: TickContext, tenants: Sequence[TenantConfig],
+                     policy: ReconcilePolicy, recorder: _Recorder) -> list[TenantOutcome]:
+    """The grouped tenants' outcomes, group by group (one sweep of the whole collection when
+    it pays, else one candidate read per group; a failed group read falls back to one read
+    per tenant), each group's telemetry recorded before the next; fewer when stopping."""
+    outcomes: list[TenantOutcome] = []
+    swept = await _read_sweep(context, tenants, policy)
     for group in group_tenants(tenants):
         if context.control.stopping:
-            log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
             break
         read = swept.only(group) if swept else await _read_group(context, group, policy)
         done = (await _finish_group(context, read, policy) if read is not None
@@ -149,122 +433,44 @@ async def _all_tenants(
             await recorder.record(done, policy)
         outcomes.extend(done)
         context.control.progress()
-    place = {tenant.tenant_id: i for i, tenant in enumerate(tenants)}
-    outcomes.sort(key=lambda o: place[o.tenant_id])  # the figures list tenants in id order
     return outcomes
-
-
-async def reconcile_tenant(
-    context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy
-) -> TenantOutcome:
-    """Scan, guard and tombstone one tenant on its own reads; never raises (a failure is
-    recorded in the outcome with the phase it happened in, and logged with the tenant's id).
-    Writes no telemetry (the caller does). The path of a tenant whose group read failed."""
-    outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
-    if tenant.version < 1:
-        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
-            log.warning("reconcile.tenant_skipped", reason="no valid config version")
-        return outcome
-    scope = _TenantScope(context, tenant, policy, read_ms=now_ms())
-    await _guarded(outcome, policy, _reconcile(scope, outcome))
-    return outcome
-
-
-async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
-                   step: Coroutine[Any, Any, None], *, last: bool = True) -> None:
-    """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
-    is recorded in the outcome with the phase it happened in and logged with the tenant's id,
-    so one tenant cannot stop the others. The tenant's `reconcile.tenant` line is logged after
-    its `last` step (a group logs it once its tenants are done)."""
-    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
-        try:
-            await step
-        except CollectionMissing:
-            # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
-            log.warning("reconcile.no_collection", collection=policy.collection)
-        except Exception as exc:
-            outcome.failed_phase = outcome.phase
-            outcome.error = f"{type(exc).__name__}: {exc}"
-            log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-                      exc_info=True)
-        finally:
-            if last:
-                _log_outcome(outcome, policy)
-
-
-def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
-    """The tenant's one `reconcile.tenant` line: its figures when its pass is done."""
-    log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-             tenant=outcome.tenant_id, **to_json(outcome.figures()))
-
-
-async def _reconcile(scope: _TenantScope, outcome: TenantOutcome) -> None:
-    """Scan the tenant's candidates, then guard and tombstone it."""
-    oldest = _oldest_for(scope.policy)
-    await _scan_candidates(scope, outcome, oldest)
-    await _clear_to_tombstone(scope, outcome, counted=None)
-    if outcome.phase == Phase.TOMBSTONE:
-        await _tombstone(scope, outcome, oldest, TombstoneProgress())
-
-
-def _oldest_for(policy: ReconcilePolicy) -> OldestIngested:
-    """Where a tenant's scan keeps the `ingestedAt` of the chunks a pass may delete."""
-    return OldestIngested(policy.max_deletes_per_tick if policy.deletes_allowed else 0)
-
-
-async def _clear_to_tombstone(scope: _TenantScope, outcome: TenantOutcome,
-                              counted: int | None) -> None:
-    """When tombstoning is on and some chunks are actionable, apply the guards; the outcome's
-    phase becomes TOMBSTONE when none holds the tenant back. `counted` is the tenant's chunk
-    count when a group read already has it (else the tenant is counted on its own)."""
-    policy = scope.policy
-    if outcome.held_count and policy.auto_tombstone:
-        log.warning(
-            "reconcile.chunks_held", heldCount=outcome.held_count,
-            message="actionable chunks without a numeric ingestedAt (or with one later than "
-            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
-            "from the archived content",
-        )
-    if not (policy.auto_tombstone and outcome.actionable_count > 0):
-        return
-    if policy.invalid_guards:
-        outcome.guard = GUARD_INVALID_CONFIG
-        return
-    outcome.phase = Phase.COUNT
-    if await _too_large_a_share(scope, outcome, counted) or not policy.deletes_allowed:
-        return
-    outcome.phase = Phase.TOMBSTONE
 
 
 @dataclass(slots=True)
 class _GroupRead:
     """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
-    the `ingestedAt` of its deletable chunks, and its chunk count when a read counted it."""
+    its tally (the same one a per-tenant scan keeps), and its chunk count when a read
+    counted it."""
 
     scopes: dict[str, _TenantScope]
     outcomes: dict[str, TenantOutcome]
-    oldest: dict[str, OldestIngested]
+    tallies: dict[str, TenantTally]
     counts: dict[str, int]
 
     @classmethod
     def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
               policy: ReconcilePolicy) -> _GroupRead:
-        """Nothing read yet (the tenants' read time is now)."""
-        read_ms = now_ms()
-        return cls({t.tenant_id: _TenantScope(context, t, policy, read_ms) for t in tenants},
-                   {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
-                    for t in tenants},
-                   {t.tenant_id: _oldest_for(policy) for t in tenants}, {})
+        """Nothing read yet (each tenant's read time is now; grouped tenants have no
+        manifest)."""
+        scopes = {t.tenant_id: _TenantScope.of(context, t, policy, {}, explain=False)
+                  for t in tenants}
+        outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
+                    for t in tenants}
+        for tenant_id, scope in scopes.items():
+            scope.describe(outcomes[tenant_id])
+        return cls(scopes, outcomes,
+                   {t: TenantTally(s.rules, cap=s.cap, keep_rows=False)
+                    for t, s in scopes.items()}, {})
 
     def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
         """Add a page's candidate rows of one tenant."""
-        _tally(self.scopes[tenant_id], self.outcomes[tenant_id], self.oldest[tenant_id], rows)
+        self.tallies[tenant_id].add_page(rows)
 
     def only(self, group: TenantGroup) -> _GroupRead:
         """The part of a sweep's read that is this group's."""
         ids = group.tenant_ids
         return _GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
-                          {t: self.oldest[t] for t in ids},
+                          {t: self.tallies[t] for t in ids},
                           {t: self.counts[t] for t in ids if t in self.counts})
 
 
@@ -321,8 +527,7 @@ async def _finish_group(context: TickContext, read: _GroupRead,
     for tenant_id, outcome in read.outcomes.items():
         if context.control.stopping:
             break
-        await _guarded(outcome, policy, _clear_to_tombstone(
-            read.scopes[tenant_id], outcome, read.counts.get(tenant_id)), last=False)
+        await _guarded(outcome, policy, _judge(read, tenant_id))
         done.append(outcome)
         if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
             (shared if within_cap(outcome, policy) else alone).append(tenant_id)
@@ -338,23 +543,62 @@ async def _finish_group(context: TickContext, read: _GroupRead,
             break
         outcome = read.outcomes[tenant_id]
         await _guarded(outcome, policy, _tombstone(read.scopes[tenant_id], outcome,
-                                                   read.oldest[tenant_id], progress[tenant_id]),
-                       last=False)
+                                                   read.tallies[tenant_id], progress[tenant_id]))
     for outcome in done:
         _log_outcome(outcome, policy)
     return done
 
 
+async def _judge(read: _GroupRead, tenant_id: str) -> None:
+    """A read tenant's figures from its tally, then its guards (the phase TOMBSTONE when
+    cleared), as its own pass would judge them."""
+    scope, outcome, tally = read.scopes[tenant_id], read.outcomes[tenant_id], read.tallies[
+        tenant_id]
+    _take_tally(scope, outcome, tally)
+    await _clear_to_tombstone(scope, outcome, tally, read.counts.get(tenant_id))
+
+
+async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
+                   step: Coroutine[Any, Any, None]) -> None:
+    """Run one grouped tenant's step with the tenant bound to its log lines; never raises: a
+    failure is recorded in the outcome with the phase it happened in and logged with the
+    tenant's id, so one tenant cannot stop the others."""
+    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
+        try:
+            await step
+        except CollectionMissing:
+            # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
+            log.warning("reconcile.no_collection", collection=policy.collection)
+        except Exception as exc:
+            outcome.failed_phase = outcome.phase
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+                      exc_info=True)
+
+
+def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
+    """A grouped tenant's one `reconcile.tenant` line: its figures when its pass is done."""
+    log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
+             tenant=outcome.tenant_id, **to_json(outcome.figures()))
+
+
 async def _tombstone_shared(context: TickContext, read: _GroupRead, policy: ReconcilePolicy,
                             tenant_ids: list[str],
                             progress: dict[str, TombstoneProgress]) -> bool:
-    """Tombstone these tenants (one version, each under the cap) with shared bands; False when
-    the shared bands were abandoned (the caller then tombstones them one by one, continuing
-    their progress)."""
-    jobs = {t: _tombstone_job(read.scopes[t]) for t in tenant_ids}
-    values = sorted(v for t in tenant_ids for v in read.oldest[t].sorted())
+    """Tombstone these tenants (one version, one gap, each under the cap) with shared bands;
+    False when they do not share one stamp ceiling or the shared bands were abandoned (the
+    caller then tombstones them one by one, continuing their progress)."""
+    scopes = [read.scopes[t] for t in tenant_ids]
+    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
+                for s in scopes if s.rules.gap is not None}
+    if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
+        return False
+    ceiling = ceilings.pop()
+    values = sorted(v for t in tenant_ids for v in read.tallies[t].oldest_stale.sorted())
     try:
-        await tombstone_group(jobs, values, cap=policy.max_deletes_per_tick,
+        await tombstone_group({s.tenant.tenant_id: _stale_job(s, ceiling) for s in scopes},
+                              plan_bands(values, band_rows=tombstoning.BAND_ROWS),
+                              ceiling=ceiling, cap=policy.max_deletes_per_tick,
                               progress={t: progress[t] for t in tenant_ids},
                               stopping=lambda: context.control.stopping,
                               beat=context.control.progress)
@@ -377,140 +621,10 @@ async def _one_by_one(
     for tenant in group.tenants:
         if context.control.stopping:
             break
-        done.append(await reconcile_tenant(context, tenant, policy))
+        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+            outcome, _ = await reconcile_tenant(context, tenant, policy, {})
+        done.append(outcome)
     return done
-
-
-async def _too_large_a_share(
-    scope: _TenantScope, outcome: TenantOutcome, counted: int | None
-) -> bool:
-    """Apply the stale-fraction guard to the tenant's chunk count (`counted`, or counted here
-    only as far as the answer needs: past actionable / fraction it cannot change); True (and
-    the guard set) when the pass must not tombstone this tenant."""
-    policy = scope.policy
-    if counted is not None:
-        outcome.total_chunks, outcome.total_complete = counted, True
-    else:
-        enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
-        outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
-            scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
-    if not stale_fraction_exceeded(actionable=outcome.actionable_count,
-                                   total=outcome.total_chunks,
-                                   max_fraction=policy.max_stale_fraction):
-        return False
-    outcome.guard = GUARD_STALE_FRACTION
-    log.warning(
-        "reconcile.guard", guard=GUARD_STALE_FRACTION,
-        actionableCount=outcome.actionable_count, totalChunks=outcome.total_chunks,
-        maxStaleFraction=policy.max_stale_fraction,
-        message="refusing to tombstone: too large a share of the tenant would go; "
-        "check the tenant's config version before raising the limit",
-    )
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class _TenantScope:
-    """What one tenant's scan and tombstoning share: the stores, the tenant, the policy, and
-    when the pass started reading it (epoch ms; no chunk ingested later is deleted)."""
-
-    context: TickContext
-    tenant: TenantConfig
-    policy: ReconcilePolicy
-    read_ms: int
-
-
-async def _scan_candidates(
-    scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested
-) -> None:
-    """Count the tenant's stale and actionable chunks, one page of metadatas at a time, and
-    keep the `ingestedAt` of the oldest actionable ones a pass may delete (see
-    `core.jobs.tombstoning`); memory is one page plus `oldest`, whatever the tenant's size."""
-    where = candidate_where(scope.tenant.tenant_id, scope.tenant.version)
-    async for page in scope.context.vectors.scan(
-        scope.policy.collection, where=where, include=("metadatas",)
-    ):
-        _tally(scope, outcome, oldest, page)
-        scope.context.control.progress()
-
-
-def _tally(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
-           rows: list[ChromaRow]) -> None:
-    """Add one page of the tenant's candidate rows to its figures and to `oldest`."""
-    policy = scope.policy
-    diff = diff_tenant_chunks(rows, scope.tenant.version, policy.orphan_version_gap)
-    outcome.scanned += len(rows)
-    outcome.stale_count += diff.stale_count
-    outcome.actionable_count += diff.actionable_count
-    if diff.actionable_ids:
-        metadata = {row.id: row.metadata for row in rows}
-        for row_id in diff.actionable_ids:
-            bound = deletion_bound(metadata[row_id], read_ms=scope.read_ms)
-            if bound is None:
-                outcome.held_count += 1
-            else:
-                oldest.offer(bound)
-
-
-async def count_tenant_chunks(
-    vectors: VectorStore, collection: str, tenant_id: str, *, enough: int | None = None
-) -> tuple[int, bool]:
-    """A tenant's chunks, counted from an ids-only paged read, and whether the count is
-    complete: it reads `enough` + 1 first and stops once it has `enough` (the guard's answer
-    cannot change past it; at 100,000 chunks that saves ~0.6 s of a pass and the memory of
-    the later pages). Offset paging never counts a row twice, and a ratio needs no more."""
-    total = 0
-    first = min(enough + 1, COUNT_PAGE_ROWS) if enough is not None else None
-    async for page in vectors.scan(
-        collection, where={TENANT_KEY: tenant_id}, include=(), page_rows=COUNT_PAGE_ROWS,
-        first_page_rows=first,
-    ):
-        total += len(page)
-        if enough is not None and total >= enough:
-            return total, False
-    return total, True
-
-
-def _tombstone_job(scope: _TenantScope) -> TombstoneJob:
-    """What tombstoning the tenant needs: its stores, its staleness rule, its read time."""
-    context, tenant, policy = scope.context, scope.tenant, scope.policy
-    version, gap = tenant.version, policy.orphan_version_gap
-    return TombstoneJob(
-        vectors=context.vectors,
-        collection=policy.collection,
-        tenant_id=tenant.tenant_id,
-        ceiling=actionable_stamp_ceiling(version, gap),
-        is_actionable=functools.partial(is_actionable_stamp, current_version=version,
-                                        orphan_version_gap=gap),
-        read_ms=scope.read_ms,
-        tombstones_dir=context.settings.tombstones_dir,
-        pass_id=policy.pass_id,
-        band_rows=tombstoning.BAND_ROWS,
-    )
-
-
-async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, oldest: OldestIngested,
-                     progress: TombstoneProgress) -> None:
-    """Archive and delete the oldest actionable chunks, band by band, up to the cap
-    (`progress`: what earlier shared bands already did for the tenant)."""
-    context = scope.context
-    outcome.phase = Phase.TOMBSTONE
-    try:
-        await tombstone_bands(
-            _tombstone_job(scope), oldest.sorted(), cap=scope.policy.max_deletes_per_tick,
-            progress=progress, stopping=lambda: context.control.stopping,
-            beat=context.control.progress,
-        )
-    finally:
-        _apply(outcome, progress)
-
-
-def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
-    """The tenant's figures from what its tombstoning did so far."""
-    outcome.tombstoned_count = progress.tombstoned
-    outcome.archived_count = progress.archived
-    outcome.refused_bands = progress.bands_refused
-    outcome.archive = str(progress.archive.path) if progress.archive else None
 
 
 class _Recorder:
@@ -533,9 +647,10 @@ class _Recorder:
                       pending=self.spool.pending(), exc_info=True)
 
     async def record(self, outcomes: Sequence[TenantOutcome], policy: ReconcilePolicy) -> None:
-        """The `reconcile` rows of a group's tenants with stale chunks (none for a clean one)
-        and `error` rows for those that failed before their stale count was known, in ONE
-        transaction; what SQLite refuses goes to the spool."""
+        """One `reconcile` row per tenant with drift (stale or orphaned chunks, or missing
+        paths; none for a clean one) and an `error` row per tenant that failed before its
+        counts were known, a group's rows in ONE transaction; what SQLite refuses goes to the
+        spool."""
         rows = [row for o in outcomes if (row := _telemetry_row(o, policy)) is not None]
         if not rows:
             return
@@ -557,10 +672,10 @@ class _Recorder:
 def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow | None:
     """The tenant's telemetry row, or None for a clean tenant."""
     error_code = f"reconcile-{outcome.failed_phase}-failed" if outcome.failed else None
-    if outcome.stale_count > 0 and outcome.failed_phase != Phase.SCAN:
+    if outcome.drifted and outcome.failed_phase != Phase.SCAN:
         return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
-            event_type=EVENT_RECONCILE, chunks_total=outcome.stale_count,
+            event_type=EVENT_RECONCILE, chunks_total=outcome.total_orphan_count,
             chunks_deleted=outcome.tombstoned_count, error_code=error_code,
             detail=to_json(outcome.telemetry_detail(policy)),
         )
@@ -571,3 +686,24 @@ def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow
             detail=to_json(outcome.telemetry_detail(policy)),
         )
     return None
+
+
+async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
+    """`reconcile explain`: one tenant's pass run in explain mode (the same scan, rules and
+    guards as a pass, with nothing deleted and no telemetry written), as a plan. Raises
+    LookupError for a tenant without a usable configuration node (the pass never reconciles
+    it) and
+    StoreUnavailable when the tenant's scan failed."""
+    tenant = next((t for t in await list_tenants(context.graph) if t.tenant_id == tenant_id),
+                  None)
+    if tenant is None or tenant.version < 1:
+        raise LookupError(f"tenant {tenant_id!r} has no configuration node with a valid "
+                          "version (a pass never reconciles it)")
+    manifests = await tenant_manifests(context.graph, tenant_id)
+    policy = ReconcilePolicy.from_settings(context.settings, dry_run=True)
+    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True)
+    if outcome.failed or tally is None:
+        raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
+                               f"{outcome.error}")
+    return build_plan(outcome, tally, policy, manifests,
+                      enabled=context.settings.reconciliation_enabled)

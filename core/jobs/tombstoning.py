@@ -44,7 +44,7 @@ restore of another archive: it is then in that archive).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from core.rules.rows import ColumnPage
-from core.rules.tombstone_bands import Band, Number, band_where, plan_bands, rule_violations
+from core.rules.tombstone_bands import Band, predicate_where, rows_refused
 from core.stores.archives import TombstoneArchive
 from core.stores.clock import now_ms
 
@@ -93,16 +93,15 @@ class TombstoneJob:
     vectors: VectorStore
     collection: str
     tenant_id: str
-    #: `$lte` operand selecting actionable stamps (see `actionable_stamp_ceiling`).
-    ceiling: Number
-    #: The engine's verdict on one stamp value.
-    is_actionable: Callable[[Any], bool]
+    #: What every band's predicate shares (the tenant, and an actionable stamp or the
+    #: manifest's repo and authority window): `predicate_where` adds the band's own.
+    clauses: tuple[Mapping[str, Any], ...]
+    #: The rule's verdict on one fetched row's metadata (True: it may go).
+    may_delete: Callable[[Mapping[str, Any]], bool]
     #: When the pass started reading this tenant (epoch ms): no band reaches past it.
     read_ms: int
     tombstones_dir: Path
     pass_id: str
-    #: Chunks per planned band.
-    band_rows: int = BAND_ROWS
 
 
 @dataclass(slots=True)
@@ -122,17 +121,18 @@ class TombstoneFailed(Exception):
 
 async def tombstone_bands(
     job: TombstoneJob,
-    oldest: Sequence[Number],
+    bands: Sequence[Band],
     *,
     cap: int,
     progress: TombstoneProgress,
     stopping: Callable[[], bool],
     beat: Callable[[], None],
 ) -> None:
-    """Cut the sorted `ingestedAt` of the oldest deletable chunks into bands, then archive and
-    delete band after band until the cap is reached, the bands run out or the daemon is
-    stopping (checked between bands, never inside one)."""
-    for band in plan_bands(oldest, band_rows=job.band_rows):
+    """Archive and delete band after band (planned by `plan_bands` over the sorted
+    `ingestedAt` of the oldest deletable chunks) until the cap is reached (`progress` may
+    carry deletions of an earlier job of the same tenant), the bands run out or the daemon
+    is stopping (checked between bands, never inside one)."""
+    for band in bands:
         remaining = cap - progress.tombstoned
         if remaining <= 0 or stopping():
             return
@@ -148,7 +148,7 @@ async def tombstone_bands(
 async def _tombstone_band(
     job: TombstoneJob, band: Band, *, remaining: int, progress: TombstoneProgress
 ) -> None:
-    where = band_where(job.tenant_id, job.ceiling, band)
+    where = predicate_where(job.clauses, band)
     matched = await job.vectors.ids_where(job.collection, where=where)
     archived: set[str] = set()
     refused = await _archive_by_ids(job, matched, archived, progress)
@@ -183,8 +183,7 @@ async def _archive_by_ids(
     for start in range(0, len(ids), ARCHIVE_READ_ROWS):
         page = await job.vectors.get_page(job.collection,
                                           ids=ids[start:start + ARCHIVE_READ_ROWS])
-        bad = rule_violations(page, tenant_id=job.tenant_id, is_actionable=job.is_actionable,
-                              read_ms=job.read_ms)
+        bad = rows_refused(page, may_delete=job.may_delete, read_ms=job.read_ms)
         keep = set(page.ids) - set(bad)
         await _archive(job, _only(page, keep), progress)
         archived.update(keep)

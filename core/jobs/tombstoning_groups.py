@@ -35,7 +35,7 @@ from core.jobs.tombstoning import (
 )
 from core.rules.reconcile_groups import group_band_where, split_page
 from core.rules.rows import ColumnPage
-from core.rules.tombstone_bands import Band, Number, plan_bands, rule_violations
+from core.rules.tombstone_bands import Band, Number, rows_refused
 from core.stores.archives import TombstoneArchive, in_parallel, sync_archives
 from core.stores.clock import now_ms
 
@@ -51,30 +51,32 @@ class GroupBandsAbandoned(Exception):
 
 async def tombstone_group(
     jobs: Mapping[str, TombstoneJob],
-    oldest: Sequence[Number],
+    bands: Sequence[Band],
     *,
+    ceiling: Number,
     cap: int,
     progress: Mapping[str, TombstoneProgress],
     stopping: Callable[[], bool],
     beat: Callable[[], None],
 ) -> None:
-    """Archive and delete the group's deletable chunks (`oldest`: the sorted `ingestedAt` of
-    all of them, every tenant's under `cap`, which no tenant's deletes may pass) band by
-    band, until the bands run out or the daemon is stopping (checked between bands). `jobs`
-    and `progress` are per tenant; every job shares one collection, ceiling and read time."""
-    first = next(iter(jobs.values()))
-    for band in plan_bands(oldest, band_rows=first.band_rows):
+    """Archive and delete the group's deletable chunks band by band (`bands`: planned by
+    `plan_bands` over the sorted `ingestedAt` of all of them, every tenant's under `cap`,
+    which no tenant's deletes may pass), until the bands run out or the daemon is stopping
+    (checked between bands). `jobs` and `progress` are per tenant; every job is a
+    config-stale job (`stale_clauses`) of one collection and the stamp `ceiling`."""
+    for band in bands:
         if stopping():
             return
-        await _group_band(jobs, band, progress, cap)
+        await _group_band(jobs, band, progress, ceiling=ceiling, cap=cap)
         beat()
 
 
 async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
-                      progress: Mapping[str, TombstoneProgress], cap: int) -> None:
+                      progress: Mapping[str, TombstoneProgress], *, ceiling: Number,
+                      cap: int) -> None:
     first = next(iter(jobs.values()))
     vectors = first.vectors
-    where = group_band_where(list(jobs), first.ceiling, band)
+    where = group_band_where(list(jobs), ceiling, band)
     matched = await vectors.ids_where(first.collection, where=where)
     archived: dict[str, list[str]] = {}
     for start in range(0, len(matched), ARCHIVE_READ_ROWS):
@@ -83,9 +85,8 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
         split = split_page(page)
         for tenant_id, rows in split.items():
             job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
-            if job is None or rule_violations(rows, tenant_id=tenant_id,
-                                               is_actionable=job.is_actionable,
-                                               read_ms=job.read_ms):
+            if job is None or rows_refused(rows, may_delete=job.may_delete,
+                                           read_ms=job.read_ms):
                 raise GroupBandsAbandoned(
                     f"a shared band's rows changed or disagree with the rule (tenant "
                     f"{tenant_id!r}); nothing of the band was deleted")

@@ -26,6 +26,7 @@ from typing import Any
 from core.rules.alert_rules import Delivery, channel_label, scrub_secrets
 from core.rules.config import Settings
 from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
+from core.rules.telemetry import StaleReport
 from core.rules.timestamps import iso_from_ms
 from core.stores.alert_records import recent_alerts
 from core.stores.clock import now_ms
@@ -135,7 +136,12 @@ class TenantDrift:
     tenant_id: str
     repo_slug: str | None
     current_version: int
+    #: From the tenant's latest `reconcile` row: config-stale chunks, manifest orphans, their
+    #: union (each chunk once: the row's `chunks_total`) and missing paths.
     last_stale_count: int | None
+    last_manifest_orphan_count: int | None
+    last_total_orphan_count: int | None
+    last_missing_path_count: int | None
     last_tombstoned_count: int | None
     last_report_at: int | None
     last_report_at_iso: str | None
@@ -221,6 +227,19 @@ async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, TickShown]:
     }
 
 
+def _detail_count(report: StaleReport | None, key: str, *, fallback: bool = False
+                  ) -> int | None:
+    """A count from the report's detail; a row written before the count existed has none (0
+    for manifest figures, which it did not look for; `chunks_total` for the stale count,
+    which it was then)."""
+    if report is None:
+        return None
+    value = report.detail.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return report.stale_count if fallback else 0
+
+
 async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
     """Every configured tenant with its version and latest stale report, plus any tenant that
     has a report but no configuration node (version 0: it was removed or never configured)."""
@@ -234,7 +253,10 @@ async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
             repo_slug=(config.repo_slug if config is not None else None)
             or (report.repo_slug if report is not None else None),
             current_version=config.version if config is not None else 0,
-            last_stale_count=report.stale_count if report is not None else None,
+            last_stale_count=_detail_count(report, "staleCount", fallback=True),
+            last_manifest_orphan_count=_detail_count(report, "manifestOrphanCount"),
+            last_total_orphan_count=report.stale_count if report is not None else None,
+            last_missing_path_count=_detail_count(report, "missingPathCount"),
             last_tombstoned_count=report.tombstoned_count if report is not None else None,
             last_report_at=report.timestamp_ms if report is not None else None,
             last_report_at_iso=_iso(report.timestamp_ms if report is not None else None),

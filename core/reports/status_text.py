@@ -78,7 +78,11 @@ def tick_phrase(figures: Mapping[str, Any]) -> str:
     elif isinstance(figures.get("tenants"), list):
         parts.append(f"{_plural(len(figures['tenants']), 'tenant')}, "
                      f"{_n(figures, 'staleCount'):,} stale, "
-                     f"{_n(figures, 'tombstonedCount'):,} tombstoned"
+                     + (f"{_n(figures, 'manifestOrphanCount'):,} orphaned by path, "
+                        if _n(figures, "manifestOrphanCount") else "")
+                     + (f"{_plural(_n(figures, 'missingPathCount'), 'missing path')}, "
+                        if _n(figures, "missingPathCount") else "")
+                     + f"{_n(figures, 'tombstonedCount'):,} tombstoned"
                      + (f", {_n(figures, 'failedTenants'):,} failed"
                         if _n(figures, "failedTenants") else ""))
     if "fired" in figures and "rules" in figures:
@@ -153,13 +157,15 @@ def _ticks_part(status: StatusReport, now: int) -> list[Any]:
 def _tenants_part(status: StatusReport, now: int) -> list[Any]:
     if not status.tenants:
         return ["Tenants: none configured (kb-tenants set-config TENANT --repo-slug R)"]
-    return [table("Tenants (stale counts from each tenant's latest reconcile report; a clean "
-                  "pass writes none)",
-                  ["tenant", "repo", "version", "last stale", "tombstoned", "reported"],
+    return [table("Tenants (counts from each tenant's latest reconcile report; a clean pass "
+                  "writes none)",
+                  ["tenant", "repo", "version", "last stale", "orphaned", "missing paths",
+                   "tombstoned", "reported"],
                   [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
+                    t.last_manifest_orphan_count, t.last_missing_path_count,
                     t.last_tombstoned_count, ago(t.last_report_at, now)]
                    for t in status.tenants],
-                  numeric=["version", "last stale", "tombstoned"])]
+                  numeric=["version", "last stale", "orphaned", "missing paths", "tombstoned"])]
 
 
 def _alerts_part(status: StatusReport, now: int) -> list[Any]:

@@ -17,6 +17,7 @@ file is found and read by `core.stores.config_file`, which hands the parsed docu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,10 @@ class Key:
     #: For a destructive guard: the value an invalid setting resolves to instead of the
     #: default, one that deletes nothing (a looser default is never a safe guess).
     closed_value: Any = None
+    #: How the docs say what the closed value does (the guards' default wording when empty).
+    closed_note: str = ""
+    #: What the warning says the closed value does.
+    closed_effect: str = "deleting nothing"
 
     @property
     def fails_closed(self) -> bool:
@@ -148,7 +153,14 @@ KEYS: tuple[Key, ...] = (
         "destructive, so detect-and-report only unless switched on"),
     Key("reconciliationOrphanVersionGap", "number", 2,
         "one version of grace lets a re-ingest in progress finish before anything is deleted",
-        _at_least(1), ">= 1"),
+        _at_least(1), ">= 1", closed_value=math.inf,
+        closed_note="**an invalid value makes nothing actionable by version** (fails closed)",
+        closed_effect="nothing is actionable by version"),
+    Key("reconciliationManifestGraceMs", "integer", 86_400_000,
+        "a day lets a push that is still arriving land before a manifest judges its chunks",
+        _at_least(0), ">= 0", closed_value=math.inf,
+        closed_note="**an invalid value makes no manifest orphan actionable** (fails closed)",
+        closed_effect="no manifest orphan is actionable"),
     Key("reconciliationMaxDeletesPerTick", "integer", 10_000,
         "bounds the damage of a mistake to one pass's worth; later passes continue",
         _at_least(0), ">= 0", closed_value=0),
@@ -190,7 +202,10 @@ class Settings:
     reconciliation_enabled: bool
     reconciliation_interval_ms: int
     reconciliation_auto_tombstone: bool
+    #: math.inf when configured with an invalid value: nothing is actionable by version.
     reconciliation_orphan_version_gap: float
+    #: math.inf when configured with an invalid value: no manifest orphan is actionable.
+    reconciliation_manifest_grace_ms: int | float
     reconciliation_max_deletes_per_tick: int
     reconciliation_max_stale_fraction: float
     alerting_enabled: bool
@@ -203,8 +218,9 @@ class Settings:
     metrics_port: int
     #: The file these settings came from; None when every key took its default.
     source: Path | None = field(default=None, compare=False)
-    #: Destructive guards whose configured value was invalid (TOML names): each is at its
-    #: closed value, and a pass deletes nothing while any is listed.
+    #: Keys that fail closed whose configured value was invalid (TOML names): each is at its
+    #: closed value. While a pass-wide guard (`reconciliation.PASS_GUARDS`) is listed a pass
+    #: deletes nothing; an invalid gap or grace shuts off only what it governs.
     invalid_guards: tuple[str, ...] = ()
 
     @property
@@ -407,7 +423,7 @@ def invalid_value_message(key: Key, seen: Any) -> str:
         shown = repr(seen)
     head = f"{TABLE}.{key.name}: expected {key.type_text}, got {shown}"
     if key.fails_closed:
-        return f"{head}; deleting nothing until it is fixed (a destructive guard fails closed)"
+        return f"{head}; {key.closed_effect} until it is fixed (a destructive guard fails closed)"
     return f"{head}; using default {key.default_text}"
 
 
@@ -442,7 +458,8 @@ def render_markdown_table() -> str:
     rows = ["| key | type | default | why this default |", "|---|---|---|---|"]
     for key in KEYS:
         type_text = key.type_text.replace("|", "\\|")
-        reason = key.reason + (f"; {CLOSED_NOTE}" if key.fails_closed else "")
+        reason = key.reason + (f"; {key.closed_note or CLOSED_NOTE}" if key.fails_closed
+                               else "")
         rows.append(f"| `{key.name}` | {type_text} | `{key.default_text}` | {reason} |")
     return "\n".join(rows) + "\n"
 
@@ -492,7 +509,7 @@ def render_example_toml() -> str:
     for key in KEYS:
         lines.append(f"# {key.reason} ({key.type_text})")
         if key.fails_closed:
-            lines.append(f"# {CLOSED_NOTE.replace('**', '')}")
+            lines.append(f"# {(key.closed_note or CLOSED_NOTE).replace('**', '')}")
         if key.name == "dataDir":
             lines.extend(EXAMPLE_DATA_DIR_TOML)
         elif key.type == "rules":

@@ -21,9 +21,10 @@ from typing import Any
 
 from core.rules.config import KEYS_BY_NAME, Settings
 from core.rules.figures import omitted_when_none
+from core.rules.rows import id_and_metadata
 from core.rules.values import is_real_number
 
-#: The gap used when the configured one is unusable: the config default, never re-spelled.
+#: The default gap (the config table's, never re-spelled); never a stand-in for an invalid one.
 DEFAULT_ORPHAN_VERSION_GAP: float = KEYS_BY_NAME["reconciliationOrphanVersionGap"].default
 #: The metadata keys the engine reads (CONTRACT's knowledge-base chunk fields).
 TENANT_KEY = "tenantId"
@@ -32,15 +33,21 @@ STAMP_KEY = "tenantConfigVersion"
 GUARD_STALE_FRACTION = "stale-fraction"
 #: The telemetry/figures value of `guard` when a destructive guard's setting is invalid.
 GUARD_INVALID_CONFIG = "invalid-config"
+#: The guards whose invalid setting stops every deletion of a pass (the gap and the manifest
+#: grace fail closed too, but each only for what it governs).
+PASS_GUARDS: tuple[str, ...] = ("reconciliationMaxDeletesPerTick",
+                                "reconciliationMaxStaleFraction")
 
 
-def resolve_orphan_version_gap(value: Any) -> float:
-    """The gap threshold to use: `value` when it is a finite number >= 1, else the default.
+def resolve_orphan_version_gap(value: Any) -> float | None:
+    """The gap threshold to use: `value` when it is a finite number >= 1, else None, which
+    makes nothing actionable by version (the setting fails closed: a looser default such as
+    2 could delete what a stricter intended value would have kept).
 
     The floor is 1 because every stale chunk has a gap of at least 1: a threshold of 1 means
     "no grace", and anything lower would mean nothing different but look like a typo.
     """
-    return value if is_real_number(value) and value >= 1 else DEFAULT_ORPHAN_VERSION_GAP
+    return value if is_real_number(value) and value >= 1 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +79,6 @@ class TenantDiff:
 EMPTY_DIFF = TenantDiff()
 
 
-def _id_and_metadata(row: Any) -> tuple[Any, Any]:
-    """A row's id and metadata, from a `{id, metadata}` mapping or a ChromaRow-like object."""
-    if isinstance(row, Mapping):
-        return row.get("id"), row.get("metadata")
-    return getattr(row, "id", None), getattr(row, "metadata", None)
-
-
 def diff_tenant_chunks(
     rows: Any, current_version: Any, orphan_version_gap: Any = None
 ) -> TenantDiff:
@@ -86,7 +86,8 @@ def diff_tenant_chunks(
 
     A row is stale when its `tenantConfigVersion` is a real, finite number (a bool is not)
     below `current_version`; its gap is `current_version - stamp`; it is actionable when the
-    gap is at least the resolved threshold (see `resolve_orphan_version_gap`).
+    gap is at least the resolved threshold (see `resolve_orphan_version_gap`: an invalid or
+    missing one makes nothing actionable).
 
     Fail-safe throughout: a current version that is not a positive number (a tenant with no
     config node is at 0), rows that are not a list, a row without a string id, and a row
@@ -103,7 +104,7 @@ def diff_tenant_chunks(
     stale: list[StaleOrphan] = []
     actionable: list[str] = []
     for row in rows:
-        row_id, metadata = _id_and_metadata(row)
+        row_id, metadata = id_and_metadata(row)
         if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
             continue
         stamp: Any = metadata.get(STAMP_KEY)
@@ -115,17 +116,19 @@ def diff_tenant_chunks(
         # The store's own comparison (`stamp <= current - threshold`), not `gap >= threshold`:
         # in floating point the two differ (2 - 7e-216 >= 2, yet 7e-216 <= 0 is false), and a
         # chunk this rule calls actionable must be one the delete's `where` selects.
-        if stamp <= current_version - threshold:
+        if threshold is not None and stamp <= current_version - threshold:
             actionable.append(row_id)
     return TenantDiff(tuple(stale), actionable_ids=tuple(actionable))
 
 
 def is_actionable_stamp(stamp: Any, current_version: Any, orphan_version_gap: Any) -> bool:
     """Whether one stamp is actionable under `diff_tenant_chunks`' rule (pure): a real number
-    below a positive current version by at least the resolved gap."""
-    return (is_real_number(current_version) and current_version > 0 and is_real_number(stamp)
-            and stamp < current_version
-            and stamp <= current_version - resolve_orphan_version_gap(orphan_version_gap))
+    below a positive current version by at least the resolved gap (never, when the gap is
+    invalid)."""
+    threshold = resolve_orphan_version_gap(orphan_version_gap)
+    return (threshold is not None and is_real_number(current_version) and current_version > 0
+            and is_real_number(stamp) and stamp < current_version
+            and stamp <= current_version - threshold)
 
 
 def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float) -> bool:
@@ -141,7 +144,7 @@ def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float)
     return actionable / total > max_fraction
 
 
-def actionable_stamp_ceiling(current_version: int, orphan_version_gap: Any) -> int | float:
+def actionable_stamp_ceiling(current_version: int, orphan_version_gap: float) -> int | float:
     """The operand for Chroma's `$lte` that selects the actionable stamps (`stamp <= current -
     gap`), as an int when whole.
 
@@ -151,7 +154,7 @@ def actionable_stamp_ceiling(current_version: int, orphan_version_gap: Any) -> i
     above it comes back (a fractional stamp between the two is then left for a later look:
     never deleted wrongly, and the engine re-checks every row anyway).
     """
-    ceiling = current_version - resolve_orphan_version_gap(orphan_version_gap)
+    ceiling = current_version - orphan_version_gap
     if float(ceiling).is_integer():
         return int(ceiling)
     return ceiling if ceiling >= 0 else math.floor(ceiling)
@@ -172,12 +175,16 @@ class ReconcilePolicy:
 
     collection: str
     auto_tombstone: bool
+    #: The `[knowledgeBase]` gap (math.inf when invalid: it fails closed, per tenant too).
     orphan_version_gap: float
+    #: The `[knowledgeBase]` manifest grace (math.inf when invalid: fails closed).
+    manifest_grace_ms: float
     max_deletes_per_tick: int
     max_stale_fraction: float
     dry_run: bool
-    #: Destructive guards configured with an invalid value: while any is listed, the pass
-    #: deletes nothing (CONTRACT: the guards fail closed).
+    #: Keys that fail closed configured with an invalid value. While a pass-wide guard
+    #: (PASS_GUARDS) is listed, the pass deletes nothing (CONTRACT: the guards fail closed);
+    #: an invalid gap or grace shuts off only what it governs (by its closed value).
     invalid_guards: tuple[str, ...] = ()
     #: This pass's id, written into each archive's header.
     pass_id: str = ""
@@ -191,9 +198,8 @@ class ReconcilePolicy:
         return cls(
             collection=settings.knowledge_base_collection,
             auto_tombstone=settings.reconciliation_auto_tombstone is True,
-            orphan_version_gap=resolve_orphan_version_gap(
-                settings.reconciliation_orphan_version_gap
-            ),
+            orphan_version_gap=settings.reconciliation_orphan_version_gap,
+            manifest_grace_ms=settings.reconciliation_manifest_grace_ms,
             max_deletes_per_tick=settings.reconciliation_max_deletes_per_tick,
             max_stale_fraction=settings.reconciliation_max_stale_fraction,
             dry_run=dry_run,
@@ -202,9 +208,14 @@ class ReconcilePolicy:
         )
 
     @property
+    def invalid_pass_guards(self) -> tuple[str, ...]:
+        """The pass-wide guards set to an invalid value (the pass deletes nothing)."""
+        return tuple(k for k in self.invalid_guards if k in PASS_GUARDS)
+
+    @property
     def deletes_allowed(self) -> bool:
         """Whether this pass may delete anything at all."""
-        return self.auto_tombstone and not self.dry_run and not self.invalid_guards
+        return self.auto_tombstone and not self.dry_run and not self.invalid_pass_guards
 
 
 class Phase(StrEnum):
@@ -225,6 +236,13 @@ class TenantOutcome:
     current_version: int
     scanned: int = 0
     stale_count: int = 0
+    #: Chunks whose path their repo's manifest no longer claims.
+    manifest_orphan_count: int = 0
+    #: Stale or orphaned, each chunk once (the union).
+    total_orphan_count: int = 0
+    #: Manifest paths no chunk carries, per repo (reported, never acted on).
+    missing_paths: dict[str, int] = field(default_factory=dict)
+    #: Actionable by either rule, each chunk once: what the guards judge.
     actionable_count: int = 0
     tombstoned_count: int = 0
     #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
@@ -244,27 +262,51 @@ class TenantOutcome:
     #: The phase the tenant failed in, and why; None when it did not.
     failed_phase: Phase | None = None
     error: str | None = None
+    #: The tenant's policy in force: gap (None: closed), grace (None: closed), deletes.
+    orphan_version_gap: float | None = None
+    manifest_grace_ms: float | None = None
+    auto_tombstone: bool = False
+    #: Keys of the tenant's stored policy that were invalid (each fails closed).
+    invalid_policy: tuple[str, ...] = ()
 
     @property
     def failed(self) -> bool:
         """Whether this tenant's pass could not finish."""
         return self.failed_phase is not None
 
+    @property
+    def missing_path_count(self) -> int:
+        """Manifest paths no chunk carries, over all the tenant's repos."""
+        return sum(self.missing_paths.values())
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the tenant has drift to report (a clean tenant writes no row)."""
+        return self.total_orphan_count > 0 or self.missing_path_count > 0
+
     def figures(self) -> TenantFigures:
         """The tenant's entry in the pass's figures."""
         return TenantFigures(self.tenant_id, self.repo_slug, self.current_version, self.scanned,
-                             self.stale_count, self.actionable_count, self.held_count,
-                             self.tombstoned_count, self.guard)
+                             self.stale_count, self.manifest_orphan_count,
+                             self.total_orphan_count, self.missing_path_count,
+                             self.actionable_count, self.held_count, self.tombstoned_count,
+                             self.guard)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
         return ReconcileDetail(
             stale_count=self.stale_count,
+            manifest_orphan_count=self.manifest_orphan_count,
+            total_orphan_count=self.total_orphan_count,
+            missing_path_count=self.missing_path_count,
             actionable_count=self.actionable_count,
             tombstoned_count=self.tombstoned_count,
             current_version=self.current_version,
-            auto_tombstone=policy.auto_tombstone,
-            orphan_version_gap=policy.orphan_version_gap,
+            auto_tombstone=self.auto_tombstone,
+            orphan_version_gap=self.orphan_version_gap,
+            manifest_grace_ms=self.manifest_grace_ms,
+            missing_paths_by_repo=dict(self.missing_paths) or None,
+            invalid_policy=self.invalid_policy or None,
             max_deletes_per_tick=policy.max_deletes_per_tick,
             scanned=self.scanned,
             held_count=self.held_count or None,
@@ -291,6 +333,9 @@ class TenantFigures:
     current_version: int
     scanned: int
     stale_count: int
+    manifest_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
     actionable_count: int
     held_count: int
     tombstoned_count: int
@@ -307,13 +352,21 @@ class ReconcileDetail:
     first, then what explains them, each written only when it says something."""
 
     stale_count: int
+    manifest_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
     actionable_count: int
     tombstoned_count: int
     current_version: int
+    #: Whether the tenant's chunks may be tombstoned (the master switch and its policy).
     auto_tombstone: bool
-    orphan_version_gap: float
+    #: The gap and grace in force for the tenant; null when invalid (fails closed).
+    orphan_version_gap: float | None
+    manifest_grace_ms: float | None
     max_deletes_per_tick: int
     scanned: int
+    missing_paths_by_repo: dict[str, int] | None = field(default=None, metadata=_OPTIONAL)
+    invalid_policy: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
     guard: str | None = field(default=None, metadata=_OPTIONAL)
     invalid_guards: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
@@ -339,6 +392,9 @@ class ReconcileFigures:
     tenants: tuple[TenantFigures, ...]
     failed_tenants: int
     stale_count: int
+    manifest_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
     tombstoned_count: int
     archives: tuple[str, ...]
     #: Telemetry rows an earlier pass spooled that this one wrote.
@@ -347,6 +403,23 @@ class ReconcileFigures:
     unrecorded_rows: int
     #: Whether the daemon's stop ended the pass before its last tenant.
     stopped: bool
+
+    @classmethod
+    def of(cls, outcomes: list[TenantOutcome], *, enabled: bool, auto_tombstone: bool,
+           pass_id: str, spool_flushed: int, unrecorded_rows: int, stopped: bool
+           ) -> ReconcileFigures:
+        """A pass's figures from its tenants' outcomes."""
+        return cls(
+            enabled=enabled, auto_tombstone=auto_tombstone, pass_id=pass_id,
+            tenants=tuple(o.figures() for o in outcomes),
+            failed_tenants=sum(o.failed for o in outcomes),
+            stale_count=sum(o.stale_count for o in outcomes),
+            manifest_orphan_count=sum(o.manifest_orphan_count for o in outcomes),
+            total_orphan_count=sum(o.total_orphan_count for o in outcomes),
+            missing_path_count=sum(o.missing_path_count for o in outcomes),
+            tombstoned_count=sum(o.tombstoned_count for o in outcomes),
+            archives=tuple(o.archive for o in outcomes if o.archive),
+            spool_flushed=spool_flushed, unrecorded_rows=unrecorded_rows, stopped=stopped)
 
     @property
     def succeeded(self) -> bool:

@@ -37,3 +37,11 @@ class ColumnPage:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+def id_and_metadata(row: Any) -> tuple[Any, Any]:
+    """A row's id and metadata, from a `{id, metadata}` mapping (the original's row shape) or
+    a ChromaRow-like object; either may be missing (None) in rows read defensively."""
+    if isinstance(row, Mapping):
+        return row.get("id"), row.get("metadata")
+    return getattr(row, "id", None), getattr(row, "metadata", None)

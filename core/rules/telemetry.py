@@ -33,6 +33,9 @@ KNOWN_METRICS: tuple[str, ...] = (
     "chunksEmbedded",
     "chunksDeleted",
     "chunksTotal",
+    #: The largest `missingPathCount` a `reconcile` row reported in the window (a level, not
+    #: an event count: hourly passes reporting the same 3 missing paths are 3, not 3 a pass).
+    "missingPaths",
     "errorRate",
 )
 

@@ -13,9 +13,10 @@ Tenant ids are normalized: surrounding whitespace and one leading `@` go, so `@a
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from core.rules.figures import hidden
 from core.rules.values import is_whole_number
 
 TENANT_CONFIG_LABEL = "KnowledgeBaseTenantConfig"
@@ -34,6 +35,8 @@ class TenantConfig:
     version: int
     #: The repository the tenant's chunks come from, when known.
     repo_slug: str | None
+    #: `properties.reconciliationPolicy` as stored (read by `core.rules.tenant_policy`).
+    stored_policy: Any = field(default=None, compare=False, metadata=hidden())
 
     @property
     def node_id(self) -> str:
@@ -107,6 +110,8 @@ def config_from_row(node_id: str, properties_json: str) -> StoredConfig:
         tenant_id=node_id[len(TENANT_CONFIG_PREFIX):],
         version=version_from_properties(properties),
         repo_slug=repo_slug_from(properties),
+        stored_policy=properties.get("reconciliationPolicy")
+        if isinstance(properties, dict) else None,
     )
     if properties is None:
         return StoredConfig(config, "unreadable-properties")

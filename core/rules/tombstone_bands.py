@@ -62,11 +62,13 @@ class OldestIngested:
 
 @dataclass(frozen=True, slots=True)
 class Band:
-    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen."""
+    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen.
+    `extra` clauses narrow the band further (a manifest band's `sourcePath $in` paths)."""
 
     after: Number | None
     through: Number
     planned: int
+    extra: tuple[Mapping[str, Any], ...] = ()
 
 
 def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
@@ -94,27 +96,47 @@ def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
     return bands
 
 
-def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
-    """The band's predicate, as Chroma `where`. Numeric operands are exact against float
-    values and, for operands >= 0, against integer ones (Chroma truncates a fractional
-    operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
-    clauses: list[dict[str, Any]] = [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}}]
+def stale_clauses(tenant_id: str, ceiling: Number) -> tuple[dict[str, Any], ...]:
+    """What every config-stale band shares: the tenant, and an actionable stamp."""
+    return ({TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}})
+
+
+def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[str, Any]:
+    """A band's predicate, as Chroma `where`: the shared `clauses`, the band's own, and its
+    `ingestedAt` range. Numeric operands are exact against float values and, for operands
+    >= 0, against integer ones (Chroma truncates a fractional operand toward zero for
+    integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    where: list[Mapping[str, Any]] = [*clauses, *band.extra]
     if band.after is not None:
-        clauses.append({INGESTED_KEY: {"$gt": band.after}})
-    clauses.append({INGESTED_KEY: {"$lte": band.through}})
-    return {"$and": clauses}
+        where.append({INGESTED_KEY: {"$gt": band.after}})
+    where.append({INGESTED_KEY: {"$lte": band.through}})
+    return {"$and": where}
+
+
+def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
+    """A config-stale band's predicate (`predicate_where` over `stale_clauses`)."""
+    return predicate_where(stale_clauses(tenant_id, ceiling), band)
+
+
+def rows_refused(
+    page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int
+) -> list[str]:
+    """Ids in a page the rule would not delete (pure): `may_delete` says no (another tenant's,
+    no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
+    band's `where` matched these rows a moment before, so each has changed since, or shows
+    that the store and the rule disagree (the caller finds out which)."""
+    return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
+            if not may_delete(metadata) or deletion_bound(metadata, read_ms=read_ms) is None]
+
+
+def stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
+               ) -> Callable[[Mapping[str, Any]], bool]:
+    """The config-stale rule on one row's metadata: this tenant's, an actionable stamp."""
+    return lambda m: m.get(TENANT_KEY) == tenant_id and is_actionable(m.get(STAMP_KEY))
 
 
 def rule_violations(
     page: ColumnPage, *, tenant_id: str, is_actionable: Callable[[Any], bool], read_ms: int
 ) -> list[str]:
-    """Ids in a page the rule would not delete (pure): another tenant's, a stamp that is not
-    actionable, no numeric `ingestedAt` or one after the pass's read. The band's `where`
-    matched these rows a moment before, so each has changed since, or shows that the store
-    and the rule disagree (the caller finds out which)."""
-    bad = []
-    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
-        if (metadata.get(TENANT_KEY) != tenant_id or not is_actionable(metadata.get(STAMP_KEY))
-                or deletion_bound(metadata, read_ms=read_ms) is None):
-            bad.append(row_id)
-    return bad
+    """`rows_refused` under the config-stale rule (`stale_rule`)."""
+    return rows_refused(page, may_delete=stale_rule(tenant_id, is_actionable), read_ms=read_ms)

@@ -121,9 +121,11 @@ class Metrics:
                                   ["job"], registry=r)
         self.stale = Gauge("kb_stale_chunks", "Stale chunks found by the last pass, by tenant.",
                            ["tenant"], registry=r)
-        self.missing_paths = Gauge("kb_missing_paths", "Chunks of paths the tenant's manifest "
-                                   "no longer lists, by tenant (last pass).", ["tenant"],
-                                   registry=r)
+        self.manifest_orphans = Gauge("kb_manifest_orphan_chunks", "Chunks of paths the "
+                                      "tenant's manifest no longer lists, by tenant (last "
+                                      "pass).", ["tenant"], registry=r)
+        self.missing_paths = Gauge("kb_missing_paths", "Paths a manifest lists that have no "
+                                   "chunks, by tenant (last pass).", ["tenant"], registry=r)
         self.tombstoned = Counter("kb_tombstoned_chunks", "Chunks tombstoned, by tenant.",
                                   ["tenant"], registry=r)
         r.register(_QueueFiles(settings))
@@ -133,7 +135,7 @@ class Metrics:
     def observe_tick(self, job: str, *, outcome: str, duration_s: float,
                      figures: Figures | None = None, finished_ts: float) -> None:
         """Record one tick's outcome and duration and, for a reconcile pass, each tenant's
-        stale, missing-path and tombstoned chunks."""
+        stale and manifest-orphaned chunks, missing paths and tombstoned chunks."""
         self.ticks.labels(job, outcome).inc()
         self.durations.labels(job).observe(duration_s)
         if outcome == "ok":
@@ -141,9 +143,8 @@ class Metrics:
         if isinstance(figures, ReconcileFigures):
             for tenant in figures.tenants:
                 self.stale.labels(tenant.tenant_id).set(tenant.stale_count)
-                missing = getattr(tenant, "missing_path_count", None)
-                if isinstance(missing, int):
-                    self.missing_paths.labels(tenant.tenant_id).set(missing)
+                self.manifest_orphans.labels(tenant.tenant_id).set(tenant.manifest_orphan_count)
+                self.missing_paths.labels(tenant.tenant_id).set(tenant.missing_path_count)
                 self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
 
     def serve(self, port: int) -> None:

@@ -50,7 +50,9 @@ _ROLLUP_COLUMNS = f"""
     SUM(event_type = '{EVENT_ERROR}'),
     COALESCE(SUM(chunks_embedded), 0),
     COALESCE(SUM(chunks_deleted), 0),
-    COALESCE(SUM(chunks_total), 0)
+    COALESCE(SUM(chunks_total), 0),
+    COALESCE(MAX(CASE WHEN event_type = '{EVENT_RECONCILE}' AND json_valid(detail)
+                      THEN CAST(json_extract(detail, '$.missingPathCount') AS INTEGER) END), 0)
 """
 _LAST_RECONCILE = (
     "SELECT tenant_id, repo_slug, timestamp, chunks_total, chunks_deleted, detail "

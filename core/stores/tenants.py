@@ -5,6 +5,8 @@ The parsing of a node is `core.rules.tenants`'; this module holds the statements
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from core.rules.nodes import NodeRow
@@ -88,3 +90,21 @@ async def list_tenants(graph: GraphDB) -> list[TenantConfig]:
         _LIST, (TENANT_CONFIG_LABEL, len(TENANT_CONFIG_PREFIX), TENANT_CONFIG_PREFIX))
     return [_logged(config_from_row(r[0], r[1]), r[0])
             for r in rows if len(r[0]) > len(TENANT_CONFIG_PREFIX)]
+
+
+async def set_tenant_policy(graph: GraphDB, tenant_id: str, patch: dict[str, Any]) -> TenantConfig:
+    """Merge a policy patch (`core.rules.tenant_policy.policy_patch`) into an existing tenant's
+    configuration node, in one transaction; the version is never raised (a policy changes what
+    is done about stale chunks, not which chunks are stale). Raises LookupError for a tenant
+    without a configuration node: a policy on a tenant the pass never visits would do nothing.
+    """
+    node_id = tenant_config_node_id(tenant_id)
+    async with graph.write() as tx:
+        rows = await tx.query(_CONFIG, (node_id, TENANT_CONFIG_LABEL))
+        if not rows:
+            raise LookupError(f"tenant {tenant_id!r} has no configuration (run set-config first)")
+        await upsert_nodes(tx, [NodeRow(node_id, TENANT_CONFIG_LABEL, patch)])
+        rows = await tx.query(_CONFIG, (node_id, TENANT_CONFIG_LABEL))
+    config = config_from_row(rows[0][0], rows[0][1]).config
+    log.info("tenants.policy_set", tenant=config.tenant_id, policy=config.stored_policy)
+    return config

@@ -1,0 +1,98 @@
+"""`reconcile explain TENANT` on a terminal (pure: a `TenantPlan` in, text out): the policy in
+force, the counts, the guard that would hold the pass and its numbers, the manifests with their
+missing paths, and a table of the first `PAGE_ROWS` chunks with the totals (`--json` lists
+every chunk).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from core.reports.tables import as_text, table
+from core.rules.explain_plan import ChunkLine, GuardCheck, TenantPlan
+
+#: Chunks and missing paths shown on a terminal; `--json` has them all.
+PAGE_ROWS: Final = 50
+
+
+def _closed(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "invalid: nothing actionable (fails closed)"
+    return f"{int(value):,}{unit}" if float(value).is_integer() else f"{value:g}{unit}"
+
+
+def _why(chunk: ChunkLine) -> str:
+    parts = []
+    if "config-stale" in chunk.reasons:
+        parts.append(f"config-stale ({chunk.version_gap:g} behind)")
+    if "manifest-orphan" in chunk.reasons:
+        parts.append("manifest-orphan")
+    return " + ".join(parts)
+
+
+def _action(chunk: ChunkLine) -> str:
+    if chunk.held:
+        return "held (no usable ingestedAt)"
+    return "actionable" if chunk.actionable else "report only"
+
+
+def _guards(guards: GuardCheck) -> list[str]:
+    share = (f"{guards.actionable_count:,} of {guards.total_chunks:,}"
+             f"{'' if guards.total_complete else '+'} chunks"
+             if guards.total_chunks is not None else f"{guards.actionable_count:,} chunks")
+    out = [f"  guard: {guards.guard or 'none would hold the pass'}  (actionable {share}; "
+           f"max stale fraction {guards.max_stale_fraction:g}; "
+           f"max deletes per pass {guards.max_deletes_per_tick:,})"]
+    if guards.invalid_guards:
+        out.append(f"  invalid settings (fail closed): {', '.join(guards.invalid_guards)}")
+    if guards.why_not:
+        out.append(f"  a pass would delete nothing: {guards.why_not}")
+    else:
+        over = f"; {guards.over_cap:,} past the cap wait for later passes" \
+            if guards.over_cap else ""
+        out.append(f"  a pass would archive, then delete {guards.would_delete:,} chunks{over}")
+    return out
+
+
+def _manifests(plan: TenantPlan) -> list[str]:
+    if not plan.manifests:
+        return ["", "Manifests: none (only config staleness is checked)"]
+    out = ["", "Manifests"]
+    for m in plan.manifests:
+        grace = "past its grace" if m.past_grace else "within its grace: orphans not actionable yet"
+        revision = f", revision {m.revision[:12]}" if m.revision else ""
+        out.append(f"  {m.repo_slug}: {m.path_count:,} paths{revision}, {grace}; "
+                   f"{len(m.missing_paths):,} missing (re-ingestion candidates)")
+        out.extend(f"    missing: {path}" for path in m.missing_paths[:PAGE_ROWS])
+        if len(m.missing_paths) > PAGE_ROWS:
+            out.append(f"    ... and {len(m.missing_paths) - PAGE_ROWS:,} more (--json)")
+    return out
+
+
+def render_plan(plan: TenantPlan) -> str:
+    """The plan as text for a terminal."""
+    f = plan.figures
+    out: list[Any] = [
+        f"Plan for tenant {plan.tenant_id} (version {plan.current_version}, repo "
+        f"{plan.repo_slug or '-'}): nothing was changed",
+        f"  policy: orphanVersionGap {_closed(plan.orphan_version_gap)}, manifestGraceMs "
+        f"{_closed(plan.manifest_grace_ms, ' ms')}, autoTombstone "
+        f"{'on' if plan.auto_tombstone else 'off'}",
+        f"  scanned {f.scanned:,}; config-stale {f.stale_count:,}; manifest orphans "
+        f"{f.manifest_orphan_count:,}; total (each chunk once) {f.total_orphan_count:,}; "
+        f"actionable {f.actionable_count:,}; held {f.held_count:,}; missing paths "
+        f"{f.missing_path_count:,}"]
+    out += _guards(plan.guards)
+    out += _manifests(plan)
+    out.append("")
+    if not plan.chunks:
+        out.append("Chunks: none stale or orphaned")
+        return as_text(*out)
+    out.append(table(f"Chunks ({len(plan.chunks):,})",
+                     ["id", "repo", "path", "stamp", "ingestedAt", "why", "action"],
+                     [[c.id, c.repo_slug, c.source_path, c.stamp, c.ingested_at, _why(c),
+                       _action(c)] for c in plan.chunks[:PAGE_ROWS]]))
+    if len(plan.chunks) > PAGE_ROWS:
+        out.append(f"  ... {len(plan.chunks) - PAGE_ROWS:,} more of {len(plan.chunks):,} "
+                   "(--json lists every chunk)")
+    return as_text(*out)

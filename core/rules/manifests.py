@@ -1,0 +1,234 @@
+"""Tenant manifests (pure): a repo's claimed state, and the chunks and paths that disagree with it.
+
+A manifest is what a tenant's repo holds after its last push (CONTRACT "Graph store", the
+original's V1.x shape): node `kb-manifest:<tenantId>`, label `KnowledgeBaseTenantManifest`,
+`properties.manifests` = `{<repoSlug>: {repoSlug, pathsAfterPush, updatedAt, revision?}}`. It is
+kept apart from the tenant's `kb-config:` node because that node's `version` is the staleness
+signal: routine pushes must not raise it.
+
+Two kinds of disagreement, as the original's ticket names them:
+
+- a **manifest orphan** (`diff_tenant_manifest`, matching the original's `diffTenantManifest`):
+  a chunk of a repo with a usable manifest whose `sourcePath` is a non-empty string not in
+  `pathsAfterPush`, ingested (`ingestedAt` finite) at or before the manifest's `updatedAt`. A
+  chunk ingested after the manifest is outside its authority and never judged by it; a chunk
+  without `repoSlug`, `sourcePath` or a numeric `ingestedAt` is never flagged.
+- a **missing path** (`PathCoverage`): a manifest path no chunk of that repo carries, a
+  re-ingestion candidate. Reported, never acted on.
+
+A usable manifest has a non-empty `repoSlug` key, a list `pathsAfterPush` (its non-empty
+strings are the paths) and a finite numeric `updatedAt`; anything else is skipped (never
+judged against: no baseline, no deletion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from core.rules.rows import id_and_metadata
+from core.rules.tenants import normalize_tenant_id
+from core.rules.values import is_real_number
+
+MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
+MANIFEST_PREFIX: Final = "kb-manifest:"
+MANIFESTS_PROPERTY: Final = "manifests"
+REPO_KEY: Final = "repoSlug"
+PATH_KEY: Final = "sourcePath"
+INGESTED_KEY: Final = "ingestedAt"
+
+
+def manifest_node_id(tenant_id: str) -> str:
+    """`kb-manifest:<tenantId>` for a (normalized here) tenant id."""
+    return MANIFEST_PREFIX + normalize_tenant_id(tenant_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RepoManifest:
+    """One repo's claimed state (JSON: the stored shape, `{repoSlug, pathsAfterPush,
+    updatedAt, revision?}`)."""
+
+    repo_slug: str
+    #: Sorted, de-duplicated, non-empty.
+    paths_after_push: tuple[str, ...]
+    #: When the claim was recorded (epoch ms): chunks ingested later are not judged by it.
+    updated_at: int | float
+    #: The commit id the paths were read at, when they came from git.
+    revision: str | None = None
+    path_set: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path_set", frozenset(self.paths_after_push))
+
+    def stored(self) -> dict[str, Any]:
+        """The manifest as the node stores it."""
+        entry: dict[str, Any] = {REPO_KEY: self.repo_slug,
+                                 "pathsAfterPush": list(self.paths_after_push),
+                                 "updatedAt": self.updated_at}
+        if self.revision is not None:
+            entry["revision"] = self.revision
+        return entry
+
+
+def claimed_paths(paths: Iterable[str]) -> tuple[str, ...]:
+    """A manifest's paths from one path per item: sorted, de-duplicated, empty items (blank
+    lines) dropped. Raises ValueError when none is left: an empty claim would make every
+    chunk of the repo an orphan, which is never what an operator means."""
+    kept = sorted({p for p in paths if p})
+    if not kept:
+        raise ValueError("the path list is empty")
+    return tuple(kept)
+
+
+def usable_manifest(repo_slug: Any, entry: Any) -> RepoManifest | None:
+    """The manifest a stored entry holds, or None when it is not usable (see the module)."""
+    if not isinstance(repo_slug, str) or not repo_slug or not isinstance(entry, Mapping):
+        return None
+    paths, updated_at = entry.get("pathsAfterPush"), entry.get("updatedAt")
+    if not isinstance(paths, list) or not is_real_number(updated_at):
+        return None
+    revision = entry.get("revision")
+    return RepoManifest(repo_slug, tuple(sorted({p for p in paths if isinstance(p, str) and p})),
+                        updated_at, revision if isinstance(revision, str) else None)
+
+
+def manifests_from(manifests_by_repo: Any) -> dict[str, RepoManifest]:
+    """The usable manifests of a stored `{repoSlug: entry}` map (anything else reads as
+    none)."""
+    if not isinstance(manifests_by_repo, Mapping):
+        return {}
+    usable = (usable_manifest(slug, entry) for slug, entry in manifests_by_repo.items())
+    return {m.repo_slug: m for m in usable if m is not None}
+
+
+def manifests_from_properties(properties: Any) -> dict[str, RepoManifest]:
+    """The usable manifests of a `kb-manifest:` node's properties."""
+    stored = properties.get(MANIFESTS_PROPERTY) if isinstance(properties, Mapping) else None
+    return manifests_from(stored)
+
+
+def manifest_patch(tenant_id: str, manifest: RepoManifest) -> dict[str, Any]:
+    """The JSON merge patch that replaces one repo's manifest in the node and keeps the other
+    repos' entries as stored (even unusable ones: they are another writer's to fix). A key the
+    new manifest lacks is set to null, which a merge patch removes (no stale `revision`)."""
+    entry: dict[str, Any] = {"revision": None, **manifest.stored()}
+    return {"tenantId": normalize_tenant_id(tenant_id),
+            MANIFESTS_PROPERTY: {manifest.repo_slug: entry}}
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestOrphan:
+    """A chunk whose path its repo's manifest no longer claims."""
+
+    id: str
+    repo_slug: str
+    source_path: str
+    ingested_at: int | float
+    manifest_updated_at: int | float
+
+
+def manifest_orphan(
+    row_id: str, metadata: Mapping[str, Any], manifests: Mapping[str, RepoManifest]
+) -> ManifestOrphan | None:
+    """The row as a manifest orphan, or None when it is not one (the rule, row by row)."""
+    manifest = manifests.get(metadata.get(REPO_KEY))  # type: ignore[arg-type]
+    if manifest is None:
+        return None
+    path, ingested = metadata.get(PATH_KEY), metadata.get(INGESTED_KEY)
+    if (not isinstance(path, str) or not path or not is_real_number(ingested)
+            or ingested > manifest.updated_at or path in manifest.path_set):
+        return None
+    return ManifestOrphan(row_id, manifest.repo_slug, path, ingested, manifest.updated_at)
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestDiff:
+    """The verdict on a set of rows (JSON: `{manifestOrphans, orphanCount, actionableIds,
+    actionableCount}`, the original's shape)."""
+
+    manifest_orphans: tuple[ManifestOrphan, ...] = ()
+    orphan_count: int = field(init=False, default=0)
+    actionable_ids: tuple[str, ...] = ()
+    actionable_count: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "orphan_count", len(self.manifest_orphans))
+        object.__setattr__(self, "actionable_count", len(self.actionable_ids))
+
+
+def manifest_ripe(manifest: RepoManifest, *, now_ms: int, grace_ms: float | None) -> bool:
+    """Whether the manifest's orphans are actionable: it is at least `grace_ms` old (never,
+    when the grace is None: an invalid setting fails closed)."""
+    return grace_ms is not None and now_ms - manifest.updated_at >= grace_ms
+
+
+def diff_tenant_manifest(
+    rows: Any, manifests_by_repo: Any, *, now_ms: int | None = None,
+    grace_ms: float | None = None,
+) -> ManifestDiff:
+    """Classify one tenant's rows (`{id, metadata}` mappings or ChromaRow-like objects)
+    against its manifests (a stored `{repoSlug: entry}` map or parsed `RepoManifest`s).
+
+    Every orphan is actionable, as in the original, unless `now_ms` is given: then only the
+    orphans of manifests at least `grace_ms` old are (`manifest_ripe`). Each id counts once;
+    order is the input's. Malformed input of any kind gives the empty result.
+    """
+    if not isinstance(rows, (list, tuple)) or not isinstance(manifests_by_repo, Mapping):
+        return ManifestDiff()
+    manifests = {slug: m if isinstance(m, RepoManifest) else usable_manifest(slug, m)
+                 for slug, m in manifests_by_repo.items()}
+    usable = {slug: m for slug, m in manifests.items() if m is not None}
+    if not usable:
+        return ManifestDiff()
+    orphans: list[ManifestOrphan] = []
+    actionable: list[str] = []
+    seen: set[str] = set()
+    for row in rows:
+        row_id, metadata = id_and_metadata(row)
+        if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
+            continue
+        orphan = manifest_orphan(row_id, metadata, usable)
+        if orphan is None:
+            continue
+        seen.add(row_id)
+        orphans.append(orphan)
+        if now_ms is None or manifest_ripe(usable[orphan.repo_slug], now_ms=now_ms,
+                                           grace_ms=grace_ms):
+            actionable.append(row_id)
+    return ManifestDiff(tuple(orphans), actionable_ids=tuple(actionable))
+
+
+def ordered_union(*id_lists: Sequence[str]) -> tuple[str, ...]:
+    """Every id of the lists once, in first-seen order (config-stale ids first, then the
+    manifest orphans that are not also stale: the original's first version counted an id in
+    both twice)."""
+    return tuple(dict.fromkeys(i for ids in id_lists for i in ids))
+
+
+class PathCoverage:
+    """Which manifest paths some chunk of their repo carries, over the pages of a scan: the
+    rest are missing paths (re-ingestion candidates). Memory: the manifests' paths."""
+
+    def __init__(self, manifests: Mapping[str, RepoManifest]) -> None:
+        self._manifests = manifests
+        self._seen: dict[str, set[str]] = {slug: set() for slug in manifests}
+
+    def observe(self, metadata: Mapping[str, Any]) -> None:
+        """Note the row's path as carried, when it is one of its repo's manifest paths."""
+        seen = self._seen.get(metadata.get(REPO_KEY))  # type: ignore[arg-type]
+        if seen is None:
+            return
+        path = metadata.get(PATH_KEY)
+        if isinstance(path, str) and path in self._manifests[metadata[REPO_KEY]].path_set:
+            seen.add(path)
+
+    def missing(self) -> dict[str, tuple[str, ...]]:
+        """Per repo, its manifest paths no chunk carried (sorted); repos missing none are
+        left out."""
+        out = {}
+        for slug, manifest in sorted(self._manifests.items()):
+            missing = tuple(p for p in manifest.paths_after_push if p not in self._seen[slug])
+            if missing:
+                out[slug] = missing
+        return out

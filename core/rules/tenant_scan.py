@@ -1,0 +1,248 @@
+"""One tenant's scan, decided row by row (pure): config-stale, manifest orphan, both or neither;
+actionable or not; what a tombstoning pass may delete first; which manifest paths no chunk
+carries.
+
+The pass (`core.jobs.reconcile`) and `reconcile explain` feed the same pages through the same
+`TenantTally`, so the plan an operator reads has the numbers the pass acts on. The tally knows
+nothing of where pages come from: a later fleet pass can read many tenants' rows in one query
+and hand each tenant's rows to its own tally.
+
+Counting: `stale_count` and `manifest_orphan_count` each count a row once; `total_orphan_count`
+is their ordered union (a row that is both counts once), and so is `actionable_count`, which
+the guards (cap, stale fraction) judge.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from core.rules.manifests import (
+    INGESTED_KEY,
+    PATH_KEY,
+    REPO_KEY,
+    PathCoverage,
+    RepoManifest,
+    manifest_orphan,
+    manifest_ripe,
+)
+from core.rules.reconcile import STAMP_KEY, TENANT_KEY
+from core.rules.tombstone_bands import Band, Number, OldestIngested, deletion_bound, plan_bands
+from core.rules.values import is_real_number
+
+#: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
+#: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most
+#: BAND_ROWS chunks names at most that many paths, and this bound keeps it so if bands grow.
+PATHS_PER_BAND: Final = 5_000
+
+REASON_STALE: Final = "config-stale"
+REASON_ORPHAN: Final = "manifest-orphan"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRules:
+    """Everything the row-by-row decision needs, fixed for one tenant's pass."""
+
+    tenant_id: str
+    current_version: int
+    #: The orphan version gap in force (None: nothing is actionable by version).
+    gap: float | None
+    #: The tenant's usable manifests, by repo.
+    manifests: Mapping[str, RepoManifest]
+    #: The manifest grace in force (None: no manifest orphan is actionable).
+    grace_ms: float | None
+    #: When the pass started reading the tenant (epoch ms).
+    read_ms: int
+    ripe_repos: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ripe_repos", frozenset(
+            slug for slug, m in self.manifests.items()
+            if manifest_ripe(m, now_ms=self.read_ms, grace_ms=self.grace_ms)))
+
+    def stale_actionable(self, stamp: Any) -> bool:
+        """The config-stale rule on one stamp: `stamp <= current - gap` (the store's own
+        comparison, see `core.rules.reconcile.diff_tenant_chunks`)."""
+        return (self.gap is not None and self.current_version > 0 and is_real_number(stamp)
+                and stamp < self.current_version and stamp <= self.current_version - self.gap)
+
+
+@dataclass(frozen=True, slots=True)
+class RowVerdict:
+    """Why one chunk is stale or orphaned, and whether the pass may act on it."""
+
+    id: str
+    repo_slug: str | None
+    source_path: str | None
+    stamp: Any
+    ingested_at: Any
+    stale: bool
+    version_gap: Number | None
+    stale_actionable: bool
+    orphan: bool
+    orphan_actionable: bool
+    #: Actionable, but never deleted: no numeric `ingestedAt`, or one after the pass's read.
+    held: bool
+
+    @property
+    def actionable(self) -> bool:
+        """Actionable by either rule (counted once)."""
+        return self.stale_actionable or self.orphan_actionable
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """`config-stale`, `manifest-orphan` or both."""
+        return tuple(r for r, on in ((REASON_STALE, self.stale), (REASON_ORPHAN, self.orphan))
+                     if on)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def judge_row(row_id: str, metadata: Mapping[str, Any], rules: ScanRules) -> RowVerdict | None:
+    """The verdict on one row of the tenant, or None when it is neither stale nor orphaned
+    (or not the tenant's: a row of another tenant is never judged)."""
+    if metadata.get(TENANT_KEY) != rules.tenant_id:
+        return None
+    stamp = metadata.get(STAMP_KEY)
+    stale_stamp = stamp if (rules.current_version > 0 and is_real_number(stamp)
+                            and stamp < rules.current_version) else None
+    stale = stale_stamp is not None
+    orphan = manifest_orphan(row_id, metadata, rules.manifests) is not None
+    if not (stale or orphan):
+        return None
+    stale_actionable = stale and rules.stale_actionable(stamp)
+    orphan_actionable = orphan and metadata.get(REPO_KEY) in rules.ripe_repos
+    held = ((stale_actionable or orphan_actionable)
+            and deletion_bound(metadata, read_ms=rules.read_ms) is None)
+    return RowVerdict(
+        id=row_id, repo_slug=_text(metadata.get(REPO_KEY)),
+        source_path=_text(metadata.get(PATH_KEY)), stamp=stamp,
+        ingested_at=metadata.get(INGESTED_KEY), stale=stale,
+        version_gap=rules.current_version - stale_stamp if stale_stamp is not None else None,
+        stale_actionable=stale_actionable, orphan=orphan, orphan_actionable=orphan_actionable,
+        held=held)
+
+
+class OldestOrphans:
+    """The (`ingestedAt`, `sourcePath`) of the oldest `capacity` deletable manifest orphans of
+    one repo, in memory bounded by the capacity (a max-heap on `ingestedAt`)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(0, capacity)
+        self._heap: list[tuple[Number, str]] = []
+
+    def offer(self, ingested_at: Number, path: str) -> None:
+        """Keep the pair if it is among the oldest `capacity` seen."""
+        if self.capacity == 0:
+            return
+        item = (-ingested_at, path)
+        if len(self._heap) < self.capacity:
+            heapq.heappush(self._heap, item)
+        elif item > self._heap[0]:
+            heapq.heapreplace(self._heap, item)
+
+    def sorted(self) -> list[tuple[Number, str]]:
+        """The kept pairs, oldest first."""
+        return sorted((-v, p) for v, p in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+def orphan_bands(pairs: Sequence[tuple[Number, str]], *, band_rows: int) -> list[Band]:
+    """Bands over sorted (`ingestedAt`, `sourcePath`) pairs, each narrowed to the paths of its
+    own chunks (`sourcePath $in`): every deletable orphan in a band's range is in the pairs
+    (the oldest are kept), so its path is in the band's list."""
+    rows = min(band_rows, PATHS_PER_BAND)
+    bands: list[Band] = []
+    start = 0
+    for band in plan_bands([v for v, _ in pairs], band_rows=rows):
+        paths = sorted({p for _, p in pairs[start:start + band.planned]})
+        if len(paths) > PATHS_PER_BAND:  # a run of equal ingestedAt over many paths
+            raise ValueError(f"a band names {len(paths)} paths, over {PATHS_PER_BAND}")
+        bands.append(Band(band.after, band.through, band.planned,
+                          ({PATH_KEY: {"$in": paths}},)))
+        start += band.planned
+    return bands
+
+
+def orphan_rule(tenant_id: str, manifest: RepoManifest) -> Callable[[Mapping[str, Any]], bool]:
+    """The manifest-orphan rule on one fetched row's metadata: this tenant's, this repo's, and
+    an orphan of its manifest."""
+    manifests = {manifest.repo_slug: manifest}
+    return lambda m: (m.get(TENANT_KEY) == tenant_id and m.get(REPO_KEY) == manifest.repo_slug
+                      and manifest_orphan("", m, manifests) is not None)
+
+
+def orphan_clauses(tenant_id: str, manifest: RepoManifest) -> tuple[dict[str, Any], ...]:
+    """What every orphan band of a repo shares: the tenant, the repo, and the manifest's
+    authority (`ingestedAt <= updatedAt`: a chunk re-ingested after the manifest never
+    matches)."""
+    return ({TENANT_KEY: tenant_id}, {REPO_KEY: manifest.repo_slug},
+            {INGESTED_KEY: {"$lte": manifest.updated_at}})
+
+
+@dataclass(slots=True)
+class TenantTally:
+    """The figures of one tenant's scan, page after page, and what a capped pass deletes
+    first. Memory: the cap's worth of `ingestedAt` per kind, the manifests' paths, and the
+    verdicts only when `keep_rows` (explain)."""
+
+    rules: ScanRules
+    #: Deletions a pass may make (0 when it deletes nothing: nothing kept for bands).
+    cap: int
+    keep_rows: bool = False
+    scanned: int = 0
+    stale_count: int = 0
+    stale_actionable_count: int = 0
+    manifest_orphan_count: int = 0
+    orphan_actionable_count: int = 0
+    total_orphan_count: int = 0
+    actionable_count: int = 0
+    held_count: int = 0
+    oldest_stale: OldestIngested = field(init=False)
+    oldest_orphans: dict[str, OldestOrphans] = field(init=False)
+    coverage: PathCoverage = field(init=False)
+    rows: list[RowVerdict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.oldest_stale = OldestIngested(self.cap)
+        self.oldest_orphans = {slug: OldestOrphans(self.cap) for slug in self.rules.ripe_repos}
+        self.coverage = PathCoverage(self.rules.manifests)
+
+    def add_page(self, page: Sequence[Any]) -> None:
+        """Judge a page of rows (objects with `id` and `metadata`)."""
+        self.scanned += len(page)
+        for row in page:
+            if self.rules.manifests:
+                self.coverage.observe(row.metadata)
+            verdict = judge_row(row.id, row.metadata, self.rules)
+            if verdict is not None:
+                self._count(verdict, row.metadata)
+
+    def _count(self, verdict: RowVerdict, metadata: Mapping[str, Any]) -> None:
+        self.stale_count += verdict.stale
+        self.stale_actionable_count += verdict.stale_actionable
+        self.manifest_orphan_count += verdict.orphan
+        self.orphan_actionable_count += verdict.orphan_actionable
+        self.total_orphan_count += 1
+        self.actionable_count += verdict.actionable
+        self.held_count += verdict.held
+        if self.keep_rows:
+            self.rows.append(verdict)
+        if verdict.held or not verdict.actionable:
+            return
+        # A row actionable both ways is planned once, with the config-stale bands.
+        if verdict.stale_actionable:
+            self.oldest_stale.offer(metadata[INGESTED_KEY])
+        else:
+            self.oldest_orphans[metadata[REPO_KEY]].offer(metadata[INGESTED_KEY],
+                                                           metadata[PATH_KEY])
+
+    def missing_paths(self) -> dict[str, tuple[str, ...]]:
+        """Per repo, the manifest paths no scanned chunk carries."""
+        return self.coverage.missing() if self.rules.manifests else {}

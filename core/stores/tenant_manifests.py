@@ -1,0 +1,51 @@
+"""Tenant manifest nodes (`kb-manifest:<tenantId>`) in the graph: read one, read all, replace a
+repo's manifest. The shape and its rules are `core.rules.manifests`'; this module holds the
+statements.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from core.rules.manifests import (
+    MANIFEST_LABEL,
+    MANIFEST_PREFIX,
+    RepoManifest,
+    manifest_node_id,
+    manifest_patch,
+    manifests_from_properties,
+)
+from core.rules.nodes import NodeRow
+from core.rules.tenants import properties_or_empty
+from core.stores.graph import upsert_nodes
+from core.stores.sqlite import GraphDB
+
+log = structlog.get_logger(__name__)
+
+_MANIFEST = "SELECT properties FROM nodes WHERE id = ? AND label = ?"
+# substr, not LIKE: LIKE is case-insensitive and would also list `KB-MANIFEST:` nodes.
+_ALL = "SELECT id, properties FROM nodes WHERE label = ? AND substr(id, 1, ?) = ?"
+
+
+async def tenant_manifests(graph: GraphDB, tenant_id: str) -> dict[str, RepoManifest]:
+    """A tenant's usable manifests by repo ({} when it has none)."""
+    rows = await graph.query(_MANIFEST, (manifest_node_id(tenant_id), MANIFEST_LABEL))
+    return manifests_from_properties(properties_or_empty(rows[0][0])) if rows else {}
+
+
+async def all_manifests(graph: GraphDB) -> dict[str, dict[str, RepoManifest]]:
+    """Every tenant's usable manifests, by tenant then repo, in one query (a pass reads them
+    once for all its tenants)."""
+    rows = await graph.query(_ALL, (MANIFEST_LABEL, len(MANIFEST_PREFIX), MANIFEST_PREFIX))
+    return {node_id[len(MANIFEST_PREFIX):]: manifests_from_properties(properties_or_empty(p))
+            for node_id, p in rows}
+
+
+async def set_tenant_manifest(graph: GraphDB, tenant_id: str, manifest: RepoManifest) -> None:
+    """Replace one repo's manifest (the other repos' are kept), in one transaction."""
+    async with graph.write() as tx:
+        await upsert_nodes(tx, [NodeRow(manifest_node_id(tenant_id), MANIFEST_LABEL,
+                                        manifest_patch(tenant_id, manifest))])
+    log.info("tenants.manifest_set", tenant=tenant_id, repoSlug=manifest.repo_slug,
+             paths=len(manifest.paths_after_push), revision=manifest.revision,
+             updatedAt=manifest.updated_at)

@@ -1,0 +1,267 @@
+"""Manifests from outside, as an operator runs them: a git repo built in a temp folder,
+committed, then force-pushed (`git reset` + a new commit); `tenants set-manifest --from-git` at
+each head (a bare repository too); a pass that flags exactly the chunks of the removed files;
+`reconcile explain` with and without `--json` against the same pass's figures; bad input (exit
+2, one line, nothing changed); `set-policy` and `show`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
+from core.stores.graph import upsert_node
+from core.stores.sqlite import GraphDB
+from tests.support import run_module, seed
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": os.devnull,
+           "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env={**os.environ, **GIT_ENV},
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def new_repo(tmp_path: Path) -> Path:
+    """An empty git repository (branch main) in `tmp_path/repo`."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    return repo
+
+
+def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
+    """Write (or, for None, remove) files and commit them; the new head's id."""
+    for name, text in files.items():
+        path = repo / name
+        if text is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "kb.toml"
+    path.write_text('[knowledgeBase]\ndataDir = "data"\nreconciliationEnabled = true\n'
+                    "reconciliationAutoTombstone = true\nreconciliationMaxStaleFraction = 1.0\n"
+                    "reconciliationManifestGraceMs = 0\n", encoding="utf-8")
+    return path
+
+
+def tenants(config: Path, *args: str, stdin: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    return run_module("daemons.tenants", *args, "--config", str(config),
+                      home=config.parent, stdin=stdin)
+
+
+def reconcile(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_module("daemons.reconcile", *args, "--config", str(config), home=config.parent)
+
+
+def prepare(config: Path, chunks: list[tuple[str, dict[str, Any]]]) -> None:
+    settings = load_config(str(config)).settings
+
+    async def write() -> None:
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
+                              {"version": 1, "repoSlug": "r"})
+        finally:
+            await graph.close()
+        vectors = await VectorStore.open(settings)
+        try:
+            await seed(vectors, settings.knowledge_base_collection, chunks)
+        finally:
+            await vectors.close()
+
+    asyncio.run(write())
+
+
+def chunks_of(paths: list[str], *, ingested: int) -> list[tuple[str, dict[str, Any]]]:
+    return [(f"{p}#{i}", {"tenantId": "acme", "repoSlug": "r", "tenantConfigVersion": 1,
+                          "sourcePath": p, "ingestedAt": ingested})
+            for p in paths for i in range(2)]
+
+
+def left(config: Path) -> set[str]:
+    settings = load_config(str(config)).settings
+
+    async def read() -> set[str]:
+        vectors = await VectorStore.open(settings)
+        try:
+            return {r.id for page in [p async for p in vectors.scan(
+                settings.knowledge_base_collection, include=())] for r in page}
+        finally:
+            await vectors.close()
+
+    return asyncio.run(read())
+
+
+def test_a_force_push_orphans_exactly_the_removed_files_chunks(
+    tmp_path: Path, config: Path
+) -> None:
+    repo = new_repo(tmp_path)
+    base = commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "base")
+    pushed = commit_files(repo, {"c.md": "c", "src/d.py": "d"}, "pushed")
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(repo))
+    assert made.returncode == 0, made.stderr
+    assert pushed in made.stdout and "4 paths" in made.stdout
+    prepare(config, chunks_of(["a.md", "src/b.py", "c.md", "src/d.py"],
+                              ingested=int(time.time() * 1000) - 60_000))
+    # The force-push: history rewritten under the branch (c.md and src/d.py never existed).
+    git(repo, "reset", "-q", "--hard", base)
+    rewritten = commit_files(repo, {"e.md": "e", "a.md": None}, "rewritten")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(bare),
+                   "--ref", "main")
+    assert made.returncode == 0, made.stderr
+    assert rewritten in made.stdout and "2 paths" in made.stdout
+
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert shown["manifests"][0]["revision"] == rewritten
+    assert shown["version"] == 1  # a manifest never raises the version
+
+    plan = reconcile(config, "explain", "acme", "--json")
+    text = reconcile(config, "explain", "acme")
+    dry = reconcile(config, "--tick", "--dry-run", "--json")
+    real = reconcile(config, "--tick", "--json")
+    for done in (plan, text, dry, real):
+        assert done.returncode == 0, done.stderr
+    planned, passed = json.loads(plan.stdout), json.loads(real.stdout)
+    [figures] = passed["tenants"]
+    assert figures["tombstonedCount"] == planned["guards"]["wouldDelete"] == 6
+    assert {k: v for k, v in planned["figures"].items() if k != "tombstonedCount"} == {
+        k: v for k, v in figures.items() if k != "tombstonedCount"}
+    assert json.loads(dry.stdout)["tenants"][0]["manifestOrphanCount"] == 6
+    assert (figures["manifestOrphanCount"], figures["missingPathCount"]) == (6, 1)
+    assert planned["manifests"][0]["missingPaths"] == ["e.md"]
+    assert left(config) == {"src/b.py#0", "src/b.py#1"}
+    # The text shows the same totals, as a table an operator reads before switching on.
+    assert "manifest orphans 6" in text.stdout and "missing paths 1" in text.stdout
+    assert "a pass would archive, then delete 6 chunks" in text.stdout
+    assert "c.md#0" in text.stdout and "missing: e.md" in text.stdout
+
+
+def test_a_manifest_for_an_unconfigured_tenant_is_kept_and_says_the_pass_skips_it(
+    tmp_path: Path, config: Path
+) -> None:
+    made = tenants(config, "set-manifest", "nobody", "--repo-slug", "r", "--paths-file", "-",
+                   stdin="a.md\n")
+    assert made.returncode == 0, made.stderr
+    assert "has no configuration node" in made.stderr
+    shown = json.loads(tenants(config, "show", "nobody", "--json").stdout)
+    assert (shown["configured"], shown["manifests"][0]["pathCount"]) == (False, 1)
+
+
+def test_from_a_subfolder_of_a_work_tree_the_whole_tree_is_read(
+    tmp_path: Path, config: Path
+) -> None:
+    repo = new_repo(tmp_path)
+    commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "one")
+    prepare(config, [])
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
+                   str(repo / "src"))
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert shown["manifests"][0]["pathCount"] == 2  # a.md and src/b.py, not just b.py
+
+
+def test_explain_pages_a_long_plan_on_a_terminal_and_lists_it_whole_in_json(
+    tmp_path: Path, config: Path
+) -> None:
+    paths = [f"gone/{i:03}.md" for i in range(40)]
+    prepare(config, chunks_of([*paths, "keep.md"], ingested=int(time.time() * 1000) - 60_000))
+    (tmp_path / "paths").write_text("keep.md\n", encoding="utf-8")
+    assert tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file",
+                   str(tmp_path / "paths")).returncode == 0
+    text = reconcile(config, "explain", "acme").stdout
+    assert "... 30 more of 80 (--json lists every chunk)" in text
+    assert len(json.loads(reconcile(config, "explain", "acme", "--json").stdout)["chunks"]) == 80
+
+
+@pytest.mark.parametrize(("args", "stdin", "says"), [
+    (("--from-git", "nowhere"), None, "not a directory"),
+    (("--from-git", "."), None, "not a git repository"),
+    (("--from-git", "REPO", "--ref", "no-such-ref"), None, "no commit named 'no-such-ref'"),
+    (("--paths-file", "-"), "", "the path list is empty"),
+    (("--paths-file", "-"), "\n\r\n", "the path list is empty"),
+    (("--paths-file", "missing.txt"), None, "No such file"),
+    (("--paths-file", "-", "--ref", "HEAD"), "a.md\n", "--ref: only with --from-git"),
+])
+def test_bad_manifest_input_is_exit_2_with_one_line_and_changes_nothing(
+    tmp_path: Path, config: Path, args: tuple[str, ...], stdin: str | None, says: str
+) -> None:
+    repo = new_repo(tmp_path)
+    commit_files(repo, {"a.md": "a"}, "one")
+    (tmp_path / "empty-dir").mkdir()
+    args = tuple(str(repo) if a == "REPO" else str(tmp_path / "empty-dir") if a == "." else a
+                 for a in args)
+    prepare(config, [])
+    before = tenants(config, "show", "acme", "--json").stdout
+    done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", *args, stdin=stdin)
+    assert done.returncode == 2
+    [line] = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert says in line
+    assert tenants(config, "show", "acme", "--json").stdout == before
+
+
+def test_a_path_that_is_not_utf8_is_refused_from_a_file_and_from_git(
+    tmp_path: Path, config: Path
+) -> None:
+    prepare(config, [])
+    bad = tmp_path / "paths"
+    bad.write_bytes(b"ok.md\n\xff\xfe.md\n")
+    done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", str(bad))
+    assert done.returncode == 2 and f"{bad}:2: path is not valid UTF-8" in done.stderr
+    repo = new_repo(tmp_path)
+    (repo / "ok.md").write_text("ok")
+    try:
+        (repo / os.fsdecode(b"\xff.md")).write_text("bad")
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "bad name")
+    done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(repo))
+    assert done.returncode == 2 and "is not valid UTF-8" in done.stderr
+    assert json.loads(tenants(config, "show", "acme", "--json").stdout)["manifests"] == []
+
+
+def test_set_policy_keeps_the_version_and_show_names_each_values_source(
+    config: Path
+) -> None:
+    prepare(config, [])
+    set_policy = tenants(config, "set-policy", "acme", "--auto-tombstone", "off",
+                         "--orphan-version-gap", "3")
+    assert set_policy.returncode == 0, set_policy.stderr
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert shown["version"] == 1
+    assert shown["policy"]["orphanVersionGap"] == {"value": 3, "source": "tenant policy"}
+    assert shown["policy"]["manifestGraceMs"] == {"value": 0, "source": "[knowledgeBase]"}
+    assert shown["policy"]["autoTombstone"] == {"value": False, "source": "tenant policy"}
+    text = tenants(config, "show", "acme").stdout
+    assert "orphanVersionGap: 3  <- tenant policy" in text
+    for bad in (("--orphan-version-gap", "0.5"), ("--manifest-grace-ms", "-1"),
+                ("--auto-tombstone", "yes"), ()):
+        done = tenants(config, "set-policy", "acme", *bad)
+        assert done.returncode == 2, bad
+        assert len([ln for ln in done.stderr.splitlines() if ln.strip()]) == 1
+    assert json.loads(tenants(config, "show", "acme", "--json").stdout) == shown
+    unknown = tenants(config, "set-policy", "nobody", "--auto-tombstone", "off")
+    assert unknown.returncode == 2 and "set-config first" in unknown.stderr

@@ -1,0 +1,276 @@
+"""The pure rules of manifest drift: the original's `diffTenantManifest` cases (its reference list
+numbers them 67-68, with the union case beside them), missing paths, the row-by-row verdict the
+pass and `explain` share, the orphan bands' predicates, and per-tenant policy precedence."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from core.rules.manifests import (
+    ManifestDiff,
+    ManifestOrphan,
+    PathCoverage,
+    RepoManifest,
+    claimed_paths,
+    diff_tenant_manifest,
+    manifest_patch,
+    manifests_from_properties,
+    ordered_union,
+)
+from core.rules.reconcile import diff_tenant_chunks
+from core.rules.rows import ChromaRow
+from core.rules.tenant_policy import (
+    FROM_CONFIG,
+    FROM_TENANT,
+    policy_patch,
+    resolve_tenant_policy,
+)
+from core.rules.tenant_scan import (
+    PATHS_PER_BAND,
+    ScanRules,
+    TenantTally,
+    judge_row,
+    orphan_bands,
+    orphan_rule,
+)
+from core.rules.tombstone_bands import predicate_where
+
+
+def row(row_id: str, stamp: Any = 5, **metadata: Any) -> dict[str, Any]:
+    """A tenant row as the original's spec built them: repo-x, ingested at 1000,
+    `src/<id>.js`."""
+    return {"id": row_id, "metadata": {"tenantConfigVersion": stamp, "ingestedAt": 1000,
+                                       "repoSlug": "repo-x", "tenantId": "tenant-x",
+                                       "sourcePath": f"src/{row_id}.js", **metadata}}
+
+
+MANIFEST_X = {"repo-x": {"pathsAfterPush": ["src/live.js"], "updatedAt": 2000}}
+
+
+def test_case_67_flags_rows_whose_source_path_is_absent_from_the_repo_manifest() -> None:
+    diff = diff_tenant_manifest([
+        row("live", sourcePath="src/live.js"),
+        row("orphan", sourcePath="src/old.js"),
+        row("other-repo", repoSlug="repo-y", sourcePath="src/old.js"),
+    ], MANIFEST_X)
+    assert diff.orphan_count == 1
+    assert diff.manifest_orphans == (
+        ManifestOrphan("orphan", "repo-x", "src/old.js", 1000, 2000),)
+    assert diff.actionable_ids == ("orphan",)
+    assert diff.actionable_count == 1
+
+
+def test_case_67_skips_repos_without_a_manifest_and_rows_without_a_source_path() -> None:
+    rows = [row("repo-without-manifest", repoSlug="repo-y", sourcePath="src/old.js"),
+            row("missing-source", sourcePath=None), row("empty-source", sourcePath=""),
+            row("number-source", sourcePath=7)]
+    assert diff_tenant_manifest(rows, MANIFEST_X) == ManifestDiff()
+
+
+def test_case_68_skips_rows_newer_than_the_manifest_snapshot() -> None:
+    diff = diff_tenant_manifest([
+        row("old-orphan", sourcePath="src/old.js", ingestedAt=1000),
+        row("at-the-snapshot", sourcePath="src/old2.js", ingestedAt=2000),
+        row("newer-row", sourcePath="src/new.js", ingestedAt=3000),
+    ], MANIFEST_X)
+    assert [o.id for o in diff.manifest_orphans] == ["old-orphan", "at-the-snapshot"]
+    assert diff.manifest_orphans[0].manifest_updated_at == 2000
+
+
+@pytest.mark.parametrize("ingested", [None, "1000", True, math.nan, math.inf])
+def test_case_68_skips_rows_without_a_finite_ingested_at(ingested: Any) -> None:
+    diff = diff_tenant_manifest([row("no-time", sourcePath="src/x.js", ingestedAt=ingested),
+                                 row("real-orphan", sourcePath="src/old.js")], MANIFEST_X)
+    assert diff.actionable_ids == ("real-orphan",)
+
+
+@pytest.mark.parametrize("manifests", [
+    None, [], "repo-x", {"repo-x": {"pathsAfterPush": []}},
+    {"repo-x": {"pathsAfterPush": [], "updatedAt": None}},
+    {"repo-x": {"pathsAfterPush": "src/live.js", "updatedAt": 2000}},
+    {"repo-x": {"pathsAfterPush": ["src/live.js"], "updatedAt": math.nan}},
+    {"": {"pathsAfterPush": ["src/live.js"], "updatedAt": 2000}},
+])
+def test_an_absent_or_malformed_manifest_flags_nothing(manifests: Any) -> None:
+    assert diff_tenant_manifest([row("a", 1)], manifests).orphan_count == 0
+
+
+def test_rows_that_are_not_a_list_flag_nothing() -> None:
+    assert diff_tenant_manifest(None, MANIFEST_X) == ManifestDiff()
+
+
+def test_the_union_counts_a_chunk_both_stale_and_orphaned_once() -> None:
+    # The original's first version added staleCount and orphanCount: a chunk in both was two.
+    rows = [row("both", 1, sourcePath="src/gone.js"), row("stale-only", 1,
+            sourcePath="src/live.js"), row("orphan-only", 5, sourcePath="src/gone2.js"),
+            row("clean", 5, sourcePath="src/live.js")]
+    stale = diff_tenant_chunks(rows, 5, 2)
+    orphans = diff_tenant_manifest(rows, MANIFEST_X)
+    union = ordered_union(stale.actionable_ids, orphans.actionable_ids)
+    assert union == ("both", "stale-only", "orphan-only")
+    tally = TenantTally(ScanRules("tenant-x", 5, 2, manifests_from_properties(
+        {"manifests": MANIFEST_X}), 0, read_ms=10_000), cap=10)
+    tally.add_page([ChromaRow(r["id"], r["metadata"]) for r in rows])
+    assert (tally.stale_count, tally.manifest_orphan_count, tally.total_orphan_count,
+            tally.actionable_count) == (2, 2, 3, 3)
+
+
+def test_the_grace_keeps_a_young_manifests_orphans_from_being_actionable() -> None:
+    young = diff_tenant_manifest([row("o", sourcePath="src/old.js")], MANIFEST_X,
+                                 now_ms=2000 + 99, grace_ms=100)
+    ripe = diff_tenant_manifest([row("o", sourcePath="src/old.js")], MANIFEST_X,
+                                now_ms=2000 + 100, grace_ms=100)
+    closed = diff_tenant_manifest([row("o", sourcePath="src/old.js")], MANIFEST_X,
+                                  now_ms=10**12, grace_ms=None)
+    assert (young.orphan_count, young.actionable_count) == (1, 0)
+    assert ripe.actionable_ids == ("o",)
+    assert closed.actionable_count == 0  # an invalid grace fails closed
+
+
+def test_missing_paths_are_manifest_paths_no_chunk_of_that_repo_carries() -> None:
+    manifests = manifests_from_properties({"manifests": {
+        "repo-x": {"pathsAfterPush": ["a.md", "b.md", "c.md"], "updatedAt": 5},
+        "repo-y": {"pathsAfterPush": ["a.md"], "updatedAt": 5}}})
+    coverage = PathCoverage(manifests)
+    for metadata in ({"repoSlug": "repo-x", "sourcePath": "a.md"},
+                     {"repoSlug": "repo-y", "sourcePath": "b.md"},  # another repo's path
+                     {"repoSlug": "repo-x", "sourcePath": "c.md", "ingestedAt": 10**13},
+                     {"repoSlug": "repo-z", "sourcePath": "b.md"}):
+        coverage.observe(metadata)
+    assert coverage.missing() == {"repo-x": ("b.md",), "repo-y": ("a.md",)}
+
+
+def test_claimed_paths_are_sorted_deduplicated_and_never_empty() -> None:
+    assert claimed_paths(["b", "a", "", "b"]) == ("a", "b")
+    with pytest.raises(ValueError, match="empty"):
+        claimed_paths(["", ""])
+
+
+def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> None:
+    patch = manifest_patch("@acme", RepoManifest("r1", ("a",), 5))
+    assert patch == {"tenantId": "acme", "manifests": {"r1": {
+        "revision": None, "repoSlug": "r1", "pathsAfterPush": ["a"], "updatedAt": 5}}}
+
+
+RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
+                  read_ms=2_000)
+
+
+@pytest.mark.parametrize(("metadata", "expected"), [
+    ({"tenantConfigVersion": 5, "sourcePath": "keep.md"}, None),
+    ({"tenantConfigVersion": 4, "sourcePath": "keep.md"}, ("config-stale", False, False)),
+    ({"tenantConfigVersion": 3, "sourcePath": "keep.md"}, ("config-stale", True, False)),
+    ({"tenantConfigVersion": 5, "sourcePath": "gone.md"}, ("manifest-orphan", True, False)),
+    ({"tenantConfigVersion": 1, "sourcePath": "gone.md"},
+     ("config-stale+manifest-orphan", True, False)),
+    ({"tenantConfigVersion": 5, "sourcePath": "gone.md", "ingestedAt": 1_500}, None),
+    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "ingestedAt": "x"},
+     ("config-stale", True, True)),
+    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "tenantId": "other"}, None),
+])
+def test_each_row_gets_one_verdict_with_its_reasons(metadata: dict[str, Any],
+                                                     expected: Any) -> None:
+    verdict = judge_row("c", {"tenantId": "t", "repoSlug": "r", "ingestedAt": 900, **metadata},
+                        RULES)
+    if expected is None:
+        assert verdict is None
+    else:
+        assert verdict is not None
+        assert ("+".join(verdict.reasons), verdict.actionable, verdict.held) == expected
+
+
+def test_orphan_bands_name_exactly_their_own_chunks_paths() -> None:
+    pairs = [(1, "a"), (1, "b"), (2, "a"), (3, "c"), (4, "d")]
+    bands = orphan_bands(pairs, band_rows=3)
+    assert [(b.after, b.through, b.extra) for b in bands] == [
+        (None, 2, ({"sourcePath": {"$in": ["a", "b"]}},)),
+        (2, 4, ({"sourcePath": {"$in": ["c", "d"]}},))]
+    manifest = RepoManifest("r", ("keep",), 10)
+    assert predicate_where(({"tenantId": "t"},), bands[1]) == {"$and": [
+        {"tenantId": "t"}, {"sourcePath": {"$in": ["c", "d"]}}, {"ingestedAt": {"$gt": 2}},
+        {"ingestedAt": {"$lte": 4}}]}
+    rule = orphan_rule("t", manifest)
+    assert rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 5})
+    assert not rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 11})
+    assert not rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "keep", "ingestedAt": 5})
+    assert not rule({"tenantId": "u", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 5})
+
+
+def test_a_band_never_names_more_paths_than_one_in_takes() -> None:
+    pairs = [(i, f"p{i}") for i in range(PATHS_PER_BAND * 2 + 3)]
+    bands = orphan_bands(pairs, band_rows=PATHS_PER_BAND * 10)
+    assert max(len(b.extra[0]["sourcePath"]["$in"]) for b in bands) == PATHS_PER_BAND
+    assert sum(b.planned for b in bands) == len(pairs)
+
+
+GLOBAL = {"global_gap": 2, "global_grace_ms": 86_400_000, "global_auto_tombstone": True}
+
+
+@pytest.mark.parametrize(("stored", "gap", "grace", "deletes"), [
+    (None, (2, FROM_CONFIG), (86_400_000, FROM_CONFIG), True),
+    ({}, (2, FROM_CONFIG), (86_400_000, FROM_CONFIG), True),
+    ({"orphanVersionGap": 4, "manifestGraceMs": 0}, (4, FROM_TENANT), (0, FROM_TENANT), True),
+    ({"autoTombstone": "off"}, (2, FROM_CONFIG), (86_400_000, FROM_CONFIG), False),
+    ({"autoTombstone": "on"}, (2, FROM_CONFIG), (86_400_000, FROM_CONFIG), True),
+])
+def test_a_tenant_value_overrides_the_global_one_and_an_absent_one_inherits(
+    stored: Any, gap: tuple[Any, str], grace: tuple[Any, str], deletes: bool
+) -> None:
+    policy = resolve_tenant_policy(stored, **GLOBAL)  # type: ignore[arg-type]
+    assert (policy.gap, policy.orphan_version_gap.source) == gap
+    assert (policy.grace_ms, policy.manifest_grace_ms.source) == grace
+    assert policy.deletes is deletes
+
+
+@pytest.mark.parametrize("setting", ["on", "inherit", None])
+def test_a_tenants_on_never_overrides_a_global_false(setting: Any) -> None:
+    stored = {"autoTombstone": setting} if setting else {}
+    policy = resolve_tenant_policy(stored, global_gap=2, global_grace_ms=0,
+                                   global_auto_tombstone=False)
+    assert policy.deletes is False
+
+
+@pytest.mark.parametrize(("stored", "key"), [
+    ({"orphanVersionGap": 0.5}, "orphanVersionGap"),
+    ({"orphanVersionGap": "3"}, "orphanVersionGap"),
+    ({"orphanVersionGap": True}, "orphanVersionGap"),
+    ({"manifestGraceMs": -1}, "manifestGraceMs"),
+    ({"manifestGraceMs": 1.5}, "manifestGraceMs"),
+    ({"autoTombstone": True}, "autoTombstone"),
+    ({"autoTombstone": "yes"}, "autoTombstone"),
+    ("not a policy", "reconciliationPolicy"),
+])
+def test_an_invalid_tenant_value_fails_closed_never_falling_back_to_the_global_one(
+    stored: Any, key: str
+) -> None:
+    policy = resolve_tenant_policy(stored, **GLOBAL)  # type: ignore[arg-type]
+    assert key in policy.invalid_keys
+    if key == "orphanVersionGap":
+        assert policy.gap is None
+    elif key == "manifestGraceMs":
+        assert policy.grace_ms is None
+    elif key == "autoTombstone":
+        assert policy.deletes is False
+
+
+def test_an_invalid_global_gap_or_grace_fails_closed_for_a_tenant_that_inherits_it() -> None:
+    policy = resolve_tenant_policy({}, global_gap=math.inf, global_grace_ms=math.inf,
+                                   global_auto_tombstone=True)
+    assert (policy.gap, policy.grace_ms) == (None, None)
+    # A tenant's own valid value still counts: it is the tenant's explicit choice.
+    own = resolve_tenant_policy({"orphanVersionGap": 3}, global_gap=math.inf,
+                                global_grace_ms=math.inf, global_auto_tombstone=True)
+    assert own.gap == 3
+
+
+def test_a_policy_patch_refuses_invalid_values_and_inherit_removes_the_key() -> None:
+    assert policy_patch(gap=3.0, grace_ms=0, auto_tombstone="inherit") == {
+        "reconciliationPolicy": {"orphanVersionGap": 3, "manifestGraceMs": 0,
+                                 "autoTombstone": None}}
+    for bad in ({"gap": 0.5}, {"gap": math.nan}, {"grace_ms": -1}, {"auto_tombstone": "yes"}):
+        kwargs: dict[str, Any] = {"gap": None, "grace_ms": None, "auto_tombstone": None, **bad}
+        with pytest.raises(ValueError):
+            policy_patch(**kwargs)
