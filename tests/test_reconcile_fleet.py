@@ -13,11 +13,15 @@ import pytest
 
 from core.jobs.context import TickContext
 from core.rules import reconcile_groups
+from core.rules.manifests import RepoManifest
 from core.rules.reconcile_groups import TenantGroup, group_tenants
 from core.rules.rows import ChromaRow
+from core.rules.tenant_policy import policy_patch
 from core.rules.tenants import TenantConfig
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
+from core.stores.tenant_manifests import set_tenant_manifest
+from core.stores.tenants import set_tenant_policy
 from tests.support import seed
 from tests.test_reconcile_pass import (
     archived_rows,
@@ -159,3 +163,27 @@ def test_groups_share_a_version_keep_order_and_respect_the_list_limit() -> None:
         TenantGroup(1, (tenants[0], tenants[3])), TenantGroup(1, (tenants[6],)),
         TenantGroup(2, (tenants[1], tenants[2])), TenantGroup(2, (tenants[4], tenants[5])),
     ]
+
+
+async def test_tenants_with_a_manifest_or_a_policy_of_their_own_go_per_tenant_beside_groups(
+    fleet: TickContext, graph: GraphDB, vectors: VectorStore,
+) -> None:
+    # Beside the grouped tenants: t-a's own gap of 1 (its stamp-2 chunk goes too), t-c's
+    # autoTombstone off (nothing of it goes), t-e's manifest claiming one of its four paths
+    # (the other three are orphans; none is actionable by version). A group would read only
+    # candidates and share one gap: each must be judged as on its own.
+    await set_tenant_policy(graph, "t-a", policy_patch(gap=1, grace_ms=None,
+                                                       auto_tombstone=None))
+    await set_tenant_policy(graph, "t-c", policy_patch(gap=None, grace_ms=None,
+                                                       auto_tombstone="off"))
+    await set_tenant_manifest(graph, "t-e", RepoManifest("t-e/repo", ("docs/t-e-3.md",), 1_000))
+    collection = fleet.settings.knowledge_base_collection
+    before = await ids_in(vectors, collection)
+    figures = await one_pass(fleet)
+    gone = before - await ids_in(vectors, collection)
+    assert gone == {"t-a-0", "t-a-1", "t-a-2", "t-b-0", "t-e-0", "t-e-1", "t-e-2", "t-f-2"}
+    assert figures["failedTenants"] == 0 and figures["tombstonedCount"] == len(gone)
+    by_tenant = {t["tenantId"]: t for t in figures["tenants"]}
+    assert by_tenant["t-c"]["actionableCount"] == 4 and by_tenant["t-c"]["tombstonedCount"] == 0
+    assert (by_tenant["t-e"]["manifestOrphanCount"], by_tenant["t-e"]["scanned"]) == (3, 4)
+    assert [t["tenantId"] for t in figures["tenants"]] == sorted(FLEET)
