@@ -194,19 +194,8 @@ async def reconcile_tenant(
     scope = _TenantScope.of(context, tenant, policy, manifests, explain=explain)
     scope.describe(outcome)
     tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain)
-    try:
-        await _reconcile(scope, outcome, tally)
-    except CollectionMissing:
-        # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
-        log.warning("reconcile.no_collection", collection=policy.collection)
-    except Exception as exc:
-        outcome.failed_phase = outcome.phase
-        outcome.error = f"{type(exc).__name__}: {exc}"
-        log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-                  exc_info=True)
-    finally:
-        log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-                 **to_json(outcome.figures()))
+    await _guarded(outcome, policy, _reconcile(scope, outcome, tally))
+    _log_outcome(outcome, policy)
     return outcome, tally
 
 
@@ -560,9 +549,9 @@ async def _judge(read: _GroupRead, tenant_id: str) -> None:
 
 async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
                    step: Coroutine[Any, Any, None]) -> None:
-    """Run one grouped tenant's step with the tenant bound to its log lines; never raises: a
-    failure is recorded in the outcome with the phase it happened in and logged with the
-    tenant's id, so one tenant cannot stop the others."""
+    """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
+    is recorded in the outcome with the phase it happened in and logged with the tenant's
+    id, so one tenant cannot stop the others."""
     with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
         try:
             await step
@@ -577,7 +566,7 @@ async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
 
 
 def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
-    """A grouped tenant's one `reconcile.tenant` line: its figures when its pass is done."""
+    """The tenant's one `reconcile.tenant` line: its figures when its pass is done."""
     log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
              tenant=outcome.tenant_id, **to_json(outcome.figures()))
 
