@@ -31,9 +31,11 @@ test: $(STAMP)
 test-reliability: $(STAMP)
 	$(BIN)/python -m tests.reliability
 
-# The benchmarks at full size (about 5 minutes): a table per benchmark, then one JSON object.
+# The benchmarks at full size: a table per benchmark, then one JSON object. SCALE=full adds
+# the scale section's 1,000,000-chunk rows (see README "Performance" for how long each takes).
+SCALE ?= quick
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks --repeats 2
+	$(BIN)/python -m benchmarks --repeats 2 --scale $(SCALE)
 
 # ruff, then the architecture: the import contracts of .importlinter (layers, pure rules,
 # one Chroma adapter, one SQLite connection). A broken contract fails the target, and so CI.

@@ -1,10 +1,13 @@
-"""`python -m benchmarks [--smoke] [--repeats N] [--only drain,reconcile,idle]`: every benchmark.
+"""`python -m benchmarks [--smoke] [--repeats N] [--only drain,...] [--scale quick|full]`: every
+benchmark.
 
 Prints one table per benchmark and the targets met or missed on stdout, then exactly one JSON
 object (the last line) with every figure. Progress goes to stderr. Full sizes take several
-minutes (seeding 100,000 chunks alone takes about half a minute); `--smoke` runs tiny sizes in
-seconds and is what the test suite runs. The machine is shared, so timings are noisy: compare
-runs, and prefer `--repeats 2` or more (each contender's best run is reported).
+minutes (seeding 100,000 chunks alone takes about half a minute); the scale section's
+1,000,000-chunk rows run only with `--scale full` (see README "Performance" for how long each
+part takes); `--smoke` runs tiny sizes in seconds and is what the test suite runs. The
+machine is shared, so timings are noisy: compare runs, and prefer `--repeats 2` or more
+(each contender's best run is reported).
 """
 
 from __future__ import annotations
@@ -14,21 +17,35 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from benchmarks import drain_bench, idle_bench, reconcile_bench
+from benchmarks import (
+    drain_bench,
+    drain_server_bench,
+    idle_bench,
+    reconcile_bench,
+    scale_bench,
+)
 from benchmarks.harness import Target, emit_report, machine, progress
 
-BENCHMARKS = ("drain", "reconcile", "idle")
+BENCHMARKS = ("drain", "drain-server", "reconcile", "scale", "idle")
 
 
-def run_all(*, smoke: bool, repeats: int, only: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
+            scale: str = "quick") -> tuple[list[str], dict[str, Any]]:
     """Run the chosen benchmarks; return their printed sections and the combined report."""
     report: dict[str, Any] = {"mode": "smoke" if smoke else "full", "repeats": repeats,
+                              "scaleShapes": "smoke" if smoke else scale,
                               "machine": machine()}
     sections: list[str] = []
     runners: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
         "drain": (lambda: drain_bench.run_drain_benchmark(
             drain_bench.SMOKE_SIZES if smoke else drain_bench.FULL_SIZES, repeats=repeats),
             drain_bench.table),
+        "drain-server": (lambda: drain_server_bench.run_server_benchmark(
+            drain_bench.SMOKE_SIZES if smoke else drain_bench.FULL_SIZES, repeats=repeats),
+            drain_server_bench.table),
+        "scale": (lambda: scale_bench.run_scale_benchmark(
+            scale_bench.SCALES["smoke" if smoke else scale], repeats=repeats),
+            scale_bench.table),
         "reconcile": (lambda: reconcile_bench.run_reconcile_benchmark(
             reconcile_bench.SMOKE_SIZES if smoke else reconcile_bench.FULL_SIZES,
             repeats=repeats), reconcile_bench.table),
@@ -72,13 +89,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="runs per contender; the best is reported (default 1)")
     parser.add_argument("--only", default=",".join(BENCHMARKS),
                         help=f"comma-separated subset of {', '.join(BENCHMARKS)}")
+    parser.add_argument("--scale", choices=("quick", "full"), default="quick",
+                        help="the scale section's shapes: quick (100,000 chunks in all) or "
+                        "full (adds 1,000,000 chunks for 1 and 10,000 tenants)")
     args = parser.parse_args(argv)
     only = [b for b in args.only.split(",") if b]
     if not only or set(only) - set(BENCHMARKS):
         parser.error(f"--only: choose from {', '.join(BENCHMARKS)}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    sections, report = run_all(smoke=args.smoke, repeats=args.repeats, only=only)
+    sections, report = run_all(smoke=args.smoke, repeats=args.repeats, only=only,
+                               scale=args.scale)
     print("\n\n".join(sections), flush=True)
     emit_report(report)
     return 0

@@ -19,8 +19,9 @@ import pytest
 from benchmarks import reconcile_bench
 from benchmarks.harness import WORKDIR_PREFIX, repo_root
 
-#: Generous: the smoke run takes ~20 s here, most of it interpreter and Chroma start-ups.
-SMOKE_TIMEOUT_S = 180
+#: Generous: the smoke run takes ~60 s here, most of it interpreter, Chroma and `chroma run`
+#: start-ups.
+SMOKE_TIMEOUT_S = 300
 
 
 def leftover_workdirs(temp_root: Path) -> set[Path]:
@@ -50,7 +51,8 @@ def test_stdout_ends_with_exactly_one_json_object(
     objects = [line for line in lines if line.startswith("{")]
     assert objects == [lines[-1]]
     assert report["mode"] == "smoke"
-    assert {"drain", "reconcile", "idle", "targets", "machine"} <= report.keys()
+    assert {"drain", "drain-server", "reconcile", "scale", "idle", "targets",
+            "machine"} <= report.keys()
     assert any(line.startswith("Drain:") for line in lines)
     assert any(line.startswith("Targets") for line in lines)
 
@@ -104,6 +106,31 @@ def test_every_reconcile_contender_finds_and_deletes_the_stale_chunks(
     assert {"dry", "tombstone", "scan-floor", "tombstone-floor"} <= reconcile["timeGrowth"].keys()
     assert set(reconcile["whereFloorOverTombstoneFloor"]) == set(reconcile["runs"])
     assert set(reconcile["inCostS"]) == set(reconcile["runs"])
+
+
+def test_the_scale_section_runs_every_contender_over_many_tenants(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    scale = smoke_run[1]["scale"]
+    assert scale["consistent"], scale["problems"]
+    for runs in scale["runs"].values():
+        assert set(runs) == {"dry", "tombstone", "scan-floor", "tombstone-floor"}
+        tenants = {r["tenants"] for r in runs.values()}
+        assert tenants == {runs["dry"]["tenantsSeen"]} and tenants.pop() > 1
+        assert runs["tombstone"]["tombstoned"] == runs["tombstone-floor"]["tombstoned"] > 0
+        for run in runs.values():
+            assert run["msPerTenant"] > 0 and run["usPerChunk"] > 0
+        assert runs["dry"]["overFloor"] > 0 and runs["tombstone"]["overFloor"] > 0
+
+
+def test_the_drain_over_a_server_links_what_the_embedded_drain_links(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    server, embedded = smoke_run[1]["drain-server"], smoke_run[1]["drain"]
+    assert server["consistent"], server["mismatches"]
+    assert set(server["contenders"]) == {"drainer", "floor"}
+    assert server["expected"] == embedded["expected"]
+    assert server["drainerOverFloor"] > 0
 
 
 def test_the_idle_daemon_is_measured_and_stops_cleanly(

@@ -15,6 +15,7 @@ import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.jobs.reconcile import reconcile_tick
+from core.rules import reconcile_groups
 from core.rules.config import Settings
 from core.rules.reconcile import GUARD_STALE_FRACTION
 from core.rules.rows import ChromaRow
@@ -258,10 +259,18 @@ def tenant_fault(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch) -> Calla
     return inject
 
 
+@pytest.mark.parametrize(("sweep", "phase"), [(False, "scan"), (True, "tombstone")])
 async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore,
     tenant_fault: Callable[[str], None], capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, sweep: bool, phase: str,
 ) -> None:
+    # Without the sweep, the group's candidate read names the broken tenant and fails, and
+    # the tenants are read one by one; with it (few chunks per tenant: the whole collection
+    # is read once, naming no tenant), the shared band names it, fails before any delete,
+    # and the tenants are tombstoned one by one. Either way only the broken tenant fails.
+    if not sweep:
+        monkeypatch.setattr(reconcile_groups, "SWEEP_MAX_CHUNKS_PER_TENANT", 0)
     stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "aaa-broken", 3)
@@ -274,11 +283,12 @@ async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     assert await ids_in(vectors, collection) == {"a1"}
     rows = await reconcile_rows(graph)
     assert [(r["tenant"], r["event"], r["error"]) for r in rows] == [
-        ("aaa-broken", "error", "reconcile-scan-failed"), ("bbb-fine", "reconcile", None)
+        ("aaa-broken", "error" if phase == "scan" else "reconcile",
+         f"reconcile-{phase}-failed"), ("bbb-fine", "reconcile", None)
     ]
     failures = [json.loads(line) for line in capsys.readouterr().err.splitlines()
                 if "reconcile.tenant_failed" in line]
-    assert [(f["tenant"], f["phase"]) for f in failures] == [("aaa-broken", "scan")]
+    assert [(f["tenant"], f["phase"]) for f in failures] == [("aaa-broken", phase)]
 
 
 async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went(
@@ -398,11 +408,16 @@ async def test_disabled_reconciliation_does_nothing(
 
 
 class StopOnFirstProgress(TickControl):
-    """The runtime's stop signal arriving while the first tenant is being scanned."""
+    """The runtime's stop signal arriving at the first sign of progress: while the tenants'
+    group read runs (with `tenant_bound`, only once a tenant's own step has begun)."""
+
+    def __init__(self, *, tenant_bound: bool = False) -> None:
+        super().__init__()
+        self.tenant_bound = tenant_bound
 
     def progress(self) -> None:
         super().progress()
-        if structlog.contextvars.get_contextvars().get("tenant"):
+        if not self.tenant_bound or structlog.contextvars.get_contextvars().get("tenant"):
             self.request_stop()
 
 
@@ -417,11 +432,25 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
         await seed(vectors, settings.knowledge_base_collection,
                    [chunk(f"{tenant}{i}", tenant, 1) for i in range(3)])
 
+    # Stopped while the group's candidates are read: no tenant's step begins, nothing goes.
     stopped = await one_pass(TickContext(settings, graph, vectors, StopOnFirstProgress()))
     assert stopped["stopped"] is True
-    assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
-    assert stopped["tombstonedCount"] == 0  # scanned, but no delete batch began
+    assert stopped["tenants"] == []
+    assert stopped["tombstonedCount"] == 0
     assert await vectors.count(settings.knowledge_base_collection) == 6
 
+    # Stopped inside the first tenant's own tombstoning (a cap of 2 puts each tenant on its
+    # own bands): its band finishes (a band is never cut in two), the next tenant is left
+    # for the next pass and not reported as done.
+    capped = make_settings(tmp_path, reconciliationEnabled=True,
+                           reconciliationAutoTombstone=True, reconciliationMaxStaleFraction=1.0,
+                           reconciliationMaxDeletesPerTick=2)
+    stopped = await one_pass(TickContext(capped, graph, vectors,
+                                         StopOnFirstProgress(tenant_bound=True)))
+    assert stopped["stopped"] is True
+    assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
+    assert stopped["tombstonedCount"] == 2
+    assert await vectors.count(settings.knowledge_base_collection) == 4
+
     resumed = await one_pass(TickContext(settings, graph, vectors))
-    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 6)
+    assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 4)

@@ -21,14 +21,16 @@ from __future__ import annotations
 import functools
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from core.jobs import tombstoning
+from core.jobs.reconcile_fleet import scan_group, sweep_collection
 from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
+from core.jobs.tombstoning_groups import tombstone_group
 from core.rules.errors import StoreUnavailable
 from core.rules.explain_plan import TenantPlan, build_plan
 from core.rules.figures import to_json
@@ -46,6 +48,8 @@ from core.rules.reconcile import (
     candidate_where,
     stale_fraction_exceeded,
 )
+from core.rules.reconcile_groups import TenantGroup, group_tenants, sweep_pays, within_cap
+from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
 from core.rules.tenant_scan import (
@@ -87,12 +91,17 @@ async def reconcile_tick(
 
     Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
     run works either way and writes nothing: no telemetry, no archive, no delete. First, rows
-    an earlier pass could not write are written (the spool). Tenants run one after another;
-    one tenant's failure is logged with its id and counted in `failedTenants`, and the pass
-    goes on to the next. `unrecordedRows` counts telemetry rows still not in SQLite when the
-    pass ends (kept in the spool): such a pass has not succeeded. When the daemon is
-    stopping, the pass returns between tenants or bands (never inside one) with `stopped:
-    true`; the next pass starts over, so nothing is lost.
+    an earlier pass could not write are written (the spool). A tenant with a manifest or a
+    policy of its own is read, guarded and tombstoned on its own (the path `reconcile
+    explain` runs); the others go by groups of one version (`core.rules.reconcile_groups`):
+    one candidate read and one count read serve a group, then each tenant is guarded and
+    tombstoned on its own, and the group's telemetry rows are written in one transaction.
+    One tenant's failure is logged with its id and counted in `failedTenants`, and the pass
+    goes on to the next; a group read that fails falls back to one read per tenant.
+    `unrecordedRows` counts telemetry rows still not in SQLite when the pass ends (kept in
+    the spool): such a pass has not succeeded. When the daemon is stopping, the pass returns
+    between groups, tenants or bands (never inside one) with `stopped: true`; the next pass
+    starts over, so nothing is lost.
     """
     settings = context.settings
     if not settings.reconciliation_enabled and not dry_run:
@@ -109,24 +118,65 @@ async def reconcile_tick(
     recorder = _Recorder(context, spool)
     if not dry_run:
         await recorder.flush_spool()
-    outcomes: list[TenantOutcome] = []
     tenants = await list_tenants(context.graph)
     manifests = await all_manifests(context.graph)
-    for tenant in tenants:
+    outcomes = await _all_tenants(context, tenants, policy, manifests, recorder)
+    return ReconcileFigures.of(
+        outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
+        pass_id=policy.pass_id, spool_flushed=recorder.flushed,
+        unrecorded_rows=spool.pending() + recorder.lost,
+        stopped=len(outcomes) < len(tenants) or context.control.stopping)
+
+
+async def _all_tenants(
+    context: TickContext, tenants: list[TenantConfig], policy: ReconcilePolicy,
+    manifests: Mapping[str, Mapping[str, RepoManifest]], recorder: _Recorder,
+) -> list[TenantOutcome]:
+    """Every tenant's outcome, in the tenants' order; fewer when the daemon is stopping.
+    The tenants the groups cannot serve exactly (`_grouped`) go one by one on the
+    per-tenant path first, each tenant's row recorded as it is done; then the others by
+    groups, each group's rows recorded before the next."""
+    plain = [t for t in tenants if _grouped(t, policy, manifests)]
+    plain_ids = {t.tenant_id for t in plain}
+    outcomes: list[TenantOutcome] = []
+    for tenant in (t for t in tenants if t.tenant_id not in plain_ids):
         if context.control.stopping:
-            log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
             break
         with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
             outcome, _ = await reconcile_tenant(context, tenant, policy,
                                                 manifests.get(tenant.tenant_id, {}))
-            if not dry_run:
-                await recorder.record(outcome, policy)
-            outcomes.append(outcome)
+        if not policy.dry_run:
+            await recorder.record([outcome], policy)
+        outcomes.append(outcome)
         context.control.progress()
-    return ReconcileFigures.of(
-        outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
-        pass_id=policy.pass_id, spool_flushed=recorder.flushed,
-        unrecorded_rows=spool.pending() + recorder.lost, stopped=len(outcomes) < len(tenants))
+    if not context.control.stopping:
+        outcomes += await _by_groups(context, plain, policy, recorder)
+    if context.control.stopping:
+        log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
+    place = {tenant.tenant_id: i for i, tenant in enumerate(tenants)}
+    outcomes.sort(key=lambda o: place[o.tenant_id])  # the figures list tenants in id order
+    return outcomes
+
+
+def _grouped(tenant: TenantConfig, policy: ReconcilePolicy,
+             manifests: Mapping[str, Mapping[str, RepoManifest]]) -> bool:
+    """Whether the groups serve this tenant: a valid version, no manifest (a group reads
+    candidates by version only; a manifest needs all the tenant's chunks) and the pass's
+    own policy in force (a group's shared bands use one gap; a tenant's own gap, grace or
+    autoTombstone, or an invalid stored value, takes the per-tenant path). When in doubt,
+    the per-tenant path: it is the reference the groups must equal."""
+    if tenant.version < 1 or manifests.get(tenant.tenant_id):
+        return False
+    own, default = _resolve(tenant.stored_policy, policy), _resolve(None, policy)
+    return not own.invalid_keys and (own.gap, own.grace_ms, own.deletes) == (
+        default.gap, default.grace_ms, default.deletes)
+
+
+def _resolve(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
+    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
+    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
+                                 global_grace_ms=policy.manifest_grace_ms,
+                                 global_auto_tombstone=policy.auto_tombstone)
 
 
 async def reconcile_tenant(
@@ -144,49 +194,48 @@ async def reconcile_tenant(
     scope = _TenantScope.of(context, tenant, policy, manifests, explain=explain)
     scope.describe(outcome)
     tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain)
-    try:
-        await _reconcile(scope, outcome, tally)
-    except CollectionMissing:
-        # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
-        log.warning("reconcile.no_collection", collection=policy.collection)
-    except Exception as exc:
-        outcome.failed_phase = outcome.phase
-        outcome.error = f"{type(exc).__name__}: {exc}"
-        log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-                  exc_info=True)
-    finally:
-        log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
-                 **to_json(outcome.figures()))
+    await _guarded(outcome, policy, _reconcile(scope, outcome, tally))
+    _log_outcome(outcome, policy)
     return outcome, tally
 
 
 async def _reconcile(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
     """Scan the tenant; then, when tombstoning is on for it and some chunks are actionable,
     hold back when a guard says so, else tombstone the oldest up to the cap."""
-    policy = scope.policy
     await _scan(scope, outcome, tally)
+    if await _clear_to_tombstone(scope, outcome, tally, counted=None):
+        await _tombstone(scope, outcome, tally)
+
+
+async def _clear_to_tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                              counted: int | None) -> bool:
+    """When tombstoning is on for the tenant (or explaining) and some chunks are actionable,
+    apply the guards; True (and the phase TOMBSTONE) when the pass may tombstone it now.
+    `counted`: the tenant's chunk count when a group read already has it."""
     if not ((scope.tenant_policy.deletes or scope.explain) and outcome.actionable_count > 0):
-        return
-    if policy.invalid_pass_guards:
+        return False
+    if scope.policy.invalid_pass_guards:
         outcome.guard = GUARD_INVALID_CONFIG
-        return
+        return False
     outcome.phase = Phase.COUNT
-    if await _too_large_a_share(scope, outcome, tally) or not scope.deletes:
-        return
+    if await _too_large_a_share(scope, outcome, tally, counted) or not scope.deletes:
+        return False
     outcome.phase = Phase.TOMBSTONE
-    await _tombstone(scope, outcome, tally)
+    return True
 
 
 async def _too_large_a_share(
-    scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally
+    scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally, counted: int | None
 ) -> bool:
-    """Count the tenant's chunks (known from the scan when it read them all; else counted only
-    as far as the answer needs: past actionable / fraction it cannot change) and apply the
-    stale-fraction guard to the union of actionable chunks; True (and the guard set) when the
-    pass must not tombstone this tenant."""
+    """Count the tenant's chunks (known from the scan when it read them all, or `counted` by a
+    group read; else counted only as far as the answer needs: past actionable / fraction it
+    cannot change) and apply the stale-fraction guard to the union of actionable chunks; True
+    (and the guard set) when the pass must not tombstone this tenant."""
     policy = scope.policy
     if scope.manifests:
         outcome.total_chunks, outcome.total_complete = tally.scanned, True
+    elif counted is not None:
+        outcome.total_chunks, outcome.total_complete = counted, True
     else:
         enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
         outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
@@ -224,10 +273,7 @@ class _TenantScope:
     def of(cls, context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
            manifests: Mapping[str, RepoManifest], *, explain: bool) -> _TenantScope:
         """The tenant's scope, its policy resolved now (an invalid stored value warned)."""
-        tenant_policy = resolve_tenant_policy(
-            tenant.stored_policy, global_gap=policy.orphan_version_gap,
-            global_grace_ms=policy.manifest_grace_ms,
-            global_auto_tombstone=policy.auto_tombstone)
+        tenant_policy = _resolve(tenant.stored_policy, policy)
         if tenant_policy.invalid_keys:
             log.warning("reconcile.tenant_policy_invalid", keys=list(tenant_policy.invalid_keys),
                         message="an invalid per-tenant policy value fails closed: nothing is "
@@ -268,6 +314,11 @@ async def _scan(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally)
     ):
         tally.add_page(page)
         context.control.progress()
+    _take_tally(scope, outcome, tally)
+
+
+def _take_tally(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
+    """The tenant's figures from its scan's tally (warning of chunks no band can hold)."""
     outcome.scanned = tally.scanned
     outcome.stale_count = tally.stale_count
     outcome.manifest_orphan_count = tally.manifest_orphan_count
@@ -303,20 +354,21 @@ async def count_tenant_chunks(
     return total, True
 
 
-async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
+async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                     progress: TombstoneProgress | None = None) -> None:
     """Archive and delete the oldest actionable chunks, band by band, up to the cap: the
     config-stale ones first, then each repo's manifest orphans (one archive for the tenant;
-    the cap counts both)."""
+    the cap counts both). `progress`: what shared bands already did for the tenant."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
-    progress = TombstoneProgress()
+    outcome.phase = Phase.TOMBSTONE
+    progress = progress or TombstoneProgress()
     run = functools.partial(tombstone_bands, cap=scope.policy.max_deletes_per_tick,
                             progress=progress, stopping=lambda: context.control.stopping,
                             beat=context.control.progress)
     try:
         if len(tally.oldest_stale) and rules.gap is not None:
             ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
-            await run(_job(scope, stale_clauses(tenant.tenant_id, ceiling),
-                           stale_rule(tenant.tenant_id, rules.stale_actionable)),
+            await run(_stale_job(scope, ceiling),
                       plan_bands(tally.oldest_stale.sorted(), band_rows=tombstoning.BAND_ROWS))
         for slug, oldest in sorted(tally.oldest_orphans.items()):
             if len(oldest) and not context.control.stopping:
@@ -325,10 +377,22 @@ async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantT
                                orphan_rule(tenant.tenant_id, manifest)),
                           orphan_bands(oldest.sorted(), band_rows=tombstoning.BAND_ROWS))
     finally:
-        outcome.tombstoned_count = progress.tombstoned
-        outcome.archived_count = progress.archived
-        outcome.refused_bands = progress.bands_refused
-        outcome.archive = str(progress.archive.path) if progress.archive else None
+        _apply(outcome, progress)
+
+
+def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
+    """The tenant's figures from what its tombstoning did so far."""
+    outcome.tombstoned_count = progress.tombstoned
+    outcome.archived_count = progress.archived
+    outcome.refused_bands = progress.bands_refused
+    outcome.archive = str(progress.archive.path) if progress.archive else None
+
+
+def _stale_job(scope: _TenantScope, ceiling: int | float) -> TombstoneJob:
+    """The tenant's config-stale tombstoning job (stamps at or below `ceiling`)."""
+    tenant_id = scope.tenant.tenant_id
+    return _job(scope, stale_clauses(tenant_id, ceiling),
+                stale_rule(tenant_id, scope.rules.stale_actionable))
 
 
 def _job(scope: _TenantScope, clauses: tuple[dict[str, Any], ...],
@@ -339,6 +403,217 @@ def _job(scope: _TenantScope, clauses: tuple[dict[str, Any], ...],
         tenant_id=scope.tenant.tenant_id, clauses=clauses, may_delete=may_delete,
         read_ms=scope.rules.read_ms, tombstones_dir=scope.context.settings.tombstones_dir,
         pass_id=scope.policy.pass_id)
+
+
+async def _by_groups(context: TickContext, tenants: Sequence[TenantConfig],
+                     policy: ReconcilePolicy, recorder: _Recorder) -> list[TenantOutcome]:
+    """The grouped tenants' outcomes, group by group (one sweep of the whole collection when
+    it pays, else one candidate read per group; a failed group read falls back to one read
+    per tenant), each group's telemetry recorded before the next; fewer when stopping."""
+    outcomes: list[TenantOutcome] = []
+    swept = await _read_sweep(context, tenants, policy)
+    for group in group_tenants(tenants):
+        if context.control.stopping:
+            break
+        read = swept.only(group) if swept else await _read_group(context, group, policy)
+        done = (await _finish_group(context, read, policy) if read is not None
+                else await _one_by_one(context, group, policy))
+        if not policy.dry_run:
+            await recorder.record(done, policy)
+        outcomes.extend(done)
+        context.control.progress()
+    return outcomes
+
+
+@dataclass(slots=True)
+class _GroupRead:
+    """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
+    its tally (the same one a per-tenant scan keeps), and its chunk count when a read
+    counted it."""
+
+    scopes: dict[str, _TenantScope]
+    outcomes: dict[str, TenantOutcome]
+    tallies: dict[str, TenantTally]
+    counts: dict[str, int]
+
+    @classmethod
+    def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
+              policy: ReconcilePolicy) -> _GroupRead:
+        """Nothing read yet (each tenant's read time is now; grouped tenants have no
+        manifest)."""
+        scopes = {t.tenant_id: _TenantScope.of(context, t, policy, {}, explain=False)
+                  for t in tenants}
+        outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
+                    for t in tenants}
+        for tenant_id, scope in scopes.items():
+            scope.describe(outcomes[tenant_id])
+        return cls(scopes, outcomes,
+                   {t: TenantTally(s.rules, cap=s.cap, keep_rows=False)
+                    for t, s in scopes.items()}, {})
+
+    def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
+        """Add a page's candidate rows of one tenant."""
+        self.tallies[tenant_id].add_page(rows)
+
+    def only(self, group: TenantGroup) -> _GroupRead:
+        """The part of a sweep's read that is this group's."""
+        ids = group.tenant_ids
+        return _GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
+                          {t: self.tallies[t] for t in ids},
+                          {t: self.counts[t] for t in ids if t in self.counts})
+
+
+async def _read_sweep(context: TickContext, tenants: Sequence[TenantConfig],
+                      policy: ReconcilePolicy) -> _GroupRead | None:
+    """All tenants from ONE paged read of the whole collection, when their chunks are few
+    enough that it costs less than a read per group (`sweep_pays`): candidates and counts
+    alike. None when it does not pay or fails (the groups then read on their own)."""
+    try:
+        chunks = await context.vectors.count(policy.collection)
+        if not sweep_pays(tenants=len(tenants), chunks=chunks):
+            return None
+        read = _GroupRead.empty(context, tenants, policy)
+        read.counts = dict(await sweep_collection(
+            context.vectors, policy.collection, {t.tenant_id: t.version for t in tenants},
+            on_rows=read.tally, beat=context.control.progress))
+    except CollectionMissing:
+        return None
+    except Exception:
+        log.warning("reconcile.sweep_failed", tenants=len(tenants), exc_info=True,
+                    message="reading the tenants by groups instead")
+        return None
+    return read
+
+
+async def _read_group(context: TickContext, group: TenantGroup,
+                      policy: ReconcilePolicy) -> _GroupRead | None:
+    """One group: one candidate read for all its tenants (each tenant the guard needs counted
+    then counts itself, stopping as soon as the guard's answer cannot change: for tenants of
+    1,000 chunks or more that is cheaper than one read of all their chunks, measured). None
+    when the candidate read fails (the tenants then read one by one)."""
+    read = _GroupRead.empty(context, group.tenants, policy)
+    try:
+        await scan_group(context.vectors, policy.collection, group, on_rows=read.tally,
+                         beat=context.control.progress)
+    except CollectionMissing:
+        log.warning("reconcile.no_collection", collection=policy.collection)
+        return read
+    except Exception:
+        log.warning("reconcile.group_read_failed", tenants=len(group.tenants), exc_info=True,
+                    message="reading these tenants one by one instead")
+        return None
+    return read
+
+
+async def _finish_group(context: TickContext, read: _GroupRead,
+                        policy: ReconcilePolicy) -> list[TenantOutcome]:
+    """Guard each tenant of a read group on its own; tombstone those cleared and under the cap
+    with shared bands, the others on their own. The outcomes of the tenants done, in the
+    group's order (fewer when the daemon is stopping)."""
+    done: list[TenantOutcome] = []
+    shared: list[str] = []
+    alone: list[str] = []
+    for tenant_id, outcome in read.outcomes.items():
+        if context.control.stopping:
+            break
+        await _guarded(outcome, policy, _judge(read, tenant_id))
+        done.append(outcome)
+        if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
+            (shared if within_cap(outcome, policy) else alone).append(tenant_id)
+    if len(shared) < 2:
+        shared, alone = [], alone + shared
+    progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}
+    if shared and not await _tombstone_shared(context, read, policy, shared, progress):
+        alone += shared
+    for i, tenant_id in enumerate(alone):
+        if context.control.stopping:  # the tenants left are not done: the next pass does them
+            left = set(alone[i:])
+            done = [o for o in done if o.tenant_id not in left]
+            break
+        outcome = read.outcomes[tenant_id]
+        await _guarded(outcome, policy, _tombstone(read.scopes[tenant_id], outcome,
+                                                   read.tallies[tenant_id], progress[tenant_id]))
+    for outcome in done:
+        _log_outcome(outcome, policy)
+    return done
+
+
+async def _judge(read: _GroupRead, tenant_id: str) -> None:
+    """A read tenant's figures from its tally, then its guards (the phase TOMBSTONE when
+    cleared), as its own pass would judge them."""
+    scope, outcome, tally = read.scopes[tenant_id], read.outcomes[tenant_id], read.tallies[
+        tenant_id]
+    _take_tally(scope, outcome, tally)
+    await _clear_to_tombstone(scope, outcome, tally, read.counts.get(tenant_id))
+
+
+async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
+                   step: Coroutine[Any, Any, None]) -> None:
+    """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
+    is recorded in the outcome with the phase it happened in and logged with the tenant's
+    id, so one tenant cannot stop the others."""
+    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
+        try:
+            await step
+        except CollectionMissing:
+            # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
+            log.warning("reconcile.no_collection", collection=policy.collection)
+        except Exception as exc:
+            outcome.failed_phase = outcome.phase
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+                      exc_info=True)
+
+
+def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
+    """The tenant's one `reconcile.tenant` line: its figures when its pass is done."""
+    log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
+             tenant=outcome.tenant_id, **to_json(outcome.figures()))
+
+
+async def _tombstone_shared(context: TickContext, read: _GroupRead, policy: ReconcilePolicy,
+                            tenant_ids: list[str],
+                            progress: dict[str, TombstoneProgress]) -> bool:
+    """Tombstone these tenants (one version, one gap, each under the cap) with shared bands;
+    False when they do not share one stamp ceiling or the shared bands were abandoned (the
+    caller then tombstones them one by one, continuing their progress)."""
+    scopes = [read.scopes[t] for t in tenant_ids]
+    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
+                for s in scopes if s.rules.gap is not None}
+    if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
+        return False
+    ceiling = ceilings.pop()
+    values = sorted(v for t in tenant_ids for v in read.tallies[t].oldest_stale.sorted())
+    try:
+        await tombstone_group({s.tenant.tenant_id: _stale_job(s, ceiling) for s in scopes},
+                              plan_bands(values, band_rows=tombstoning.BAND_ROWS),
+                              ceiling=ceiling, cap=policy.max_deletes_per_tick,
+                              progress={t: progress[t] for t in tenant_ids},
+                              stopping=lambda: context.control.stopping,
+                              beat=context.control.progress)
+    except Exception as exc:
+        log.warning("reconcile.shared_bands_abandoned", tenants=len(tenant_ids),
+                    error=f"{type(exc).__name__}: {exc}",
+                    message="tombstoning these tenants one by one instead")
+        return False
+    finally:
+        for t in tenant_ids:
+            _apply(read.outcomes[t], progress[t])
+    return True
+
+
+async def _one_by_one(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy
+) -> list[TenantOutcome]:
+    """The group's tenants on their own reads (after a group read failed), until stopping."""
+    done = []
+    for tenant in group.tenants:
+        if context.control.stopping:
+            break
+        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+            outcome, _ = await reconcile_tenant(context, tenant, policy, {})
+        done.append(outcome)
+    return done
 
 
 class _Recorder:
@@ -360,25 +635,27 @@ class _Recorder:
             log.error("reconcile.spool_flush_failed", path=str(self.spool.path),
                       pending=self.spool.pending(), exc_info=True)
 
-    async def record(self, outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
-        """One `reconcile` row for a tenant with drift (stale or orphaned chunks, or missing
-        paths; none for a clean one); an `error` row for a tenant that failed before its
-        counts were known."""
-        row = _telemetry_row(outcome, policy)
-        if row is None:
+    async def record(self, outcomes: Sequence[TenantOutcome], policy: ReconcilePolicy) -> None:
+        """One `reconcile` row per tenant with drift (stale or orphaned chunks, or missing
+        paths; none for a clean one) and an `error` row per tenant that failed before its
+        counts were known, a group's rows in ONE transaction; what SQLite refuses goes to the
+        spool."""
+        rows = [row for o in outcomes if (row := _telemetry_row(o, policy)) is not None]
+        if not rows:
             return
         try:
-            await insert_metric_rows(self.graph, [row])
+            await insert_metric_rows(self.graph, rows)
             return
         except Exception as exc:
             log.error("reconcile.telemetry_unrecorded", path=str(self.spool.path),
-                      error=str(exc), message="kept in the spool; the next pass writes it, "
-                      "and this pass does not count as done")
+                      rows=len(rows), error=str(exc), message="kept in the spool; the next "
+                      "pass writes them, and this pass does not count as done")
         try:
-            await self.spool.append([row])
+            await self.spool.append(rows)
         except Exception:
-            self.lost += 1
-            log.error("reconcile.telemetry_lost", row=row.as_json(), exc_info=True)
+            self.lost += len(rows)
+            for row in rows:
+                log.error("reconcile.telemetry_lost", row=row.as_json(), exc_info=True)
 
 
 def _telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow | None:

@@ -272,6 +272,25 @@ class VectorStore:
             offset += len(rows)
             limit = page_rows
 
+    async def metadata_pages(
+        self, name: str, *, where: Mapping[str, Any] | None = None,
+        page_rows: int = SCAN_PAGE_ROWS,
+    ) -> AsyncIterator[ColumnPage]:
+        """`scan` for a reader of many rows that keeps few of them: ids and metadatas column
+        by column as Chroma returns them (no per-row object is built, no metadata copied),
+        by offset, under the same rule (nobody deleting from the set meanwhile)."""
+        offset = 0
+        while True:
+            result = await self._run(name, "get", where=dict(where) if where else None,
+                                     include=["metadatas"], limit=page_rows, offset=offset)
+            ids = list(result.get("ids") or [])
+            if ids:
+                yield ColumnPage(ids, list(result.get("metadatas") or [{}] * len(ids)),
+                                 [None] * len(ids), None)
+            if len(ids) < page_rows:
+                return
+            offset += len(ids)
+
     async def get_where_in(
         self,
         name: str,

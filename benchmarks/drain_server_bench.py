@@ -1,0 +1,121 @@
+"""Drain benchmark over a Chroma server: `benchmarks.drain_bench`'s workload, drainer and floor,
+with every Chroma call a request to a `chroma run` on 127.0.0.1 that this benchmark starts (one
+per contender run, on that run's fresh copy of the seeded store), where per-call latency is
+what the drainer's batching is for.
+
+    python -m benchmarks.drain_server_bench [--smoke] [--repeats N]
+    python -m benchmarks.drain_server_bench --contender NAME --data ROOT --url URL  # (child)
+
+The workload, the seeding and both contenders are `benchmarks.drain_bench`'s own (imported, not
+copied); only the store they talk to differs. The per-edge baseline is left out: one request
+per endpoint over HTTP would take most of an hour at full size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import drain_bench
+from benchmarks.bare_stores import settings_for
+from benchmarks.harness import (
+    ChildRun,
+    child_env,
+    copy_data,
+    emit_report,
+    make_workdir,
+    progress,
+    quiet_child_logging,
+    remove_tree,
+    run_child,
+)
+
+MODULE = "benchmarks.drain_server_bench"
+CONTENDERS = ("drainer", "floor")
+
+
+def run_contender(name: str, root: Path, url: str) -> dict[str, Any]:
+    """(child) `drain_bench`'s contender, its stores pointed at the server at `url`."""
+    import chromadb
+    from chromadb.config import Settings as ChromaSettings
+
+    quiet_child_logging()
+    host, port = url.removeprefix("http://").split(":")
+
+    def server_settings(root: Path, **overrides: Any) -> Any:
+        return settings_for(root, chromaUrl=url, **overrides)
+
+    def server_client(_settings: Any) -> Any:
+        return chromadb.HttpClient(host=host, port=int(port),
+                                   settings=ChromaSettings(anonymized_telemetry=False))
+
+    # The one seam: drain_bench's children look their stores up by these two names.
+    vars(drain_bench).update(settings_for=server_settings, open_chroma=server_client)
+    return drain_bench.run_contender(name, root)
+
+
+def run_server_benchmark(sizes: drain_bench.DrainSizes, *, repeats: int = 1) -> dict[str, Any]:
+    """Seed once (embedded, as `drain_bench` does), then per contender run: a fresh copy, a
+    `chroma run` over its store, the contender, the server stopped."""
+    from tests.chroma_server import ChromaServer
+
+    workdir = make_workdir("drain-server")
+    try:
+        env = child_env(workdir)
+        seed_root = workdir / "seed"
+        progress(f"drain-server: seeding {sizes.lines:,} lines")
+        seeded = run_child(drain_bench.MODULE, ["--seed", str(seed_root), *sizes.args()],
+                           env=env)
+        runs: dict[str, list[ChildRun]] = {name: [] for name in CONTENDERS}
+        for turn in range(repeats):
+            for name in CONTENDERS:
+                root = copy_data(seed_root, workdir / f"{name}-{turn}")
+                server = ChromaServer(settings_for(root).chroma_path, home=workdir / "home")
+                server.start()
+                try:
+                    progress(f"drain-server: {name} (run {turn + 1}/{repeats})")
+                    runs[name].append(run_child(MODULE, [
+                        "--contender", name, "--data", str(root), "--url", server.url],
+                        env=env))
+                finally:
+                    server.stop()
+                remove_tree(root)
+        result = drain_bench.summarize(sizes, seeded.report["expected"], runs)
+        for target in result["targets"]:
+            target["name"] = target["name"].replace("drain:", "drain (server):", 1)
+        return result
+    finally:
+        remove_tree(workdir)
+
+
+def table(result: dict[str, Any]) -> str:
+    """The server-mode drain section of the printed table."""
+    return drain_bench.table(result).replace(
+        "Drain:", "Drain over a Chroma server (chroma run on 127.0.0.1):", 1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Child or parent, by flags."""
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes (seconds)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--contender", choices=CONTENDERS, help="(child) run one contender")
+    parser.add_argument("--data", type=Path, metavar="ROOT", help="(child) the seeded root")
+    parser.add_argument("--url", help="(child) the server's URL")
+    args = parser.parse_args(argv)
+    if args.contender is not None:
+        if args.data is None or args.url is None:
+            parser.error("--contender needs --data ROOT and --url URL")
+        emit_report(run_contender(args.contender, args.data, args.url))
+        return 0
+    result = run_server_benchmark(
+        drain_bench.SMOKE_SIZES if args.smoke else drain_bench.FULL_SIZES, repeats=args.repeats)
+    print(table(result))
+    emit_report(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
