@@ -364,11 +364,11 @@ class QueueReader:
         append = lines.append
         limit = self._max_line
         parsed_limit = max_parsed_bytes if max_parsed_bytes is not None else -1
-        # The parsed-size bound of all the lines at once (one pass in C, less their newlines,
-        # which are not openers: the same sum), line by line only when it could reach the
-        # limit, to stop at the same line.
+        # The parsed-size bound of all the lines at once (one pass in C, less the newlines
+        # between them, which count one byte each and open no value: the same sum), line by
+        # line only when it could reach the limit, to stop at the same line.
         exact = (parsed_limit >= 0
-                 and parsed + parsed_size_bound(buf[pos:end]) - len(parts) >= parsed_limit)
+                 and parsed + parsed_size_bound(buf[pos:end]) - (len(parts) - 1) >= parsed_limit)
         for raw in parts:
             size = len(raw)
             if size > limit:
