@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.rules.errors import StoreUnavailable
-from core.stores.graph import MAX_WEIGHT, existing_ids, link_nodes, upsert_node
+from core.rules.nodes import EdgeRow
+from core.stores.graph import MAX_WEIGHT, existing_ids, link_edges, link_nodes, upsert_node
 from core.stores.sqlite import GraphDB
 from tests.support import count_rows, read_edge, read_node
 
@@ -58,6 +59,35 @@ async def test_relinking_reinforces_by_a_tenth_of_the_weight_up_to_the_cap(graph
         await link_nodes(graph, "CONCEPT:a", "session:s", "MENTIONED_IN", 1.0)
     edge = await read_edge(graph, "CONCEPT:a", "session:s", "MENTIONED_IN")
     assert edge is not None and edge.weight == MAX_WEIGHT
+
+
+async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
+    graph: GraphDB, tmp_path: Path
+) -> None:
+    # link_edges writes a batch grouped by source; the links of one edge must still apply
+    # in their order (weights compound, later properties win), whatever comes between them.
+    rows = [EdgeRow("CONCEPT:b", "session:s", "MENTIONED_IN", 2.0, {"k": 1, "first": True}),
+            EdgeRow("CONCEPT:a", "session:s", "MENTIONED_IN", 1.0, {"k": 9}),
+            EdgeRow("CONCEPT:b", "session:s", "MENTIONED_IN", 0.5, {"k": 2}),
+            EdgeRow("CONCEPT:a", "session:t", "MENTIONED_IN", 1.5),
+            EdgeRow("CONCEPT:b", "session:s", "MENTIONED_IN", 3.0, {"k": 3})]
+    one_by_one = await GraphDB.open(tmp_path / "one-by-one.db")
+    try:
+        for db in (graph, one_by_one):
+            for node_id in ("CONCEPT:a", "CONCEPT:b", "session:s", "session:t"):
+                await upsert_node(db, node_id, node_id.split(":")[0].upper())
+        async with graph.write() as tx:
+            await link_edges(tx, rows)
+        for row in rows:
+            async with one_by_one.write() as tx:
+                await link_edges(tx, [row])
+        edges = "SELECT source, target, relationship, weight, properties FROM edges ORDER BY 1, 2"
+        assert await graph.query(edges) == await one_by_one.query(edges)
+        edge = await read_edge(graph, "CONCEPT:b", "session:s", "MENTIONED_IN")
+        assert edge is not None and edge.weight == pytest.approx(2.0 + 0.05 + 0.3)
+        assert edge.properties == {"k": 3, "first": True}
+    finally:
+        await one_by_one.close()
 
 
 async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None:

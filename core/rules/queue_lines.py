@@ -133,18 +133,22 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         return MalformedLine(f"a line must be a JSON object, got {_json_type(value)}", raw)
     source, target = value.get("source"), value.get("target")
     relationship, weight = value.get("relationship"), value.get("weight", 1.0)
-    # One quick test for the common, valid line, written out (not `_is_id` three times: this
-    # runs once per line); `_field_problem` says what is wrong otherwise. (orjson never
-    # yields a non-finite float, and integers past 64 bits become floats.) A decoded string
-    # can hold a NUL only from a `\u0000` escape (JSON has no raw control characters), so the
-    # fields are searched for one only when the line's bytes have that escape.
+    # One quick test for the common, valid line, written out (this runs once per line; not
+    # `_field_problem`, which says what is wrong otherwise). An id with a canonical prefix
+    # is neither empty nor blank, and needs no normalizing. (orjson never yields a
+    # non-finite float, and integers past 64 bits become floats.) A decoded string can hold
+    # a NUL only from a `\u0000` escape (JSON has no raw control characters), so the fields
+    # are searched for one only when the line's bytes have that escape.
     if not (type(source) is str and type(target) is str and type(relationship) is str
             and (type(weight) is float or type(weight) is int)
-            and 0 < len(source) <= MAX_FIELD_CHARS and 0 < len(target) <= MAX_FIELD_CHARS
-            and 0 < len(relationship) <= MAX_FIELD_CHARS
-            and not (source.isspace() or target.isspace() or relationship.isspace())
-            and (_NUL_ESCAPE not in raw
-                 or not ("\x00" in source or "\x00" in target or "\x00" in relationship))):
+            and len(source) <= MAX_FIELD_CHARS and len(target) <= MAX_FIELD_CHARS
+            and 0 < len(relationship) <= MAX_FIELD_CHARS and not relationship.isspace()):
+        return MalformedLine(_field_problem(value), raw)
+    if not (source.startswith(_CANONICAL_PREFIXES) and target.startswith(_CANONICAL_PREFIXES)):
+        if not (source and target) or source.isspace() or target.isspace():
+            return MalformedLine(_field_problem(value), raw)
+        source, target = _canonical(source), _canonical(target)
+    if _NUL_ESCAPE in raw and ("\x00" in source or "\x00" in target or "\x00" in relationship):
         return MalformedLine(_field_problem(value), raw)
     # The properties: the line without its edge fields (a copy and a few deletions cost less
     # than a comprehension over the keys).
@@ -156,10 +160,7 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
     if had_drain_key:
         del properties[DRAIN_KEY]
     # Positional: keywords cost twice as much here, and this runs once per line.
-    line = EdgeLine(
-        source if source.startswith(_CANONICAL_PREFIXES) else _canonical(source),
-        target if target.startswith(_CANONICAL_PREFIXES) else _canonical(target),
-        relationship, float(weight), properties, value, raw)
+    line = EdgeLine(source, target, relationship, float(weight), properties, value, raw)
     if had_drain_key:
         # `value` is this call's own fresh dict: the body is it minus the bookkeeping.
         drain = value.pop(DRAIN_KEY)

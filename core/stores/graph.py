@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Protocol
 
 import orjson
@@ -115,13 +116,23 @@ async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> 
 
 async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
-    (capped at MAX_WEIGHT) and merge its properties. Rows apply in order, so two links of one
-    edge in a batch reinforce twice, as two separate calls would."""
-    await tx.executemany(
-        _LINK_EDGE,
-        [(e.source, e.target, e.relationship, e.weight, properties_json(e.properties))
-         for e in edges],
-    )
+    (capped at MAX_WEIGHT) and merge its properties. Links of one edge apply in their order,
+    so two links of one edge in a batch reinforce twice, as two separate calls would.
+
+    The rows are written grouped by source (a stable sort: the links of one edge keep their
+    order, and links of different edges touch different rows, so the graph is the same as
+    in the given order). Upserts in queue order land all over the edge index; grouped by
+    source they walk it. Measured on the drain benchmark's 45,000 links: 0.25 s instead of
+    0.38 in one batch, 0.29 instead of 0.32 in the drain's three, for a sort of about
+    0.015 s (on the source alone: a key of all three columns compares long common prefixes
+    and costs what it saves)."""
+    dumps = orjson.dumps  # once per batch of thousands of rows, not once per row
+    rows = [(e.source, e.target, e.relationship, e.weight,
+             dumps(e.properties).decode() if type(e.properties) is dict and e.properties
+             else properties_json(e.properties))
+            for e in edges]
+    rows.sort(key=itemgetter(0))
+    await tx.executemany(_LINK_EDGE, rows)
 
 
 async def upsert_node(

@@ -333,6 +333,12 @@ class QueueReader:
         lines: list[ReadLine] = []
         taken = parsed = 0
         while len(lines) < max_lines and taken < max_bytes:
+            if self._spill is None:
+                taken, parsed = self._take_buffered(lines, max_lines, max_bytes, taken, parsed,
+                                                    max_parsed_bytes)
+                if (len(lines) >= max_lines or taken >= max_bytes
+                        or (max_parsed_bytes is not None and parsed >= max_parsed_bytes)):
+                    break
             line = self._next_line(final=final)
             if line is None:
                 break
@@ -343,6 +349,44 @@ class QueueReader:
                 if parsed >= max_parsed_bytes:
                     break
         return lines
+
+    def _take_buffered(self, lines: list[ReadLine], max_lines: int, max_bytes: int,
+                       taken: int, parsed: int, max_parsed_bytes: int | None) -> tuple[int, int]:
+        """`read_lines`' fast path: append the whole lines already in the buffer (none over the
+        limit) in one split, up to the same bounds; returns the new `taken` and `parsed`.
+        What is left (a partial or over-limit line, an empty buffer) is `_next_line`'s."""
+        buf, pos = self._buf, self._pos
+        end = buf.rfind(b"\n", pos)
+        if end < 0 or max_lines <= len(lines):
+            return taken, parsed
+        parts = buf[pos:end].split(b"\n", max_lines - len(lines))[: max_lines - len(lines)]
+        offset, first = self.offset, len(lines)
+        append = lines.append
+        limit = self._max_line
+        parsed_limit = max_parsed_bytes if max_parsed_bytes is not None else -1
+        # The parsed-size bound of all the lines at once (one pass in C, less the newlines
+        # between them, which count one byte each and open no value: the same sum), line by
+        # line only when it could reach the limit, to stop at the same line.
+        exact = (parsed_limit >= 0
+                 and parsed + parsed_size_bound(buf[pos:end]) - (len(parts) - 1) >= parsed_limit)
+        for raw in parts:
+            size = len(raw)
+            if size > limit:
+                break
+            append(ReadLine(offset, raw))
+            offset += size + 1
+            taken += size + 1
+            if exact:
+                parsed += parsed_size_bound(raw)
+                if parsed >= parsed_limit:
+                    break
+            if taken >= max_bytes:
+                break
+        if parsed_limit >= 0 and not exact:
+            parsed += parsed_size_bound(buf[pos:pos + offset - self.offset]) - (len(lines) - first)
+        self._pos += offset - self.offset
+        self.offset = offset
+        return taken, parsed
 
     def _next_line(self, *, final: bool) -> ReadLine | None:
         if self._spill is not None:

@@ -68,9 +68,9 @@ class Transaction:
         await self._conn.executemany(sql, rows)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Rows of a read inside the transaction (it sees the transaction's own writes)."""
-        async with self._conn.execute(sql, params) as cursor:
-            return list(await cursor.fetchall())
+        """Rows of a read inside the transaction (it sees the transaction's own writes), in
+        one trip to the connection's thread (execute, fetch and close together)."""
+        return list(await self._conn.execute_fetchall(sql, params))
 
 
 class GraphDB:
@@ -151,10 +151,10 @@ class GraphDB:
             raise
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Every row of one read. For `core.stores` modules only."""
+        """Every row of one read, in one trip to the connection's thread (a trip per execute,
+        fetch and close cost a thread hand-off each). For `core.stores` modules only."""
         try:
-            async with self._conn.execute(sql, params) as cursor:
-                return list(await cursor.fetchall())
+            return list(await self._conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
             raise _store_error(self.path, "read", exc) from exc
 
