@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -115,26 +114,19 @@ from core.stores.sqlite import GraphDB, Transaction
 log = structlog.get_logger(__name__)
 
 #: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
-#: batches rewrite fewer index pages and fsync fewer times (a 50,000-line drain's peak memory
-#: grows with the batch: ~125 MiB over the stores' at 20,000 lines, one batch in flight).
+#: batches rewrite fewer index pages and fsync fewer times: 50,000 real lines (~200 bytes
+#: each) drain in three batches. (25,000 drained no faster, measured, and a 50,000-line
+#: drain's peak memory grows with the batch: ~125 MiB over the stores' at 20,000.)
 DRAIN_BATCH_LINES = 20_000
-#: Batches in memory at once: the one being applied and the next, read and parsed meanwhile
-#: (parse-ahead). The byte budgets below are the tick's, shared between them.
-BATCHES_IN_FLIGHT = 2
 #: Bytes of lines per batch, which bounds what a batch holds in copies of its lines (the
-#: parsed strings, the properties JSON, a dead letter's record) when they are long: 6 MiB of
-#: lines in flight, whatever the number of batches.
-DRAIN_BATCH_BYTES = (6 << 20) // BATCHES_IN_FLIGHT
+#: parsed strings, the properties JSON, a dead letter's record) when they are long.
+DRAIN_BATCH_BYTES = 6 << 20
 #: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus 96 per JSON
-#: value), 48 MiB in flight. Real lines take ~1.7 KB each by that bound (~1.4 KB measured), so
-#: it lets ~14,000 of them through; a line that parses into millions of objects (`[[],[],...]`,
-#: ~21x its bytes) is ~65x its bytes by the bound, so a 1 MiB one makes a batch of its own
-#: (~22 MB parsed) instead of three (~115 MB peak over an empty tick, measured, when bytes
-#: alone decided).
-DRAIN_BATCH_PARSED_BYTES = (48 << 20) // BATCHES_IN_FLIGHT
-#: Lines parsed ahead between two turns of the event loop, so the batch being applied resumes
-#: within a few milliseconds of its store call's answer.
-PARSE_AHEAD_SLICE = 2_000
+#: value). Real lines take ~1.7 KB each by that bound (~1.4 KB measured), so it lets 20,000 of
+#: them through; a line that parses into millions of objects (`[[],[],...]`, ~21x its bytes)
+#: is ~65x its bytes by the bound, so a 1 MiB one makes a batch of its own (~22 MB parsed)
+#: instead of three (~115 MB peak over an empty tick, measured, when bytes alone decided).
+DRAIN_BATCH_PARSED_BYTES = 48 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).
@@ -200,25 +192,17 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 @dataclass(slots=True)
 class _Batch:
-    """Consecutive lines of one generation, the offset right after the last of them, and the
-    lines parsed ahead (None: `_apply` parses them, inside `_settle`'s handling)."""
+    """Consecutive lines of one generation, and the offset right after the last of them."""
 
     generation: Generation
     lines: list[ReadLine]
     end_offset: int
-    parsed: list[Parsed] | None = None
 
     def halves(self) -> tuple[_Batch, _Batch]:
-        """The first half of the lines and the rest, each with its own parsed lines."""
         middle = len(self.lines) // 2
         left, right = self.lines[:middle], self.lines[middle:]
-        split = right[0].offset
-        parsed_left = parsed_right = None
-        if self.parsed is not None:
-            cut = bisect_left(self.parsed, split, key=lambda item: item.read.offset)
-            parsed_left, parsed_right = self.parsed[:cut], self.parsed[cut:]
-        return (_Batch(self.generation, left, split, parsed_left),
-                _Batch(self.generation, right, self.end_offset, parsed_right))
+        return (_Batch(self.generation, left, right[0].offset),
+                _Batch(self.generation, right, self.end_offset))
 
 
 class _Drainer:
@@ -319,8 +303,17 @@ class _Drainer:
             QueueReader, s.draining_path, start=start, spill_to=spill_dir(s.dead_letter_path),
             name_of=lambda offset: f"{generation.id}-{offset}.line")
         try:
-            if not await self._drain_batches(reader, generation):
-                return
+            while True:
+                if self.context.control.stopping:
+                    self.stats = replace(self.stats, interrupted=True)
+                    log.info("drain.interrupted", path=str(s.draining_path),
+                             offset=reader.offset)
+                    return
+                lines = await _read_batch(reader)
+                if not lines:
+                    break
+                await self._settle(_Batch(generation, lines, reader.offset))
+                self.context.control.progress()
             late = await asyncio.to_thread(hand_back_late_bytes, reader,
                                            s.lazy_edges_queue_path)
             await asyncio.to_thread(remove_generation, s.draining_path)
@@ -330,33 +323,6 @@ class _Drainer:
                 log.info("drain.late_lines_handed_back", count=late)
         finally:
             await asyncio.to_thread(reader.close)
-
-    async def _drain_batches(self, reader: QueueReader, generation: Generation) -> bool:
-        """Settle the batches in file order, each read and parsed while the one before it is
-        applied (parse-ahead: its CPU overlaps that batch's waits on the stores). Only the read
-        and the pure parse run ahead; everything that depends on the graph runs after the
-        previous batch's commit, as if nothing had. A failure while reading or parsing ahead
-        is the next batch's, raised or settled when its turn comes. False when the daemon is
-        stopping: the batch read ahead is dropped (nothing of it was written; the committed
-        offset stays the last settled batch's, where the next start resumes)."""
-        committed = reader.offset
-        ahead: asyncio.Task[_Batch | None] | None = None
-        try:
-            while not self.context.control.stopping:
-                batch = await (ahead or _read_ahead(reader, generation))
-                if batch is None:
-                    return True
-                ahead = asyncio.create_task(_read_ahead(reader, generation))
-                await self._settle(batch)
-                committed = batch.end_offset
-                self.context.control.progress()
-            self.stats = replace(self.stats, interrupted=True)
-            log.info("drain.interrupted", path=str(self.settings.draining_path),
-                     offset=committed)
-            return False
-        finally:
-            if ahead is not None:
-                await _dropped(ahead)
 
     async def read_in_place(self) -> None:
         """Dry run: read `.draining` (from its committed offset) and the queue where they are;
@@ -442,7 +408,7 @@ class _Drainer:
     async def _apply(self, batch: _Batch) -> None:
         """Resolve and write one batch (see the module docstring for the order of writes)."""
         generation = batch.generation
-        parsed = batch.parsed if batch.parsed is not None else parse_batch(batch.lines)
+        parsed = parse_batch(batch.lines)
         now = self.clock()
         triaged = triage(generation.id, parsed,
                          await self._known(parsed, legacy_file=generation.legacy), now_ms=now)
@@ -566,39 +532,6 @@ async def _read_batch(reader: QueueReader) -> list[ReadLine]:
                                         DRAIN_BATCH_BYTES, final=True,
                                         max_parsed_bytes=DRAIN_BATCH_PARSED_BYTES)
     return lines
-
-
-async def _read_ahead(reader: QueueReader, generation: Generation) -> _Batch | None:
-    """The next batch, read and parsed (None at the end of the file). Advances nothing durable:
-    only the reader's position in memory moves (and an over-limit line goes to its side file,
-    as any read of it does). The parse yields to the event loop every PARSE_AHEAD_SLICE lines;
-    when it fails, the batch goes unparsed and `_apply` parses it again under `_settle`, which
-    isolates what fails there."""
-    lines = await _read_batch(reader)
-    if not lines:
-        return None
-    batch = _Batch(generation, lines, reader.offset)
-    parsed: list[Parsed] = []
-    try:
-        for start in range(0, len(lines), PARSE_AHEAD_SLICE):
-            if start:
-                await asyncio.sleep(0)
-            parsed += parse_batch(lines[start:start + PARSE_AHEAD_SLICE])
-    except Exception as exc:
-        log.warning("drain.parse_ahead_failed", generation=generation.id,
-                    fromOffset=lines[0].offset, error=repr(exc))
-        return batch
-    batch.parsed = parsed
-    return batch
-
-
-async def _dropped(task: asyncio.Task[_Batch | None]) -> None:
-    """Let a read-ahead finish and forget it (its batch, or its error: that batch was never
-    this tick's to settle). It is not cancelled, so no read is left running in a thread
-    while the reader is closed."""
-    await asyncio.wait({task})
-    if not task.cancelled():
-        task.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
 def _settled_by(read_at: str, generation: str, committed_offset: int) -> bool:
