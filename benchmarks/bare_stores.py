@@ -9,7 +9,7 @@ floor is cheaper only because it does less, never because it is less durable.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,35 @@ def open_chroma(settings: Any) -> Any:
         path=str(settings.chroma_path),
         settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False),
     )
+
+
+def scan_picking(collection: Any, where: dict[str, Any] | None,
+                 pick: Callable[[dict[str, Any]], bool] | None = None) -> tuple[int, list[str]]:
+    """The floors' read: ONE bare paged scan of `where`'s rows (None: the whole collection),
+    metadatas only, at the pass's page size. Returns how many rows it read and the ids of
+    those `pick(metadata)` picks (none when `pick` is None)."""
+    from core.stores.chroma import SCAN_PAGE_ROWS
+
+    picked: list[str] = []
+    scanned = offset = 0
+    while True:
+        page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
+                              offset=offset)
+        scanned += len(page["ids"])
+        if pick is not None:
+            picked += [i for i, m in zip(page["ids"], page["metadatas"], strict=True)
+                       if pick(m)]
+        if len(page["ids"]) < SCAN_PAGE_ROWS:
+            return scanned, picked
+        offset += len(page["ids"])
+
+
+def delete_ids(collection: Any, ids: Sequence[str], *, batch: int) -> int:
+    """The floors' deletes: by ids, `batch` at a time (the client's maximum); returns how
+    many ids were sent."""
+    for start in range(0, len(ids), batch):
+        collection.delete(ids=list(ids[start:start + batch]))
+    return len(ids)
 
 
 def count_rows(path: Path, table: str) -> int:

@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bare_stores import open_chroma, settings_for
+from benchmarks.bare_stores import delete_ids, open_chroma, scan_picking, settings_for
 from benchmarks.harness import (
     ChildRun,
     Measure,
@@ -239,29 +239,6 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
             "remaining": remaining, "failedTenants": figures["failedTenants"]}
 
 
-def _scan_then_delete(collection: Any, where: dict[str, Any], *, batch: int,
-                      doomed: Any = None) -> tuple[int, int]:
-    """The floors' shared work: a bare paged scan of `where` (metadatas, at the pass's page
-    size), then deletes by ids, in batches of `batch`, of the rows `doomed(metadata)` picks
-    (none when it is None). Returns (scanned, deleted)."""
-    from core.stores.chroma import SCAN_PAGE_ROWS
-
-    ids: list[str] = []
-    scanned = offset = 0
-    while True:
-        page = collection.get(where=where, include=["metadatas"], limit=SCAN_PAGE_ROWS,
-                              offset=offset)
-        scanned += len(page["ids"])
-        if doomed is not None:
-            ids += [i for i, m in zip(page["ids"], page["metadatas"], strict=True) if doomed(m)]
-        if len(page["ids"]) < SCAN_PAGE_ROWS:
-            break
-        offset += len(page["ids"])
-    for start in range(0, len(ids), batch):
-        collection.delete(ids=ids[start:start + batch])
-    return scanned, len(ids)
-
-
 def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
     by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
@@ -274,10 +251,9 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     measure.start()
     collection = client.get_collection(settings.knowledge_base_collection,
                                        embedding_function=None)
-    scanned, tombstoned = _scan_then_delete(
-        collection, candidate_where(TENANT, CURRENT_VERSION),
-        batch=int(client.get_max_batch_size()),
-        doomed=(lambda _m: True) if delete == "ids" else None)
+    scanned, doomed = scan_picking(collection, candidate_where(TENANT, CURRENT_VERSION),
+                                   (lambda _m: True) if delete == "ids" else None)
+    tombstoned = delete_ids(collection, doomed, batch=int(client.get_max_batch_size()))
     if delete == "where":
         ceiling = actionable_stamp_ceiling(CURRENT_VERSION, 2)
         tombstoned = collection.delete(where={"$and": [
@@ -297,10 +273,11 @@ def run_full_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     measure.start()
     collection = client.get_collection(settings.knowledge_base_collection,
                                        embedding_function=None)
-    scanned, tombstoned = _scan_then_delete(
-        collection, {"tenantId": TENANT}, batch=int(client.get_max_batch_size()),
-        doomed=(lambda m: m["tenantConfigVersion"] < CURRENT_VERSION
-                or m["sourcePath"] in gone) if delete else None)
+    scanned, doomed = scan_picking(
+        collection, {"tenantId": TENANT},
+        (lambda m: m["tenantConfigVersion"] < CURRENT_VERSION or m["sourcePath"] in gone)
+        if delete else None)
+    tombstoned = delete_ids(collection, doomed, batch=int(client.get_max_batch_size()))
     measure.stop()
     return {**measure.figures(), "scanned": scanned, "tombstoned": tombstoned,
             "remaining": int(collection.count()), "failedTenants": 0}

@@ -23,6 +23,14 @@ The contenders:
 - **tombstone-floor**: that scan, then the deletes of the stale chunks it found by ids in
   batches of Chroma's maximum, with nothing else (no count, no archive).
 
+Every contender is measured as a daemon's passes after its first are: the store open and the
+collection already touched once (untimed). Embedded Chroma loads a collection's whole vector
+index (vectors and id maps) into memory on the first read of any kind, a `count` too, and keeps
+it while the client is open: at 1,000,000 chunks of 8 numbers that load alone is ~550 MB, the
+same for every contender, and it is the store's resident cost, not a pass's. It is reported
+apart (`storeLoadMiB`, `storeLoadS`); the peak RSS growth is the pass's own (the peak is reset
+at its start: `benchmarks.harness.reset_peak_rss`).
+
 Embeddings are small (8 numbers, pseudo-random from a fixed seed): no contender here reads an
 embedding except the tombstoning pass's archive, and seeding a million 384-number rows would
 take most of an hour. The embedding's cost to an archive is measured by
@@ -33,11 +41,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bare_stores import open_chroma, settings_for
+from benchmarks.bare_stores import delete_ids, open_chroma, scan_picking, settings_for
 from benchmarks.harness import (
     ChildRun,
     Measure,
@@ -51,7 +60,9 @@ from benchmarks.harness import (
     quiet_child_logging,
     ratio,
     remove_tree,
+    reset_peak_rss,
     run_child,
+    window_peak_rss_mib,
 )
 
 MODULE = "benchmarks.scale_bench"
@@ -160,6 +171,19 @@ async def seed_store(root: Path, tenants: int, chunks: int) -> dict[str, Any]:
     return {"chunks": total, "stale": stale_count(tenants, chunks)}
 
 
+async def load_collection(count: Callable[[], Awaitable[int]]) -> dict[str, float]:
+    """(child) Touch the collection once, untimed, before a contender runs, and say what that
+    cost: embedded Chroma loads a collection's whole vector index into memory on its first
+    touch (any read, a `count` too) and keeps it while the client is open. A daemon keeps its
+    store open, so every pass after its first finds the index loaded; the contenders are
+    measured as those passes are, and the first touch is reported apart (`storeLoad*`)."""
+    started = time.perf_counter()
+    before = reset_peak_rss()
+    await count()
+    return {"storeLoadS": round(time.perf_counter() - started, 3),
+            "storeLoadMiB": round(window_peak_rss_mib() - before, 1)}
+
+
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass over every tenant, as the daemon runs it."""
     from core.jobs.reconcile import reconcile_tick
@@ -170,11 +194,13 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
     measure = Measure()
     async with open_context(settings, dry_run=dry_run) as stores:
+        load = await load_collection(lambda: stores.vectors.count(
+            settings.knowledge_base_collection))
         measure.start()
         figures = to_json(await reconcile_tick(stores, dry_run))
         measure.stop()
         remaining = await stores.vectors.count(settings.knowledge_base_collection)
-    return {**measure.figures(), "tenantsSeen": len(figures["tenants"]),
+    return {**measure.figures(), **load, "tenantsSeen": len(figures["tenants"]),
             "scanned": sum(t["scanned"] for t in figures["tenants"]),
             "stale": figures["staleCount"], "tombstoned": figures["tombstonedCount"],
             "remaining": remaining, "failedTenants": figures["failedTenants"]}
@@ -184,33 +210,20 @@ def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     """(child) One bare paged scan of the whole collection; then (`delete`) the deletes of
     the stale chunks by ids; nothing else."""
     from core.rules.reconcile import STAMP_KEY
-    from core.stores.chroma import SCAN_PAGE_ROWS
 
     settings = settings_for(root)
     client = open_chroma(settings)
-    measure = Measure()
-    measure.start()
     collection = client.get_collection(settings.knowledge_base_collection,
                                        embedding_function=None)
-    stale: list[str] = []
-    scanned = offset = 0
-    while True:
-        page = collection.get(include=["metadatas"], limit=SCAN_PAGE_ROWS, offset=offset)
-        scanned += len(page["ids"])
-        stale.extend(row_id for row_id, metadata in zip(page["ids"], page["metadatas"],
-                                                         strict=True)
-                     if metadata[STAMP_KEY] < CURRENT_VERSION)
-        if len(page["ids"]) < SCAN_PAGE_ROWS:
-            break
-        offset += len(page["ids"])
-    tombstoned = 0
-    if delete:
-        batch = int(client.get_max_batch_size())
-        for start in range(0, len(stale), batch):
-            collection.delete(ids=stale[start:start + batch])
-        tombstoned = len(stale)
+    load = asyncio.run(load_collection(lambda: asyncio.to_thread(collection.count)))
+    measure = Measure()
+    measure.start()
+    scanned, stale = scan_picking(collection, None,
+                                  lambda metadata: metadata[STAMP_KEY] < CURRENT_VERSION)
+    tombstoned = (delete_ids(collection, stale, batch=int(client.get_max_batch_size()))
+                  if delete else 0)
     measure.stop()
-    return {**measure.figures(), "scanned": scanned, "stale": len(stale),
+    return {**measure.figures(), **load, "scanned": scanned, "stale": len(stale),
             "tombstoned": tombstoned, "remaining": int(collection.count()), "failedTenants": 0}
 
 
@@ -339,12 +352,14 @@ def table(result: dict[str, Any]) -> str:
             rows.append([f"{c['tenants']:,}", f"{c['chunks']:,}", name, c["inProcessS"],
                          f"{min(spread):.2f}-{max(spread):.2f}", c.get("overFloor", ""),
                          c["msPerTenant"], c["usPerChunk"], c["peakRssGrowthMiB"],
-                         c["stale"], c["tombstoned"]])
+                         c["storeLoadMiB"], c["stale"], c["tombstoned"]])
     head = (f"Reconciliation at fleet scale: many tenants in one collection, "
             f"{result['staleShare']:.0%} stale, {result['embeddingDim']}-number embeddings "
-            f"(in-process s; x floor: the pass over its floor)")
+            f"(in-process s; x floor: the pass over its floor; peak RSS: the pass's own growth, "
+            f"collection loaded; load: what Chroma's first touch of the collection added)")
     body = format_table(["tenants", "chunks", "contender", "in-process s", "runs s", "x floor",
-                         "ms/tenant", "us/chunk", "peak RSS +MiB", "stale", "tombstoned"],
+                         "ms/tenant", "us/chunk", "peak RSS +MiB", "load +MiB", "stale",
+                         "tombstoned"],
                         rows)
     return "\n".join([head, body,
                       f"consistent (every contender did its work): {result['consistent']}"])

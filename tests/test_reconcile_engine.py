@@ -4,6 +4,7 @@ band may hold, how bands are cut, what their predicate says)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ from core.rules.reconcile import (
 )
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tombstone_bands import (
+    FLOAT_BOUND_SLACK_ULPS,
     Band,
     OldestIngested,
     band_where,
     deletion_bound,
     plan_bands,
     rule_violations,
+    store_bound,
 )
 
 
@@ -244,7 +247,26 @@ def test_a_band_predicate_is_tenant_actionable_stamp_and_ingested_range() -> Non
         {"ingestedAt": {"$lte": 10}}]}
     assert band_where("acme", 2.5, Band(10, 20.5, 1)) == {"$and": [
         {"tenantId": "acme"}, {"tenantConfigVersion": {"$lte": 2.5}},
-        {"ingestedAt": {"$gt": 10}}, {"ingestedAt": {"$lte": 20.5}}]}
+        {"ingestedAt": {"$gt": 10}}, {"ingestedAt": {"$lte": store_bound(20.5)}}]}
+
+
+def test_float_bounds_get_the_slack_of_the_stores_rounding_and_integers_none() -> None:
+    # Chroma keeps and parses floats up to 1 ulp off; integers exactly.
+    assert store_bound(1_714_000_000_000) == 1_714_000_000_000
+    up = 20.5
+    for _ in range(FLOAT_BOUND_SLACK_ULPS):
+        up = math.nextafter(up, math.inf)
+    assert store_bound(20.5) == up > 20.5
+    # Consecutive bands still take every value exactly once: both ends move alike (here a
+    # band ends at 0.2 and the value one ulp above it is taken in by the slack).
+    values = [1e-300, 0.1, 0.2, math.nextafter(0.2, 1.0), 0.30000000000000004, 5.0]
+    bands = plan_bands(values, band_rows=3)
+    assert [b.through for b in bands] == [0.2, 5.0]
+    for value in values:
+        holders = [b for b in bands
+                   if (b.after is None or value > store_bound(b.after))
+                   and value <= store_bound(b.through)]
+        assert len(holders) == 1, (value, holders)
 
 
 def test_rows_the_rule_would_keep_are_named_whatever_the_store_returned() -> None:

@@ -1,13 +1,17 @@
-"""Bounded memory: a reconcile pass over many tenants holds a page, not the collection. Chroma
-1.5.9's own paged reads grow the process with the collection (a bare paged scan of 1,000,000
-chunks: +618 MB, see README "Performance"), so each pass is held to its bare floor on the same
-store (the dry pass to the bare paged scan; the tombstoning pass, archives written streaming,
-to that scan plus the deletes by ids): over four times the chunks it may grow by no more than
-its floor grew, plus a small margin.
+"""Bounded memory: a reconcile pass over many tenants holds a page, not the collection.
 
-Each pass runs in a child process of its own (`benchmarks.scale_bench`, which reports the peak
-RSS growth of the pass alone, stores already open). Marked slow (about two minutes, most of it
-seeding 250,000 chunks): `python -m pytest -m slow tests/test_reconcile_memory.py`.
+Each pass runs in a child process of its own (`benchmarks.scale_bench`), measured as a
+daemon's later passes are: store open and the collection touched once, since embedded Chroma
+loads a collection's whole vector index on its first touch (any read) and keeps it, whoever
+reads (~106 MB at 200,000 chunks of 8 numbers; reported apart as `storeLoadMiB`). What is left
+is the pass's own peak growth; over four times the chunks it may rise by no more than its
+floor's did (the bare paged scan for the dry pass; that scan plus the deletes by ids for the
+tombstoning pass) plus a small margin: glibc's per-thread arenas make any process's growth
+wander by a few tens of MB, so a bound relative to the floor's, on the same stores, is what
+says the pass does not hold the data.
+
+Marked slow (about two minutes, most of it seeding 250,000 chunks):
+`python -m pytest -m slow tests/test_reconcile_memory.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import child_env, copy_data, run_child
-from benchmarks.scale_bench import FLOOR_OF, MODULE, stale_count
+from benchmarks.scale_bench import FLOOR_OF, MAX_RSS_GROWTH_MIB, MODULE, stale_count
 
 TENANTS = 1_000
 SMALL, LARGE = 50_000, 200_000
@@ -58,3 +62,4 @@ def test_a_fleet_pass_grows_by_a_page_not_by_the_collection(
         assert large_report["tombstoned"] == stale_count(TENANTS, LARGE)
     assert (large - small) - (floor_large - floor_small) <= MAX_EXTRA_GROWTH_MIB, (
         small, large, floor_small, floor_large)
+    assert large <= MAX_RSS_GROWTH_MIB, (large, large_report["storeLoadMiB"])

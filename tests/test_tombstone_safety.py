@@ -157,6 +157,22 @@ async def test_actionable_chunks_without_a_usable_ingested_at_are_held_and_repor
     assert json.loads(row[0])["heldCount"] == 4
 
 
+async def test_a_float_ingested_at_the_store_rounds_in_its_last_bit_is_still_tombstoned(
+    stores: TickContext, vectors: VectorStore
+) -> None:
+    # Chroma 1.5.9 gives this value back one ulp up, and `$lte` of what it gave back does not
+    # match it: a band bounded by the value read missed the chunk on every pass.
+    value = 1.053665363621794e-268
+    await seed(vectors, KB, [chunk("tiny", ingested=value)])
+    [stored] = (await live(vectors, ["tiny"])).values()
+    assert stored.metadata["ingestedAt"] != value, "the store's rounding this test is about"
+    figures = await one_pass(stores)
+    [tenant] = figures["tenants"]
+    assert (tenant["actionableCount"], tenant["tombstonedCount"]) == (1, 1)
+    assert await live(vectors, ["tiny"]) == {}
+    assert set(archived(figures)) == {"tiny"}
+
+
 async def test_the_cap_holds_inside_a_run_of_equal_ingested_at_and_all_of_it_is_archived(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:

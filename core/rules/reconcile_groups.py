@@ -19,7 +19,7 @@ from typing import Any, Final
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import INGESTED_KEY, Band, Number
+from core.rules.tombstone_bands import Band, Number, ingested_range
 from core.rules.values import is_real_number
 
 #: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
@@ -103,11 +103,8 @@ def sweep_page(page: ColumnPage, versions: Mapping[str, int]
 def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
     """A band's predicate over several tenants of one ceiling: `core.rules.tombstone_bands.
     band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
-    clauses: list[dict[str, Any]] = [tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}}]
-    if band.after is not None:
-        clauses.append({INGESTED_KEY: {"$gt": band.after}})
-    clauses.append({INGESTED_KEY: {"$lte": band.through}})
-    return {"$and": clauses}
+    return {"$and": [tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}},
+                     *ingested_range(band)]}
 
 
 def split_page(page: ColumnPage) -> dict[Any, ColumnPage]:

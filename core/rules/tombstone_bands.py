@@ -12,6 +12,7 @@ is held (never deleted): nothing would tell a rewrite of it from the archived co
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,6 +25,13 @@ STAMP_KEY: Final = "tenantConfigVersion"
 INGESTED_KEY: Final = "ingestedAt"
 
 Number = int | float
+
+#: How far a band's float bounds are moved up, in units in the last place, as the store's
+#: operands. Chroma 1.5.9 keeps and reads float metadata, and parses a `where`'s float operand,
+#: up to 1 ulp off (measured over 600 random doubles: 104 read back 1 ulp off, either way, and
+#: `$lte` of the value read back missed 7 of them; 1 ulp more matched all 600). Without the
+#: slack such a chunk fits no band: actionable on every pass, deleted by none.
+FLOAT_BOUND_SLACK_ULPS: Final = 2
 
 
 def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
@@ -101,16 +109,32 @@ def stale_clauses(tenant_id: str, ceiling: Number) -> tuple[dict[str, Any], ...]
     return ({TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lte": ceiling}})
 
 
+def store_bound(value: Number) -> Number:
+    """A band bound as the store's operand: an int as it is (Chroma compares integers exactly);
+    a float moved up by FLOAT_BOUND_SLACK_ULPS, so the chunk whose value the pass read matches
+    `$lte` of it whatever Chroma's last-bit rounding. A band's `after` is the previous band's
+    `through` and both move alike, so every chunk still falls in exactly one band; one a band
+    takes in through the slack is in the band's snapshot read, so it is archived before it
+    goes. (Chroma truncates a fractional operand toward zero against integer values, so the
+    slack never reaches an integer `ingestedAt`, the CONTRACT's epoch ms.)"""
+    if isinstance(value, float) and math.isfinite(value):
+        for _ in range(FLOAT_BOUND_SLACK_ULPS):
+            value = math.nextafter(value, math.inf)
+    return value
+
+
+def ingested_range(band: Band) -> list[dict[str, Any]]:
+    """A band's `ingestedAt` range as `where` clauses: (after, through], by `store_bound`."""
+    clauses = [] if band.after is None else [{INGESTED_KEY: {"$gt": store_bound(band.after)}}]
+    return [*clauses, {INGESTED_KEY: {"$lte": store_bound(band.through)}}]
+
+
 def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[str, Any]:
     """A band's predicate, as Chroma `where`: the shared `clauses`, the band's own, and its
-    `ingestedAt` range. Numeric operands are exact against float values and, for operands
-    >= 0, against integer ones (Chroma truncates a fractional operand toward zero for
-    integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
-    where: list[Mapping[str, Any]] = [*clauses, *band.extra]
-    if band.after is not None:
-        where.append({INGESTED_KEY: {"$gt": band.after}})
-    where.append({INGESTED_KEY: {"$lte": band.through}})
-    return {"$and": where}
+    `ingestedAt` range (`ingested_range`). Numeric operands are exact against float values
+    (up to the slack) and, for operands >= 0, against integer ones (Chroma truncates a
+    fractional operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    return {"$and": [*clauses, *band.extra, *ingested_range(band)]}
 
 
 def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
