@@ -57,10 +57,10 @@ from benchmarks.harness import (
     format_table,
     make_workdir,
     progress,
-    quiet_child_logging,
     ratio,
     remove_tree,
     run_child,
+    set_up_child,
 )
 
 MODULE = "benchmarks.drain_bench"
@@ -555,7 +555,7 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[list[str]]:
 
 def run_contender(name: str, root: Path) -> dict[str, Any]:
     """(child) Run one contender on `root` and add what it left in the graph."""
-    quiet_child_logging()
+    set_up_child()
     if name == "drainer":
         figures = asyncio.run(run_drainer(root))
     elif name == "baseline":
@@ -706,7 +706,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Child or parent, by flags."""
     args = build_parser().parse_args(argv)
     if args.seed is not None:
-        quiet_child_logging()
+        set_up_child()
         sizes = DrainSizes(args.lines, args.memories, args.summaries, args.concepts)
         emit_report(asyncio.run(seed_store(args.seed, sizes)))
         return 0

@@ -27,9 +27,9 @@ from benchmarks.harness import (
     emit_report,
     make_workdir,
     progress,
-    quiet_child_logging,
     remove_tree,
     run_child,
+    set_up_child,
 )
 
 MODULE = "benchmarks.drain_server_bench"
@@ -41,7 +41,7 @@ def run_contender(name: str, root: Path, url: str) -> dict[str, Any]:
     import chromadb
     from chromadb.config import Settings as ChromaSettings
 
-    quiet_child_logging()
+    set_up_child()
     host, port = url.removeprefix("http://").split(":")
 
     def server_settings(root: Path, **overrides: Any) -> Any:

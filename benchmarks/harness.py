@@ -129,11 +129,15 @@ def emit_report(report: Mapping[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def quiet_child_logging() -> None:
-    """Warnings and errors only, on stderr: a benchmark measures the work, not the logging
-    of it, and info lines per batch would fill the parent's capture for nothing."""
+def set_up_child() -> None:
+    """A child process set up as every command sets up its own (`daemons._cli.run_main`: the
+    malloc arena cap, before any store opens), every contender alike, floors included; and
+    logging of warnings and errors only, on stderr: a benchmark measures the work, not the
+    logging of it, and info lines per batch would fill the parent's capture for nothing."""
     from core.runtime.logs import configure_logging
+    from core.runtime.process import limit_malloc_arenas
 
+    limit_malloc_arenas()
     configure_logging("json", level=logging.WARNING)
 
 

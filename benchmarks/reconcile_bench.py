@@ -57,10 +57,10 @@ from benchmarks.harness import (
     format_table,
     make_workdir,
     progress,
-    quiet_child_logging,
     ratio,
     remove_tree,
     run_child,
+    set_up_child,
 )
 
 MODULE = "benchmarks.reconcile_bench"
@@ -310,7 +310,7 @@ def run_in_cost(root: Path) -> dict[str, Any]:
 
 def run_contender(name: str, root: Path, size: int) -> dict[str, Any]:
     """(child) Run one contender on `root` (a store of `size` chunks)."""
-    quiet_child_logging()
+    set_up_child()
     if name in WITH_MANIFEST:
         asyncio.run(record_manifest(root, size))
     if name in ("dry", "tombstone", "manifest-dry", "manifest-tombstone"):
@@ -496,7 +496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed is not None:
         if args.size is None:
             parser.error("--seed needs --size N")
-        quiet_child_logging()
+        set_up_child()
         emit_report(asyncio.run(grow_store(args.seed, args.size)))
         return 0
     if args.contender is not None:

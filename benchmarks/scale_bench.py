@@ -57,11 +57,11 @@ from benchmarks.harness import (
     format_table,
     make_workdir,
     progress,
-    quiet_child_logging,
     ratio,
     remove_tree,
     reset_peak_rss,
     run_child,
+    set_up_child,
     window_peak_rss_mib,
 )
 
@@ -229,7 +229,7 @@ def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
 
 def run_contender(name: str, root: Path) -> dict[str, Any]:
     """(child) Run one contender on `root`."""
-    quiet_child_logging()
+    set_up_child()
     if name in FLOOR_OF:
         figures = asyncio.run(run_pass(root, dry_run=name == "dry"))
     elif name in FLOOR_OF.values():
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seed is not None:
         if args.tenants is None or args.chunks is None:
             parser.error("--seed needs --tenants and --chunks")
-        quiet_child_logging()
+        set_up_child()
         emit_report(asyncio.run(seed_store(args.seed, args.tenants, args.chunks)))
         return 0
     if args.contender is not None:

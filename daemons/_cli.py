@@ -22,6 +22,7 @@ from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
 from core.runtime.oneshot import OneShot, run_jobs_once
+from core.runtime.process import limit_malloc_arenas
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
 from core.runtime.settings import load_settings
 
@@ -70,7 +71,9 @@ def emit_json(figures: Any) -> None:
 
 
 def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
-    """Run a command's coroutine and exit with CONTRACT's code for how it ended."""
+    """Run a command's coroutine and exit with CONTRACT's code for how it ended. The process
+    first gets its malloc arena cap (`core.runtime.process`), before any thread or store."""
+    limit_malloc_arenas()
     try:
         code = asyncio.run(main())
     except KbError as exc:
