@@ -571,8 +571,8 @@ async def _guarded(outcome: TenantOutcome, policy: ReconcilePolicy,
 
 def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
     """The tenant's one `reconcile.tenant` line: its figures when its pass is done. Not
-    built when info lines are off (at 10,000 tenants building them cost more than the rest
-    of a dry pass's own work)."""
+    built when info lines are off (at 10,000 tenants, building them was about a third of a
+    dry pass's own Python work in a profile)."""
     if not log.isEnabledFor(logging.INFO):
         return
     log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
