@@ -41,6 +41,8 @@ RU_MAXRSS_UNIT_BYTES = 1024
 #: Linux's per-process memory figures and the file that resets the peak (`reset_peak_rss`).
 PROC_STATUS = "/proc/self/status"
 PROC_CLEAR_REFS = "/proc/self/clear_refs"
+#: Bytes in one of `/proc/self/status`'s memory units (it says "kB": kibibytes).
+PROC_STATUS_UNIT_BYTES = 1024
 MIB = 1024 * 1024
 
 
@@ -152,7 +154,7 @@ def _status_mib(field: str) -> float | None:
         with open(PROC_STATUS, encoding="ascii") as status:
             for line in status:
                 if line.startswith(f"{field}:"):
-                    return int(line.split()[1]) * 1024 / MIB
+                    return int(line.split()[1]) * PROC_STATUS_UNIT_BYTES / MIB
     except OSError:
         return None
     return None
@@ -201,8 +203,8 @@ class Measure:
         """The child's timing and memory figures (the parent adds the wall time)."""
         return {
             "inProcessS": round(self.seconds, 4),
-            "peakRssBeforeMiB": round(self.rss_before_mib, 1),
-            "peakRssAfterMiB": round(self.rss_after_mib, 1),
+            "rssAtStartMiB": round(self.rss_before_mib, 1),
+            "peakRssMiB": round(self.rss_after_mib, 1),
             "peakRssGrowthMiB": round(self.rss_after_mib - self.rss_before_mib, 1),
         }
 
