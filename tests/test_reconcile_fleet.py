@@ -18,6 +18,7 @@ from core.rules.reconcile_groups import TenantGroup, group_tenants
 from core.rules.rows import ChromaRow
 from core.rules.tenant_policy import policy_patch
 from core.rules.tenants import TenantConfig
+from core.rules.tombstone_bands import Band
 from core.stores.chroma import VectorStore
 from core.stores.sqlite import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
@@ -163,6 +164,24 @@ def test_groups_share_a_version_keep_order_and_respect_the_list_limit() -> None:
         TenantGroup(1, (tenants[0], tenants[3])), TenantGroup(1, (tenants[6],)),
         TenantGroup(2, (tenants[1], tenants[2])), TenantGroup(2, (tenants[4], tenants[5])),
     ]
+
+
+async def test_chroma_takes_a_full_groups_tenant_list_in_every_request_a_group_makes(
+    vectors: VectorStore,
+) -> None:
+    # A group lists TENANTS_PER_WHERE tenants in one `$in`; the store must take that list in
+    # the candidate scan, the band's ids read and the band's delete alike.
+    collection = "kb-wide-in"
+    await seed(vectors, collection, [chunk(f"c{i}", f"t{i}", 1) for i in range(3)])
+    listed = [f"t{i}" for i in range(1, reconcile_groups.TENANTS_PER_WHERE + 1)]
+    group = TenantGroup(3, tuple(TenantConfig(t, 3, None) for t in listed))
+    scanned = [r.id async for page in vectors.scan(
+        collection, where=reconcile_groups.group_candidate_where(group), include=()) for r in page]
+    assert sorted(scanned) == ["c1", "c2"]
+    band = reconcile_groups.group_band_where(listed, 1, Band(None, 1, 2))
+    assert sorted(await vectors.ids_where(collection, where=band)) == ["c1", "c2"]
+    assert await vectors.delete_where(collection, where=band) == 2
+    assert await ids_in(vectors, collection) == {"c0"}
 
 
 async def test_tenants_with_a_manifest_or_a_policy_of_their_own_go_per_tenant_beside_groups(

@@ -36,7 +36,7 @@ from core.jobs.tombstoning import (
 from core.rules.reconcile_groups import group_band_where, split_page
 from core.rules.rows import ColumnPage
 from core.rules.tombstone_bands import Band, Number, rows_refused
-from core.stores.archives import TombstoneArchive, in_parallel, sync_archives
+from core.stores.archives import TombstoneArchive, sync_archives
 from core.stores.clock import now_ms
 
 if TYPE_CHECKING:
@@ -120,18 +120,19 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
 def _write_pages(jobs: Mapping[str, TombstoneJob], split: Mapping[str, ColumnPage],
                  progress: Mapping[str, TombstoneProgress], archived_at_ms: int) -> None:
     """(blocking, one thread call per page) Append each tenant's rows to its own archive,
-    creating it with its first rows, several tenants at once; durable only after
-    `sync_archives`."""
-    def write(tenant_id: str) -> None:
-        job, done, rows = jobs[tenant_id], progress[tenant_id], split[tenant_id]
+    creating it with its first rows; durable only after `sync_archives`. One tenant after
+    another: encoding the rows is Python work that threads would only take turns at, and a
+    create-and-write is one open and one write (10,000 tenants' archives, one row each:
+    ~0.2 s of system calls)."""
+    for tenant_id, rows in split.items():
+        job, done = jobs[tenant_id], progress[tenant_id]
         if done.archive is None:
             done.archive = TombstoneArchive.new_unsynced(
                 job.tombstones_dir, collection=job.collection, tenant_id=tenant_id,
-                pass_id=job.pass_id, now_ms=archived_at_ms)
-        done.archive.write_page(rows, archived_at_ms=archived_at_ms)
+                pass_id=job.pass_id, now_ms=archived_at_ms, first_page=rows)
+        else:
+            done.archive.write_page(rows, archived_at_ms=archived_at_ms)
         done.archived += len(rows)
-
-    in_parallel(write, list(split))  # one tenant per thread at a time: no file is shared
 
 
 async def _attribute_gone(vectors: VectorStore, collection: str,

@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
-from collections.abc import Iterator
+import platform
+import re
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import IO
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 #: Bytes read per call while skipping an over-long line.
 _SKIP_CHUNK = 1 << 16
@@ -22,6 +30,50 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sync_filesystem(folder: Path) -> bool:
+    """Make everything written to the filesystem holding `folder` durable with one `syncfs`,
+    and say whether that was done: False (and nothing is promised) when this system cannot
+    (not Linux, a kernel before 5.8, where `syncfs` does not report write-back errors, no
+    `syncfs` in the C library, or a sandbox refusing it) or when it failed. A caller falls
+    back to one fsync per file then, which reports any error that is its files' own.
+
+    One call in place of thousands of fsyncs: a pass that archives 10,000 tenants' chunks
+    creates 10,000 files, whose fsyncs took ~1.0 s on 8 threads against ~0.06 s for one
+    `syncfs` (measured, README "Performance"). It also flushes what other programs wrote to
+    that filesystem, which costs them nothing but time."""
+    syncfs = _syncfs()
+    if syncfs is None:
+        return False
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if syncfs(fd) == 0:
+            return True
+        error = ctypes.get_errno()
+    finally:
+        os.close(fd)
+    log.warning("files.syncfs_failed", folder=str(folder), error=os.strerror(error))
+    return False
+
+
+@cache
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's `syncfs` where it reports write-back errors (Linux 5.8 and later), else None."""
+    found = re.match(r"(\d+)\.(\d+)", platform.release())
+    if platform.system() != "Linux" or found is None:
+        return None
+    if (int(found.group(1)), int(found.group(2))) < _SYNCFS_REPORTS_ERRORS_SINCE:
+        return None
+    try:
+        function: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):
+        return None
+    return function
+
+
+#: The first Linux whose `syncfs` reports write-back errors (before it, it always succeeded).
+_SYNCFS_REPORTS_ERRORS_SINCE = (5, 8)
 
 
 def write_all(fd: int, payload: bytes) -> None:
