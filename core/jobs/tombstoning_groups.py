@@ -8,8 +8,9 @@ tenantConfigVersion <= ceiling AND after < ingestedAt <= through`: for each of i
 exactly the predicate of that tenant's own band, evaluated by the store at delete time. Per
 band: one ids-only read of what it matches; those rows fetched whole a page at a time, split by
 tenant, checked against the rule and appended to each tenant's own archive; every archive
-touched fsynced (one thread call for all of them: per tenant, archive work is what a shared
-band costs most); then one `delete(where=band)`.
+touched made durable, by one `syncfs` through a handle opened before the band's first write
+when there are many (per tenant, archive work is what a shared band costs most:
+`core.stores.files.FilesystemFlush`), else by an fsync each; then one `delete(where=band)`.
 
 Anything unusual ends the group's shared bands and raises `GroupBandsAbandoned`, before the
 band's delete, so that the caller tombstones the group's tenants one by one with the careful
@@ -38,6 +39,7 @@ from core.rules.rows import ColumnPage
 from core.rules.tombstone_bands import Band, Number, rows_refused
 from core.stores.archives import TombstoneArchive, sync_archives
 from core.stores.clock import now_ms
+from core.stores.files import FilesystemFlush
 
 if TYPE_CHECKING:
     from core.stores.chroma import VectorStore
@@ -78,29 +80,23 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
     vectors = first.vectors
     where = group_band_where(list(jobs), ceiling, band)
     matched = await vectors.ids_where(first.collection, where=where)
-    archived: dict[str, list[str]] = {}
-    for start in range(0, len(matched), ARCHIVE_READ_ROWS):
-        page = await vectors.get_page(first.collection,
-                                      ids=matched[start:start + ARCHIVE_READ_ROWS])
-        split = split_page(page)
-        for tenant_id, rows in split.items():
-            job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
-            if job is None or rows_refused(rows, may_delete=job.may_delete,
-                                           read_ms=job.read_ms):
-                raise GroupBandsAbandoned(
-                    f"a shared band's rows changed or disagree with the rule (tenant "
-                    f"{tenant_id!r}); nothing of the band was deleted")
-        await asyncio.to_thread(_write_pages, jobs, split, progress, now_ms())
-        for tenant_id, rows in split.items():
-            archived.setdefault(tenant_id, []).extend(rows.ids)
-    if not archived:
+    if not matched:
         return
-    if any(progress[t].tombstoned + len(ids) > cap for t, ids in archived.items()):
-        raise GroupBandsAbandoned("a tenant's share of a shared band would pass the delete "
-                                  "cap (chunks entered since the scan); nothing was deleted")
-    # Nothing goes that is not on disk: every archive the band touched, in one thread call.
-    await asyncio.to_thread(sync_archives, [
-        archive for t in archived if (archive := progress[t].archive) is not None])
+    # Opened before the band's first archive write: see FilesystemFlush.
+    flush = await asyncio.to_thread(FilesystemFlush.open, first.tombstones_dir)
+    try:
+        archived = await _archive_band(jobs, matched, progress)
+        if not archived:
+            return
+        if any(progress[t].tombstoned + len(ids) > cap for t, ids in archived.items()):
+            raise GroupBandsAbandoned("a tenant's share of a shared band would pass the "
+                                      "delete cap (chunks entered since the scan); nothing "
+                                      "was deleted")
+        # Nothing goes that is not on disk: every archive the band touched, in one call.
+        await asyncio.to_thread(sync_archives, [
+            archive for t in archived if (archive := progress[t].archive) is not None], flush)
+    finally:
+        flush.close()
     try:
         deleted = await vectors.delete_where(first.collection, where=where)
     except Exception as exc:
@@ -115,6 +111,30 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
         await _attribute_gone(vectors, first.collection, archived, progress)
     log.info("reconcile.tombstoned_shared_band", deleted=deleted, tenants=len(archived),
              archived=sum(len(ids) for ids in archived.values()))
+
+
+async def _archive_band(jobs: Mapping[str, TombstoneJob], matched: list[str],
+                        progress: Mapping[str, TombstoneProgress]) -> dict[str, list[str]]:
+    """Fetch the band's matched rows whole, a page at a time, check each against its tenant's
+    rule (any refusal abandons the shared bands) and append them to their tenants' archives;
+    the archived ids per tenant."""
+    first = next(iter(jobs.values()))
+    archived: dict[str, list[str]] = {}
+    for start in range(0, len(matched), ARCHIVE_READ_ROWS):
+        page = await first.vectors.get_page(first.collection,
+                                            ids=matched[start:start + ARCHIVE_READ_ROWS])
+        split = split_page(page)
+        for tenant_id, rows in split.items():
+            job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
+            if job is None or rows_refused(rows, may_delete=job.may_delete,
+                                           read_ms=job.read_ms):
+                raise GroupBandsAbandoned(
+                    f"a shared band's rows changed or disagree with the rule (tenant "
+                    f"{tenant_id!r}); nothing of the band was deleted")
+        await asyncio.to_thread(_write_pages, jobs, split, progress, now_ms())
+        for tenant_id, rows in split.items():
+            archived.setdefault(tenant_id, []).extend(rows.ids)
+    return archived
 
 
 def _write_pages(jobs: Mapping[str, TombstoneJob], split: Mapping[str, ColumnPage],

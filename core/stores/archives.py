@@ -37,7 +37,7 @@ from core.rules.archive_format import (
     seal,
 )
 from core.rules.errors import ConfigError
-from core.stores.files import fsync_dir, sync_filesystem, write_all
+from core.stores.files import FilesystemFlush, fsync_dir, write_all
 
 if TYPE_CHECKING:
     from core.rules.rows import ColumnPage
@@ -221,15 +221,19 @@ def in_parallel(work: Callable[[T], object], items: Sequence[T]) -> None:
             future.result()
 
 
-def sync_archives(archives: list[TombstoneArchive]) -> None:
+def sync_archives(archives: list[TombstoneArchive], flush: FilesystemFlush | None = None,
+                  ) -> None:
     """(blocking) Make every row written to these archives durable, and every new one's
-    folder entry; raises when the disk refuses (and nothing may then be deleted). One
-    `syncfs` of their filesystem when there are SYNCFS_MIN_ARCHIVES or more and the system
-    can (`sync_filesystem`), else one fsync per file with unsynced rows (on up to
-    ARCHIVE_IO_THREADS threads); then one fsync per folder either way."""
+    folder entry; raises when the disk refuses (and nothing may then be deleted).
+
+    With `flush`, a handle on the archives' folder opened before any of their unsynced rows
+    was written, and SYNCFS_MIN_ARCHIVES archives or more, one `syncfs` does it when the
+    system can (`FilesystemFlush.flush`); otherwise one fsync per file with unsynced rows (on
+    up to ARCHIVE_IO_THREADS threads). Then one fsync per new archives' folder either way."""
     pending = [a for a in archives if not a.durable or a.rows_synced != a.rows_written]
-    folders = {a.path.parent for a in pending}
-    if len(pending) < SYNCFS_MIN_ARCHIVES or not all(map(sync_filesystem, folders)):
+    flushed = (flush is not None and len(pending) >= SYNCFS_MIN_ARCHIVES
+               and all(a.path.parent == flush.folder for a in pending) and flush.flush())
+    if not flushed:
         in_parallel(lambda archive: archive._fsync(), pending)
     new = [a for a in pending if not a.durable]
     created = {a.path.parent.parent for a in new if a.created_directory}
