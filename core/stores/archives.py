@@ -1,8 +1,9 @@
 """Tombstone archive files under `<dataDir>/tombstones/`: created, appended durably, read.
 
 Every chunk is on disk, with the content it had, before it is deleted: each band's pages are
-written and flushed, then fsynced (the file and, when new, its folder) BEFORE its delete is
-sent. The lines' format and checksums are `core.rules.archive_format`'s.
+written, then made durable (each file fsynced, or many at once by one `syncfs`, and a new
+file's folder fsynced: `sync_archives`) BEFORE its delete is sent. The lines' format and
+checksums are `core.rules.archive_format`'s.
 
 **Restore is preserve-live** (`restore_archive`): lines are checked against the header and
 then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which
@@ -21,12 +22,12 @@ import asyncio
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final, TypeVar
+from typing import IO, TYPE_CHECKING, Final
 
 import structlog
 
@@ -44,9 +45,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-T = TypeVar("T")
-
-#: Threads that create and fsync many archives at once (a shared band touches up to 1,000).
+#: Threads that fsync many archives at once when one `syncfs` cannot (a shared band touches
+#: up to 5,000).
 ARCHIVE_IO_THREADS: Final = 8
 #: Lines checked and restored per batch: one `get` and one `add` per batch, and memory
 #: bounded by a batch whatever the file's size.
@@ -207,22 +207,22 @@ def _write_lines(fd: int, lines: Iterable[bytes]) -> None:
         write_all(fd, b"".join(pending))
 
 
-def in_parallel(work: Callable[[T], object], items: Sequence[T]) -> None:
-    """(blocking) `work` on every item, on up to ARCHIVE_IO_THREADS threads (file creation and
-    fsync wait on the disk, not the GIL: 1,000 archives' fsyncs one after another cost ~1 s
-    more than spread over threads); the first error is raised after all finished."""
-    if len(items) < 2:
-        for item in items:
-            work(item)
+def _fsync_each(archives: Sequence[TombstoneArchive]) -> None:
+    """(blocking) fsync every archive, on up to ARCHIVE_IO_THREADS threads (an fsync waits on
+    the disk, not the GIL: 1,000 archives' fsyncs one after another cost ~1 s more than spread
+    over threads); the first error is raised after all finished."""
+    if len(archives) < 2:
+        for archive in archives:
+            archive._fsync()
         return
     with ThreadPoolExecutor(max_workers=ARCHIVE_IO_THREADS,
                             thread_name_prefix="archive-io") as pool:
-        for future in [pool.submit(work, item) for item in items]:
+        for future in [pool.submit(archive._fsync) for archive in archives]:
             future.result()
 
 
-def sync_archives(archives: list[TombstoneArchive], flush: FilesystemFlush | None = None,
-                  ) -> None:
+def sync_archives(archives: list[TombstoneArchive],
+                  flush: FilesystemFlush | None = None) -> None:
     """(blocking) Make every row written to these archives durable, and every new one's
     folder entry; raises when the disk refuses (and nothing may then be deleted).
 
@@ -234,7 +234,7 @@ def sync_archives(archives: list[TombstoneArchive], flush: FilesystemFlush | Non
     flushed = (flush is not None and len(pending) >= SYNCFS_MIN_ARCHIVES
                and all(a.path.parent == flush.folder for a in pending) and flush.flush())
     if not flushed:
-        in_parallel(lambda archive: archive._fsync(), pending)
+        _fsync_each(pending)
     new = [a for a in pending if not a.durable]
     created = {a.path.parent.parent for a in new if a.created_directory}
     for folder in sorted({a.path.parent for a in new} | created,
