@@ -37,6 +37,8 @@ from core.stores.sqlite import GraphDB
 from tests.support import REPO, child_env, seed
 
 RULES = REPO / "deploy/prometheus/kb-rules.yml"
+#: promtool's unit tests of the rules: each alert fires on the series that should fire it.
+RULES_TESTS = REPO / "deploy/prometheus/kb-rules.test.yml"
 SCRAPE_CONFIG = REPO / "deploy/prometheus/scrape.yml"
 DASHBOARD = REPO / "deploy/grafana/kb-daemons.json"
 #: A metric name as PromQL writes it: the daemons' own and the library's process metrics.
@@ -273,7 +275,8 @@ def test_the_rules_file_has_prometheus_s_rule_format() -> None:
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 @pytest.mark.parametrize("command", [["check", "rules", str(RULES)],
-                                     ["check", "config", str(SCRAPE_CONFIG)]])
+                                     ["check", "config", str(SCRAPE_CONFIG)],
+                                     ["test", "rules", str(RULES_TESTS)]])
 def test_promtool_accepts_the_shipped_prometheus_files(command: list[str]) -> None:
     checked = subprocess.run(["promtool", *command], capture_output=True, text=True,
                              timeout=60, check=False)
