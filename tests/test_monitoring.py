@@ -281,3 +281,13 @@ def test_promtool_accepts_the_shipped_prometheus_files(command: list[str]) -> No
     checked = subprocess.run(["promtool", *command], capture_output=True, text=True,
                              timeout=60, check=False)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_readme_metric_table_names_every_series_a_daemon_exports(
+    restarted: Restarted,
+) -> None:
+    readme = (REPO / "README.md").read_text()
+    for family in text_string_to_metric_families(restarted.text):
+        if family.name.startswith("kb_") and not family.name.endswith("_created"):
+            shown = {family.name, *(s.name for s in family.samples)}
+            assert any(f"| `{name}` |" in readme for name in shown), family.name
