@@ -39,9 +39,16 @@ bench: $(STAMP)
 
 # ruff, then the architecture: the import contracts of .importlinter (layers, pure rules,
 # one Chroma adapter, one SQLite connection). A broken contract fails the target, and so CI.
+# Then the shipped Prometheus files, with promtool when it is installed (skipped, said so,
+# when it is not: `apt-get install prometheus` brings it).
 lint: $(STAMP)
 	$(BIN)/ruff check core daemons tests benchmarks
 	$(BIN)/lint-imports --no-cache --no-logo
+	@if command -v promtool >/dev/null 2>&1; then \
+		promtool check rules deploy/prometheus/kb-rules.yml && \
+		promtool check config deploy/prometheus/scrape.yml && \
+		promtool test rules deploy/prometheus/kb-rules.test.yml; \
+	else echo "make lint: promtool not installed; deploy/prometheus not checked" >&2; fi
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -7,14 +7,23 @@ leaks in, and two runtimes in one test process do not collide.
 What is exposed:
 - per job: ticks by outcome (`kb_ticks_total`), a tick-duration histogram
   (`kb_tick_duration_seconds`), when the last *completed* tick finished
-  (`kb_last_success_timestamp_seconds`; an interrupted or unsuccessful tick does not move it);
+  (`kb_last_success_timestamp_seconds`; an interrupted or unsuccessful tick does not move it),
+  the job's interval (`kb_job_interval_seconds`, so a rule can say "no success for two
+  intervals" whatever the configuration) and whether a tick is running (`kb_tick_in_progress`,
+  so a `.draining` file with no drain running is known to be left behind);
 - read from the files at scrape time, through the same readers status uses, and re-read only
   when a file's size or mtime changed (a scrape of an unchanged multi-GB queue costs two
   `stat` calls): the queue's lines (`kb_queue_lines`), whether a `.draining` file is left
   (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`);
 - per tenant, from the last reconcile pass: stale chunks (`kb_stale_chunks`), chunks of paths
-  the manifest no longer lists when the pass reports them (`kb_missing_paths`), and chunks
-  tombstoned (`kb_tombstoned_chunks_total`).
+  the manifest no longer lists (`kb_manifest_orphan_chunks`), every orphan once
+  (`kb_orphan_chunks`), paths a manifest lists that no chunk carries (`kb_missing_paths`),
+  the guard that held the tenant (`kb_tenant_held`, 1 with `guard` naming it, 0 with
+  `guard=""` when none did), and chunks tombstoned (`kb_tombstoned_chunks_total`).
+
+From the first scrape (`start`, before any tick): every job's series exist, with the last
+success and each tenant's gauges restored from SQLite (`core.rules.restored_metrics` says
+what is restored); counters and the histogram start at 0, as Prometheus counters do.
 
 Scrapes are answered on the library's own thread, so a slow file read never blocks the loop.
 """
@@ -24,7 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,14 +53,21 @@ from prometheus_client.registry import Collector
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
 from core.rules.figures import Figures
-from core.rules.reconcile import ReconcileFigures
+from core.rules.reconcile import ReconcileFigures, TenantFigures
+from core.rules.restored_metrics import RestoredMetrics, restored_metrics
+from core.runtime.tick import Job
+from core.stores.daemon_state import last_success_stamps, last_ticks
 from core.stores.dead_letter_file import count_dead_letters
 from core.stores.queue_files import count_newlines
+from core.stores.sqlite import GraphDB
 
 log = structlog.get_logger(__name__)
 
 #: Tick durations range from milliseconds (an empty queue) to the tick's time bound (an hour).
 DURATION_BUCKETS_S = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, float("inf"))
+#: Every `outcome` of `kb_ticks_total` (the scheduler's): each is exported from the start, at 0,
+#: so `increase()` sees a tick of any outcome from the first one on.
+OUTCOMES = ("ok", "incomplete", "failed", "timeout", "skipped")
 
 
 @dataclass(slots=True)
@@ -126,26 +142,71 @@ class Metrics:
                                       "pass).", ["tenant"], registry=r)
         self.missing_paths = Gauge("kb_missing_paths", "Paths a manifest lists that have no "
                                    "chunks, by tenant (last pass).", ["tenant"], registry=r)
+        self.orphans = Gauge("kb_orphan_chunks", "Orphaned chunks (stale, manifest or "
+                             "generation orphans, each once), by tenant (last pass).",
+                             ["tenant"], registry=r)
+        self.held = Gauge("kb_tenant_held", "1 when a guard held the tenant's tombstoning in "
+                          "the last pass (guard names it), else 0 with guard=\"\".",
+                          ["tenant", "guard"], registry=r)
         self.tombstoned = Counter("kb_tombstoned_chunks", "Chunks tombstoned, by tenant.",
                                   ["tenant"], registry=r)
+        self.interval = Gauge("kb_job_interval_seconds", "How often the job ticks.", ["job"],
+                              registry=r)
+        self.in_progress = Gauge("kb_tick_in_progress", "1 while a tick of the job runs.",
+                                 ["job"], registry=r)
         r.register(_QueueFiles(settings))
         ProcessCollector(registry=r)
+        self._guards: dict[str, str] = {}  # each tenant's `guard` label now shown
         self._server: Any = None
+
+    def start(self, jobs: Sequence[Job], restored: RestoredMetrics) -> None:
+        """Export every series of `jobs` before their first tick: the recorded last success
+        and tenant gauges as `restored`, each interval, no tick running, and the counters and
+        the histogram at 0 (a labelled series does not exist until it is first touched)."""
+        for job in jobs:
+            self.interval.labels(job.name).set(job.interval_ms / 1000)
+            self.in_progress.labels(job.name).set(0)
+            self.durations.labels(job.name)
+            for outcome in OUTCOMES:
+                self.ticks.labels(job.name, outcome)
+            if job.name in restored.last_success_s:
+                self.last_success.labels(job.name).set(restored.last_success_s[job.name])
+        for tenant in restored.tenants:
+            self._show_tenant(tenant)
+            self.tombstoned.labels(tenant.tenant_id)
+
+    def tick_started(self, job: str) -> None:
+        """Say a tick of `job` is running (until `observe_tick`)."""
+        self.in_progress.labels(job).set(1)
 
     def observe_tick(self, job: str, *, outcome: str, duration_s: float,
                      figures: Figures | None = None, finished_ts: float) -> None:
         """Record one tick's outcome and duration and, for a reconcile pass, each tenant's
-        stale and manifest-orphaned chunks, missing paths and tombstoned chunks."""
+        stale, manifest-orphaned and orphaned chunks, missing paths, guard and tombstoned
+        chunks."""
         self.ticks.labels(job, outcome).inc()
         self.durations.labels(job).observe(duration_s)
+        self.in_progress.labels(job).set(0)
         if outcome == "ok":
             self.last_success.labels(job).set(finished_ts)
         if isinstance(figures, ReconcileFigures):
             for tenant in figures.tenants:
-                self.stale.labels(tenant.tenant_id).set(tenant.stale_count)
-                self.manifest_orphans.labels(tenant.tenant_id).set(tenant.manifest_orphan_count)
-                self.missing_paths.labels(tenant.tenant_id).set(tenant.missing_path_count)
+                self._show_tenant(tenant)
                 self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
+
+    def _show_tenant(self, tenant: TenantFigures) -> None:
+        """A tenant's gauges from one pass's figures, live or restored (one writer of both)."""
+        name = tenant.tenant_id
+        self.stale.labels(name).set(tenant.stale_count)
+        self.manifest_orphans.labels(name).set(tenant.manifest_orphan_count)
+        self.orphans.labels(name).set(tenant.total_orphan_count)
+        self.missing_paths.labels(name).set(tenant.missing_path_count)
+        guard = tenant.guard or ""
+        shown = self._guards.get(name)
+        if shown is not None and shown != guard:
+            self.held.remove(name, shown)  # one series per tenant: the guard of the last pass
+        self.held.labels(name, guard).set(1 if guard else 0)
+        self._guards[name] = guard
 
     def serve(self, port: int) -> None:
         """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
@@ -168,3 +229,25 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> RestoredMetrics:
+    """The recorded state of `jobs` to serve from the first scrape, read from SQLite without
+    writing a byte (a store that does not exist yet has nothing recorded). Best effort: a
+    state that cannot be read is logged and the exporter starts empty, as it would have
+    before; it never stops the daemon."""
+    try:
+        graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+        try:
+            ticks = await last_ticks(graph)
+            stamps = await last_success_stamps(graph)
+        finally:
+            await graph.close()
+    except Exception:
+        log.warning("metrics.restore_failed", path=str(settings.graph_db_path), exc_info=True)
+        return RestoredMetrics()
+    restored = restored_metrics((job.name for job in jobs), ticks=ticks,
+                                success_stamps_ms=stamps)
+    log.info("metrics.restored", jobs=sorted(restored.last_success_s),
+             tenants=len(restored.tenants))
+    return restored

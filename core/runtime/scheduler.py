@@ -17,6 +17,8 @@ What it guarantees:
   their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
   tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
   its transaction rolls back and its lines stay on disk. A second signal exits at once.
+- **Metrics from the first scrape.** The exporter serves each job's recorded last success and
+  the last pass's per-tenant figures before the first tick (`core.runtime.metrics`).
 - **systemd.** READY=1 once every daemon's stores are open, WATCHDOG=1 at half of
   WATCHDOG_USEC but only while the loop, the schedulers and running ticks make progress,
   STOPPING=1 on shutdown.
@@ -39,7 +41,7 @@ import structlog
 from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
-from core.runtime.metrics import Metrics
+from core.runtime.metrics import Metrics, read_restored_metrics
 from core.runtime.signals import stop_on_signals
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job, run_tick
@@ -235,6 +237,7 @@ class DaemonRunner:
         context = replace(self._context, control=state.control)
         state.number += 1
         state.running_since = time.monotonic()
+        self.metrics.tick_started(job.name)
         outcome, figures = "failed", None
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
@@ -407,7 +410,10 @@ async def serve(
         stop.set()
 
     metrics = Metrics(settings)
-    if settings.metrics_port:  # first of all: a taken port is a config error before any tick
+    # Before the first scrape: the recorded state, so monitoring is not blind until a tick.
+    jobs = [job for spec in specs for job in spec.jobs]
+    metrics.start(jobs, await read_restored_metrics(settings, jobs))
+    if settings.metrics_port:  # a taken port is a config error before any tick
         metrics.serve(settings.metrics_port)
     try:
         with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):

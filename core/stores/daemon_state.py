@@ -1,7 +1,8 @@
 """The daemons' bookkeeping in SQLite: last completed ticks and small named values.
 
 Kept in the graph file so that a restart knows when each daemon last ticked (neither skipping
-nor doubling a pass) and where live ingestion left off.
+nor doubling a pass), when each job last succeeded (the metrics exporter serves it from the
+first scrape, even when the latest tick failed), and where live ingestion left off.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.stores.sqlite import GraphDB
+    from core.stores.sqlite import GraphDB, Transaction
 
 #: daemon_state key of the drain daemon's live-ingestion watermark (epoch ms of the start of
 #: the last tick whose live ingestion completed).
 LIVE_INGEST_WATERMARK = "drain.liveIngestWatermark"
+#: Suffix of the daemon_state key `<job>.lastSuccessAt`: epoch ms when the job's last
+#: successful (`ok`) tick finished. `daemon_ticks` keeps only the latest tick, which may have
+#: failed; this keeps the last success beside it.
+LAST_SUCCESS_SUFFIX = ".lastSuccessAt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +44,22 @@ async def get_value(graph: GraphDB, key: str) -> str | None:
 async def set_value(graph: GraphDB, key: str, value: str, *, now_ms: int) -> None:
     """Store a named value."""
     async with graph.write() as tx:
-        await tx.execute(
-            "INSERT INTO daemon_state(key, value, updated_at) VALUES (?, ?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-            "updated_at = excluded.updated_at",
-            (key, value, now_ms),
-        )
+        await _put_value(tx, key, value, now_ms=now_ms)
+
+
+async def _put_value(tx: Transaction, key: str, value: str, *, now_ms: int) -> None:
+    await tx.execute(
+        "INSERT INTO daemon_state(key, value, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+        "updated_at = excluded.updated_at",
+        (key, value, now_ms),
+    )
 
 
 async def record_tick(graph: GraphDB, record: TickRecord) -> None:
-    """Remember a daemon's latest tick (one row per daemon)."""
+    """Remember a daemon's latest tick (one row per daemon) and, when it succeeded, when it
+    finished as the job's last success, in the same transaction (never one without the
+    other)."""
     async with graph.write() as tx:
         await tx.execute(
             "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
@@ -58,6 +69,9 @@ async def record_tick(graph: GraphDB, record: TickRecord) -> None:
             (record.daemon, record.started_at, record.finished_at, record.duration_ms,
              int(record.ok), json.dumps(record.figures, default=str)),
         )
+        if record.ok:
+            await _put_value(tx, record.daemon + LAST_SUCCESS_SUFFIX, str(record.finished_at),
+                             now_ms=record.finished_at)
 
 
 async def last_ticks(graph: GraphDB) -> dict[str, TickRecord]:
@@ -69,3 +83,19 @@ async def last_ticks(graph: GraphDB) -> dict[str, TickRecord]:
         r[0]: TickRecord(r[0], int(r[1]), int(r[2]), int(r[3]), bool(r[4]), json.loads(r[5]))
         for r in rows
     }
+
+
+async def last_success_stamps(graph: GraphDB) -> dict[str, int]:
+    """When each job's last successful tick finished (epoch ms), by job name, as recorded by
+    `record_tick`; a value that is not an integer (written by hand) is left out."""
+    rows = await graph.query(
+        "SELECT key, value FROM daemon_state WHERE substr(key, -?) = ?",
+        (len(LAST_SUCCESS_SUFFIX), LAST_SUCCESS_SUFFIX),
+    )
+    stamps: dict[str, int] = {}
+    for key, value in rows:
+        try:
+            stamps[str(key)[: -len(LAST_SUCCESS_SUFFIX)]] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return stamps
