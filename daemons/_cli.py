@@ -21,6 +21,7 @@ import structlog
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
+from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
@@ -65,8 +66,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
 
 
 def emit_json(figures: Any) -> None:
-    """The one JSON object of a `--json` run, on stdout."""
-    sys.stdout.write(json.dumps(figures, default=str, sort_keys=True) + "\n")
+    """The one JSON object of a `--json` run, on stdout, scrubbed of every form of every
+    secret of the configuration (`scrub_shown`)."""
+    sys.stdout.write(json.dumps(scrub_shown(figures), default=str, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
@@ -77,7 +79,7 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     try:
         code = asyncio.run(main())
     except KbError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        sys.stderr.write(scrub_shown(f"{prog}: error: {exc}\n"))
         code = exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
@@ -115,7 +117,8 @@ async def tick_once(
     if as_json:
         emit_json({"ok": ok, **shown})
     else:
-        sys.stdout.write(summarize({name: result.figures for name, result in done.figures.items()}))
+        sys.stdout.write(scrub_shown(summarize(
+            {name: result.figures for name, result in done.figures.items()})))
         sys.stdout.flush()
     return exit_code(ok=ok, run=done.run)
 
