@@ -26,6 +26,7 @@ from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
 from core.runtime.settings import load_settings
+from core.runtime.tick import LOGGED_NOTE
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -72,6 +73,12 @@ def emit_json(figures: Any) -> None:
     sys.stdout.flush()
 
 
+def unexpected_error(exc: BaseException) -> str:
+    """How an exception nobody raised on purpose is reported in one line (and under `--json`):
+    its type and message."""
+    return f"unexpected {type(exc).__name__}: {exc}"
+
+
 def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
     """Run a command's coroutine and exit with CONTRACT's code for how it ended. The process
     first gets its malloc arena cap (`core.runtime.process`), before any thread or store."""
@@ -84,6 +91,13 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
+    except Exception as exc:
+        # Unexpected (a bug, or a fault nothing names yet, e.g. a folder where a file should
+        # be): the traceback once in the log, without locals and scrubbed, then one line.
+        if LOGGED_NOTE not in getattr(exc, "__notes__", ()):
+            log.error("command.failed", exc_info=True)
+        sys.stderr.write(scrub_shown(f"{prog}: error: {unexpected_error(exc)}\n"))
+        code = EXIT_FAILED
     raise SystemExit(code)
 
 
@@ -104,9 +118,11 @@ async def tick_once(
     (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
     try:
         done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
-    except KbError as exc:
+    except Exception as exc:
+        # `--json` promises one object on every exit path, an unexpected failure included.
         if as_json:
-            emit_json({"ok": False, "error": str(exc)})
+            emit_json({"ok": False, "error": str(exc) if isinstance(exc, KbError)
+                       else unexpected_error(exc)})
         raise
     main = done.figures[daemon.jobs[0].name]
     shown = main.json()

@@ -43,6 +43,10 @@ F = TypeVar("F", bound=Figures)
 #: A tick: its context and whether it is a dry run in, its figures out.
 TickFn = Callable[[TickContext, bool], Awaitable[Figures]]
 
+#: The note `run_tick` adds to an unexpected exception it logged with its traceback, so the
+#: command around it reports it in one line instead of logging the traceback again.
+LOGGED_NOTE = "(logged above as tick.failed, with its traceback)"
+
 #: A tick may run at most max(its interval, this) before it is cancelled.
 MIN_TICK_TIMEOUT_S = 300.0
 
@@ -169,6 +173,7 @@ async def run_tick(
             else:
                 # Unexpected: the traceback (frames and message, never locals: see logs).
                 log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run, exc_info=True)
+                exc.add_note(LOGGED_NOTE)
             if not dry_run:
                 await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms,
                                                  False, {"error": str(exc)}))
