@@ -21,10 +21,12 @@ import structlog
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
+from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
 from core.runtime.settings import load_settings
+from core.runtime.tick import LOGGED_NOTE
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -65,9 +67,16 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
 
 
 def emit_json(figures: Any) -> None:
-    """The one JSON object of a `--json` run, on stdout."""
-    sys.stdout.write(json.dumps(figures, default=str, sort_keys=True) + "\n")
+    """The one JSON object of a `--json` run, on stdout, scrubbed of every form of every
+    secret of the configuration (`scrub_shown`)."""
+    sys.stdout.write(json.dumps(scrub_shown(figures), default=str, sort_keys=True) + "\n")
     sys.stdout.flush()
+
+
+def unexpected_error(exc: BaseException) -> str:
+    """How an exception nobody raised on purpose is reported in one line (and under `--json`):
+    its type and message."""
+    return f"unexpected {type(exc).__name__}: {exc}"
 
 
 def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
@@ -77,11 +86,18 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     try:
         code = asyncio.run(main())
     except KbError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        sys.stderr.write(scrub_shown(f"{prog}: error: {exc}\n"))
         code = exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130
+    except Exception as exc:
+        # Unexpected (a bug, or a fault nothing names yet, e.g. a folder where a file should
+        # be): the traceback once in the log, without locals and scrubbed, then one line.
+        if LOGGED_NOTE not in getattr(exc, "__notes__", ()):
+            log.error("command.failed", exc_info=True)
+        sys.stderr.write(scrub_shown(f"{prog}: error: {unexpected_error(exc)}\n"))
+        code = EXIT_FAILED
     raise SystemExit(code)
 
 
@@ -102,9 +118,11 @@ async def tick_once(
     (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
     try:
         done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
-    except KbError as exc:
+    except Exception as exc:
+        # `--json` promises one object on every exit path, an unexpected failure included.
         if as_json:
-            emit_json({"ok": False, "error": str(exc)})
+            emit_json({"ok": False, "error": str(exc) if isinstance(exc, KbError)
+                       else unexpected_error(exc)})
         raise
     main = done.figures[daemon.jobs[0].name]
     shown = main.json()
@@ -115,7 +133,8 @@ async def tick_once(
     if as_json:
         emit_json({"ok": ok, **shown})
     else:
-        sys.stdout.write(summarize({name: result.figures for name, result in done.figures.items()}))
+        sys.stdout.write(scrub_shown(summarize(
+            {name: result.figures for name, result in done.figures.items()})))
         sys.stdout.flush()
     return exit_code(ok=ok, run=done.run)
 

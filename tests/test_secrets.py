@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -196,3 +197,169 @@ async def test_status_hides_credentials_in_figures_an_older_version_recorded(
     assert_no_secret("status of an old tick", json.dumps(shown))
     [alert] = shown["ticks"]["alerting"]["figures"]["alerts"]
     assert alert["channel"] == "webhook:http://127.0.0.1:9/…"
+
+
+# --------------------------------------------------------------------------------------------
+# Every failure path, every output: a password, a token and their encoded forms planted in
+# every secret-bearing part of the webhook URLs (user-info, path, query).
+# --------------------------------------------------------------------------------------------
+
+PLANTED_USER = "alice"
+PLANTED_PASSWORD = "S3cr3t/P@ss w0rd!"
+PLANTED_TOKEN = "PATHTOKEN123"
+OTHER_PASSWORD = "OTHERPASS9"
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def planted_webhook(port: int) -> str:
+    """A webhook URL with the password in its user-info and query and the token in its path
+    and (base64) query, as an operator might write one."""
+    password = quote(PLANTED_PASSWORD, safe="")
+    return (f"webhook:http://{PLANTED_USER}:{password}@127.0.0.1:{port}/hooks/{PLANTED_TOKEN}"
+            f"?sig={_b64(PLANTED_TOKEN)}&pw={password}")
+
+
+#: Each secret in each form it could leak in: raw, percent-encoded, base64, and the Basic
+#: credentials httpx sends (of the pair as sent and as written).
+PLANTED_FORMS = tuple(sorted({
+    form
+    for secret in (PLANTED_PASSWORD, PLANTED_TOKEN, OTHER_PASSWORD)
+    for form in (secret, quote(secret, safe=""), quote(secret), _b64(secret))
+} | {_b64(f"{PLANTED_USER}:{PLANTED_PASSWORD}"),
+     _b64(f"{PLANTED_USER}:{quote(PLANTED_PASSWORD, safe='')}"),
+     _b64(f"bob:{OTHER_PASSWORD}")}))
+
+
+def assert_no_planted_form(where: str, text: str | bytes) -> None:
+    haystack = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
+    leaked = [form for form in PLANTED_FORMS if form.encode() in haystack]
+    assert not leaked, f"{leaked} in {where}"
+
+
+@pytest.fixture
+def header_echoing_receiver() -> Iterator[int]:
+    """A receiver that refuses every alert with a 401 quoting the request as it came: the
+    Authorization header first (base64, as httpx sent it), then the path and query, then
+    every header."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = (f"denied {self.headers.get('Authorization', '')} for {self.path} "
+                    f"headers={dict(self.headers)}").encode()
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _config(path: Path, data_dir: str, port: int, **keys: str) -> Path:
+    """A config with alerting on, one valid rule on the planted webhook and one invalid rule
+    whose (malformed) webhook holds another password."""
+    extra = "".join(f'{key} = "{value}"\n' for key, value in keys.items())
+    path.write_text(
+        f'[knowledgeBase]\ndataDir = "{data_dir}"\nreconciliationEnabled = true\n'
+        f'alertingEnabled = true\n{extra}'
+        '[[knowledgeBase.alertRules]]\nmetric = "reconcileEvents"\nthreshold = 0\n'
+        f'severity = "critical"\nchannels = ["{planted_webhook(port)}", "console"]\n'
+        '[[knowledgeBase.alertRules]]\nmetric = "bogus"\nthreshold = 0\n'
+        'severity = "critical"\n'
+        f'channels = ["webhook:ftp://bob:{OTHER_PASSWORD}@127.0.0.1/x?{OTHER_PASSWORD}"]\n',
+        encoding="utf-8")
+    return path
+
+
+def test_no_form_of_a_planted_secret_reaches_any_output_on_any_failure_path(
+    tmp_path: Path, header_echoing_receiver: int
+) -> None:
+    port = header_echoing_receiver
+    home = tmp_path / "home"
+    # The receiver echoes the request (Basic credentials, path, query) in its refusal.
+    echoing = _config(tmp_path / "kb.toml", "data", port)
+    asyncio.run(_prepare(echoing))
+    # A folder where the telemetry spool file should be (the reconcile tick cannot spool).
+    spool = _config(tmp_path / "kb-spool.toml", "data-spool", port)
+    (tmp_path / "data-spool" / "telemetry-spool.jsonl").mkdir(parents=True)
+    # A file where the queue's folder should be (the tests run as root: chmod would not stop
+    # them, a file in the way does).
+    (tmp_path / "data-queue").mkdir()
+    (tmp_path / "data-queue" / "blocker").write_text("not a folder\n", encoding="utf-8")
+    queue = _config(tmp_path / "kb-queue.toml", "data-queue", port,
+                    lazyEdgesQueuePath="data-queue/blocker/lazy-edges.jsonl")
+    # A store that is down.
+    down = _config(tmp_path / "kb-down.toml", "data-down", port,
+                   chromaUrl=f"http://127.0.0.1:{closed_port()}")
+
+    runs = {
+        "echoing receiver": (run_module("daemons.reconcile", "--tick", "--json", "--config",
+                                        str(echoing), home=home), 0),
+        "folder as spool": (run_module("daemons.reconcile", "--tick", "--json", "--config",
+                                       str(spool), home=home), 1),
+        "file as queue folder": (run_module("daemons.drain", "--tick", "--json", "--config",
+                                            str(queue), home=home), 1),
+        "store down": (run_module("daemons.drain", "--tick", "--json", "--config", str(down),
+                                  home=home), 1),
+    }
+    for config in (echoing, spool, queue, down):
+        # status cannot read a queue behind a file (exit 1); it reads the others.
+        expected = 1 if config == queue else 0
+        runs[f"status --json {config.name}"] = (
+            run_module("daemons.status", "--json", "--config", str(config), home=home),
+            expected)
+        runs[f"status {config.name}"] = (
+            run_module("daemons.status", "--config", str(config), home=home), expected)
+
+    for where, (done, expected) in runs.items():
+        assert done.returncode == expected, (where, done.stderr[-3000:])
+        if "--json" in done.args and not where.startswith("status --json kb-queue"):
+            assert done.stdout.count("\n") == 1, (where, done.stdout, done.stderr[-2000:])
+            assert isinstance(json.loads(done.stdout), dict), where
+        assert_no_planted_form(f"{where}: stdout", done.stdout)
+        assert_no_planted_form(f"{where}: stderr", done.stderr)
+    echoed = json.loads(runs["echoing receiver"][0].stdout)["alerting"]
+    assert (echoed["fired"], echoed["delivered"]) == (2, 1), echoed
+    [refused] = [a for a in echoed["alerts"] if not a["delivered"]]
+    assert refused["error"].startswith("HTTP 401: denied Basic …"), refused["error"]
+    assert_no_planted_form("SQLite", every_stored_value(tmp_path / "data" / "graph.sqlite"))
+    for path in sorted(p for p in tmp_path.rglob("*") if p.is_file()):
+        if path.suffix != ".toml":  # the configuration itself holds them, by design
+            assert_no_planted_form(str(path.relative_to(tmp_path)), path.read_bytes())
+
+
+def test_a_refusal_under_tick_json_is_one_json_object_and_no_traceback(tmp_path: Path) -> None:
+    config = _config(tmp_path / "kb.toml", "data", closed_port())
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    queue.parent.mkdir(parents=True)
+    (tmp_path / "elsewhere.jsonl").write_text("", encoding="utf-8")
+    queue.symlink_to(tmp_path / "elsewhere.jsonl")
+
+    done = run_module("daemons.drain", "--tick", "--json", "--config", str(config),
+                      home=tmp_path / "home")
+
+    assert done.returncode == 2, done.stderr[-3000:]
+    [shown] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert shown["ok"] is False and "symbolic link" in shown["error"]
+    assert "Traceback" not in done.stderr and '"exception"' not in done.stderr
+    [failed] = [json.loads(line) for line in done.stderr.splitlines()
+                if '"tick.failed"' in line]
+    assert failed["errorType"] == "QueuePathIsSymlink" and "symbolic link" in failed["error"]
+    [error_line] = [line for line in done.stderr.splitlines()
+                    if line.startswith("daemons.drain: error:")]
+    assert "symbolic link" in error_line
+    assert_no_planted_form("stderr", done.stderr)

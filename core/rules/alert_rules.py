@@ -28,9 +28,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import urlsplit
 
 from core.rules.figures import json_name, shown_as
+from core.rules.secrets import HIDDEN, NO_SECRETS, Secrets
 from core.rules.telemetry import KNOWN_METRICS
 from core.rules.values import is_real_number
 
@@ -95,11 +96,6 @@ def a2a_channel_reason(spec: str) -> str:
 # Secrets
 # --------------------------------------------------------------------------------------------
 
-#: What stands for a hidden part of a URL.
-HIDDEN: Final = "…"
-#: Secret parts shorter than this are not searched for in free text (a one-letter user name
-#: would turn every message to confetti, and hides nothing).
-MIN_SECRET_CHARS: Final = 3
 #: A cooldown key's channel: a redacted label, then a fingerprint.
 _CHANNEL_KEY = re.compile(r".* #[0-9a-f]{16}")
 
@@ -129,31 +125,34 @@ def redact_channel(spec: Any) -> str:
     return f"{head}{parts.scheme}://{shown}{'' if port is None else f':{port}'}/{HIDDEN}"
 
 
-def secret_parts(spec: str) -> list[str]:
-    """The parts of a channel spec that must never be shown (pure): the whole spec, its URL,
-    user-info, user name, password, path and its segments, query and its values, fragment,
-    raw and percent-decoded, longest first, each at least MIN_SECRET_CHARS long."""
-    target = spec.partition(":")[2] if spec.startswith(WEBHOOK_PREFIX) else spec
-    found = {spec, target}
-    try:
-        parts = urlsplit(target)
-        userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
-        found.update([userinfo, parts.username or "", parts.password or "", parts.query,
-                      parts.fragment, parts.path if parts.path not in ("", "/") else ""])
-        found.update(parts.path.split("/"))
-        found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
-    except ValueError:
-        pass
-    found |= {unquote(part) for part in found}
-    return sorted((p for p in found if len(p) >= MIN_SECRET_CHARS), key=len, reverse=True)
+@functools.lru_cache(maxsize=256)
+def channel_secrets(spec: str) -> Secrets:
+    """Every secret of a channel spec in every form it may come back in (`Secrets.of_url`):
+    the spec, its URL's user-info (and the Basic credentials httpx makes of it), path and its
+    segments, query and its values, fragment; raw, percent-encoded and decoded. `console`
+    and other specs without a URL have none."""
+    if "://" not in spec and "@" not in spec:
+        return NO_SECRETS
+    target = spec.partition(":")[2] if spec.startswith((WEBHOOK_PREFIX, A2A_PREFIX)) else spec
+    return Secrets.of_url(target) | Secrets.of_text(spec)
 
 
 def scrub_secrets(text: str, spec: str) -> str:
-    """`text` (an error message, a traceback) with every secret part of `spec` replaced by
-    HIDDEN, so it can be logged and stored."""
-    for part in secret_parts(spec):
-        text = text.replace(part, HIDDEN)
-    return text
+    """`text` (an error message, a traceback) with every secret of `spec` in every form
+    replaced by HIDDEN, so it can be logged and stored."""
+    return channel_secrets(spec).scrub(text)
+
+
+def _strings_in(value: Any) -> list[str]:
+    """Every string anywhere in a raw (TOML) value: a rule that failed validation may hold a
+    URL in any key."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for v in value.values() for s in _strings_in(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings_in(v)]
+    return []
 
 
 @functools.lru_cache(maxsize=256)
@@ -195,6 +194,10 @@ class Channel:
         """The spec as it may be logged (`redact_channel`): webhook URLs often carry
         credentials, and log lines travel further than the config."""
         return redact_channel(self.spec)
+
+    def __repr__(self) -> str:
+        # A repr ends up in tracebacks and debug output: the label only, never the URL.
+        return f"Channel(kind={self.kind!r}, spec={self.label!r})"
 
 
 def channel_problem(spec: Any) -> str:
@@ -254,6 +257,13 @@ class AlertRule:
     delivery_mode: DeliveryMode = DEFAULT_DELIVERY_MODE
     scope: Scope = DEFAULT_SCOPE
 
+    def __repr__(self) -> str:
+        # Channels by their labels: a rule's repr may reach a log, its webhook URLs must not.
+        return (f"AlertRule(metric={self.metric!r}, threshold={self.threshold!r}, "
+                f"severity={self.severity!r}, "
+                f"channels={tuple(redact_channel(c) for c in self.channels)!r}, "
+                f"delivery_mode={self.delivery_mode!r}, scope={self.scope!r})")
+
 
 @dataclass(frozen=True, slots=True)
 class RuleCheck:
@@ -264,6 +274,10 @@ class RuleCheck:
     reason: str = ""
     rule: AlertRule | None = None
     unknown_keys: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return (f"RuleCheck(valid={self.valid!r}, reason={self.reason!r}, rule={self.rule!r}, "
+                f"unknown_keys={self.unknown_keys!r})")
 
 
 def validate_alert_rule(rule: Any) -> RuleCheck:
@@ -318,8 +332,12 @@ class SkippedRule:
     """An invalid rule, its position in `alertRules`, and why it was skipped."""
 
     index: int
+    #: The rule as configured: may hold a webhook URL anywhere, so it is never shown.
     rule: Any
     reason: str
+
+    def __repr__(self) -> str:
+        return f"SkippedRule(index={self.index!r}, rule=<hidden>, reason={self.reason!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +354,17 @@ class AlertRules:
     def count(self) -> int:
         """How many rules were configured, valid or not."""
         return len(self.valid) + len(self.skipped)
+
+    def secrets(self) -> Secrets:
+        """Every secret the rules hold, in every form (`channel_secrets`): the channels of the
+        valid rules, and every URL-like string of the skipped ones (an invalid rule's URL is
+        as secret as a valid one's)."""
+        found = NO_SECRETS
+        specs = {c for rule in self.valid for c in rule.channels}
+        specs |= {s for skipped in self.skipped for s in _strings_in(skipped.rule)}
+        for spec in sorted(specs):
+            found = found | channel_secrets(spec)
+        return found
 
     def problems(self) -> list[tuple[str, str]]:
         """(`alertRules[i]`, what is wrong) for each rule that will not run and each unknown
@@ -409,6 +438,13 @@ class Alert:
         """The cooldown this alert starts."""
         return CooldownKey(self.tenant_id, self.repo_slug, self.metric, self.severity,
                            channel_key(self.channel))
+
+    def __repr__(self) -> str:
+        return (f"Alert(tenant_id={self.tenant_id!r}, repo_slug={self.repo_slug!r}, "
+                f"metric={self.metric!r}, value={self.value!r}, threshold={self.threshold!r}, "
+                f"severity={self.severity!r}, channel={redact_channel(self.channel)!r}, "
+                f"delivery_mode={self.delivery_mode!r}, scope={self.scope!r}, "
+                f"fired_at_ms={self.fired_at_ms!r})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,18 @@
 renderer on stderr. JSON lines when stderr is not a terminal (journald, files, tools); readable
 console output on one. `daemon`, `tick` and `tenant` are bound through contextvars, so every
 line of a unit of work carries them without threading them through each call.
+
+Secrets: logs travel further than the config (the journal, a log shipper), so
+- a traceback is logged without any frame's local variables (structlog's defaults show them
+  for JSON and for rich console output, and a local is often the settings, with every webhook
+  URL in them): plain frames and the exception's message only;
+- every line, the stdlib's included, is scrubbed of every form of every secret of the
+  configuration (`Secrets`), before rendering (JSON escapes would hide a secret from a text
+  search) and after (what the console renderer adds).
+
+The process's secrets are registered here once the configuration is read (`configure_logging`
+with `secrets=`), and `scrub_shown` applies them to anything else the process prints
+(`--json`, `status`, error lines): one list of secrets, one scrubber.
 """
 
 from __future__ import annotations
@@ -11,11 +23,38 @@ import sys
 from typing import Any, TextIO
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
+
+from core.rules.secrets import NO_SECRETS, Secrets
 
 #: Third-party loggers that are chatty at INFO; their warnings and errors still come through.
 QUIET_LOGGERS = ("chromadb", "httpx", "httpcore", "apscheduler", "urllib3")
 
 _HANDLER_NAME = "kb-daemons"
+
+#: The secrets of the configuration this process runs under (see `configure_logging`).
+_secrets: Secrets = NO_SECRETS
+
+
+def process_secrets() -> Secrets:
+    """The secrets registered by the last `configure_logging` (none before the config is read)."""
+    return _secrets
+
+
+def scrub_shown(value: Any) -> Any:
+    """`value` (a `--json` object, a line of text) with every form of every secret of the
+    process's configuration hidden: what the process prints goes through this."""
+    return _secrets.scrub_value(value)
+
+
+def _scrub_event(_logger: Any, _name: str, event_dict: Any) -> Any:
+    """Processor: every string of the event (the formatted traceback included) scrubbed."""
+    return _secrets.scrub_value(event_dict)
+
+
+def _scrub_rendered(_logger: Any, _name: str, rendered: Any) -> Any:
+    """Processor after the renderer: the line as written, scrubbed once more."""
+    return _secrets.scrub(rendered) if isinstance(rendered, str) else rendered
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -44,9 +83,14 @@ def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     return not (hasattr(stream, "isatty") and stream.isatty())
 
 
-def configure_logging(log_format: str = "auto", *, level: int = logging.INFO) -> None:
+def configure_logging(
+    log_format: str = "auto", *, level: int = logging.INFO, secrets: Secrets | None = None
+) -> None:
     """Set up structlog and the stdlib root logger (idempotent; call again after the config
-    is read to switch format)."""
+    is read to switch format and register its `secrets`; None keeps those registered)."""
+    global _secrets
+    if secrets is not None:
+        _secrets = secrets
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_logger_name,
@@ -54,13 +98,19 @@ def configure_logging(log_format: str = "auto", *, level: int = logging.INFO) ->
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.stdlib.ExtraAdder(),
     ]
+    # Exceptions become data before the scrubber sees the event: a traceback's frames (file,
+    # line, function) and its message, never a frame's locals.
+    exceptions: Any
     renderer: Any
     if wants_json(log_format):
+        exceptions = structlog.processors.ExceptionRenderer(
+            ExceptionDictTransformer(show_locals=False))
         renderer = structlog.processors.JSONRenderer(default=str)
-        final: list[Any] = [structlog.processors.dict_tracebacks, renderer]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        final = [renderer]
+        exceptions = structlog.processors.format_exc_info
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
+                                                 exception_formatter=structlog.dev.plain_traceback)
+    final: list[Any] = [exceptions, _scrub_event, renderer, _scrub_rendered]
 
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

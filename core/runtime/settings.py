@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import structlog
 
 from core.rules.config import ConfigWarning, Settings
+from core.rules.secrets import Secrets
 from core.runtime.logs import configure_logging
 from core.stores.config_file import load_config
 
@@ -20,11 +21,18 @@ def log_config_warnings(warnings: Sequence[ConfigWarning]) -> None:
         log.warning("config.warning", key=warning.key or None, message=warning.message)
 
 
+def settings_secrets(settings: Settings) -> Secrets:
+    """Every secret the settings hold, in every form (see `core.rules.secrets`): today the
+    alert rules' webhook URLs (valid rules and skipped ones alike). A new secret-bearing key
+    (a store token) joins here, and so every log line and printed output hides it."""
+    return settings.alert_rules.secrets()
+
+
 def load_settings(config: str | None) -> Settings:
     """Load the config, set up logging in its format, and log its warnings (once: the
     settings, alert rules included, are read once per process)."""
     configure_logging("auto")
     loaded = load_config(config)
-    configure_logging(loaded.settings.log_format)
+    configure_logging(loaded.settings.log_format, secrets=settings_secrets(loaded.settings))
     log_config_warnings(loaded.warnings)
     return loaded.settings

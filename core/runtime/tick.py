@@ -2,7 +2,8 @@
 
 A tick is a coroutine `tick(context, dry_run) -> figures`, run every `interval_ms` as a `Job`.
 `run_tick` binds `daemon` and `tick` into the log context, times it, logs one canonical
-`tick.completed` line with its figures (or `tick.failed` with the traceback, or `tick.skipped`
+`tick.completed` line with its figures (or `tick.failed`: one line with the reason for a
+refusal (`KbError`), the traceback without locals for anything unexpected; or `tick.skipped`
 when another process holds the work's lock), and records the tick in SQLite unless it was a
 dry run. `open_context` opens the stores a tick works on, in a fixed order.
 
@@ -19,7 +20,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -27,9 +28,10 @@ import structlog
 from core.jobs.context import TickContext, TickControl
 from core.jobs.drain import RemTickFigures
 from core.rules.config import Settings
-from core.rules.errors import LockHeld
+from core.rules.errors import KbError, LockHeld
 from core.rules.figures import Figures, to_json
 from core.rules.reconcile import ReconcileFigures
+from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import TickRecord, record_tick
@@ -40,6 +42,10 @@ log = structlog.get_logger(__name__)
 F = TypeVar("F", bound=Figures)
 #: A tick: its context and whether it is a dry run in, its figures out.
 TickFn = Callable[[TickContext, bool], Awaitable[Figures]]
+
+#: The note `run_tick` adds to an unexpected exception it logged with its traceback, so the
+#: command around it reports it in one line instead of logging the traceback again.
+LOGGED_NOTE = "(logged above as tick.failed, with its traceback)"
 
 #: A tick may run at most max(its interval, this) before it is cancelled.
 MIN_TICK_TIMEOUT_S = 300.0
@@ -159,7 +165,15 @@ async def run_tick(
             raise
         except Exception as exc:
             duration_ms = int((time.monotonic() - started) * 1000)
-            log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run, exc_info=True)
+            if isinstance(exc, KbError):
+                # A refusal (a symlinked queue, a store that is down): expected and explained
+                # by its message, so one line; a traceback would bury the reason.
+                log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run,
+                          error=str(exc), errorType=type(exc).__name__)
+            else:
+                # Unexpected: the traceback (frames and message, never locals: see logs).
+                log.error("tick.failed", durationMs=duration_ms, dryRun=dry_run, exc_info=True)
+                exc.add_note(LOGGED_NOTE)
             if not dry_run:
                 await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms,
                                                  False, {"error": str(exc)}))
@@ -175,8 +189,9 @@ async def run_tick(
 
 
 async def _record(context: TickContext, record: TickRecord) -> None:
-    """Remember the tick; a failure here is logged, never allowed to mask the tick's outcome."""
+    """Remember the tick (its figures scrubbed of the configuration's secrets: an error text
+    may quote one); a failure here is logged, never allowed to mask the tick's outcome."""
     try:
-        await record_tick(context.graph, record)
+        await record_tick(context.graph, replace(record, figures=scrub_shown(record.figures)))
     except Exception:
         log.warning("tick.record_failed", exc_info=True)

@@ -30,10 +30,12 @@ from core.rules.alert_rules import (
     alert_body,
     alert_subject,
     channel_label,
+    channel_secrets,
     parse_channel,
     scrub_secrets,
 )
 from core.rules.figures import to_json
+from core.rules.secrets import MAX_FOREIGN_TEXT_CHARS
 
 log = structlog.get_logger(__name__)
 
@@ -60,8 +62,11 @@ DELIVERY_BUDGET_S: Final = 30.0
 #: Retried responses: the receiver is overloaded or restarting. Any other non-2xx (a 4xx
 #: says the request itself is wrong, a 3xx that the URL moved) fails at once.
 RETRIED_STATUS: Final = frozenset({408, 425, 429, 500, 502, 503, 504})
-#: How much of an error response's body goes into the log and the record.
-ERROR_BODY_CHARS: Final = 200
+#: How much of an error response's body goes into the log and the record (after scrubbing).
+ERROR_BODY_CHARS: Final = MAX_FOREIGN_TEXT_CHARS
+#: How much of a failed delivery's error text (its reason plus the receiver's words) is
+#: logged and recorded, after scrubbing.
+ERROR_CHARS: Final = 2 * MAX_FOREIGN_TEXT_CHARS
 USER_AGENT: Final = "kb-daemons-alerting"
 
 
@@ -194,9 +199,10 @@ def _failed(
     alert: Alert, label: str, error: str, tries: int, *, exc: BaseException | None = None
 ) -> Delivery:
     """Log and return a failed delivery. The error text, and the traceback of an unexpected
-    failure, are scrubbed of the channel's secrets first: an exception message may quote
-    the URL it was given."""
-    error = scrub_secrets(error, alert.channel)
+    failure, are scrubbed of every form of the channel's secrets (an exception message may
+    quote the URL it was given, a receiver the Basic credentials it got), then the error is
+    cut to ERROR_CHARS."""
+    error = channel_secrets(alert.channel).scrub_foreign(error, limit=ERROR_CHARS)
     trace = None
     if exc is not None:
         trace = scrub_secrets("".join(traceback.format_exception(exc)), alert.channel)
@@ -254,7 +260,9 @@ async def _post_once(
         return response.status_code
     detail = f"HTTP {response.status_code}"
     if response.text:
-        detail += f": {response.text[:ERROR_BODY_CHARS]}"
+        # Scrubbed whole, then cut: a cut first could leave half a credential behind.
+        body = channel_secrets(channel.spec).scrub_foreign(response.text, limit=ERROR_BODY_CHARS)
+        detail += f": {body}"
     if response.status_code in RETRIED_STATUS:
         raise _Retryable(detail)
     raise _Permanent(detail)
