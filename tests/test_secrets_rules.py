@@ -90,6 +90,13 @@ def test_short_parts_are_not_searched_for() -> None:
     assert Secrets.of(["ab", "abc"]).forms == ("abc",)
 
 
+def test_short_path_segments_and_query_values_stay_readable_in_other_text() -> None:
+    secrets = Secrets.of_url("http://relay.example/api/alerts/PATHTOKEN123?fmt=json")
+    scrubbed = secrets.scrub("alerting.sent: 2 alerts as json via api; PATHTOKEN123")
+    assert scrubbed == f"alerting.sent: 2 alerts as json via api; {HIDDEN}"
+    assert HIDDEN in secrets.scrub("POST /api/alerts/PATHTOKEN123?fmt=json")
+
+
 def test_a_channel_scrubber_knows_the_basic_credentials_httpx_sends() -> None:
     spec = f"webhook:{URL}"
     echoed = f"denied: Authorization: Basic {b64(f'{USER}:{PASSWORD}')}"

@@ -32,6 +32,10 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, ur
 HIDDEN: Final = "…"
 #: Secret parts shorter than this are not searched for in free text.
 MIN_SECRET_CHARS: Final = 3
+#: A single path segment or query value is searched for on its own only from this length: a
+#: token in a path is long, while a short segment (`api`, `v1`, `alerts`) is an ordinary word
+#: that would be cut out of every log line. The whole path and query are searched for anyway.
+MIN_SEGMENT_SECRET_CHARS: Final = 8
 #: How much of a text an outside party sent back (a receiver's error body, a store's refusal)
 #: is kept, after scrubbing: enough to read the reason, too little to carry a payload.
 MAX_FOREIGN_TEXT_CHARS: Final = 200
@@ -85,8 +89,9 @@ def bearer_forms(token: str) -> set[str]:
 def url_secret_parts(url: str) -> set[str]:
     """What of a URL must never be shown (everything but its scheme, host and port): the whole
     URL, its user-info, user name, password, the Basic credentials they make, its path and
-    each path segment, query and each query value, fragment. Parts only; see `Secrets.of_url`
-    for their forms. A URL that cannot be parsed is secret as a whole."""
+    each path segment, query and each query value (segments and values of at least
+    MIN_SEGMENT_SECRET_CHARS), fragment. Parts only; see `Secrets.of_url` for their forms. A
+    URL that cannot be parsed is secret as a whole."""
     found = {url}
     try:
         parts = urlsplit(url)
@@ -100,10 +105,14 @@ def url_secret_parts(url: str) -> set[str]:
         found |= basic_auth_forms(user, password)
     if parts.path not in ("", "/"):
         found.add(parts.path)
-        found.update(parts.path.split("/"))
+        found.update(_long(parts.path.split("/")))
     found.update([parts.query, parts.fragment])
-    found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
+    found.update(_long(value for _, value in parse_qsl(parts.query, keep_blank_values=True)))
     return found
+
+
+def _long(pieces: Iterable[str]) -> set[str]:
+    return {p for p in pieces if len(p) >= MIN_SEGMENT_SECRET_CHARS}
 
 
 @dataclass(frozen=True, slots=True)
