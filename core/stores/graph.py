@@ -125,8 +125,9 @@ async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> 
 
 async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
-    (capped at MAX_WEIGHT, floored at MIN_WEIGHT: never ±Inf) and merge its properties. Links of one edge apply in their order,
-    so two links of one edge in a batch reinforce twice, as two separate calls would.
+    (capped at MAX_WEIGHT, floored at MIN_WEIGHT: never ±Inf) and merge its properties.
+    Links of one edge apply in their order, so two links of one edge in a batch reinforce
+    twice, as two separate calls would.
 
     The rows are written grouped by source (a stable sort: the links of one edge keep their
     order, and links of different edges touch different rows, so the graph is the same as
