@@ -21,6 +21,7 @@ import structlog
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
+from core.rules.terminal_text import inert
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
@@ -37,7 +38,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with CONTRACT's error shape: one line on stderr, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        write_error(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -64,9 +65,20 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
                         help="print exactly one JSON object with the run's figures on stdout")
 
 
+def write_text(text: str) -> None:
+    """Text for a person on stdout, made inert (`core.rules.terminal_text`): every string a
+    tenant or a producer wrote that it quotes shows its control characters, never obeys them."""
+    sys.stdout.write(inert(text))
+
+
+def write_error(text: str) -> None:
+    """An error or a note on stderr, made inert like `write_text`."""
+    sys.stderr.write(inert(text))
+
+
 def emit_json(figures: Any) -> None:
     """The one JSON object of a `--json` run, on stdout."""
-    sys.stdout.write(json.dumps(figures, default=str, sort_keys=True) + "\n")
+    write_text(json.dumps(figures, default=str, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
@@ -77,10 +89,10 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     try:
         code = asyncio.run(main())
     except KbError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
+        write_error(f"{prog}: error: {exc}\n")
         code = exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
+        write_error(f"{prog}: interrupted\n")
         code = 130
     raise SystemExit(code)
 
@@ -115,7 +127,7 @@ async def tick_once(
     if as_json:
         emit_json({"ok": ok, **shown})
     else:
-        sys.stdout.write(summarize({name: result.figures for name, result in done.figures.items()}))
+        write_text(summarize({name: result.figures for name, result in done.figures.items()}))
         sys.stdout.flush()
     return exit_code(ok=ok, run=done.run)
 

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from core.rules.terminal_text import inert
+
 #: Third-party loggers that are chatty at INFO; their warnings and errors still come through.
 QUIET_LOGGERS = ("chromadb", "httpx", "httpcore", "apscheduler", "urllib3")
 
@@ -32,6 +34,13 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: Any) -> None:
         pass
+
+
+def _inert_strings(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Console logs only: every string value (a tenant id, a dead-letter reason, an alert's
+    text on the `console` channel) made inert for the terminal. Other values are rendered
+    with `repr`, which already escapes control characters; JSON logs escape them too."""
+    return {key: inert(value) if type(value) is str else value for key, value in event.items()}
 
 
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
@@ -60,7 +69,7 @@ def configure_logging(log_format: str = "auto", *, level: int = logging.INFO) ->
         final: list[Any] = [structlog.processors.dict_tracebacks, renderer]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        final = [renderer]
+        final = [_inert_strings, renderer]
 
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
