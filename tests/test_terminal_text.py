@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from core.rules.manifests import RepoManifest
-from core.rules.terminal_text import inert
 from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.rules.terminal_text import inert
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
