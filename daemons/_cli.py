@@ -21,6 +21,7 @@ import structlog
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
+from core.rules.terminal_text import inert
 from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
@@ -39,7 +40,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with CONTRACT's error shape: one line on stderr, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        write_error(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -66,9 +67,21 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
                         help="print exactly one JSON object with the run's figures on stdout")
 
 
+def write_text(text: str) -> None:
+    """Text for a person on stdout, scrubbed of the configuration's secrets (`scrub_shown`)
+    and made inert (`core.rules.terminal_text`): every string a tenant or a producer wrote
+    that it quotes shows its control characters, never obeys them."""
+    sys.stdout.write(inert(scrub_shown(text)))
+
+
+def write_error(text: str) -> None:
+    """An error or a note on stderr, scrubbed and made inert like `write_text`."""
+    sys.stderr.write(inert(scrub_shown(text)))
+
+
 def emit_json(figures: Any) -> None:
     """The one JSON object of a `--json` run, on stdout, scrubbed of every form of every
-    secret of the configuration (`scrub_shown`)."""
+    secret of the configuration (`scrub_shown`). JSON escapes every control character itself."""
     sys.stdout.write(json.dumps(scrub_shown(figures), default=str, sort_keys=True) + "\n")
     sys.stdout.flush()
 
@@ -86,17 +99,17 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     try:
         code = asyncio.run(main())
     except KbError as exc:
-        sys.stderr.write(scrub_shown(f"{prog}: error: {exc}\n"))
+        write_error(f"{prog}: error: {exc}\n")
         code = exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write(f"{prog}: interrupted\n")
+        write_error(f"{prog}: interrupted\n")
         code = 130
     except Exception as exc:
         # Unexpected (a bug, or a fault nothing names yet, e.g. a folder where a file should
         # be): the traceback once in the log, without locals and scrubbed, then one line.
         if LOGGED_NOTE not in getattr(exc, "__notes__", ()):
             log.error("command.failed", exc_info=True)
-        sys.stderr.write(scrub_shown(f"{prog}: error: {unexpected_error(exc)}\n"))
+        write_error(f"{prog}: error: {unexpected_error(exc)}\n")
         code = EXIT_FAILED
     raise SystemExit(code)
 
@@ -133,8 +146,7 @@ async def tick_once(
     if as_json:
         emit_json({"ok": ok, **shown})
     else:
-        sys.stdout.write(scrub_shown(summarize(
-            {name: result.figures for name, result in done.figures.items()})))
+        write_text(summarize({name: result.figures for name, result in done.figures.items()}))
         sys.stdout.flush()
     return exit_code(ok=ok, run=done.run)
 

@@ -100,6 +100,9 @@ def _tenant_line(tenant: TenantFigures) -> str:
         line += f", {tenant.tombstoned_count:,} tombstoned"
     if tenant.held_count:
         line += f", {tenant.held_count:,} held"
+    if tenant.malformed_count:
+        line += (f", {counted(tenant.malformed_count, 'malformed chunk')} skipped "
+                 f"(kb-reconcile explain {tenant.tenant_id})")
     if tenant.manifest_orphan_count:
         line += (f", {counted(tenant.manifest_orphan_count, 'chunk')} of paths no longer in "
                  "the manifest")

@@ -28,7 +28,14 @@ from core.rules.errors import KbError
 from core.runtime.oneshot import run_jobs_once
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
-from daemons._cli import Parser, add_run_flags, emit_json, exit_code, run_main
+from daemons._cli import (
+    Parser,
+    add_run_flags,
+    emit_json,
+    exit_code,
+    run_main,
+    write_text,
+)
 from daemons._summaries import backfill_summary
 
 PROG = "daemons.backfill"
@@ -101,7 +108,7 @@ async def backfill(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.json())
     else:
-        sys.stdout.write(backfill_summary(figures))
+        write_text(backfill_summary(figures))
     return exit_code(ok=figures.ok, run=done.run)
 
 

@@ -21,7 +21,6 @@ other data it refuses (exit 2) rather than mix made-up sessions into real ones.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Sequence
 from typing import NoReturn
@@ -43,7 +42,7 @@ from core.runtime.settings import load_settings
 from core.stores import demo_state
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
-from daemons._cli import Parser, add_config_flag, exit_code, run_main
+from daemons._cli import Parser, add_config_flag, exit_code, run_main, write_text
 from daemons._summaries import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
@@ -112,14 +111,14 @@ async def run_demo(config: str | None) -> int:
     if own and not run.control.stopping:
         demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
-    sys.stdout.write(render_story(seeded, drained=drained, reconciled=reconciled,
+    write_text(render_story(seeded, drained=drained, reconciled=reconciled,
                                   config=config))
     if not own:
-        sys.stdout.write(f"\n(not a fresh run: {settings.data_dir} changed since the demo's "
+        write_text(f"\n(not a fresh run: {settings.data_dir} changed since the demo's "
                          "last run, so it ran on what is there; point --config at a fresh "
                          "dataDir for the story from the start)\n")
-    sys.stdout.write("\nStatus now\n" + render_status_text(status, header=False))
-    sys.stdout.write(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
+    write_text("\nStatus now\n" + render_status_text(status, header=False))
+    write_text(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return exit_code(ok=True, run=run)
 
 

@@ -19,7 +19,16 @@ import structlog
 
 from core.runtime.settings import load_settings
 from core.stores.queue_files import enqueue_edges
-from daemons._cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Parser, add_config_flag, run_main
+from daemons._cli import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    add_config_flag,
+    run_main,
+    write_error,
+    write_text,
+)
 from daemons._summaries import enqueue_summary
 
 PROG = "daemons.enqueue"
@@ -42,16 +51,16 @@ async def enqueue_stdin(config: str | None) -> int:
     try:
         problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
     except OSError as exc:
-        sys.stderr.write(f"{PROG}: nothing appended: {exc}\n")
+        write_error(f"{PROG}: nothing appended: {exc}\n")
         return EXIT_FAILED
     if problems:
         for problem in problems:
-            sys.stderr.write(f"{PROG}: line {problem.number}: {problem.detail}\n")
-        sys.stderr.write(f"{PROG}: nothing appended ({len(problems)} malformed line(s))\n")
+            write_error(f"{PROG}: line {problem.number}: {problem.detail}\n")
+        write_error(f"{PROG}: nothing appended ({len(problems)} malformed line(s))\n")
         return EXIT_USAGE
     appended = sum(1 for line in lines if line.strip())
     log.info("enqueue.appended", lines=appended, queue=str(settings.lazy_edges_queue_path))
-    sys.stdout.write(enqueue_summary(appended, settings.lazy_edges_queue_path))
+    write_text(enqueue_summary(appended, settings.lazy_edges_queue_path))
     return EXIT_OK
 
 

@@ -52,6 +52,8 @@ from daemons._cli import (
     run_main,
     serve_main,
     tick_once,
+    write_error,
+    write_text,
 )
 from daemons._summaries import reconcile_tick_summary
 
@@ -123,7 +125,7 @@ async def run_explain(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(to_json(plan))
     else:
-        sys.stdout.write(render_plan(plan))
+        write_text(render_plan(plan))
     return EXIT_OK
 
 
@@ -170,14 +172,14 @@ async def run_restore(args: argparse.Namespace) -> int:
             await vectors.close()
     for problem in (*result.unreadable, *result.refused):
         chunk = f" (chunk {problem.chunk_id!r})" if problem.chunk_id else ""
-        sys.stderr.write(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
+        write_error(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
                          f"{chunk}\n")
     if args.json:
         emit_json({"ok": result.clean, **to_json(result.figures())})
     else:
-        print(restore_summary(result))
+        write_text(restore_summary(result) + "\n")
     if run.stopped_exit_code is not None:
-        sys.stderr.write(f"{PROG}: stopped before the end of {archive}; run it again to "
+        write_error(f"{PROG}: stopped before the end of {archive}; run it again to "
                          "restore the rest\n")
         return run.stopped_exit_code
     return EXIT_OK if result.clean else EXIT_USAGE

@@ -15,9 +15,8 @@ from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.reports.tables import output_width
 from core.rules.figures import to_json
-from core.runtime.logs import scrub_shown
 from core.runtime.settings import load_settings
-from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
+from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main, write_text
 
 PROG = "daemons.status"
 SCRIPT = "kb-status"
@@ -41,7 +40,7 @@ async def show_status(config: str | None, *, as_json: bool) -> int:
     if as_json:
         emit_json(to_json(status))
     else:
-        sys.stdout.write(scrub_shown(render_status_text(status, width=output_width(sys.stdout))))
+        write_text(render_status_text(status, width=output_width(sys.stdout)))
     return EXIT_OK
 
 

@@ -41,7 +41,15 @@ from core.stores.tenants import (
     set_tenant_policy,
     tenant_config,
 )
-from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main
+from daemons._cli import (
+    EXIT_OK,
+    Parser,
+    add_config_flag,
+    emit_json,
+    run_main,
+    write_error,
+    write_text,
+)
 from daemons._summaries import set_config_summary, tenants_listing
 
 PROG = "daemons.tenants"
@@ -133,7 +141,7 @@ async def run_set_config(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(to_json(config))
     else:
-        sys.stdout.write(set_config_summary(config.tenant_id, config.version, config.repo_slug))
+        write_text(set_config_summary(config.tenant_id, config.version, config.repo_slug))
     return EXIT_OK
 
 
@@ -148,7 +156,7 @@ async def run_list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"tenants": to_json(tenants)})
     else:
-        sys.stdout.write(tenants_listing(tenants))
+        write_text(tenants_listing(tenants))
     return EXIT_OK
 
 
@@ -187,9 +195,10 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     finally:
         await graph.close()
     at = f" at {manifest.revision}" if manifest.revision else ""
-    print(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths{at}")
+    write_text(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths"
+               f"{at}\n")
     if not configured:
-        sys.stderr.write(f"{PROG}: note: tenant {args.tenant!r} has no configuration node; a "
+        write_error(f"{PROG}: note: tenant {args.tenant!r} has no configuration node; a "
                          "pass reconciles it once set-config has given it one\n")
     return EXIT_OK
 
@@ -213,7 +222,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc).strip("'\"")) from None
     finally:
         await graph.close()
-    sys.stdout.write(render_tenant(shown))
+    write_text(render_tenant(shown))
     return EXIT_OK
 
 
@@ -230,7 +239,7 @@ async def run_show(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(to_json(shown))
     else:
-        sys.stdout.write(render_tenant(shown))
+        write_text(render_tenant(shown))
     return EXIT_OK
 
 

@@ -65,6 +65,7 @@ POISON: dict[str, bytes] = {
     "1e999 in a property": PREFIX + b'"relationship": "R", "justification": 1e999}',
     "-1e999 deep in a property": PREFIX + b'"relationship": "R", "p": {"q": [1, -1e999]}}',
     "1e999 weight": PREFIX + b'"relationship": "R", "weight": 1e999}',
+    "a weight past the limit": PREFIX + b'"relationship": "R", "weight": 18446744073709551616}',
     "an integer past a double": PREFIX + b'"relationship": "R", "p": 1' + b"0" * 400 + b"}",
     "NaN in a property": PREFIX + b'"relationship": "R", "p": NaN}',
     "Infinity in an array": PREFIX + b'"relationship": "R", "p": [Infinity]}',
@@ -132,7 +133,7 @@ async def test_every_properties_value_stays_strict_json_after_a_hostile_queue(
         b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "V4", "k": 1,'
         b' "k": "last wins", "\\ud83d\\ude00": "pair"}',
         edge("V1", p="merged into the same edge"),
-        edge("V5", target_again="memory", weight=2**64),
+        edge("V5", target_again="memory", weight=10**6),
     ]
     write(s.lazy_edges_queue_path, [*odd_but_valid, *POISON.values(),
                                     edge("V6").replace(b"CONCEPT:b", b"MEMORY:m1")])

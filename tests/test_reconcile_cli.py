@@ -89,7 +89,7 @@ def test_a_tick_tombstones_prints_one_json_object_and_restore_puts_the_chunks_ba
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 4, "scanned": 3,
         "staleCount": 3, "manifestOrphanCount": 0, "totalOrphanCount": 3,
         "missingPathCount": 0, "actionableCount": 2, "heldCount": 0, "tombstonedCount": 2,
-        "guard": None,
+        "guard": None, "malformedCount": 0,
     }]
     assert (figures["ok"], figures["failedTenants"], figures["unrecordedRows"]) == (
         True, 0, 0)

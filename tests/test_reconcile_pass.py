@@ -102,7 +102,7 @@ async def test_a_clean_tenant_writes_no_telemetry_row(
         "tenantId": "acme", "repoSlug": "acme/repo", "currentVersion": 3, "scanned": 0,
         "staleCount": 0, "manifestOrphanCount": 0, "totalOrphanCount": 0,
         "missingPathCount": 0, "actionableCount": 0, "heldCount": 0, "tombstonedCount": 0,
-        "guard": None,
+        "guard": None, "malformedCount": 0,
     }
     assert await count_rows(graph, "kb_ingestion_metrics") == 0
 

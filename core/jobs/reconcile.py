@@ -329,7 +329,14 @@ def _take_tally(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally)
     outcome.total_orphan_count = tally.total_orphan_count
     outcome.actionable_count = tally.actionable_count
     outcome.held_count = tally.held_count
+    outcome.malformed_count = tally.malformed_count
     outcome.missing_paths = {slug: len(p) for slug, p in tally.missing_paths().items()}
+    if outcome.malformed_count:
+        log.warning(
+            "reconcile.chunks_malformed", malformedCount=outcome.malformed_count,
+            message="chunks whose fields have unexpected types: each such field is read as "
+            "absent (reconcile explain lists them)",
+        )
     if outcome.held_count and scope.tenant_policy.deletes:
         log.warning(
             "reconcile.chunks_held", heldCount=outcome.held_count,

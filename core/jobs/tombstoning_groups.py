@@ -123,14 +123,15 @@ async def _archive_band(jobs: Mapping[str, TombstoneJob], matched: list[str],
     for start in range(0, len(matched), ARCHIVE_READ_ROWS):
         page = await first.vectors.get_page(first.collection,
                                             ids=matched[start:start + ARCHIVE_READ_ROWS])
-        split = split_page(page)
-        for tenant_id, rows in split.items():
-            job = jobs.get(tenant_id) if isinstance(tenant_id, str) else None
-            if job is None or rows_refused(rows, may_delete=job.may_delete,
-                                           read_ms=job.read_ms):
+        split: dict[str, ColumnPage] = {}
+        for tenant_id, rows in split_page(page).items():
+            job = jobs.get(tenant_id) if tenant_id is not None else None
+            if job is None or tenant_id is None or rows_refused(
+                    rows, may_delete=job.may_delete, read_ms=job.read_ms):
                 raise GroupBandsAbandoned(
                     f"a shared band's rows changed or disagree with the rule (tenant "
                     f"{tenant_id!r}); nothing of the band was deleted")
+            split[tenant_id] = rows
         await asyncio.to_thread(_write_pages, jobs, split, progress, now_ms())
         for tenant_id, rows in split.items():
             archived.setdefault(tenant_id, []).extend(rows.ids)

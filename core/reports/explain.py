@@ -69,6 +69,21 @@ def _manifests(plan: TenantPlan) -> list[str]:
     return out
 
 
+def _malformed(plan: TenantPlan) -> list[str]:
+    if not plan.malformed:
+        return []
+    out = ["", f"Malformed chunks ({len(plan.malformed):,}): fields of unexpected types, each "
+           "read as absent"]
+    for chunk in plan.malformed[:PAGE_ROWS]:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(chunk.fields,
+                                                                        chunk.values,
+                                                                        strict=True))
+        out.append(f"  {chunk.id}: {fields}")
+    if len(plan.malformed) > PAGE_ROWS:
+        out.append(f"  ... and {len(plan.malformed) - PAGE_ROWS:,} more (--json)")
+    return out
+
+
 def render_plan(plan: TenantPlan) -> str:
     """The plan as text for a terminal."""
     f = plan.figures
@@ -81,9 +96,10 @@ def render_plan(plan: TenantPlan) -> str:
         f"  scanned {f.scanned:,}; config-stale {f.stale_count:,}; manifest orphans "
         f"{f.manifest_orphan_count:,}; total (each chunk once) {f.total_orphan_count:,}; "
         f"actionable {f.actionable_count:,}; held {f.held_count:,}; missing paths "
-        f"{f.missing_path_count:,}"]
+        f"{f.missing_path_count:,}; malformed {f.malformed_count:,}"]
     out += _guards(plan.guards)
     out += _manifests(plan)
+    out += _malformed(plan)
     out.append("")
     if not plan.chunks:
         out.append("Chunks: none stale or orphaned")

@@ -1,7 +1,9 @@
 """Tables for a person, drawn by rich, as plain text (pure: rows in, text out).
 
 The commands print to a terminal, a pipe or a log alike, so the text carries no colour or
-escape codes; rich does the column widths, alignment and wrapping of long cells.
+escape codes; rich does the column widths, alignment and wrapping of long cells. Every cell
+and the whole text are made inert (`core.rules.terminal_text`): a tenant's id, path or slug
+shows its control characters and cannot break a cell into lines.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any, TextIO
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from core.rules.terminal_text import inert
 
 #: Columns of the text off a terminal (a pipe, a log, a test): wide enough that a URL or a
 #: path in a cell is not folded across lines (a table takes only the width it needs).
@@ -48,7 +52,7 @@ def _cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, int):
         return f"{value:,}"
-    return str(value)
+    return inert(str(value), keep_newlines=False)
 
 
 def as_text(*parts: Any, width: int = DEFAULT_WIDTH) -> str:
@@ -58,4 +62,4 @@ def as_text(*parts: Any, width: int = DEFAULT_WIDTH) -> str:
                       highlight=False, markup=False, emoji=False)
     for part in parts:
         console.print(part)
-    return buffer.getvalue()
+    return inert(buffer.getvalue())

@@ -20,7 +20,7 @@ from core.rules.reconcile import (
     TenantFigures,
     TenantOutcome,
 )
-from core.rules.tenant_scan import RowVerdict, TenantTally
+from core.rules.tenant_scan import MalformedChunk, RowVerdict, TenantTally
 
 #: Why nothing would be deleted, in the order they are checked.
 WHY_DISABLED = "reconciliationEnabled is false: the daemon idles (explain and --dry-run work)"
@@ -105,6 +105,8 @@ class TenantPlan:
     guards: GuardCheck
     manifests: tuple[ManifestLine, ...]
     chunks: tuple[ChunkLine, ...]
+    #: Chunks whose fields have unexpected types (each such field read as absent), by id.
+    malformed: tuple[MalformedChunk, ...] = ()
 
 
 def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> str | None:
@@ -154,4 +156,5 @@ def build_plan(
         manifest_grace_ms=outcome.manifest_grace_ms, auto_tombstone=outcome.auto_tombstone,
         invalid_policy=outcome.invalid_policy, figures=outcome.figures(),
         guards=guard_check(outcome, policy, enabled=enabled), manifests=lines,
-        chunks=tuple(ChunkLine.of(v) for v in chunks))
+        chunks=tuple(ChunkLine.of(v) for v in chunks),
+        malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)))

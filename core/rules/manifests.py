@@ -132,7 +132,10 @@ def manifest_orphan(
     row_id: str, metadata: Mapping[str, Any], manifests: Mapping[str, RepoManifest]
 ) -> ManifestOrphan | None:
     """The row as a manifest orphan, or None when it is not one (the rule, row by row)."""
-    manifest = manifests.get(metadata.get(REPO_KEY))  # type: ignore[arg-type]
+    # A repo slug of another type (a list: Chroma 1.x stores those) names no repo, as the
+    # store's own `repoSlug` comparison reads it; it must not raise (unhashable).
+    repo = metadata.get(REPO_KEY)
+    manifest = manifests.get(repo) if isinstance(repo, str) else None
     if manifest is None:
         return None
     path, ingested = metadata.get(PATH_KEY), metadata.get(INGESTED_KEY)
@@ -216,11 +219,14 @@ class PathCoverage:
 
     def observe(self, metadata: Mapping[str, Any]) -> None:
         """Note the row's path as carried, when it is one of its repo's manifest paths."""
-        seen = self._seen.get(metadata.get(REPO_KEY))  # type: ignore[arg-type]
+        repo = metadata.get(REPO_KEY)
+        if not isinstance(repo, str):  # no repo (a list would not even be hashable)
+            return
+        seen = self._seen.get(repo)
         if seen is None:
             return
         path = metadata.get(PATH_KEY)
-        if isinstance(path, str) and path in self._manifests[metadata[REPO_KEY]].path_set:
+        if isinstance(path, str) and path in self._manifests[repo].path_set:
             seen.add(path)
 
     def missing(self) -> dict[str, tuple[str, ...]]:

@@ -1,18 +1,22 @@
 """Lazy-edge queue lines (pure): parsing, identities, and the records the drainer writes back.
 
 A line is one JSON object: `source`, `target`, `relationship` (non-empty strings of at most
-1,024 characters, without NUL), an optional finite `weight` (default 1.0), and any other keys,
-which become edge properties (`justification`, `timestamp`, ...). The drainer adds one reserved
+1,024 characters, without NUL), an optional `weight` (a number within ±WEIGHT_LIMIT; absent or
+0 links at 1.0, as the original's `edge.weight || 1.0`), and any other keys, which become edge
+properties (`justification`, `timestamp`, ...). The drainer adds one reserved
 key, `_drain`, when it puts a failed line back: `{lineId, attempts, lastReason,
 lastAttemptAt}`. It is never an edge property, and producers strip it (`strip_drain_key`):
 every line a producer appends is a new line.
 
 Everything else is `malformed` and dead-lettered at once, never retried: bytes that are not
 UTF-8, text that is not strict JSON (RFC 8259: no `NaN`/`Infinity`, no lone surrogate escape,
-no number that overflows a double such as `1e999`, nesting at most 1,024 deep), a value that
-is not an object, a missing or empty field, a non-numeric weight, an over-long id, a line over
-MAX_LINE_BYTES. orjson is the parser: it enforces all of that in C, so a line that parses can
-always be written back as valid JSON (every SQLite `properties` value stays valid JSON).
+no number that overflows a double such as `1e999`), nesting deeper than MAX_JSON_DEPTH, a
+value that is not an object, a missing or empty field, a non-numeric or out-of-range weight,
+an over-long id, a line over MAX_LINE_BYTES. orjson is the parser: it enforces the JSON rules
+in C; the depth and weight rules are the ones the drainer's writes need. So whatever
+`parse_line` accepts (and `enqueue` appends) the drainer can link, re-queue and dead-letter:
+it can always be written back as valid JSON (every SQLite `properties` value stays valid
+JSON), and no weight it links can make an edge's weight non-finite.
 
 Identity is by position, never by content. A line is identified by where the drainer read it:
 `<generation>:<byte offset>`, the generation being the random id the `.draining` file got when
@@ -48,6 +52,18 @@ MAX_LINE_BYTES = 1 << 20
 PARSED_BYTES_PER_VALUE = 96
 #: The characters that each open a JSON value (see PARSED_BYTES_PER_VALUE).
 _VALUE_OPENERS = b",:[{"
+#: The deepest JSON value a line may hold (a bare `[]` is 1 deep; a line's object is 1, and
+#: each array or object inside adds one). The drainer writes a line back with orjson (edge
+#: properties, a re-queued line), and orjson's encoder refuses anything deeper ("Recursion
+#: limit reached") although its decoder reads 1,024 levels: a deeper line would be accepted,
+#: then fail every write. `tests/test_queue_grammar.py` pins this to orjson's encoder.
+MAX_JSON_DEPTH = 254
+#: The largest weight magnitude a line may carry. Weights are relevance scores (default 1.0,
+#: reinforced up to the graph's cap of 5.0); a million times the default is far beyond any
+#: real producer, and keeps every edge weight finite: the graph reinforces by a tenth of a
+#: line's weight and never lets a sum go below -WEIGHT_LIMIT (`core.stores.graph`), so no
+#: number of lines can push an edge to ±Inf.
+WEIGHT_LIMIT = 1_000_000.0
 #: The reserved key the drainer uses for its bookkeeping on re-queued lines.
 DRAIN_KEY = "_drain"
 #: The dead-letter reason of every line that cannot be parsed (CONTRACT).
@@ -159,8 +175,19 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
     had_drain_key = DRAIN_KEY in properties
     if had_drain_key:
         del properties[DRAIN_KEY]
+    # The original links `edge.weight || 1.0`: a zero weight (or -0.0) counts as the default.
+    weight = float(weight) or 1.0
+    if not -WEIGHT_LIMIT <= weight <= WEIGHT_LIMIT:
+        return MalformedLine(f"weight {weight!r} is out of range (at most {WEIGHT_LIMIT:,.0f} "
+                             "either side of 0)", raw)
+    # Only a line with more openers than the limit can be too deep (a count in C); orjson's
+    # encoder, which refuses exactly what is deeper than MAX_JSON_DEPTH, then says for sure.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+        problem = _unwritable(value)
+        if problem is not None:
+            return MalformedLine(problem, raw)
     # Positional: keywords cost twice as much here, and this runs once per line.
-    line = EdgeLine(source, target, relationship, float(weight), properties, value, raw)
+    line = EdgeLine(source, target, relationship, weight, properties, value, raw)
     if had_drain_key:
         # `value` is this call's own fresh dict: the body is it minus the bookkeeping.
         drain = value.pop(DRAIN_KEY)
@@ -168,6 +195,18 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         if type(drain) is dict:
             _read_bookkeeping(line, drain)
     return line
+
+
+def _unwritable(value: Any) -> str | None:
+    """Why a parsed line could not be written back as JSON (nesting deeper than
+    MAX_JSON_DEPTH), or None when it can."""
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        if "Recursion limit" in str(exc):
+            return f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+        return f"cannot be written back as JSON ({exc})"
+    return None
 
 
 def _is_id(value: Any) -> TypeGuard[str]:
@@ -209,7 +248,7 @@ def _decode_problem(raw: bytes, message: str) -> str:
         except UnicodeDecodeError as exc:
             return f"invalid UTF-8 at byte {exc.start}"
     if "depth limit exceeded" in message:
-        return f"JSON nested too deeply ({message})"
+        return f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
     if "infinity when parsed as double" in message:
         return f"non-finite number, out of a double's range ({message})"
     if "surrogate" in message:

@@ -247,6 +247,9 @@ class TenantOutcome:
     tombstoned_count: int = 0
     #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
     held_count: int = 0
+    #: Chunks read whose fields have unexpected types (skipped field by field, counted:
+    #: `core.rules.tenant_scan`).
+    malformed_count: int = 0
     guard: str | None = None
     #: The tenant's chunks, counted for the guard; a lower bound when the count stopped as
     #: soon as the guard could no longer trip (`total_complete` False).
@@ -290,7 +293,7 @@ class TenantOutcome:
                              self.stale_count, self.manifest_orphan_count,
                              self.total_orphan_count, self.missing_path_count,
                              self.actionable_count, self.held_count, self.tombstoned_count,
-                             self.guard)
+                             self.guard, self.malformed_count)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
@@ -310,6 +313,7 @@ class TenantOutcome:
             max_deletes_per_tick=policy.max_deletes_per_tick,
             scanned=self.scanned,
             held_count=self.held_count or None,
+            malformed_count=self.malformed_count or None,
             guard=self.guard,
             invalid_guards=policy.invalid_guards or None,
             total_chunks=self.total_chunks if self.total_complete else None,
@@ -340,6 +344,8 @@ class TenantFigures:
     held_count: int
     tombstoned_count: int
     guard: str | None
+    #: Chunks read whose fields have unexpected types (skipped field by field, counted).
+    malformed_count: int = 0
 
 
 #: An optional key of the detail: written only when it says something.
@@ -368,6 +374,8 @@ class ReconcileDetail:
     missing_paths_by_repo: dict[str, int] | None = field(default=None, metadata=_OPTIONAL)
     invalid_policy: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Chunks read whose fields have unexpected types (`malformedCount`).
+    malformed_count: int | None = field(default=None, metadata=_OPTIONAL)
     guard: str | None = field(default=None, metadata=_OPTIONAL)
     invalid_guards: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     total_chunks: int | None = field(default=None, metadata=_OPTIONAL)

@@ -110,11 +110,13 @@ def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> 
                      *ingested_range(band)]}
 
 
-def split_page(page: ColumnPage) -> dict[Any, ColumnPage]:
-    """A page of whole rows split by the `tenantId` each row carries (whatever its type)."""
-    index: dict[Any, list[int]] = {}
+def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
+    """A page of whole rows split by the `tenantId` each row carries; rows whose `tenantId`
+    is not a string (absent, a number, a list: unhashable) go under None, no tenant's."""
+    index: dict[str | None, list[int]] = {}
     for i, metadata in enumerate(page.metadatas):
-        index.setdefault(metadata.get(TENANT_KEY), []).append(i)
+        tenant_id = metadata.get(TENANT_KEY)
+        index.setdefault(tenant_id if type(tenant_id) is str else None, []).append(i)
     return {tenant: ColumnPage(
         [page.ids[i] for i in rows], [page.metadatas[i] for i in rows],
         [page.documents[i] for i in rows],

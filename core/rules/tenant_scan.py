@@ -10,6 +10,17 @@ and hand each tenant's rows to its own tally.
 Counting: `stale_count` and `manifest_orphan_count` each count a row once; `total_orphan_count`
 is their ordered union (a row that is both counts once), and so is `actionable_count`, which
 the guards (cap, stale fraction) judge.
+
+Any row shape is survivable: a chunk of the tenant whose fields have unexpected types (CONTRACT
+"Chroma data": a list `repoSlug`, which Chroma 1.x stores; a string or boolean stamp; a number
+for `sourcePath`; a boolean `ingestedAt`) never raises. It is counted in `malformed_count`, and
+each such field is skipped: read as absent by every rule, which is how Chroma's own `where`
+reads it (measured on 1.5.9: a list, string or boolean value never matches a scalar `$eq`,
+`$lte` or `$in`), so the rule and the delete predicate keep agreeing on every band. So a
+chunk with a malformed `repoSlug` or `sourcePath` is in no repo's manifest judgement, one with
+a malformed stamp is never config-stale, one with a malformed `ingestedAt` is never deleted
+(held); what its well-typed fields say still counts (skipping the whole row would make the
+rule refuse a chunk the store's band still matches, and that band would be held for ever).
 """
 
 from __future__ import annotations
@@ -96,6 +107,41 @@ class RowVerdict:
         """`config-stale`, `manifest-orphan` or both."""
         return tuple(r for r, on in ((REASON_STALE, self.stale), (REASON_ORPHAN, self.orphan))
                      if on)
+
+
+#: The fields the scan reads, each with what it may be besides absent (None, which Chroma
+#: cannot store: a null is an absent key), in the order `malformed_fields` names them.
+SCANNED_FIELDS: Final = (REPO_KEY, STAMP_KEY, PATH_KEY, INGESTED_KEY)
+
+
+def malformed_fields(metadata: Mapping[str, Any]) -> tuple[str, ...]:
+    """The scanned fields whose value has an unexpected type: `repoSlug` and `sourcePath`
+    strings, `tenantConfigVersion` a real number (not a bool), `ingestedAt` a real number or
+    an ISO-8601 string (CONTRACT "Chroma data"); empty for a well-formed chunk (the common
+    case costs four lookups)."""
+    repo, stamp = metadata.get(REPO_KEY), metadata.get(STAMP_KEY)
+    path, ingested = metadata.get(PATH_KEY), metadata.get(INGESTED_KEY)
+    if ((repo is None or type(repo) is str) and (path is None or type(path) is str)
+            and (stamp is None or is_real_number(stamp))
+            and (ingested is None or type(ingested) is str or is_real_number(ingested))):
+        return ()
+    return tuple(name for name, ok in (
+        (REPO_KEY, repo is None or type(repo) is str),
+        (STAMP_KEY, stamp is None or is_real_number(stamp)),
+        (PATH_KEY, path is None or type(path) is str),
+        (INGESTED_KEY, ingested is None or type(ingested) is str
+         or is_real_number(ingested))) if not ok)
+
+
+@dataclass(frozen=True, slots=True)
+class MalformedChunk:
+    """A chunk of the tenant with fields of unexpected types (skipped, counted)."""
+
+    id: str
+    #: The malformed fields, in SCANNED_FIELDS order.
+    fields: tuple[str, ...]
+    #: Their values as read, for `explain`.
+    values: tuple[Any, ...]
 
 
 def _text(value: Any) -> str | None:
@@ -204,10 +250,14 @@ class TenantTally:
     total_orphan_count: int = 0
     actionable_count: int = 0
     held_count: int = 0
+    #: The tenant's chunks with fields of unexpected types (see the module docstring).
+    malformed_count: int = 0
     oldest_stale: OldestIngested = field(init=False)
     oldest_orphans: dict[str, OldestOrphans] = field(init=False)
     coverage: PathCoverage = field(init=False)
     rows: list[RowVerdict] = field(default_factory=list)
+    #: The malformed chunks themselves, only when `keep_rows` (explain).
+    malformed: list[MalformedChunk] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.oldest_stale = OldestIngested(self.cap)
@@ -217,12 +267,20 @@ class TenantTally:
     def add_page(self, page: Sequence[Any]) -> None:
         """Judge a page of rows (objects with `id` and `metadata`)."""
         self.scanned += len(page)
+        tenant_id = self.rules.tenant_id
         for row in page:
+            metadata = row.metadata
+            bad = malformed_fields(metadata)
+            if bad and metadata.get(TENANT_KEY) == tenant_id:
+                self.malformed_count += 1
+                if self.keep_rows:
+                    self.malformed.append(MalformedChunk(
+                        row.id, bad, tuple(metadata.get(name) for name in bad)))
             if self.rules.manifests:
-                self.coverage.observe(row.metadata)
-            verdict = judge_row(row.id, row.metadata, self.rules)
+                self.coverage.observe(metadata)
+            verdict = judge_row(row.id, metadata, self.rules)
             if verdict is not None:
-                self._count(verdict, row.metadata)
+                self._count(verdict, metadata)
 
     def _count(self, verdict: RowVerdict, metadata: Mapping[str, Any]) -> None:
         self.stale_count += verdict.stale

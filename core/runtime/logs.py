@@ -26,6 +26,7 @@ import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 
 from core.rules.secrets import NO_SECRETS, Secrets
+from core.rules.terminal_text import inert
 
 #: Third-party loggers that are chatty at INFO; their warnings and errors still come through.
 QUIET_LOGGERS = ("chromadb", "httpx", "httpcore", "apscheduler", "urllib3")
@@ -73,6 +74,13 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+def _inert_strings(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Console logs only: every string value (a tenant id, a dead-letter reason, an alert's
+    text on the `console` channel) made inert for the terminal. Other values are rendered
+    with `repr`, which already escapes control characters; JSON logs escape them too."""
+    return {key: inert(value) if type(value) is str else value for key, value in event.items()}
+
+
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     """JSON for "json", console for "console", and for "auto" JSON unless on a terminal."""
     if log_format == "json":
@@ -106,11 +114,13 @@ def configure_logging(
         exceptions = structlog.processors.ExceptionRenderer(
             ExceptionDictTransformer(show_locals=False))
         renderer = structlog.processors.JSONRenderer(default=str)
+        terminal: list[Any] = []
     else:
         exceptions = structlog.processors.format_exc_info
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
                                                  exception_formatter=structlog.dev.plain_traceback)
-    final: list[Any] = [exceptions, _scrub_event, renderer, _scrub_rendered]
+        terminal = [_inert_strings]
+    final: list[Any] = [exceptions, _scrub_event, *terminal, renderer, _scrub_rendered]
 
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

@@ -19,6 +19,7 @@ import structlog
 
 from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL, EdgeLike, EdgeRow, NodeRow
+from core.rules.queue_lines import WEIGHT_LIMIT
 from core.stores.sqlite import GraphDB, Transaction
 
 log = structlog.get_logger(__name__)
@@ -27,6 +28,11 @@ log = structlog.get_logger(__name__)
 REINFORCE_FACTOR = 0.1
 #: Reinforcement never takes a weight above this.
 MAX_WEIGHT = 5.0
+#: No stored weight goes below this (nor does a link store one above WEIGHT_LIMIT): with the
+#: cap above, every edge weight stays finite however many lines reinforce it (ten lines of
+#: -1e308 once left an edge at -Inf). Queue lines outside ±WEIGHT_LIMIT are refused before
+#: they get here; the bound holds for every other caller too.
+MIN_WEIGHT = -WEIGHT_LIMIT
 
 _INSERT_NODE_IF_ABSENT = "INSERT OR IGNORE INTO nodes(id, label, properties) VALUES (?, ?, ?)"
 # A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
@@ -43,12 +49,15 @@ _INSERT_EDGE_IF_ABSENT = """
 INSERT OR IGNORE INTO edges(source, target, relationship, weight, properties)
 VALUES (?, ?, ?, ?, ?)
 """
-# A zero (or NULL) stored weight counts as 1.0 before reinforcing.
+# A zero (or NULL) stored weight counts as 1.0 before reinforcing. The new weight is held
+# within ±WEIGHT_LIMIT and the reinforced sum within [MIN_WEIGHT, MAX_WEIGHT]: never ±Inf
+# (an -Inf left by an earlier version becomes MIN_WEIGHT on its next link).
 _LINK_EDGE = f"""
-INSERT INTO edges(source, target, relationship, weight, properties) VALUES (?, ?, ?, ?, ?)
+INSERT INTO edges(source, target, relationship, weight, properties)
+VALUES (?, ?, ?, MAX(MIN(?, {WEIGHT_LIMIT!r}), {MIN_WEIGHT!r}), ?)
 ON CONFLICT(source, target, relationship) DO UPDATE SET
-    weight = MIN(COALESCE(NULLIF(edges.weight, 0), 1.0) + excluded.weight * {REINFORCE_FACTOR},
-                 {MAX_WEIGHT}),
+    weight = MAX(MIN(COALESCE(NULLIF(edges.weight, 0), 1.0)
+                     + excluded.weight * {REINFORCE_FACTOR}, {MAX_WEIGHT}), {MIN_WEIGHT!r}),
     properties = CASE WHEN json_valid(edges.properties)
                       THEN json_patch(edges.properties, excluded.properties)
                       ELSE excluded.properties END
@@ -116,8 +125,9 @@ async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> 
 
 async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
-    (capped at MAX_WEIGHT) and merge its properties. Links of one edge apply in their order,
-    so two links of one edge in a batch reinforce twice, as two separate calls would.
+    (capped at MAX_WEIGHT, floored at MIN_WEIGHT: never ±Inf) and merge its properties.
+    Links of one edge apply in their order, so two links of one edge in a batch reinforce
+    twice, as two separate calls would.
 
     The rows are written grouped by source (a stable sort: the links of one edge keep their
     order, and links of different edges touch different rows, so the graph is the same as
