@@ -147,9 +147,10 @@ def test_a_command_that_printed_its_object_gets_no_second_one(
     that one object."""
     import daemons.status
     from core.rules.errors import StoreUnavailable
+    from daemons._cli import emit_json
 
     async def printed_then_failed(config: str | None, *, as_json: bool) -> int:
-        daemons.status.emit_json({"ok": True})
+        emit_json({"ok": True})
         raise StoreUnavailable("closing failed")
 
     monkeypatch.setattr(daemons.status, "show_status", printed_then_failed)
