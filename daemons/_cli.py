@@ -5,6 +5,13 @@ Exit codes: 0 done; 1 the run could not do its work and nothing was lost (a stor
 a lock held, a one-shot run past its time bound); 2 usage or configuration error, one line on
 stderr naming the flag or the file:line:col; 128 + the signal's number when SIGINT/SIGTERM
 stopped a one-shot run (it finished its current unit of work first).
+
+`--json` holds on every exit path, in this module alone: a command line that asks for it
+(`--json`, or an abbreviation argparse accepts) gets exactly one JSON object on stdout however
+the command ends. A usage error is reported by `Parser.error`, a `KbError` (a configuration
+error, a store down, a lock held), an interrupt or an unexpected exception by `run_main`, each
+as `{"ok": false, "error": "..."}` unless the command printed its own object first (a
+`--json` run's figures, which carry `ok`). No command writes a failure object of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
@@ -21,7 +29,7 @@ import structlog
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.figures import Figures
-from core.rules.terminal_text import inert
+from core.rules.terminal_text import inert, shown_text
 from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
@@ -35,12 +43,72 @@ EXIT_USAGE = 2
 
 log = structlog.get_logger(__name__)
 
+#: The flag that asks for one JSON object on stdout.
+JSON_FLAG = "--json"
+#: The shortest abbreviation of JSON_FLAG argparse accepts (no other flag starts with `--j`).
+_JSON_ABBREVIATION_MIN = len("--j")
+
+
+@dataclass(slots=True)
+class _JsonOutput:
+    """What this process's command line asked of stdout, and whether the one object is out.
+    Set by `Parser` as it parses, read by `emit_json`, `Parser.error` and `run_main`."""
+
+    requested: bool = False
+    emitted: bool = False
+    #: How many parsers are parsing now (a subcommand's parser runs inside its parent's).
+    parsing: int = 0
+
+
+_output = _JsonOutput()
+
+
+def asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether a command line asks for `--json`: the flag, an abbreviation of it argparse
+    would accept, or the flag given a value by mistake (`--json=1`), before any `--`. Read
+    from the raw words, so it holds for a command line argparse refuses."""
+    for word in argv:
+        if word == "--":
+            return False
+        name = word.split("=", 1)[0]
+        if len(name) >= _JSON_ABBREVIATION_MIN and JSON_FLAG.startswith(name):
+            return True
+    return False
+
+
+def emit_failure(message: str) -> None:
+    """The `{"ok": false, "error": ...}` object of a failed `--json` run, unless the run has
+    already printed its one object (or did not ask for JSON)."""
+    if _output.requested and not _output.emitted:
+        emit_json({"ok": False, "error": message})
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse with CONTRACT's error shape: one line on stderr, exit 2."""
+    """argparse with CONTRACT's error shape: one line on stderr, exit 2, and under `--json`
+    the one JSON object on stdout as well. Subcommand parsers are Parsers too (argparse makes
+    them of the parent's class)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
+    ) -> tuple[argparse.Namespace, list[str]]:
+        words = list(sys.argv[1:] if args is None else args)
+        # Known before parsing, so that an error argparse reports in the middle knows it;
+        # a subcommand's parser adds what its words say to its parent's.
+        if _output.parsing == 0:
+            _output.requested = _output.emitted = False
+        _output.requested = _output.requested or asks_for_json(words)
+        _output.parsing += 1
+        try:
+            parsed, extras = super().parse_known_args(words, namespace)
+        finally:
+            _output.parsing -= 1
+        if _output.parsing == 0:
+            _output.requested = bool(getattr(parsed, "json", False)) or asks_for_json(extras)
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         write_error(f"{self.prog}: error: {message}\n")
+        emit_failure(f"{self.prog}: {message}")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -81,28 +149,40 @@ def write_error(text: str) -> None:
 
 def emit_json(figures: Any) -> None:
     """The one JSON object of a `--json` run, on stdout, scrubbed of every form of every
-    secret of the configuration (`scrub_shown`). JSON escapes every control character itself."""
+    secret of the configuration (`scrub_shown`); JSON escapes every control character itself.
+    A second object is never written (it would break every reader of the first): it is
+    logged instead."""
+    if _output.emitted:
+        log.error("cli.second_json_object_dropped", keys=sorted(figures)[:20]
+                  if isinstance(figures, dict) else type(figures).__name__)
+        return
+    _output.emitted = True
     sys.stdout.write(json.dumps(scrub_shown(figures), default=str, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
 def unexpected_error(exc: BaseException) -> str:
     """How an exception nobody raised on purpose is reported in one line (and under `--json`):
-    its type and message."""
-    return f"unexpected {type(exc).__name__}: {exc}"
+    its type and message, the message one inert, bounded line (`shown_text`)."""
+    return f"unexpected {type(exc).__name__}: {shown_text(str(exc))}"
 
 
 def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
-    """Run a command's coroutine and exit with CONTRACT's code for how it ended. The process
-    first gets its malloc arena cap (`core.runtime.process`), before any thread or store."""
+    """Run a command's coroutine and exit with CONTRACT's code for how it ended; under
+    `--json` a run that ends without its object gets `{"ok": false, "error": ...}` (see the
+    module docstring). An unexpected exception is logged once with its traceback (no local
+    variables, scrubbed) and ends as one line and exit 1. The process first gets its malloc
+    arena cap (`core.runtime.process`), before any thread or store."""
     limit_malloc_arenas()
     try:
         code = asyncio.run(main())
     except KbError as exc:
         write_error(f"{prog}: error: {exc}\n")
+        emit_failure(str(exc))
         code = exc.exit_code
     except KeyboardInterrupt:
         write_error(f"{prog}: interrupted\n")
+        emit_failure("interrupted")
         code = 130
     except Exception as exc:
         # Unexpected (a bug, or a fault nothing names yet, e.g. a folder where a file should
@@ -110,6 +190,7 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
         if LOGGED_NOTE not in getattr(exc, "__notes__", ()):
             log.error("command.failed", exc_info=True)
         write_error(f"{prog}: error: {unexpected_error(exc)}\n")
+        emit_failure(unexpected_error(exc))
         code = EXIT_FAILED
     raise SystemExit(code)
 
@@ -127,16 +208,9 @@ async def tick_once(
     figures, then each other job's under its name), printed as one JSON object with `--json`,
     else as the few lines `summarize` makes of the figures by job name.
     Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
-    when a stop signal ended it early. A failure still prints one JSON object
-    (`{"ok": false, "error": ...}`) before it propagates to its exit code."""
-    try:
-        done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
-    except Exception as exc:
-        # `--json` promises one object on every exit path, an unexpected failure included.
-        if as_json:
-            emit_json({"ok": False, "error": str(exc) if isinstance(exc, KbError)
-                       else unexpected_error(exc)})
-        raise
+    when a stop signal ended it early. A failure propagates to `run_main`, which prints the
+    one `{"ok": false, "error": ...}` object."""
+    done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
     main = done.figures[daemon.jobs[0].name]
     shown = main.json()
     for job in daemon.jobs[1:]:

@@ -24,7 +24,6 @@ from core.jobs.eager_backfill import (
 )
 from core.reports.progress import choose_progress
 from core.rules.config import Settings
-from core.rules.errors import KbError
 from core.runtime.oneshot import run_jobs_once
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
@@ -95,13 +94,8 @@ async def backfill(args: argparse.Namespace) -> int:
     code (128 + the signal's number when a stop signal ended it after its current batch)."""
     settings = load_settings(args.config)
     progress = choose_progress(sys.stderr, event="backfill.progress")
-    try:
-        done = await run_jobs_once(settings, [backfill_job(settings, args, progress)],
-                                   dry_run=args.dry_run)
-    except KbError as exc:
-        if args.json:
-            emit_json({"ok": False, "error": str(exc)})
-        raise
+    done = await run_jobs_once(settings, [backfill_job(settings, args, progress)],
+                               dry_run=args.dry_run)
     result = done.figures[TICK_NAME]
     figures = result.figures
     assert isinstance(figures, EagerBackfillFigures)

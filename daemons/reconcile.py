@@ -10,8 +10,9 @@ pass (`core.jobs.reconcile.reconcile_tick`), then one alerting pass
 
 Exit 0 done; 1 a store unreachable, a tenant failed, or telemetry rows the pass could not
 write (spooled for the next pass; the `--json` object is printed first); 2 usage,
-configuration or archive errors (a restore with a refused or unreadable line included: each
-is named on stderr, the others are still restored); 128 + the signal's number when SIGINT or
+configuration or archive errors (a restore with a refused or unreadable line included, a
+line the store refused for its data among them: each is named on stderr with its reason, the
+others are still restored); 128 + the signal's number when SIGINT or
 SIGTERM stopped the run (after its current tenant, band or batch).
 
 `explain` runs one tenant's pass in explain mode (`core.jobs.reconcile.explain_tenant`: the
@@ -175,7 +176,8 @@ async def run_restore(args: argparse.Namespace) -> int:
         write_error(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
                          f"{chunk}\n")
     if args.json:
-        emit_json({"ok": result.clean, **to_json(result.figures())})
+        failure = {} if result.clean else {"error": restore_problems(result)}
+        emit_json({"ok": result.clean, **failure, **to_json(result.figures())})
     else:
         write_text(restore_summary(result) + "\n")
     if run.stopped_exit_code is not None:
@@ -183,6 +185,12 @@ async def run_restore(args: argparse.Namespace) -> int:
                          "restore the rest\n")
         return run.stopped_exit_code
     return EXIT_OK if result.clean else EXIT_USAGE
+
+
+def restore_problems(result: RestoreResult) -> str:
+    """The `error` of a restore with lines not applied: how many, and that the others were."""
+    return (f"{len(result.refused)} line(s) refused and {len(result.unreadable)} unreadable "
+            f"(each listed under problems); the other lines read were restored or kept live")
 
 
 def restore_summary(result: RestoreResult) -> str:

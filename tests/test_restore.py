@@ -5,6 +5,7 @@ skipped, old archives still usable. Real embedded Chroma and real archives writt
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from core.stores.archives import ArchiveError
 from core.stores.chroma import CollectionMissing, Include, VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
-from tests.support import make_settings, read_archived_chunks, seed
+from tests.chroma_server import ChromaServer
+from tests.support import make_settings, read_archived_chunks, run_module, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")
 KB = "neo-knowledge-base"
@@ -274,3 +276,158 @@ async def test_an_embedding_chroma_cannot_hold_is_a_bad_line_not_a_failed_restor
     assert result.restored == 1
     assert [(p.line_number, p.reason) for p in result.unreadable] == [
         (2, "embedding holds a number too large for float32")]
+
+
+# -- lines the store refuses ------------------------------------------------------------------
+
+
+def store_refused_archive(path: Path) -> Path:
+    """Two good lines around one of another embedding dimension and one with nested metadata
+    (both well-formed archive lines, refused only by Chroma)."""
+    nested = seal({
+        "format": 2, "kind": "chunk", "collection": KB, "tenantId": "acme", "passId": "p1",
+        "archivedAt": 1, "id": "a-nested",
+        "metadata": {"tenantId": "acme", "tenantConfigVersion": 1, "extra": {"deep": [1]}},
+        "document": "archived", "embedding": [0.5, 0.25, 0.125, 0.0625]})
+    return write_archive(path, [
+        header_line(),
+        chunk_line("a-good1"),                                   # 2: restored
+        chunk_line("a-dim3", embedding=[0.5, 0.25, 0.125]),      # 3: another dimension
+        nested,                                                  # 4: nested metadata
+        chunk_line("a-good2"),                                   # 5: restored
+    ])
+
+
+def run_restore_json(config: Path, archive: Path, home: Path) -> tuple[int, dict[str, Any]]:
+    """`kb-reconcile restore ARCHIVE --json` as an operator runs it: the exit code and the one
+    JSON object (asserted to be exactly one line of JSON on stdout)."""
+    done = run_module("daemons.reconcile", "restore", str(archive), "--config", str(config),
+                      "--json", home=home)
+    [line] = done.stdout.splitlines()
+    return done.returncode, json.loads(line)
+
+
+def test_lines_the_store_refuses_are_refused_with_its_reason_and_the_others_restored(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\n', encoding="utf-8")
+    settings = make_settings(tmp_path)
+
+    async def seed_live_dimension() -> None:  # the collection holds 4-number embeddings
+        vectors = await VectorStore.open(settings)
+        try:
+            await seed(vectors, KB, [chunk("a-live", "acme", 5)])
+        finally:
+            await vectors.close()
+
+    asyncio.run(seed_live_dimension())
+    archive = store_refused_archive(tmp_path / "mixed.jsonl")
+
+    code, shown = run_restore_json(config, archive, tmp_path / "home")
+    assert code == 2
+    assert shown["ok"] is False and "2 line(s) refused" in shown["error"]
+    assert (shown["restored"], shown["keptLive"], shown["refused"]) == (2, 0, 2)
+    problems = [(p["line"], p["id"]) for p in shown["problems"]]
+    assert problems == [(3, "a-dim3"), (4, "a-nested")]
+    assert "dimension of 4, got 3" in shown["problems"][0]["reason"]
+    assert "metadata" in shown["problems"][1]["reason"]
+
+    async def present() -> set[str]:
+        vectors = await VectorStore.open(settings)
+        try:
+            return {r.id for r in await vectors.get_by_ids(
+                KB, ["a-good1", "a-good2", "a-dim3", "a-nested", "a-live"])}
+        finally:
+            await vectors.close()
+
+    assert asyncio.run(present()) == {"a-good1", "a-good2", "a-live"}
+
+    # Again: nothing new restored, the same refusals with the same reasons.
+    again_code, again = run_restore_json(config, archive, tmp_path / "home")
+    assert again_code == 2
+    assert (again["restored"], again["keptLive"], again["refused"]) == (0, 2, 2)
+    assert again["problems"] == shown["problems"]
+    assert asyncio.run(present()) == {"a-good1", "a-good2", "a-live"}
+
+
+async def test_a_refused_line_among_many_leaves_every_other_line_of_its_batch_restored(
+    tmp_path: Path, vectors: VectorStore
+) -> None:
+    """Isolation by halving: the refused lines anywhere in a batch, the others all restored
+    in the same run."""
+    await seed(vectors, KB, [chunk("a-live", "acme", 5)])
+    bad = {7, 8, 30}
+    lines = [header_line()] + [
+        chunk_line(f"a{i:02d}", embedding=[0.5, 0.25, 0.125] if i in bad else None)
+        for i in range(40)]
+    archive = write_archive(tmp_path / "many.jsonl", lines)
+    result = await restore_archive(vectors, archive, collection=KB)
+    assert result.restored == 37
+    assert [(p.line_number, p.chunk_id) for p in result.refused] == [
+        (i + 2, f"a{i:02d}") for i in sorted(bad)]
+    assert all(p.reason.startswith("the store refused it: ") for p in result.refused)
+    present = {r.id for r in await vectors.get_by_ids(KB, [f"a{i:02d}" for i in range(40)])}
+    assert present == {f"a{i:02d}" for i in range(40) if i not in bad}
+
+
+def test_a_store_that_goes_down_mid_restore_is_exit_1_and_claims_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Server mode: `chroma run` is stopped after the restore has read the store's state
+    and before it adds the absent rows. That is an outage, not a refusal: exit 1, one JSON
+    object with `ok: false`, no line claimed restored or refused, and the store (started
+    again) holds none of the archive's rows."""
+    from daemons.reconcile import main
+
+    server = ChromaServer(tmp_path / "chroma", home=tmp_path / "home")
+    server.start()
+    try:
+        config = tmp_path / "kb.toml"
+        config.write_text(f'[knowledgeBase]\ndataDir = "data"\nchromaUrl = "{server.url}"\n',
+                          encoding="utf-8")
+        settings = make_settings(tmp_path, chromaUrl=server.url)
+
+        async def seed_live() -> None:
+            vectors = await VectorStore.open(settings)
+            try:
+                await seed(vectors, KB, [chunk("a-live", "acme", 5)])
+            finally:
+                await vectors.close()
+
+        asyncio.run(seed_live())
+        archive = write_archive(tmp_path / "a.jsonl", [header_line()] + [
+            chunk_line(f"a{i}") for i in range(5)])
+        real_get = VectorStore.get_by_ids
+
+        async def get_then_stop_the_server(self: VectorStore, *args: Any,
+                                           **kwargs: Any) -> list[ChromaRow]:
+            rows = await real_get(self, *args, **kwargs)
+            server.stop()
+            return rows
+
+        monkeypatch.setattr(VectorStore, "get_by_ids", get_then_stop_the_server)
+        with pytest.raises(SystemExit) as exited:
+            main(["restore", str(archive), "--config", str(config), "--json"])
+        monkeypatch.undo()
+        assert exited.value.code == 1
+        out = capsys.readouterr()
+        [line] = out.out.splitlines()
+        shown = json.loads(line)
+        assert shown["ok"] is False and shown["error"]
+        assert not {"restored", "refused", "problems"} & shown.keys()
+        assert "refused it" not in out.err
+
+        server.start()
+
+        async def present() -> set[str]:
+            vectors = await VectorStore.open(settings)
+            try:
+                return {r.id for r in await vectors.get_by_ids(
+                    KB, ["a-live", *(f"a{i}" for i in range(5))])}
+            finally:
+                await vectors.close()
+
+        assert asyncio.run(present()) == {"a-live"}
+    finally:
+        server.stop()

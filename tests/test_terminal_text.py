@@ -13,7 +13,7 @@ import pytest
 
 from core.rules.manifests import RepoManifest
 from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.rules.terminal_text import inert
+from core.rules.terminal_text import CUT_MARK, SHOWN_TEXT_MAX_CHARS, inert, shown_text
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
@@ -123,3 +123,19 @@ async def test_tenants_show_and_list_escape_slugs_and_paths(hostile_data: Path,
                         home=tmp_path / "home")
     assert listed.returncode == 0, listed.stderr
     assert_inert(listed.stdout)
+
+
+def test_control_and_direction_characters_are_written_as_visible_escapes() -> None:
+    assert shown_text("a\x1b[2Jb\nc\td\x7f\x85e\u202ef") == \
+        "a\\x1b[2Jb\\x0ac\\x09d\\x7f\\x85e\\u202ef"
+
+
+def test_ordinary_text_is_unchanged() -> None:
+    text = "Collection expecting embedding with dimension of 4, got 3 — ünïcode ✓"
+    assert shown_text(text) == text
+
+
+def test_a_long_text_is_cut_with_a_mark_and_never_inside_an_escape() -> None:
+    assert shown_text("x" * 1000) == "x" * SHOWN_TEXT_MAX_CHARS + CUT_MARK
+    assert shown_text("abc\x1bdef", limit=5) == "abc" + CUT_MARK
+    assert shown_text("abcdef", limit=6) == "abcdef"

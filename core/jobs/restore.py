@@ -7,6 +7,15 @@ any id that exists untouched even if it appeared a moment after the check; an id
 under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under another
 tenant, a line of another collection, pass or tenant is refused with its reason. Running a
 restore twice changes nothing the second time. A bad line never stops the others.
+
+The absent rows of a batch go to the store in one `add` (one per embedding dimension). When
+the store refuses that call for its data (an embedding of another dimension than the
+collection's, metadata Chroma cannot hold) while it still answers, the call is split in halves
+until each refused line stands alone: that line is refused with the store's own reason
+(escaped and cut, `core.rules.terminal_text`), the others are restored. Anything else (a
+server down, a timeout, an error the store gives for itself) is an outage: it propagates,
+and no line of the failed call is counted as restored or refused. Only a call the store
+accepted counts its rows as restored.
 """
 
 from __future__ import annotations
@@ -32,8 +41,14 @@ from core.rules.archive_format import (
 )
 from core.rules.figures import json_name
 from core.rules.rows import ChromaRow
+from core.rules.terminal_text import shown_text
 from core.stores.archives import ArchiveError, archive_line_batches
-from core.stores.chroma import CollectionMissing, VectorStore
+from core.stores.chroma import (
+    CollectionMissing,
+    VectorStore,
+    VectorStoreError,
+    refused_for_its_data,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +72,8 @@ class RestoreResult:
     format: int | None
     restored: int = 0
     kept_live: int = 0
-    #: Well-formed lines that do not belong (another tenant, collection, pass, owner).
+    #: Well-formed lines that do not belong (another tenant, collection, pass, owner), or
+    #: that the store refused (another embedding dimension, metadata it cannot hold).
     refused: tuple[LineProblem, ...] = ()
     #: Lines that could not be read (torn, edited, not an archive line).
     unreadable: tuple[LineProblem, ...] = ()
@@ -159,7 +175,7 @@ class _Restore:
         except CollectionMissing:
             live = []
         owner = {row.id: row.metadata.get(TENANT_KEY) for row in live}
-        to_add: dict[str, ChromaRow] = {}
+        to_add: dict[str, tuple[int, ChromaRow]] = {}
         for number, chunk in batch:
             row_id = chunk.row.id
             if row_id in owner and owner[row_id] != self.tenant_id:
@@ -169,10 +185,53 @@ class _Restore:
                 # Live now (or restored by an earlier line of this archive): keep it as it is.
                 self.kept_live += 1
             else:
-                to_add[row_id] = chunk.row
-        if to_add:
-            await vectors.add(self.collection, list(to_add.values()))
-            self.restored += len(to_add)
+                to_add[row_id] = (number, chunk.row)
+        if not to_add:
+            return
+        # Created here, outside the isolation below, so that a store that cannot hold the
+        # collection at all fails the restore instead of refusing every line.
+        await vectors.ensure_collection(self.collection)
+        by_dimension: dict[int, list[tuple[int, ChromaRow]]] = {}
+        for number, row in to_add.values():
+            by_dimension.setdefault(len(row.embedding or ()), []).append((number, row))
+        # The largest group first: into a collection this restore creates, the first add
+        # decides the dimension, and the archive's usual one should win.
+        for lines in sorted(by_dimension.values(), key=len, reverse=True):
+            await self.add_isolating_refusals(vectors, lines)
+
+    async def add_isolating_refusals(self, vectors: VectorStore,
+                                     lines: list[tuple[int, ChromaRow]]) -> None:
+        """Add the rows in one call and count them restored; when the store refuses the call
+        for its data, split it until each refused line is alone and refuse that line with the
+        store's reason, restoring the rest. An outage propagates with nothing counted."""
+        try:
+            await vectors.add(self.collection, [row for _, row in lines])
+        except VectorStoreError as exc:
+            if not refused_for_its_data(exc):
+                raise
+            if len(lines) > 1:
+                middle = len(lines) // 2
+                await self.add_isolating_refusals(vectors, lines[:middle])
+                await self.add_isolating_refusals(vectors, lines[middle:])
+                return
+            # A refusal is claimed only while the store answers: a store failing as it went
+            # down must not turn a good line into a refused one.
+            await self.store_answers(vectors, exc)
+            number, row = lines[0]
+            self.refused.append(LineProblem(
+                number, f"the store refused it: {store_reason(exc)}", row.id))
+            log.warning("tombstones.restore_line_refused", line=number, id=shown_text(row.id),
+                        reason=store_reason(exc))
+            return
+        self.restored += len(lines)
+
+    async def store_answers(self, vectors: VectorStore, refusal_error: VectorStoreError) -> None:
+        """Return when the collection answers a harmless call; raise the error that call
+        raised (an outage) otherwise."""
+        try:
+            await vectors.count(self.collection)
+        except VectorStoreError as exc:
+            raise exc from refusal_error
 
     def result(self, path: Path) -> RestoreResult:
         def in_file_order(problems: list[LineProblem]) -> tuple[LineProblem, ...]:
@@ -181,6 +240,13 @@ class _Restore:
         return RestoreResult(path, self.collection, self.tenant_id, self.format, self.restored,
                              self.kept_live, in_file_order(self.refused),
                              in_file_order(self.unreadable), tuple(self.warnings))
+
+
+def store_reason(error: VectorStoreError) -> str:
+    """The store's own words for refusing a row (the message of what Chroma raised, without
+    our "store: add on ... failed" prefix), one line, escaped and cut (`shown_text`)."""
+    cause = error.__cause__
+    return shown_text(str(cause) if cause is not None else str(error))
 
 
 async def restore_archive(
@@ -192,8 +258,11 @@ async def restore_archive(
 ) -> RestoreResult:
     """Put back the archived chunks of `path` that are absent now, into `collection` (the
     knowledge-base collection) only, for the archive's own tenant only; see the module's
-    docstring for the rules. Raises ArchiveError when the file cannot be used at all; a bad
-    line does not stop the others (it is returned with its number and reason). When
+    docstring for the rules. Raises ArchiveError when the file cannot be used at all, and
+    StoreUnavailable when the store fails (rows of the batches before are in the store; the
+    failed batch's rows are neither claimed restored nor refused). A bad line, the store's
+    refusal of a line included, does not stop the others (it is returned with its number and
+    reason). When
     `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
     it again finishes the rest).
     """

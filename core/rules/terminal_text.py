@@ -12,6 +12,10 @@ itself, and a JSON reader sees the real string.
 `inert` is idempotent (its output has no character it would escape), and keeps newlines by
 default: a rendered report is many lines, and one value cannot add a line to a table cell
 because every cell goes through it with `keep_newlines=False`.
+
+Text from outside (a store's reason for refusing a row, which may quote the row back; an
+exception's text) is also bounded: `shown_text` makes it one inert line and cuts it, so a row
+quoted back whole cannot bury the line that names what happened.
 """
 
 from __future__ import annotations
@@ -19,11 +23,20 @@ from __future__ import annotations
 import re
 from typing import Final
 
-#: C0 controls but the newline, DEL, the C1 controls, and the bidi embeddings, overrides and
-#: isolates. A tab is escaped too: it moves the cursor, and tables align by width.
-_UNSAFE: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+#: C0 controls but the newline, DEL, the C1 controls, the direction marks, the bidi
+#: embeddings, overrides and isolates, and the line and paragraph separators. A tab is escaped
+#: too: it moves the cursor, and tables align by width.
+_UNSAFE: Final = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 #: The same, with the newline.
-_UNSAFE_LINE: Final = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_LINE: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+#: How much of a text from outside `shown_text` keeps: enough to tell one reason from another
+#: ("Collection expecting embedding with dimension of 384, got 768"), short enough that a row
+#: quoted back whole cannot flood a report.
+SHOWN_TEXT_MAX_CHARS: Final = 300
+#: Marks where a text was cut.
+CUT_MARK: Final = "…"
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -38,3 +51,19 @@ def inert(text: str, *, keep_newlines: bool = True) -> str:
     if pattern.search(text) is None:  # the common case: nothing to copy
         return text
     return pattern.sub(_escape, text)
+
+
+def shown_text(text: str, *, limit: int = SHOWN_TEXT_MAX_CHARS) -> str:
+    """`text` from outside as one inert line (`inert` with `keep_newlines=False`), cut after
+    `limit` characters of the result with `CUT_MARK` at the cut; an escape is never cut in
+    half."""
+    out: list[str] = []
+    length = 0
+    for char in text:
+        shown = inert(char, keep_newlines=False)
+        if length + len(shown) > limit:
+            out.append(CUT_MARK)
+            break
+        out.append(shown)
+        length += len(shown)
+    return "".join(out)
