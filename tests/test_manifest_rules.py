@@ -11,13 +11,17 @@ import pytest
 
 from core.rules.manifests import (
     ManifestDiff,
+    ManifestMatch,
     ManifestOrphan,
+    ManifestPathError,
+    NormalizedPaths,
     PathCoverage,
     RepoManifest,
     claimed_paths,
     diff_tenant_manifest,
     manifest_patch,
     manifests_from_properties,
+    normalize_manifest_paths,
     ordered_union,
 )
 from core.rules.reconcile import diff_tenant_chunks
@@ -147,6 +151,60 @@ def test_claimed_paths_are_sorted_deduplicated_and_never_empty() -> None:
     assert claimed_paths(["b", "a", "", "b"]) == ("a", "b")
     with pytest.raises(ValueError, match="empty"):
         claimed_paths(["", ""])
+
+
+def test_the_normalizer_strips_a_find_listings_prefix_and_crlf_and_skips_blank_lines() -> None:
+    assert normalize_manifest_paths(["./lib/x.py\r", "", "\r", "README.md", "./lib/x.py"],
+                                    source="list") == NormalizedPaths(("README.md", "lib/x.py"), 2)
+    assert normalize_manifest_paths(["a b/c.md"], source="list").paths == ("a b/c.md",)
+
+
+@pytest.mark.parametrize(("lines", "says"), [
+    (["ok.md", "/etc/passwd"], "list:2: path '/etc/passwd' is absolute (starts with /)"),
+    (["src/../a.py"], "list:1: path 'src/../a.py' has a .. segment"),
+    (["src//a.py"], "list:1: path 'src//a.py' has an empty segment (// or a trailing /)"),
+    (["src/"], "list:1: path 'src/' has an empty segment"),
+    (["src/./a.py"], "list:1: path 'src/./a.py' has a . segment"),
+    (["./"], "list:1: path './' has an empty segment"),
+    (["\ufeffa.md"], "list:1: path '\\ufeffa.md' holds a byte-order mark (U+FEFF): save the "
+                     "list as UTF-8 without BOM"),
+    (["ok", "x\x1b[2Jy.md"], "list:2: path 'x\\x1b[2Jy.md' holds a control character"),
+    (["a\tb", "c"], "list:1: path 'a\\x09b' holds a control character"),
+    (["a\x00b"], "list:1: path 'a\\x00b' holds a control character"),
+    (["a\x85b"], "list:1: path 'a\\x85b' holds a control character"),
+    (["a\rb"], "list:1: path 'a\\x0db' holds a control character"),
+    (["", "\r"], "list: the path list is empty"),
+])
+def test_the_normalizer_refuses_a_bad_path_naming_its_line_and_what_is_wrong(
+    lines: list[str], says: str
+) -> None:
+    with pytest.raises(ManifestPathError) as caught:
+        normalize_manifest_paths(lines, source="list")
+    message = str(caught.value)
+    assert message.startswith(says)
+    assert "\n" not in message and "\x1b" not in message and "\t" not in message
+
+
+def test_the_normalizer_names_the_source_alone_for_an_unnumbered_listing() -> None:
+    with pytest.raises(ManifestPathError) as caught:
+        normalize_manifest_paths(["ok.md", "new\nline.md"], source="repo at HEAD",
+                                 numbered=False)
+    assert str(caught.value) == ("repo at HEAD: path 'new\\x0aline.md' holds a control "
+                                 "character")
+
+
+def test_a_manifest_matching_none_of_its_repos_chunks_is_refused_and_an_empty_repo_is_not(
+) -> None:
+    match = ManifestMatch(frozenset({"lib/x.py", "./lib/y.py"}))
+    assert match.refusal("r") is None  # no chunk yet: nothing to match
+    for path in ("a.py", "b.py", "c.py", "d.py", None):
+        match.observe({"sourcePath": path})
+    refusal = match.refusal("r")
+    assert refusal is not None
+    assert "none of the 5 chunks of repo r" in refusal
+    assert "chunk paths: a.py, b.py, c.py;" in refusal and "--force" in refusal
+    match.observe({"sourcePath": "lib/x.py"})
+    assert match.refusal("r") is None
 
 
 def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> None:
