@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
+from core.rules.manifests import RepoManifest
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
+from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import run_module, seed
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -346,3 +348,62 @@ def test_set_policy_keeps_the_version_and_show_names_each_values_source(
     assert json.loads(tenants(config, "show", "acme", "--json").stdout) == shown
     unknown = tenants(config, "set-policy", "nobody", "--auto-tombstone", "off")
     assert unknown.returncode == 2 and "set-config first" in unknown.stderr
+
+
+def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_nothing(
+    tmp_path: Path
+) -> None:
+    """The tenant-wide stale fraction cannot see it (another repo's live chunks dilute the
+    share): 10 of 50 chunks is under 0.5, so on main the pass deleted the repo's 10 live
+    chunks up to the cap. Per repo, 10 of 10 is over 0.5: held."""
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\nreconciliationEnabled = true\n'
+                      "reconciliationAutoTombstone = true\nreconciliationMaxDeletesPerTick = 11\n"
+                      "reconciliationManifestGraceMs = 0\n", encoding="utf-8")
+    ingested = int(time.time() * 1000) - 60_000
+    other = [(i, {**m, "repoSlug": "s"}) for i, m in chunks_of(
+        [f"s/{n}.md" for n in range(20)], ingested=ingested)]
+    prepare(config, chunks_of([f"lib/{n}.py" for n in range(5)], ingested=ingested) + other)
+    everything = left(config)
+    settings = load_config(str(config)).settings
+
+    async def record_wrong_manifest() -> None:  # what an older set-manifest let through
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            await set_tenant_manifest(graph, "acme", RepoManifest(
+                "r", ("./lib/0.py", "./lib/1.py"), ingested + 1_000))
+        finally:
+            await graph.close()
+
+    asyncio.run(record_wrong_manifest())
+    plan = reconcile(config, "explain", "acme", "--json")
+    text = reconcile(config, "explain", "acme")
+    passed = reconcile(config, "--tick", "--json")
+    for done in (plan, text, passed):
+        assert done.returncode == 0, done.stderr
+    [figures] = json.loads(passed.stdout)["tenants"]
+    assert (figures["guard"], figures["tombstonedCount"]) == ("manifest-mismatch", 0)
+    assert (figures["manifestOrphanCount"], figures["actionableCount"]) == (10, 0)
+    assert left(config) == everything
+    guards = json.loads(plan.stdout)["guards"]
+    assert (guards["guard"], guards["mismatchedRepos"], guards["wouldDelete"]) == (
+        "manifest-mismatch", ["r"], 0)
+    assert "guard: manifest-mismatch" in text.stdout
+    assert "held (manifest-mismatch)" in text.stdout
+    assert "the manifest-mismatch guard holds the orphans of r" in text.stdout
+
+    async def detail() -> dict[str, Any]:
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            [(raw,)] = await graph.query("SELECT detail FROM kb_ingestion_metrics")
+        finally:
+            await graph.close()
+        return dict(json.loads(raw))
+
+    recorded = asyncio.run(detail())
+    assert (recorded["guard"], recorded["manifestMismatchRepos"],
+            recorded["manifestMismatchCount"]) == ("manifest-mismatch", ["r"], 10)
+    status = run_module("daemons.status", "--config", str(config), "--json", home=tmp_path)
+    assert json.loads(status.stdout)["tenants"][0]["lastGuard"] == "manifest-mismatch"
+    shown = run_module("daemons.status", "--config", str(config), home=tmp_path)
+    assert "manifest-mismatch" in shown.stdout

@@ -24,7 +24,7 @@ from core.rules.manifests import (
     normalize_manifest_paths,
     ordered_union,
 )
-from core.rules.reconcile import diff_tenant_chunks
+from core.rules.reconcile import diff_tenant_chunks, manifest_mismatched
 from core.rules.rows import ChromaRow
 from core.rules.tenant_policy import (
     FROM_CONFIG,
@@ -116,7 +116,7 @@ def test_the_union_counts_a_chunk_both_stale_and_orphaned_once() -> None:
     union = ordered_union(stale.actionable_ids, orphans.actionable_ids)
     assert union == ("both", "stale-only", "orphan-only")
     tally = TenantTally(ScanRules("tenant-x", 5, 2, manifests_from_properties(
-        {"manifests": MANIFEST_X}), 0, read_ms=10_000), cap=10)
+        {"manifests": MANIFEST_X}), 0, read_ms=10_000, max_stale_fraction=1.0), cap=10)
     tally.add_page([ChromaRow(r["id"], r["metadata"]) for r in rows])
     assert (tally.stale_count, tally.manifest_orphan_count, tally.total_orphan_count,
             tally.actionable_count) == (2, 2, 3, 3)
@@ -214,7 +214,7 @@ def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> 
 
 
 RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
-                  read_ms=2_000)
+                  read_ms=2_000, max_stale_fraction=1.0)
 
 
 @pytest.mark.parametrize(("metadata", "expected"), [
@@ -332,3 +332,49 @@ def test_a_policy_patch_refuses_invalid_values_and_inherit_removes_the_key() -> 
         kwargs: dict[str, Any] = {"gap": None, "grace_ms": None, "auto_tombstone": None, **bad}
         with pytest.raises(ValueError):
             policy_patch(**kwargs)
+
+
+def _settled(max_fraction: float) -> TenantTally:
+    manifests = {"r": RepoManifest("r", ("keep.md",), 1_000),
+                 "s": RepoManifest("s", ("a.md", "b.md"), 1_000)}
+    tally = TenantTally(ScanRules("t", 5, 2, manifests, 0, read_ms=2_000,
+                                  max_stale_fraction=max_fraction), cap=10, keep_rows=True)
+    rows = [("r-keep", "r", "keep.md", 5), ("r-gone", "r", "gone.md", 5),
+            ("r-both", "r", "both.md", 1),  # also three versions behind: stale-actionable
+            ("s-a", "s", "a.md", 5), ("s-b", "s", "b.md", 5), ("s-c", "s", "c.md", 5)]
+    tally.add_page([ChromaRow(i, {"tenantId": "t", "repoSlug": repo, "sourcePath": path,
+                                  "tenantConfigVersion": stamp, "ingestedAt": 500})
+                    for i, repo, path, stamp in rows])
+    tally.settle()
+    tally.settle()  # idempotent
+    return tally
+
+
+def test_a_repo_whose_manifest_orphans_too_much_of_it_is_held_and_the_rest_goes_on() -> None:
+    tally = _settled(0.5)
+    # r: 2 orphans of 3 chunks (> 0.5) is held; s: 1 of 3 is not.
+    assert tally.mismatched_repos == ("r",) and tally.mismatch_held_count == 2
+    assert tally.manifest_orphan_count == 3  # still reported
+    # Actionable: r-both (by version, its own authority) and s-c; r-gone is held.
+    assert tally.actionable_count == 2 and tally.orphan_actionable_count == 1
+    assert "r" not in tally.oldest_orphans and len(tally.oldest_orphans["s"]) == 1
+    assert len(tally.oldest_stale) == 1
+    verdicts = {v.id: v for v in tally.rows}
+    assert not verdicts["r-gone"].actionable and verdicts["r-both"].actionable
+    assert verdicts["s-c"].orphan_actionable
+
+
+def test_an_invalid_fraction_holds_every_repo_with_an_orphan() -> None:
+    tally = _settled(0.0)  # what an invalid reconciliationMaxStaleFraction reads as
+    assert tally.mismatched_repos == ("r", "s")
+    assert tally.actionable_count == 1 and tally.orphan_actionable_count == 0
+    assert tally.oldest_orphans == {}
+
+
+def test_manifest_mismatch_is_the_stale_fraction_rule_per_repo_and_fails_closed() -> None:
+    assert not manifest_mismatched(orphans=5, chunks=10, max_fraction=0.5)
+    assert manifest_mismatched(orphans=6, chunks=10, max_fraction=0.5)
+    assert manifest_mismatched(orphans=1, chunks=0, max_fraction=1.0)  # counts disagree
+    assert not manifest_mismatched(orphans=0, chunks=0, max_fraction=0.0)
+    for bad in (0.0, -1.0, math.nan, math.inf, 1.5):
+        assert manifest_mismatched(orphans=1, chunks=100, max_fraction=bad)
