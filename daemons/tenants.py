@@ -3,7 +3,7 @@
     python -m daemons.tenants set-config TENANT [--repo-slug R] [--config F]
     python -m daemons.tenants list [--config F] [--json]
     python -m daemons.tenants set-manifest TENANT --repo-slug R
-        (--from-git DIR [--ref REF] | --paths-file F) [--config F]
+        (--from-git DIR [--ref REF] | --paths-file F) [--force] [--config F]
     python -m daemons.tenants set-policy TENANT [--orphan-version-gap N]
         [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--config F]
     python -m daemons.tenants show TENANT [--config F] [--json]
@@ -11,9 +11,10 @@
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
 older version becomes stale for reconciliation. `set-manifest` records a repo's claimed state
-(replacing that repo's manifest); `set-policy` changes the tenant's reconciliation policy and
-never its version. Bad input is exit 2 with one line, and changes nothing. Only the graph is
-opened, never Chroma, so these commands are quick.
+(replacing that repo's manifest) once its paths pass the manifest rules and, unless `--force`,
+it names at least one chunk the repo has (the only command here that reads Chroma);
+`set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
+exit 2 with one line, and changes nothing. The others open only the graph, so they are quick.
 """
 
 from __future__ import annotations
@@ -21,17 +22,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from core.jobs.manifest_match import match_repo_chunks
 from core.reports.tenant_show import gather_tenant, render_tenant
-from core.rules.errors import ConfigError
+from core.rules.config import Settings
+from core.rules.errors import ConfigError, LockHeld
 from core.rules.figures import to_json
-from core.rules.manifests import RepoManifest, claimed_paths
+from core.rules.manifests import RepoManifest, normalize_manifest_paths
 from core.rules.tenant_policy import AUTO_CHOICES, policy_patch
 from core.rules.tenants import normalize_tenant_id
 from core.runtime.settings import load_settings
-from core.stores.claimed_paths import ClaimedPathsError, paths_at, paths_from_bytes
+from core.stores.chroma import VectorStore
+from core.stores.claimed_paths import paths_at, paths_from_bytes
 from core.stores.clock import now_ms
 from core.stores.sqlite import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
@@ -87,11 +92,14 @@ def _add_manifest_parser(commands: argparse._SubParsersAction[Parser]) -> None:
                           help="the repository whose manifest this is")
     source = manifest.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-git", metavar="DIR", type=Path,
-                        help="a git work tree or bare repository: the paths at --ref")
+                        help="the top of a git work tree, or a bare repository: the paths at "
+                        "--ref")
     source.add_argument("--paths-file", metavar="F",
                         help="one path per line (- for stdin), UTF-8")
     manifest.add_argument("--ref", metavar="REF",
                           help="the commit to read with --from-git (default HEAD)")
+    manifest.add_argument("--force", action="store_true",
+                          help="record it even when it names none of the repo's chunks")
 
 
 def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -160,34 +168,76 @@ async def run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def read_manifest(args: argparse.Namespace, *, now: int) -> RepoManifest:
-    """The manifest the flags describe, read before anything is opened for writing; a
-    ConfigError (exit 2, one line) for a missing repository or ref, an unreadable file, an
-    empty path list or a path that is not UTF-8."""
+@dataclass(frozen=True, slots=True)
+class ManifestRead:
+    """The manifest the flags describe, and the note to print about how its paths were read
+    (None when there is nothing to say)."""
+
+    manifest: RepoManifest
+    note: str | None
+
+
+def read_manifest(args: argparse.Namespace, *, now: int) -> ManifestRead:
+    """The manifest the flags describe, read and checked (`normalize_manifest_paths`) before
+    anything is opened for writing; a ConfigError (exit 2, one line) for a folder that is not
+    a repository's top, a missing ref, an unreadable file, an empty path list or a path that
+    breaks the rules."""
     if args.ref is not None and args.from_git is None:
         raise ConfigError("argument --ref: only with --from-git")
     try:
         if args.from_git is not None:
-            at = paths_at(args.from_git, args.ref or "HEAD")
-            paths, revision = at.paths, at.revision
+            ref = args.ref or "HEAD"
+            at = paths_at(args.from_git, ref)
+            checked = normalize_manifest_paths(at.paths, source=f"{args.from_git} at {ref}",
+                                               numbered=False)
+            revision: str | None = at.revision
         else:
             source = "<stdin>" if args.paths_file == "-" else args.paths_file
             data = (sys.stdin.buffer.read() if args.paths_file == "-"
                     else Path(args.paths_file).read_bytes())
-            paths, revision = paths_from_bytes(data, source=source), None
-        return RepoManifest(args.repo_slug, claimed_paths(paths), now, revision)
+            checked = normalize_manifest_paths(paths_from_bytes(data, source=source),
+                                               source=source)
+            revision = None
     except OSError as exc:
         raise ConfigError(f"argument --paths-file: {exc.strerror}: {exc.filename}") from None
-    except ValueError as exc:  # ClaimedPathsError, or an empty path list
+    except ValueError as exc:  # ClaimedPathsError or ManifestPathError: one line each
         flag = "--from-git" if args.from_git is not None else "--paths-file"
-        prefix = "" if isinstance(exc, ClaimedPathsError) else f"argument {flag}: "
-        raise ConfigError(f"{prefix}{exc}") from None
+        raise ConfigError(f"argument {flag}: {exc}") from None
+    note = (f"note: stripped the leading ./ of {checked.stripped_prefixes:,} paths (a find . "
+            "listing); manifest paths are relative to the repository's top"
+            if checked.stripped_prefixes else None)
+    return ManifestRead(RepoManifest(args.repo_slug, checked.paths, now, revision), note)
+
+
+async def refuse_unmatched(settings: Settings, tenant_id: str, manifest: RepoManifest) -> None:
+    """Raise ConfigError when the manifest names none of its repo's chunks (while the repo has
+    some): recorded, it would make every one of them an orphan. Reads Chroma without creating
+    anything; a store that cannot be read is exit 1 (nothing recorded)."""
+    try:
+        vectors = await VectorStore.open_for_dry_run(settings)
+    except LockHeld as exc:
+        raise LockHeld(f"{exc} (the manifest check reads the store: stop the daemon, or pass "
+                       "--force to record without the check)") from None
+    try:
+        match = await match_repo_chunks(
+            vectors, settings.knowledge_base_collection, tenant_id=tenant_id,
+            repo_slug=manifest.repo_slug, paths=manifest.path_set)
+    finally:
+        await vectors.close()
+    refusal = match.refusal(manifest.repo_slug)
+    if refusal is not None:
+        raise ConfigError(refusal)
 
 
 async def run_set_manifest(args: argparse.Namespace) -> int:
     """Record the manifest; print `<repo> <paths> paths [at <revision>]`."""
     settings = load_settings(args.config)
-    manifest = read_manifest(args, now=now_ms())
+    read = read_manifest(args, now=now_ms())
+    manifest = read.manifest
+    if read.note:
+        sys.stderr.write(f"{PROG}: {read.note}\n")
+    if not args.force:
+        await refuse_unmatched(settings, args.tenant, manifest)
     graph = await GraphDB.open(settings.graph_db_path)
     try:
         await set_tenant_manifest(graph, args.tenant, manifest)

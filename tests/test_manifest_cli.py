@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 
+from core.rules.manifests import RepoManifest
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB
+from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import run_module, seed
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -170,17 +172,92 @@ def test_a_manifest_for_an_unconfigured_tenant_is_kept_and_says_the_pass_skips_i
     assert (shown["configured"], shown["manifests"][0]["pathCount"]) == (False, 1)
 
 
-def test_from_a_subfolder_of_a_work_tree_the_whole_tree_is_read(
+def test_a_folder_inside_another_work_tree_is_refused_naming_its_top_and_records_nothing(
     tmp_path: Path, config: Path
 ) -> None:
     repo = new_repo(tmp_path)
     commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "one")
+    (repo / "vendor" / "lib").mkdir(parents=True)  # a plain folder (no .git) in the tree
+    (repo / "vendor" / "lib" / "x.py").write_text("x")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
     prepare(config, [])
-    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
-                   str(repo / "src"))
-    assert made.returncode == 0, made.stderr
+    top = repo.resolve()
+    for folder, says in ((repo / "vendor" / "lib", f"is inside the work tree at {top}; pass "
+                          f"{top}"),
+                         (repo / "src", f"is inside the work tree at {top}"),
+                         (repo / ".git", f"inside the git directory of the work tree at {top}"),
+                         (bare / "refs", f"is inside the bare repository at {bare.resolve()}")):
+        done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
+                       str(folder))
+        assert done.returncode == 2, (folder, done.stdout)
+        [line] = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        assert says in line, line
+        assert json.loads(tenants(config, "show", "acme", "--json").stdout)["manifests"] == []
+
+
+def test_a_repository_top_a_bare_repository_and_a_symlink_to_a_top_are_accepted(
+    tmp_path: Path, config: Path
+) -> None:
+    repo = new_repo(tmp_path)
+    head = commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "one")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    link = tmp_path / "link"
+    link.symlink_to(repo, target_is_directory=True)
+    prepare(config, [])
+    for folder in (repo, bare, link):
+        done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git",
+                       str(folder))
+        assert done.returncode == 0, done.stderr
+        assert f"2 paths at {head}" in done.stdout
     shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
-    assert shown["manifests"][0]["pathCount"] == 2  # a.md and src/b.py, not just b.py
+    assert shown["manifests"][0]["pathCount"] == 2
+
+
+def test_a_find_listing_is_stripped_with_one_note_and_no_live_chunk_becomes_actionable(
+    tmp_path: Path, config: Path
+) -> None:
+    live = [f"lib/m{i}.py" for i in range(10)]
+    prepare(config, chunks_of(live, ingested=int(time.time() * 1000) - 60_000))
+    # `find . -type f` output, written on Windows (CRLF), with a blank line.
+    listing = "".join(f"./{p}\r\n" for p in live) + "\r\n"
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", "-",
+                   stdin=listing)
+    assert made.returncode == 0, made.stderr
+    [note] = [ln for ln in made.stderr.splitlines() if "./" in ln]
+    assert "stripped the leading ./ of 10 paths" in note
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert shown["manifests"][0]["pathCount"] == 10
+    plan = json.loads(reconcile(config, "explain", "acme", "--json").stdout)
+    assert (plan["figures"]["manifestOrphanCount"], plan["figures"]["actionableCount"]) == (0, 0)
+    passed = reconcile(config, "--tick", "--json")
+    assert passed.returncode == 0, passed.stderr
+    assert json.loads(passed.stdout)["tenants"][0]["tombstonedCount"] == 0
+    assert left(config) == {f"{p}#{i}" for p in live for i in range(2)}
+
+
+def test_a_manifest_matching_none_of_the_repos_chunks_is_refused_unless_forced(
+    tmp_path: Path, config: Path
+) -> None:
+    prepare(config, chunks_of(["lib/x.py", "lib/y.py"], ingested=1_000))
+    listing = "other/x.py\nother/y.py\n"
+    done = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", "-",
+                   stdin=listing)
+    assert done.returncode == 2
+    [line] = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert "matches none of the 4 chunks of repo r" in line
+    assert "chunk paths: lib/x.py, lib/y.py; manifest paths: other/x.py, other/y.py" in line
+    assert json.loads(tenants(config, "show", "acme", "--json").stdout)["manifests"] == []
+    # Another repo of the same tenant has no chunk yet: nothing to match, recorded.
+    other = tenants(config, "set-manifest", "acme", "--repo-slug", "new", "--paths-file", "-",
+                    stdin=listing)
+    assert other.returncode == 0, other.stderr
+    forced = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", "-",
+                     "--force", stdin=listing)
+    assert forced.returncode == 0, forced.stderr
+    shown = json.loads(tenants(config, "show", "acme", "--json").stdout)
+    assert sorted(m["repoSlug"] for m in shown["manifests"]) == ["new", "r"]
 
 
 def test_explain_pages_a_long_plan_on_a_terminal_and_lists_it_whole_in_json(
@@ -204,6 +281,12 @@ def test_explain_pages_a_long_plan_on_a_terminal_and_lists_it_whole_in_json(
     (("--paths-file", "-"), "\n\r\n", "the path list is empty"),
     (("--paths-file", "missing.txt"), None, "No such file"),
     (("--paths-file", "-", "--ref", "HEAD"), "a.md\n", "--ref: only with --from-git"),
+    (("--paths-file", "-"), "\ufeffa.md\n", "<stdin>:1: path '\\ufeffa.md' holds a byte-order"),
+    (("--paths-file", "-"), "a.md\n../b.md\n", "<stdin>:2: path '../b.md' has a .. segment"),
+    (("--paths-file", "-"), "/abs/a.md\n", "<stdin>:1: path '/abs/a.md' is absolute"),
+    (("--paths-file", "-"), "src//a.py\n", "<stdin>:1: path 'src//a.py' has an empty segment"),
+    (("--paths-file", "-"), "a.md\n\x1b]0;pwned\x07.md\n",
+     "<stdin>:2: path '\\x1b]0;pwned\\x07.md' holds a control character"),
 ])
 def test_bad_manifest_input_is_exit_2_with_one_line_and_changes_nothing(
     tmp_path: Path, config: Path, args: tuple[str, ...], stdin: str | None, says: str
@@ -265,3 +348,62 @@ def test_set_policy_keeps_the_version_and_show_names_each_values_source(
     assert json.loads(tenants(config, "show", "acme", "--json").stdout) == shown
     unknown = tenants(config, "set-policy", "nobody", "--auto-tombstone", "off")
     assert unknown.returncode == 2 and "set-config first" in unknown.stderr
+
+
+def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_nothing(
+    tmp_path: Path
+) -> None:
+    """The tenant-wide stale fraction cannot see it (another repo's live chunks dilute the
+    share): 10 of 50 chunks is under 0.5, so on main the pass deleted the repo's 10 live
+    chunks up to the cap. Per repo, 10 of 10 is over 0.5: held."""
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\nreconciliationEnabled = true\n'
+                      "reconciliationAutoTombstone = true\nreconciliationMaxDeletesPerTick = 11\n"
+                      "reconciliationManifestGraceMs = 0\n", encoding="utf-8")
+    ingested = int(time.time() * 1000) - 60_000
+    other = [(i, {**m, "repoSlug": "s"}) for i, m in chunks_of(
+        [f"s/{n}.md" for n in range(20)], ingested=ingested)]
+    prepare(config, chunks_of([f"lib/{n}.py" for n in range(5)], ingested=ingested) + other)
+    everything = left(config)
+    settings = load_config(str(config)).settings
+
+    async def record_wrong_manifest() -> None:  # what an older set-manifest let through
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            await set_tenant_manifest(graph, "acme", RepoManifest(
+                "r", ("./lib/0.py", "./lib/1.py"), ingested + 1_000))
+        finally:
+            await graph.close()
+
+    asyncio.run(record_wrong_manifest())
+    plan = reconcile(config, "explain", "acme", "--json")
+    text = reconcile(config, "explain", "acme")
+    passed = reconcile(config, "--tick", "--json")
+    for done in (plan, text, passed):
+        assert done.returncode == 0, done.stderr
+    [figures] = json.loads(passed.stdout)["tenants"]
+    assert (figures["guard"], figures["tombstonedCount"]) == ("manifest-mismatch", 0)
+    assert (figures["manifestOrphanCount"], figures["actionableCount"]) == (10, 0)
+    assert left(config) == everything
+    guards = json.loads(plan.stdout)["guards"]
+    assert (guards["guard"], guards["mismatchedRepos"], guards["wouldDelete"]) == (
+        "manifest-mismatch", ["r"], 0)
+    assert "guard: manifest-mismatch" in text.stdout
+    assert "held (manifest-mismatch)" in text.stdout
+    assert "the manifest-mismatch guard holds the orphans of r" in text.stdout
+
+    async def detail() -> dict[str, Any]:
+        graph = await GraphDB.open(settings.graph_db_path)
+        try:
+            [(raw,)] = await graph.query("SELECT detail FROM kb_ingestion_metrics")
+        finally:
+            await graph.close()
+        return dict(json.loads(raw))
+
+    recorded = asyncio.run(detail())
+    assert (recorded["guard"], recorded["manifestMismatchRepos"],
+            recorded["manifestMismatchCount"]) == ("manifest-mismatch", ["r"], 10)
+    status = run_module("daemons.status", "--config", str(config), "--json", home=tmp_path)
+    assert json.loads(status.stdout)["tenants"][0]["lastGuard"] == "manifest-mismatch"
+    shown = run_module("daemons.status", "--config", str(config), home=tmp_path)
+    assert "manifest-mismatch" in shown.stdout

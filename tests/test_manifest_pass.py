@@ -255,7 +255,9 @@ async def test_explain_names_the_guard_that_would_hold_the_pass_while_tombstonin
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     await tenant(graph)
-    await seed(vectors, KB, [chunk("o1", "gone.md"), chunk("o2", "gone2.md"),
+    # Stale by version (a manifest orphaning 2 of its repo's 3 chunks would be held by the
+    # manifest-mismatch guard first: see test_manifest_cli).
+    await seed(vectors, KB, [chunk("o1", "keep.md", stamp=1), chunk("o2", "new.md", stamp=1),
                              chunk("keep", "keep.md")])
     stores = context(tmp_path, graph, vectors, reconciliationAutoTombstone=False,
                      reconciliationMaxStaleFraction=0.5)

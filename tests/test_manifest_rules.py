@@ -11,16 +11,20 @@ import pytest
 
 from core.rules.manifests import (
     ManifestDiff,
+    ManifestMatch,
     ManifestOrphan,
+    ManifestPathError,
+    NormalizedPaths,
     PathCoverage,
     RepoManifest,
     claimed_paths,
     diff_tenant_manifest,
     manifest_patch,
     manifests_from_properties,
+    normalize_manifest_paths,
     ordered_union,
 )
-from core.rules.reconcile import diff_tenant_chunks
+from core.rules.reconcile import diff_tenant_chunks, manifest_mismatched
 from core.rules.rows import ChromaRow
 from core.rules.tenant_policy import (
     FROM_CONFIG,
@@ -112,7 +116,7 @@ def test_the_union_counts_a_chunk_both_stale_and_orphaned_once() -> None:
     union = ordered_union(stale.actionable_ids, orphans.actionable_ids)
     assert union == ("both", "stale-only", "orphan-only")
     tally = TenantTally(ScanRules("tenant-x", 5, 2, manifests_from_properties(
-        {"manifests": MANIFEST_X}), 0, read_ms=10_000), cap=10)
+        {"manifests": MANIFEST_X}), 0, read_ms=10_000, max_stale_fraction=1.0), cap=10)
     tally.add_page([ChromaRow(r["id"], r["metadata"]) for r in rows])
     assert (tally.stale_count, tally.manifest_orphan_count, tally.total_orphan_count,
             tally.actionable_count) == (2, 2, 3, 3)
@@ -149,6 +153,60 @@ def test_claimed_paths_are_sorted_deduplicated_and_never_empty() -> None:
         claimed_paths(["", ""])
 
 
+def test_the_normalizer_strips_a_find_listings_prefix_and_crlf_and_skips_blank_lines() -> None:
+    assert normalize_manifest_paths(["./lib/x.py\r", "", "\r", "README.md", "./lib/x.py"],
+                                    source="list") == NormalizedPaths(("README.md", "lib/x.py"), 2)
+    assert normalize_manifest_paths(["a b/c.md"], source="list").paths == ("a b/c.md",)
+
+
+@pytest.mark.parametrize(("lines", "says"), [
+    (["ok.md", "/etc/passwd"], "list:2: path '/etc/passwd' is absolute (starts with /)"),
+    (["src/../a.py"], "list:1: path 'src/../a.py' has a .. segment"),
+    (["src//a.py"], "list:1: path 'src//a.py' has an empty segment (// or a trailing /)"),
+    (["src/"], "list:1: path 'src/' has an empty segment"),
+    (["src/./a.py"], "list:1: path 'src/./a.py' has a . segment"),
+    (["./"], "list:1: path './' has an empty segment"),
+    (["\ufeffa.md"], "list:1: path '\\ufeffa.md' holds a byte-order mark (U+FEFF): save the "
+                     "list as UTF-8 without BOM"),
+    (["ok", "x\x1b[2Jy.md"], "list:2: path 'x\\x1b[2Jy.md' holds a control character"),
+    (["a\tb", "c"], "list:1: path 'a\\x09b' holds a control character"),
+    (["a\x00b"], "list:1: path 'a\\x00b' holds a control character"),
+    (["a\x85b"], "list:1: path 'a\\x85b' holds a control character"),
+    (["a\rb"], "list:1: path 'a\\x0db' holds a control character"),
+    (["", "\r"], "list: the path list is empty"),
+])
+def test_the_normalizer_refuses_a_bad_path_naming_its_line_and_what_is_wrong(
+    lines: list[str], says: str
+) -> None:
+    with pytest.raises(ManifestPathError) as caught:
+        normalize_manifest_paths(lines, source="list")
+    message = str(caught.value)
+    assert message.startswith(says)
+    assert "\n" not in message and "\x1b" not in message and "\t" not in message
+
+
+def test_the_normalizer_names_the_source_alone_for_an_unnumbered_listing() -> None:
+    with pytest.raises(ManifestPathError) as caught:
+        normalize_manifest_paths(["ok.md", "new\nline.md"], source="repo at HEAD",
+                                 numbered=False)
+    assert str(caught.value) == ("repo at HEAD: path 'new\\x0aline.md' holds a control "
+                                 "character")
+
+
+def test_a_manifest_matching_none_of_its_repos_chunks_is_refused_and_an_empty_repo_is_not(
+) -> None:
+    match = ManifestMatch(frozenset({"lib/x.py", "./lib/y.py"}))
+    assert match.refusal("r") is None  # no chunk yet: nothing to match
+    for path in ("a.py", "b.py", "c.py", "d.py", None):
+        match.observe({"sourcePath": path})
+    refusal = match.refusal("r")
+    assert refusal is not None
+    assert "none of the 5 chunks of repo r" in refusal
+    assert "chunk paths: a.py, b.py, c.py;" in refusal and "--force" in refusal
+    match.observe({"sourcePath": "lib/x.py"})
+    assert match.refusal("r") is None
+
+
 def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> None:
     patch = manifest_patch("@acme", RepoManifest("r1", ("a",), 5))
     assert patch == {"tenantId": "acme", "manifests": {"r1": {
@@ -156,7 +214,7 @@ def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> 
 
 
 RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
-                  read_ms=2_000)
+                  read_ms=2_000, max_stale_fraction=1.0)
 
 
 @pytest.mark.parametrize(("metadata", "expected"), [
@@ -274,3 +332,49 @@ def test_a_policy_patch_refuses_invalid_values_and_inherit_removes_the_key() -> 
         kwargs: dict[str, Any] = {"gap": None, "grace_ms": None, "auto_tombstone": None, **bad}
         with pytest.raises(ValueError):
             policy_patch(**kwargs)
+
+
+def _settled(max_fraction: float) -> TenantTally:
+    manifests = {"r": RepoManifest("r", ("keep.md",), 1_000),
+                 "s": RepoManifest("s", ("a.md", "b.md"), 1_000)}
+    tally = TenantTally(ScanRules("t", 5, 2, manifests, 0, read_ms=2_000,
+                                  max_stale_fraction=max_fraction), cap=10, keep_rows=True)
+    rows = [("r-keep", "r", "keep.md", 5), ("r-gone", "r", "gone.md", 5),
+            ("r-both", "r", "both.md", 1),  # also three versions behind: stale-actionable
+            ("s-a", "s", "a.md", 5), ("s-b", "s", "b.md", 5), ("s-c", "s", "c.md", 5)]
+    tally.add_page([ChromaRow(i, {"tenantId": "t", "repoSlug": repo, "sourcePath": path,
+                                  "tenantConfigVersion": stamp, "ingestedAt": 500})
+                    for i, repo, path, stamp in rows])
+    tally.settle()
+    tally.settle()  # idempotent
+    return tally
+
+
+def test_a_repo_whose_manifest_orphans_too_much_of_it_is_held_and_the_rest_goes_on() -> None:
+    tally = _settled(0.5)
+    # r: 2 orphans of 3 chunks (> 0.5) is held; s: 1 of 3 is not.
+    assert tally.mismatched_repos == ("r",) and tally.mismatch_held_count == 2
+    assert tally.manifest_orphan_count == 3  # still reported
+    # Actionable: r-both (by version, its own authority) and s-c; r-gone is held.
+    assert tally.actionable_count == 2 and tally.orphan_actionable_count == 1
+    assert "r" not in tally.oldest_orphans and len(tally.oldest_orphans["s"]) == 1
+    assert len(tally.oldest_stale) == 1
+    verdicts = {v.id: v for v in tally.rows}
+    assert not verdicts["r-gone"].actionable and verdicts["r-both"].actionable
+    assert verdicts["s-c"].orphan_actionable
+
+
+def test_an_invalid_fraction_holds_every_repo_with_an_orphan() -> None:
+    tally = _settled(0.0)  # what an invalid reconciliationMaxStaleFraction reads as
+    assert tally.mismatched_repos == ("r", "s")
+    assert tally.actionable_count == 1 and tally.orphan_actionable_count == 0
+    assert tally.oldest_orphans == {}
+
+
+def test_manifest_mismatch_is_the_stale_fraction_rule_per_repo_and_fails_closed() -> None:
+    assert not manifest_mismatched(orphans=5, chunks=10, max_fraction=0.5)
+    assert manifest_mismatched(orphans=6, chunks=10, max_fraction=0.5)
+    assert manifest_mismatched(orphans=1, chunks=0, max_fraction=1.0)  # counts disagree
+    assert not manifest_mismatched(orphans=0, chunks=0, max_fraction=0.0)
+    for bad in (0.0, -1.0, math.nan, math.inf, 1.5):
+        assert manifest_mismatched(orphans=1, chunks=100, max_fraction=bad)

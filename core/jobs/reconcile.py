@@ -38,6 +38,7 @@ from core.rules.figures import to_json
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
+    GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     TENANT_KEY,
     Phase,
@@ -283,7 +284,8 @@ class _TenantScope:
                         message="an invalid per-tenant policy value fails closed: nothing is "
                         "actionable by what it governs until it is fixed (tenants set-policy)")
         rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
-                          tenant_policy.grace_ms, read_ms=now_ms())
+                          tenant_policy.grace_ms, read_ms=now_ms(),
+                          max_stale_fraction=policy.max_stale_fraction)
         return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
 
     @property
@@ -322,7 +324,20 @@ async def _scan(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally)
 
 
 def _take_tally(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
-    """The tenant's figures from its scan's tally (warning of chunks no band can hold)."""
+    """The tenant's figures from its scan's tally, settled (the manifest-mismatch guard
+    applied: `TenantTally.settle`), warning of held repos and of chunks no band can hold."""
+    tally.settle()
+    if tally.mismatched_repos:
+        outcome.guard = GUARD_MANIFEST_MISMATCH
+        outcome.mismatched_repos = tally.mismatched_repos
+        outcome.mismatch_held_count = tally.mismatch_held_count
+        log.warning(
+            "reconcile.guard", guard=GUARD_MANIFEST_MISMATCH,
+            repos=list(tally.mismatched_repos), heldCount=tally.mismatch_held_count,
+            maxStaleFraction=scope.policy.max_stale_fraction,
+            message="holding these repos' manifest orphans: each manifest would orphan more "
+            "than the stale fraction of its repo's chunks; check the folder or list it was "
+            "made from (kb-reconcile explain), then set it again")
     outcome.scanned = tally.scanned
     outcome.stale_count = tally.stale_count
     outcome.manifest_orphan_count = tally.manifest_orphan_count

@@ -62,7 +62,12 @@ def _manifests(plan: TenantPlan) -> list[str]:
         grace = "past its grace" if m.past_grace else "within its grace: orphans not actionable yet"
         revision = f", revision {m.revision[:12]}" if m.revision else ""
         out.append(f"  {m.repo_slug}: {m.path_count:,} paths{revision}, {grace}; "
-                   f"{len(m.missing_paths):,} missing (re-ingestion candidates)")
+                   f"{len(m.missing_paths):,} missing (re-ingestion candidates); orphans "
+                   f"{m.orphan_count:,} of its {m.chunk_count:,} chunks")
+        if m.mismatch:
+            out.append(f"    held (manifest-mismatch): it would orphan more than "
+                       f"{plan.guards.max_stale_fraction:g} of the repo's chunks; check the "
+                       "folder or list it was made from and set it again")
         out.extend(f"    missing: {path}" for path in m.missing_paths[:PAGE_ROWS])
         if len(m.missing_paths) > PAGE_ROWS:
             out.append(f"    ... and {len(m.missing_paths) - PAGE_ROWS:,} more (--json)")

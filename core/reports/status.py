@@ -145,6 +145,8 @@ class TenantDrift:
     last_tombstoned_count: int | None
     last_report_at: int | None
     last_report_at_iso: str | None
+    #: The guard that held the tenant (or some of its repos) in its latest report, if any.
+    last_guard: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +242,12 @@ def _detail_count(report: StaleReport | None, key: str, *, fallback: bool = Fals
     return report.stale_count if fallback else 0
 
 
+def _detail_text(report: StaleReport | None, key: str) -> str | None:
+    """A string from the report's detail (None when absent or not a string)."""
+    value = report.detail.get(key) if report is not None else None
+    return value if isinstance(value, str) else None
+
+
 async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
     """Every configured tenant with its version and latest stale report, plus any tenant that
     has a report but no configuration node (version 0: it was removed or never configured)."""
@@ -260,6 +268,7 @@ async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
             last_tombstoned_count=report.tombstoned_count if report is not None else None,
             last_report_at=report.timestamp_ms if report is not None else None,
             last_report_at_iso=_iso(report.timestamp_ms if report is not None else None),
+            last_guard=_detail_text(report, "guard"),
         ))
     return tuple(drift)
 

@@ -160,10 +160,10 @@ def _tenants_part(status: StatusReport, now: int) -> list[Any]:
     return [table("Tenants (counts from each tenant's latest reconcile report; a clean pass "
                   "writes none)",
                   ["tenant", "repo", "version", "last stale", "orphaned", "missing paths",
-                   "tombstoned", "reported"],
+                   "tombstoned", "held by", "reported"],
                   [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
                     t.last_manifest_orphan_count, t.last_missing_path_count,
-                    t.last_tombstoned_count, ago(t.last_report_at, now)]
+                    t.last_tombstoned_count, t.last_guard, ago(t.last_report_at, now)]
                    for t in status.tenants],
                   numeric=["version", "last stale", "orphaned", "missing paths", "tombstoned"])]
 

@@ -15,6 +15,7 @@ from typing import Any
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
+    GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     ReconcilePolicy,
     TenantFigures,
@@ -65,14 +66,23 @@ class ManifestLine:
     #: At least `manifestGraceMs` old when the pass read the tenant.
     past_grace: bool
     missing_paths: tuple[str, ...]
+    #: The repo's chunks and how many of them the manifest orphans.
+    chunk_count: int
+    orphan_count: int
+    #: Held by the manifest-mismatch guard: it orphans more than the stale fraction of the
+    #: repo's chunks, so none of its orphans is actionable.
+    mismatch: bool
 
 
 @dataclass(frozen=True, slots=True)
 class GuardCheck:
     """The guards, judged as a tombstoning pass would judge them, with their numbers."""
 
-    #: `stale-fraction`, `invalid-config` or None.
+    #: `stale-fraction`, `invalid-config`, `manifest-mismatch` (some repos' manifest orphans
+    #: are held; the rest goes on) or None.
     guard: str | None
+    #: The repos the manifest-mismatch guard holds.
+    mismatched_repos: tuple[str, ...]
     actionable_count: int
     held_count: int
     total_chunks: int | None
@@ -121,6 +131,9 @@ def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) 
     if outcome.guard == GUARD_STALE_FRACTION:
         return "the stale-fraction guard holds the tenant"
     if outcome.actionable_count - outcome.held_count <= 0:
+        if outcome.guard == GUARD_MANIFEST_MISMATCH:
+            return (f"the manifest-mismatch guard holds the orphans of "
+                    f"{', '.join(outcome.mismatched_repos)}")
         return WHY_NOTHING
     return None
 
@@ -131,7 +144,8 @@ def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: boo
     why_not = _why_not(outcome, policy, enabled=enabled)
     would = 0 if why_not else min(deletable, policy.max_deletes_per_tick)
     return GuardCheck(
-        guard=outcome.guard, actionable_count=outcome.actionable_count,
+        guard=outcome.guard, mismatched_repos=outcome.mismatched_repos,
+        actionable_count=outcome.actionable_count,
         held_count=outcome.held_count, total_chunks=outcome.total_chunks,
         total_complete=outcome.total_complete, max_stale_fraction=policy.max_stale_fraction,
         max_deletes_per_tick=policy.max_deletes_per_tick,
@@ -146,7 +160,9 @@ def build_plan(
     """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id)."""
     missing = tally.missing_paths()
     lines = tuple(ManifestLine(slug, len(m.paths_after_push), m.updated_at, m.revision,
-                               slug in tally.rules.ripe_repos, missing.get(slug, ()))
+                               slug in tally.rules.ripe_repos, missing.get(slug, ()),
+                               tally.repo_chunks[slug], tally.repo_orphans[slug],
+                               slug in tally.mismatched_repos)
                   for slug, m in sorted(manifests.items()))
     chunks = sorted(tally.rows, key=lambda v: (v.repo_slug or "", v.source_path or "", v.id))
     return TenantPlan(

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from core.rules.rows import id_and_metadata
 from core.rules.tenants import normalize_tenant_id
+from core.rules.terminal_text import inert
 from core.rules.values import is_real_number
 
 MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
@@ -69,6 +70,127 @@ class RepoManifest:
         if self.revision is not None:
             entry["revision"] = self.revision
         return entry
+
+
+class ManifestPathError(ValueError):
+    """A manifest path that breaks the path rules (`normalize_manifest_paths`): one line
+    naming where it is, what is wrong and the path with its control characters escaped."""
+
+
+#: A `find .` listing's prefix: stripped (with one note), since the paths are relative anyway.
+FIND_PREFIX: Final = "./"
+BYTE_ORDER_MARK: Final = "\ufeff"
+
+
+def visible(text: str) -> str:
+    """`text` as one inert line (`core.rules.terminal_text.inert`; the BOM included), so a path
+    shown in a message cannot drive the operator's terminal or hide what it holds."""
+    return inert(text, keep_newlines=False)
+
+
+def path_problem(path: str) -> str | None:
+    """What makes `path` (its `./` prefix already stripped) unfit for a manifest, or None.
+
+    A manifest path must be what a chunk's `sourcePath` holds: relative POSIX, from the repo's
+    top. A leading `/`, a `.` or `..` segment or an empty one (`src//a.py`, a trailing `/`)
+    names no file of the tree the way a chunk does, so every chunk of that file would become
+    an orphan; a BOM or a control character is an editor's or a shell's accident, never a
+    path a repo means (and a terminal would act on it when the path is shown)."""
+    if BYTE_ORDER_MARK in path:
+        return "holds a byte-order mark (U+FEFF): save the list as UTF-8 without BOM"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in path):
+        return "holds a control character"
+    if path.startswith("/"):
+        return "is absolute (starts with /): give paths relative to the repository's top"
+    segments = path.split("/")
+    if "" in segments:
+        return "has an empty segment (// or a trailing /)"
+    if ".." in segments:
+        return "has a .. segment"
+    if "." in segments:
+        return "has a . segment"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizedPaths:
+    """A manifest's paths after `normalize_manifest_paths`, and what was changed on the way."""
+
+    #: Sorted, de-duplicated, non-empty.
+    paths: tuple[str, ...]
+    #: Lines whose `./` prefix (a `find .` listing's) was stripped.
+    stripped_prefixes: int = 0
+
+
+def normalize_manifest_paths(
+    lines: Iterable[str], *, source: str, numbered: bool = True
+) -> NormalizedPaths:
+    """The one check every manifest path goes through (paths files, stdin and git alike).
+
+    Each line is one path (a trailing CR is dropped: CRLF lists work); empty lines are
+    skipped. A leading `./` (a `find .` listing) is stripped, counted for one note. Any other
+    problem (`path_problem`) raises ManifestPathError naming `source` (and the line's number
+    when `numbered`), what is wrong and the line shown with control characters escaped; so
+    does a list with no path at all (an empty claim would orphan every chunk of the repo).
+    Raises before returning anything: a bad list records nothing."""
+    kept: set[str] = set()
+    stripped = 0
+    for number, line in enumerate(lines, start=1):
+        shown = path = line.removesuffix("\r")
+        if not path:
+            continue
+        if path.startswith(FIND_PREFIX):
+            path = path[len(FIND_PREFIX):]
+            stripped += 1
+        problem = path_problem(path)
+        if problem is not None:
+            where = f"{source}:{number}" if numbered else source
+            raise ManifestPathError(f"{where}: path '{visible(shown)}' {problem}")
+        kept.add(path)
+    if not kept:
+        raise ManifestPathError(f"{source}: the path list is empty")
+    return NormalizedPaths(tuple(sorted(kept)), stripped)
+
+
+#: Chunk and manifest paths a refusal shows side by side.
+SAMPLE_PATHS: Final = 3
+
+
+@dataclass(slots=True)
+class ManifestMatch:
+    """Whether a new manifest names any chunk its repo has, over the pages of a read of that
+    tenant's and repo's chunks (`observe` each row's metadata).
+
+    A manifest that matches none of the chunks of a repo that has some names another tree
+    (the wrong folder, a listing from elsewhere, paths with a prefix): recorded, it would make
+    every one of them an orphan. A repo with no chunks yet has nothing to match."""
+
+    paths: frozenset[str]
+    chunks: int = 0
+    matched: int = 0
+    #: The first few distinct chunk paths seen (sorted when shown).
+    sample: set[str] = field(default_factory=set)
+
+    def observe(self, metadata: Mapping[str, Any]) -> None:
+        """Count one of the repo's chunks, and whether the manifest names its path."""
+        self.chunks += 1
+        path = metadata.get(PATH_KEY)
+        if not isinstance(path, str):
+            return
+        if path in self.paths:
+            self.matched += 1
+        elif len(self.sample) < SAMPLE_PATHS:
+            self.sample.add(path)
+
+    def refusal(self, repo_slug: str) -> str | None:
+        """The one-line reason to refuse the manifest, or None when it may be recorded."""
+        if self.matched or not self.chunks:
+            return None
+        chunk_paths = ", ".join(visible(p) for p in sorted(self.sample)) or "(none a string)"
+        listed = ", ".join(visible(p) for p in sorted(self.paths)[:SAMPLE_PATHS])
+        return (f"the manifest matches none of the {self.chunks:,} chunks of repo "
+                f"{visible(repo_slug)} (chunk paths: {chunk_paths}; manifest paths: {listed}); "
+                "check the folder or list, or pass --force to record it anyway")
 
 
 def claimed_paths(paths: Iterable[str]) -> tuple[str, ...]:

@@ -33,6 +33,9 @@ STAMP_KEY = "tenantConfigVersion"
 GUARD_STALE_FRACTION = "stale-fraction"
 #: The telemetry/figures value of `guard` when a destructive guard's setting is invalid.
 GUARD_INVALID_CONFIG = "invalid-config"
+#: The telemetry/figures value of `guard` when a repo's manifest would orphan too large a
+#: share of the repo's chunks: that repo's manifest orphans are held (the rest goes on).
+GUARD_MANIFEST_MISMATCH = "manifest-mismatch"
 #: The guards whose invalid setting stops every deletion of a pass (the gap and the manifest
 #: grace fail closed too, but each only for what it governs).
 PASS_GUARDS: tuple[str, ...] = ("reconciliationMaxDeletesPerTick",
@@ -142,6 +145,20 @@ def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float)
     if total <= 0:
         return True
     return actionable / total > max_fraction
+
+
+def manifest_mismatched(*, orphans: int, chunks: int, max_fraction: float) -> bool:
+    """Whether a repo's manifest disagrees with too many of the repo's chunks to be trusted:
+    it orphans more than `max_fraction` of them (`stale_fraction_exceeded`'s rule, per repo).
+
+    A manifest is the operator's claim about one repo; one that orphans most of the repo is
+    far more often the wrong folder or list than a push that removed most files. The tenant
+    guard cannot see it when the tenant has other repos (their chunks dilute the share), so
+    each repo with a manifest is judged on its own. A fraction outside (0, 1] (an invalid
+    setting reads as 0) holds every repo with an orphan: it fails closed."""
+    if not 0 < max_fraction <= 1:
+        return orphans > 0
+    return stale_fraction_exceeded(actionable=orphans, total=chunks, max_fraction=max_fraction)
 
 
 def actionable_stamp_ceiling(current_version: int, orphan_version_gap: float) -> int | float:
@@ -271,6 +288,10 @@ class TenantOutcome:
     auto_tombstone: bool = False
     #: Keys of the tenant's stored policy that were invalid (each fails closed).
     invalid_policy: tuple[str, ...] = ()
+    #: Repos whose manifest orphans are held by the manifest-mismatch guard, and how many
+    #: orphans that holds.
+    mismatched_repos: tuple[str, ...] = ()
+    mismatch_held_count: int = 0
 
     @property
     def failed(self) -> bool:
@@ -310,6 +331,8 @@ class TenantOutcome:
             manifest_grace_ms=self.manifest_grace_ms,
             missing_paths_by_repo=dict(self.missing_paths) or None,
             invalid_policy=self.invalid_policy or None,
+            manifest_mismatch_repos=self.mismatched_repos or None,
+            manifest_mismatch_count=self.mismatch_held_count if self.mismatched_repos else None,
             max_deletes_per_tick=policy.max_deletes_per_tick,
             scanned=self.scanned,
             held_count=self.held_count or None,
@@ -373,6 +396,9 @@ class ReconcileDetail:
     scanned: int
     missing_paths_by_repo: dict[str, int] | None = field(default=None, metadata=_OPTIONAL)
     invalid_policy: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    #: Repos held by the manifest-mismatch guard, and the manifest orphans it holds.
+    manifest_mismatch_repos: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    manifest_mismatch_count: int | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
     #: Chunks read whose fields have unexpected types (`malformedCount`).
     malformed_count: int | None = field(default=None, metadata=_OPTIONAL)

@@ -21,13 +21,19 @@ chunk with a malformed `repoSlug` or `sourcePath` is in no repo's manifest judge
 a malformed stamp is never config-stale, one with a malformed `ingestedAt` is never deleted
 (held); what its well-typed fields say still counts (skipping the whole row would make the
 rule refuse a chunk the store's band still matches, and that band would be held for ever).
+
+The manifest-mismatch guard is the tally's own: once the last page is in, `settle` holds every
+repo whose manifest orphans more than the stale fraction of the repo's chunks (their orphans
+stop being actionable; a chunk also actionable by version stays so). The per-tenant pass, the
+grouped pass and `explain` all settle the same tally the same way.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from core.rules.manifests import (
@@ -39,7 +45,7 @@ from core.rules.manifests import (
     manifest_orphan,
     manifest_ripe,
 )
-from core.rules.reconcile import STAMP_KEY, TENANT_KEY
+from core.rules.reconcile import STAMP_KEY, TENANT_KEY, manifest_mismatched
 from core.rules.tombstone_bands import Band, Number, OldestIngested, deletion_bound, plan_bands
 from core.rules.values import is_real_number
 
@@ -66,6 +72,9 @@ class ScanRules:
     grace_ms: float | None
     #: When the pass started reading the tenant (epoch ms).
     read_ms: int
+    #: `reconciliationMaxStaleFraction` in force: the manifest-mismatch guard's share (an
+    #: invalid setting reads as 0.0: every repo with an orphan is held).
+    max_stale_fraction: float
     ripe_repos: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -258,6 +267,17 @@ class TenantTally:
     rows: list[RowVerdict] = field(default_factory=list)
     #: The malformed chunks themselves, only when `keep_rows` (explain).
     malformed: list[MalformedChunk] = field(default_factory=list)
+    #: Per repo with a manifest: its chunks, its manifest orphans, its orphans actionable by
+    #: manifest, and of those the ones only the manifest made actionable (and held among them).
+    repo_chunks: Counter[str] = field(default_factory=Counter)
+    repo_orphans: Counter[str] = field(default_factory=Counter)
+    _orphan_actionable: Counter[str] = field(default_factory=Counter)
+    _only_orphan_actionable: Counter[str] = field(default_factory=Counter)
+    _only_orphan_held: Counter[str] = field(default_factory=Counter)
+    #: Repos the manifest-mismatch guard holds (set by `settle`), and the orphans it holds.
+    mismatched_repos: tuple[str, ...] = ()
+    mismatch_held_count: int = 0
+    settled: bool = False
 
     def __post_init__(self) -> None:
         self.oldest_stale = OldestIngested(self.cap)
@@ -278,9 +298,16 @@ class TenantTally:
                         row.id, bad, tuple(metadata.get(name) for name in bad)))
             if self.rules.manifests:
                 self.coverage.observe(metadata)
+                self._count_repo_chunk(metadata)
             verdict = judge_row(row.id, metadata, self.rules)
             if verdict is not None:
                 self._count(verdict, metadata)
+
+    def _count_repo_chunk(self, metadata: Mapping[str, Any]) -> None:
+        slug = metadata.get(REPO_KEY)
+        if (isinstance(slug, str) and slug in self.rules.manifests
+                and metadata.get(TENANT_KEY) == self.rules.tenant_id):
+            self.repo_chunks[slug] += 1
 
     def _count(self, verdict: RowVerdict, metadata: Mapping[str, Any]) -> None:
         self.stale_count += verdict.stale
@@ -290,6 +317,13 @@ class TenantTally:
         self.total_orphan_count += 1
         self.actionable_count += verdict.actionable
         self.held_count += verdict.held
+        if verdict.orphan and verdict.repo_slug is not None:
+            slug = verdict.repo_slug
+            self.repo_orphans[slug] += 1
+            self._orphan_actionable[slug] += verdict.orphan_actionable
+            if verdict.orphan_actionable and not verdict.stale_actionable:
+                self._only_orphan_actionable[slug] += 1
+                self._only_orphan_held[slug] += verdict.held
         if self.keep_rows:
             self.rows.append(verdict)
         if verdict.held or not verdict.actionable:
@@ -300,6 +334,31 @@ class TenantTally:
         else:
             self.oldest_orphans[metadata[REPO_KEY]].offer(metadata[INGESTED_KEY],
                                                            metadata[PATH_KEY])
+
+    def settle(self) -> None:
+        """Apply the manifest-mismatch guard once the last page is in (idempotent): each repo
+        whose manifest orphans more than `max_stale_fraction` of the repo's chunks
+        (`manifest_mismatched`) is held: its orphans leave the actionable counts and the
+        bands, and the kept verdicts say so; a chunk also actionable by version stays
+        actionable (the config version is a separate authority)."""
+        if self.settled:
+            return
+        self.settled = True
+        held = tuple(sorted(
+            slug for slug, orphans in self.repo_orphans.items()
+            if manifest_mismatched(orphans=orphans, chunks=self.repo_chunks[slug],
+                                   max_fraction=self.rules.max_stale_fraction)))
+        if not held:
+            return
+        self.mismatched_repos = held
+        self.mismatch_held_count = sum(self.repo_orphans[slug] for slug in held)
+        for slug in held:
+            self.orphan_actionable_count -= self._orphan_actionable[slug]
+            self.actionable_count -= self._only_orphan_actionable[slug]
+            self.held_count -= self._only_orphan_held[slug]
+            self.oldest_orphans.pop(slug, None)
+        self.rows = [replace(v, orphan_actionable=False, held=v.held and v.stale_actionable)
+                     if v.orphan and v.repo_slug in held else v for v in self.rows]
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:
         """Per repo, the manifest paths no scanned chunk carries."""

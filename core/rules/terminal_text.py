@@ -24,13 +24,13 @@ import re
 from typing import Final
 
 #: C0 controls but the newline, DEL, the C1 controls, the direction marks, the bidi
-#: embeddings, overrides and isolates, and the line and paragraph separators. A tab is escaped
-#: too: it moves the cursor, and tables align by width.
+#: embeddings, overrides and isolates, the line and paragraph separators, and the invisible
+#: byte order mark. A tab is escaped too: it moves the cursor, and tables align by width.
 _UNSAFE: Final = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 #: The same, with the newline.
 _UNSAFE_LINE: Final = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+    "[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 #: How much of a text from outside `shown_text` keeps: enough to tell one reason from another
 #: ("Collection expecting embedding with dimension of 384, got 768"), short enough that a row
 #: quoted back whole cannot flood a report.

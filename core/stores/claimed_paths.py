@@ -5,9 +5,9 @@ push's payload said).
 `git ls-tree -r -z --full-tree --name-only <commit>` lists every path of the commit's
 tree; `-z` gives the names as they are (no quoting of unusual bytes), so a path that is not
 UTF-8 is found and refused rather than stored in git's quoted form; `--full-tree` lists the
-whole tree even when DIR is a subfolder of a work tree (git would list paths below it,
-relative to it). Works on a work tree and on a bare
-repository (`git -C DIR`); the work tree's uncommitted files are never read.
+whole tree whatever git's idea of the current folder. DIR must be the top of a work tree or
+a bare repository (`require_repository_top`); the work tree's uncommitted files are never
+read.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from core.rules.manifests import visible
 
 #: git's own answer time is small; a repo on a hung network mount must not hang the command.
 GIT_TIMEOUT_S = 120
@@ -52,13 +54,57 @@ def _git(directory: Path, *args: str, failure: str) -> bytes:
     return done.stdout
 
 
-def paths_at(directory: Path, ref: str) -> PathsAtCommit:
-    """Every path of `ref`'s tree in the repository at `directory` (a work tree or a bare
-    repository). Raises ClaimedPathsError with one line."""
+def _same_folder(a: str | Path, b: Path) -> bool:
+    return Path(a).resolve() == b.resolve()
+
+
+def _shown(path: str | Path) -> str:
+    return visible(str(path))
+
+
+def require_repository_top(directory: Path) -> None:
+    """Raise ClaimedPathsError (one line) unless `directory` is the top of a git work tree or
+    a bare repository (symlinks resolved on both sides).
+
+    git's discovery walks up from any folder to the repository around it, so a folder that is
+    merely inside another work tree (a vendored copy, a checkout that lost its `.git`) would
+    silently name the *enclosing* repository, whose paths match none of the tenant's chunks:
+    every chunk of the repo would become an orphan. The operator meant that folder, so a
+    folder that is not a repository's top is refused, naming the enclosing top when there is
+    one."""
     if not directory.is_dir():
         raise ClaimedPathsError(f"{directory}: not a directory")
+    found = _git(directory, "rev-parse", "--is-bare-repository", "--is-inside-git-dir",
+                 "--absolute-git-dir", failure="not a git repository"
+                 ).decode("utf-8", "replace").splitlines()
+    if len(found) != 3:
+        raise ClaimedPathsError(f"{directory}: git rev-parse did not name a repository")
+    bare, in_git_dir, git_dir = found[0] == "true", found[1] == "true", found[2]
+    if bare:
+        if not _same_folder(git_dir, directory):
+            raise ClaimedPathsError(f"{_shown(directory)} is inside the bare repository at "
+                                    f"{_shown(git_dir)}; pass {_shown(git_dir)}")
+        return
+    if in_git_dir:
+        work_tree = Path(git_dir).parent
+        raise ClaimedPathsError(f"{_shown(directory)} is inside the git directory of the work "
+                                f"tree at {_shown(work_tree)}; pass {_shown(work_tree)}")
+    top = _git(directory, "rev-parse", "--show-toplevel", failure="no work tree"
+               ).decode("utf-8", "replace").rstrip("\n")
+    if not _same_folder(top, directory):
+        raise ClaimedPathsError(f"{_shown(directory)} is inside the work tree at {_shown(top)}; "
+                                f"pass {_shown(top)}, or make {_shown(directory)} a repository "
+                                "of its own")
+
+
+def paths_at(directory: Path, ref: str) -> PathsAtCommit:
+    """Every path of `ref`'s tree in the repository at `directory`, which must be the top of a
+    work tree or a bare repository (`require_repository_top`). The paths are as git lists
+    them; the manifest rules check them (`core.rules.manifests.normalize_manifest_paths`).
+    Raises ClaimedPathsError with one line."""
     if ref.startswith("-"):
         raise ClaimedPathsError(f"{ref!r}: not a ref")
+    require_repository_top(directory)
     revision = _git(directory, "rev-parse", "--verify", "--quiet", "--end-of-options",
                     f"{ref}^{{commit}}", failure=f"no commit named {ref!r}"
                     ).decode("ascii", "replace").strip()
@@ -77,8 +123,9 @@ def paths_at(directory: Path, ref: str) -> PathsAtCommit:
 
 
 def paths_from_bytes(data: bytes, *, source: str) -> list[str]:
-    """One path per line (LF or CRLF) of a paths file; raises ClaimedPathsError (a ValueError)
-    naming the line of the first path that is not valid UTF-8 or holds a NUL."""
+    """One line per path (LF or CRLF) of a paths file, decoded; raises ClaimedPathsError (a
+    ValueError) naming the first line that is not valid UTF-8. What the lines may hold is
+    the manifest rules' (`core.rules.manifests.normalize_manifest_paths`)."""
     paths: list[str] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         line = raw.removesuffix(b"\r")
@@ -86,8 +133,6 @@ def paths_from_bytes(data: bytes, *, source: str) -> list[str]:
             text = line.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ClaimedPathsError(f"{source}:{number}: path is not valid UTF-8 "
-                               f"(byte {exc.start + 1})") from exc
-        if "\0" in text:
-            raise ClaimedPathsError(f"{source}:{number}: path holds a NUL byte")
+                                    f"(byte {exc.start + 1})") from exc
         paths.append(text)
     return paths
