@@ -6,6 +6,7 @@ archives written by a real pass."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -134,9 +135,8 @@ async def test_explain_restore_tick_and_show_beside_a_running_daemon_answer_as_a
     assert not door_path(tmp_path / "data" / "chroma").exists(), "the door file stays behind"
 
 
-async def test_a_held_store_with_no_daemon_behind_it_is_one_line_and_exit_1(
-        tmp_path: Path) -> None:
-    await seeded_store_with_an_archive(tmp_path)
+def test_a_held_store_with_no_daemon_behind_it_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    asyncio.run(seeded_store_with_an_archive(tmp_path))
     data = tmp_path / "data"
     config = tmp_path / "kb.toml"
     config.write_text(f'[knowledgeBase]\ndataDir = "{data}"\n')
