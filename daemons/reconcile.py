@@ -72,7 +72,7 @@ EXPLAIN = "explain"
 def build_parser() -> Parser:
     """The pass/daemon flags."""
     parser = Parser(
-        prog=command_name(PROG),
+        prog=SCRIPT,
         description="Find the knowledge-base chunks that no longer belong, tenant by tenant, "
         "report them and (opt-in) archive then tombstone the actionable ones. The signals: "
         "config-stale chunks (stamped with an older tenant-config version than the tenant's; "
@@ -91,7 +91,7 @@ def build_parser() -> Parser:
 
 def build_restore_parser() -> Parser:
     """`restore ARCHIVE [--config F]`."""
-    parser = Parser(prog=f"{command_name(PROG)} {RESTORE}",
+    parser = Parser(prog=f"{SCRIPT} {RESTORE}",
                     description="Put back the chunks of a tombstone archive that are absent "
                     "now (preserve-live: a live chunk is never overwritten; idempotent).")
     parser.add_argument("archive", metavar="ARCHIVE", type=Path,
@@ -110,7 +110,7 @@ def build_explain_parser() -> Parser:
     """`explain TENANT [--config F] [--json]`."""
     from daemons.tenants import tenant_argument
 
-    parser = Parser(prog=f"{command_name(PROG)} {EXPLAIN}",
+    parser = Parser(prog=f"{SCRIPT} {EXPLAIN}",
                     description="One tenant's reconciliation plan, chunk by chunk, without "
                     "changing anything: why each chunk is stale or orphaned, whether it is "
                     "actionable, the missing paths, and which guard would hold the pass.")

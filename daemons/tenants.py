@@ -118,7 +118,7 @@ def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def build_parser() -> Parser:
     """Every subcommand, each with its own `--config`."""
-    parser = Parser(prog=command_name(PROG),
+    parser = Parser(prog=SCRIPT,
                     description="Tenant configuration, manifests and policy. --config F may "
                     "come before or after the subcommand (the same file, when both).")
     add_config_flag(parser)
