@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,8 +113,44 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def command_name(module: str) -> str:
+    """The command as it was typed, for error prefixes and usage lines: the console script's
+    name (`kb-reconcile`) when run as one, else the module (`daemons.reconcile`, as in
+    `python -m daemons.reconcile`)."""
+    typed = os.path.basename(sys.argv[0])
+    return typed if typed.startswith("kb-") else module
+
+
+def split_leading_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """`--config F` (or `--config=F`) given before a subcommand, and the rest of the words.
+    A command's own parser reads the `--config` after its subcommand; `agreed_config`
+    joins the two."""
+    words = list(argv)
+    before: str | None = None
+    while words[:1] and (words[0] == "--config" or words[0].startswith("--config=")):
+        if words[0] == "--config":
+            if len(words) < 2:
+                break  # let the parser name the missing value
+            before, words = words[1], words[2:]
+        else:
+            before, words = words[0].split("=", 1)[1], words[1:]
+    return before, words
+
+
+def agreed_config(parser: argparse.ArgumentParser, before: str | None,
+                  after: str | None) -> str | None:
+    """The one config file of a command given `--config` before and/or after its subcommand:
+    either alone, or both when they name the same file; two different files are a usage error
+    (exit 2) rather than a silent choice between them."""
+    if before is not None and after is not None and os.path.abspath(before) != os.path.abspath(
+            after):
+        parser.error(f"argument --config: given twice with different files ({before!r} before "
+                     f"the subcommand, {after!r} after it)")
+    return after if after is not None else before
+
+
 def add_config_flag(parser: argparse.ArgumentParser) -> None:
-    """`--config F` (every command takes it, subcommands too)."""
+    """`--config F` (every command takes it, before or after a subcommand)."""
     parser.add_argument(
         "--config",
         metavar="F",
@@ -174,6 +211,7 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     variables, scrubbed) and ends as one line and exit 1. The process first gets its malloc
     arena cap (`core.runtime.process`), before any thread or store."""
     limit_malloc_arenas()
+    prog = command_name(prog)
     try:
         code = asyncio.run(main())
     except KbError as exc:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from core.jobs.context import TickContext
-from core.jobs.demo import DemoDataset, Seeded, build_demo_dataset, seed_demo
+from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
 from core.jobs.drain import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
@@ -97,7 +97,8 @@ async def run_demo(config: str | None) -> int:
     dataset = build_demo_dataset(now_ms=now_ms())
     drained: Figures | None = None
     reconciled: Figures | None = None
-    own = await claim_data_dir(settings)
+    claim = await claim_data_dir(settings)
+    own = claim is None
     async with one_shot(settings) as (context, run):
         await refuse_foreign_store(context, dataset)
         seeded = await seed_demo(context, dataset)
@@ -112,33 +113,50 @@ async def run_demo(config: str | None) -> int:
         demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
     write_text(render_story(seeded, drained=drained, reconciled=reconciled,
-                                  config=config))
-    if not own:
-        write_text(f"\n(not a fresh run: {settings.data_dir} changed since the demo's "
-                         "last run, so it ran on what is there; point --config at a fresh "
-                         "dataDir for the story from the start)\n")
+                            config=config, own=own))
+    if claim is not None:
+        write_text(f"\n(not a fresh run: {settings.data_dir} {claim}, so it ran on what "
+                   "is there; point --config at a fresh dataDir for the story from the "
+                   "start)\n")
     write_text("\nStatus now\n" + render_status_text(status, header=False))
     write_text(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return exit_code(ok=True, run=run)
 
 
-async def claim_data_dir(settings: Settings) -> bool:
-    """Whether this run may call the data folder its own: a fresh folder, or the folder of
-    the demo's last run exactly as it left it (then put back to the start, so this run tells
-    the same story). Any other folder is used as it is."""
+#: Why a folder is not the demo's own, as the demo's last line says it.
+NOT_OURS_CHANGED = "changed since the demo's last run"
+NOT_OURS_FOREIGN = "already holds graph nodes or queue lines the demo did not write"
+NOT_OURS_IN_USE = "is in use by running daemons (stop them to start the story again)"
+
+
+async def claim_data_dir(settings: Settings) -> str | None:
+    """None when this run may call the data folder its own, else why not (NOT_OURS_*).
+    Its own: a fresh folder; a folder the daemons ran on that holds no node, edge or queue
+    line yet (after `make run-daemons`: only their tick records, which the demo keeps); or
+    the folder of the demo's last run exactly as it left it (put back to the start, so this
+    run tells the same story). Any other folder is used as it is."""
     if demo_state.is_fresh(settings):
-        return True
+        return None
     footprint = demo_state.recorded(settings)
-    if footprint is None or footprint != await demo_state.measure(settings):
-        return False
+    now = await demo_state.measure(settings)
+    if footprint is None:
+        return None if now == demo_state.EMPTY_FOOTPRINT else NOT_OURS_FOREIGN
+    if footprint != now:
+        return NOT_OURS_CHANGED
+    if demo_state.store_in_use(settings):
+        # A running daemon has the graph open: removing it from under the daemon would lose
+        # what it writes next, so the folder is used as it is.
+        return NOT_OURS_IN_USE
     demo_state.remove_demo_state(settings)
-    return True
+    return None
 
 
 def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures | None,
-                 config: str | None) -> str:
+                 config: str | None, own: bool = True) -> str:
     """What just happened, in the order it happened, with the figures that show it (a step a
-    stop signal skipped shows zeros)."""
+    stop signal skipped shows zeros); each kind of tenant seeded with what the pass found in
+    it; hints that hold in this folder (`make demo` tells the same story again only in a
+    folder the demo owns)."""
     live = drained.live_ingest if isinstance(drained, RemTickFigures) else None
     drain = drained.drain if isinstance(drained, RemTickFigures) else DrainStats()
     upserted = (live.sessions_upserted, live.memories_upserted) \
@@ -161,14 +179,39 @@ def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures
         f"{drain.dead_lettered} dead-lettered (malformed)",
         f"  reconcile pass (report-only): {counted(stale, 'stale chunk')} found, "
         f"{tombstoned} tombstoned",
+        *_tenant_lines(reconciled),
         "",
         "Try next:",
         f"  .venv/bin/kb-status{flag}                       # this table again (--json for tools)",
         f"  .venv/bin/kb-reconcile --tick --dry-run{flag}   # what reconciliation would do",
+        f"  .venv/bin/kb-reconcile explain {FORCE_PUSHED}{flag}  # one tenant's plan, chunk "
+        "by chunk",
         f"  .venv/bin/kb-backfill --days 30 --dry-run{flag} # an eager back-fill, counted",
-        "  make demo                                  # again: the same story from the start",
+        "  make demo                                  # again: the same story from the start"
+        if own else "  (make demo with a fresh dataDir tells the story from the start)",
     ]
     return "\n".join(lines) + "\n"
+
+
+#: The tenant the summary points at for a closer look: the one with the most to explain.
+FORCE_PUSHED = next(t.tenant_id for t in TENANTS if t.kind == "force-pushed")
+
+
+def _tenant_lines(reconciled: Figures | None) -> list[str]:
+    """One line per kind of tenant the demo seeds, with what the pass found in it."""
+    found = {t.tenant_id: t for t in reconciled.tenants} \
+        if isinstance(reconciled, ReconcileFigures) else {}
+    lines = ["  tenants:"]
+    for tenant in TENANTS:
+        figures = found.get(tenant.tenant_id)
+        if figures is None:
+            seen = "not reconciled in this run"
+        else:
+            seen = (f"{counted(figures.stale_count, 'config-stale chunk')}, "
+                    f"{counted(figures.manifest_orphan_count, 'manifest orphan')}, "
+                    f"{counted(figures.missing_path_count, 'missing path')}")
+        lines.append(f"    {tenant.tenant_id:<8} {tenant.kind:<16} {seen}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -25,6 +25,8 @@ from daemons._cli import (
     EXIT_USAGE,
     Parser,
     add_config_flag,
+    command_name,
+    emit_json,
     run_main,
     write_error,
     write_text,
@@ -41,33 +43,48 @@ def build_parser() -> Parser:
     parser = Parser(prog=SCRIPT, description="Append edge JSON lines from stdin to the lazy-edge "
                     "queue: all of them, or none when one is malformed (each is named).")
     add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object (lines appended, or the malformed "
+                        "ones) on stdout")
     return parser
 
 
-async def enqueue_stdin(config: str | None) -> int:
-    """Read stdin, check it, append it."""
+async def enqueue_stdin(config: str | None, *, as_json: bool = False) -> int:
+    """Read stdin, check it, append it (all or nothing)."""
     settings = load_settings(config)
     lines = sys.stdin.buffer.read().split(b"\n")
+    name = command_name(PROG)
     try:
         problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
     except OSError as exc:
-        write_error(f"{PROG}: nothing appended: {exc}\n")
+        write_error(f"{name}: nothing appended: {exc}\n")
+        if as_json:
+            emit_json({"ok": False, "appended": 0, "error": f"nothing appended: {exc}"})
         return EXIT_FAILED
     if problems:
         for problem in problems:
-            write_error(f"{PROG}: line {problem.number}: {problem.detail}\n")
-        write_error(f"{PROG}: nothing appended ({len(problems)} malformed line(s))\n")
+            write_error(f"{name}: line {problem.number}: {problem.detail}\n")
+        write_error(f"{name}: nothing appended ({len(problems)} malformed line(s))\n")
+        if as_json:
+            emit_json({"ok": False, "appended": 0,
+                       "error": f"nothing appended ({len(problems)} malformed line(s))",
+                       "malformedLines": [{"line": p.number, "detail": p.detail}
+                                          for p in problems]})
         return EXIT_USAGE
     appended = sum(1 for line in lines if line.strip())
     log.info("enqueue.appended", lines=appended, queue=str(settings.lazy_edges_queue_path))
-    write_text(enqueue_summary(appended, settings.lazy_edges_queue_path))
+    if as_json:
+        emit_json({"ok": True, "appended": appended,
+                   "queue": str(settings.lazy_edges_queue_path)})
+    else:
+        write_text(enqueue_summary(appended, settings.lazy_edges_queue_path))
     return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point."""
     args = build_parser().parse_args(argv)
-    run_main(PROG, lambda: enqueue_stdin(args.config))
+    run_main(PROG, lambda: enqueue_stdin(args.config, as_json=args.json))
 
 
 if __name__ == "__main__":

@@ -49,9 +49,12 @@ from daemons._cli import (
     Parser,
     add_config_flag,
     add_run_flags,
+    agreed_config,
+    command_name,
     emit_json,
     run_main,
     serve_main,
+    split_leading_config,
     tick_once,
     write_error,
     write_text,
@@ -73,8 +76,15 @@ def build_parser() -> Parser:
     """The pass/daemon flags."""
     parser = Parser(
         prog=SCRIPT,
-        description="Find knowledge-base chunks stamped with an old tenant-config version, "
-        "report them and (opt-in) tombstone them.",
+        description="Find the knowledge-base chunks that no longer belong, tenant by tenant, "
+        "report them and (opt-in) archive then tombstone the actionable ones. The signals: "
+        "config-stale chunks (stamped with an older tenant-config version than the tenant's; "
+        "actionable once the gap reaches orphanVersionGap), manifest orphans (paths the repo's "
+        "manifest no longer claims; actionable past manifestGraceMs), generation orphans "
+        "(parsed by an older parser or extraction identity than the repo declares: superseded "
+        "once the new generation's chunk exists, or no longer yielded), and missing paths "
+        "(claimed by the manifest with no chunk: reported, never acted on). Guards hold a "
+        "tenant whose pass would delete too much.",
         epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]. "
         f"Read one tenant's plan: {SCRIPT} {EXPLAIN} TENANT [--config F] [--json].",
     )
@@ -103,7 +113,7 @@ def build_explain_parser() -> Parser:
     """`explain TENANT [--config F] [--json]`."""
     from daemons.tenants import tenant_argument
 
-    parser = Parser(prog=f"{PROG} {EXPLAIN}",
+    parser = Parser(prog=f"{SCRIPT} {EXPLAIN}",
                     description="One tenant's reconciliation plan, chunk by chunk, without "
                     "changing anything: why each chunk is stale or orphaned, whether it is "
                     "actionable, the missing paths, and which guard would hold the pass.")
@@ -173,16 +183,16 @@ async def run_restore(args: argparse.Namespace) -> int:
             await vectors.close()
     for problem in (*result.unreadable, *result.refused):
         chunk = f" (chunk {problem.chunk_id!r})" if problem.chunk_id else ""
-        write_error(f"{PROG}: error: {archive}:{problem.line_number}: {problem.reason}"
-                         f"{chunk}\n")
+        write_error(f"{command_name(PROG)}: error: {archive}:{problem.line_number}: "
+                    f"{problem.reason}{chunk}\n")
     if args.json:
         failure = {} if result.clean else {"error": restore_problems(result)}
         emit_json({"ok": result.clean, **failure, **to_json(result.figures())})
     else:
         write_text(restore_summary(result) + "\n")
     if run.stopped_exit_code is not None:
-        write_error(f"{PROG}: stopped before the end of {archive}; run it again to "
-                         "restore the rest\n")
+        write_error(f"{command_name(PROG)}: stopped before the end of {archive}; run it "
+                    "again to restore the rest\n")
         return run.stopped_exit_code
     return EXIT_OK if result.clean else EXIT_USAGE
 
@@ -215,16 +225,23 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Parse, then hand over to exactly one of: restore, explain, one pass, the daemon."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     # Dispatch on the first word rather than argparse subparsers: a subparser's defaults
     # (here --config) would silently override the same flag given before the subcommand.
+    # `--config F` may come before the subcommand or after it (the same file, if both).
+    before, argv = split_leading_config(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [RESTORE]:
-        restore_args = build_restore_parser().parse_args(argv[1:])
+        restore_parser = build_restore_parser()
+        restore_args = restore_parser.parse_args(argv[1:])
+        restore_args.config = agreed_config(restore_parser, before, restore_args.config)
         run_main(PROG, lambda: run_restore(restore_args))
     if argv[:1] == [EXPLAIN]:
-        explain_args = build_explain_parser().parse_args(argv[1:])
+        explain_parser = build_explain_parser()
+        explain_args = explain_parser.parse_args(argv[1:])
+        explain_args.config = agreed_config(explain_parser, before, explain_args.config)
         run_main(PROG, lambda: run_explain(explain_args))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.config = agreed_config(parser, before, args.config)
     if not args.tick:
         if args.json:
             build_parser().error("argument --json: only with --tick (a daemon logs its figures)")

@@ -50,8 +50,11 @@ from daemons._cli import (
     EXIT_OK,
     Parser,
     add_config_flag,
+    agreed_config,
+    command_name,
     emit_json,
     run_main,
+    split_leading_config,
     write_error,
     write_text,
 )
@@ -77,17 +80,24 @@ def repo_slug_argument(raw: str) -> str:
 
 
 def _tenant_command(commands: argparse._SubParsersAction[Parser], name: str,
-                    help_text: str) -> Parser:
-    command = commands.add_parser(name, help=help_text)
+                    help_text: str, description: str) -> Parser:
+    """A subcommand on one tenant, with its description, `--config` and `--json`."""
+    command = commands.add_parser(name, help=help_text, description=description)
     command.add_argument("tenant", metavar="TENANT", type=tenant_argument,
                          help="tenant id (a leading @ is dropped)")
     add_config_flag(command)
+    command.add_argument("--json", action="store_true",
+                         help="print exactly one JSON object on stdout")
     return command
 
 
 def _add_manifest_parser(commands: argparse._SubParsersAction[Parser]) -> None:
-    manifest = _tenant_command(commands, "set-manifest",
-                               "record a repo's claimed paths (replaces its manifest)")
+    manifest = _tenant_command(
+        commands, "set-manifest", "record a repo's claimed paths (replaces its manifest)",
+        "Record the paths a repository claims after its last push (its manifest), read from "
+        "a git commit or a file, replacing that repo's manifest. A pass then treats chunks of "
+        "paths no longer claimed as manifest orphans (actionable past manifestGraceMs) and "
+        "claimed paths without chunks as missing. The tenant's version does not change.")
     manifest.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
                           help="the repository whose manifest this is")
     source = manifest.add_mutually_exclusive_group(required=True)
@@ -103,8 +113,11 @@ def _add_manifest_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
-    policy = _tenant_command(commands, "set-policy",
-                             "set the tenant's reconciliation policy (the version stays)")
+    policy = _tenant_command(
+        commands, "set-policy", "set the tenant's reconciliation policy (the version stays)",
+        "Set the tenant's own reconciliation policy: each value given replaces the tenant's, "
+        "a value never given inherits the [knowledgeBase] setting; prints the policy in force "
+        "and where each value comes from. The tenant's version does not change.")
     policy.add_argument("--orphan-version-gap", metavar="N", type=float,
                         help="versions behind before a stale chunk is actionable (>= 1)")
     policy.add_argument("--manifest-grace-ms", metavar="M", type=int,
@@ -115,15 +128,17 @@ def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def build_parser() -> Parser:
     """Every subcommand, each with its own `--config`."""
-    parser = Parser(prog=SCRIPT, description="Tenant configuration, manifests and policy.")
+    parser = Parser(prog=SCRIPT,
+                    description="Tenant configuration, manifests and policy. --config F may "
+                    "come before or after the subcommand (the same file, when both).")
+    add_config_flag(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    set_config = _tenant_command(commands, "set-config", "raise a tenant's config version by one")
-    set_config.description = ("Raise a tenant's config version by one (the first call gives 1): "
-                              "its chunks stamped with an older version become stale.")
+    set_config = _tenant_command(
+        commands, "set-config", "raise a tenant's config version by one",
+        "Raise a tenant's config version by one (the first call gives 1): its chunks stamped "
+        "with an older version become stale.")
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
                             help="the repository the tenant's chunks come from")
-    set_config.add_argument("--json", action="store_true",
-                            help="print exactly one JSON object on stdout")
     listing = commands.add_parser("list", help="every configured tenant and its version",
                                   description="Every configured tenant, its config version "
                                   "and repo.")
@@ -132,9 +147,10 @@ def build_parser() -> Parser:
                          help="print exactly one JSON object on stdout")
     _add_manifest_parser(commands)
     _add_policy_parser(commands)
-    show = _tenant_command(commands, "show", "version, policy in force and manifests")
-    show.add_argument("--json", action="store_true",
-                      help="print exactly one JSON object on stdout")
+    _tenant_command(commands, "show", "version, policy in force and manifests",
+                    "The tenant's version and repo, the reconciliation policy in force (and "
+                    "where each value comes from), and its manifests with their path counts "
+                    "and times.")
     return parser
 
 
@@ -235,7 +251,7 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     read = read_manifest(args, now=now_ms())
     manifest = read.manifest
     if read.note:
-        sys.stderr.write(f"{PROG}: {read.note}\n")
+        write_error(f"{command_name(PROG)}: {read.note}\n")
     if not args.force:
         await refuse_unmatched(settings, args.tenant, manifest)
     graph = await GraphDB.open(settings.graph_db_path)
@@ -245,11 +261,16 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     finally:
         await graph.close()
     at = f" at {manifest.revision}" if manifest.revision else ""
-    write_text(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths"
-               f"{at}\n")
+    if args.json:
+        emit_json({"tenantId": args.tenant, "repoSlug": manifest.repo_slug,
+                   "paths": len(manifest.paths_after_push), "revision": manifest.revision,
+                   "updatedAt": manifest.updated_at, "configured": configured})
+    else:
+        write_text(f"{args.tenant} {manifest.repo_slug}: {len(manifest.paths_after_push)} paths"
+                   f"{at}\n")
     if not configured:
-        write_error(f"{PROG}: note: tenant {args.tenant!r} has no configuration node; a "
-                         "pass reconciles it once set-config has given it one\n")
+        write_error(f"{command_name(PROG)}: note: tenant {args.tenant!r} has no configuration "
+                    "node; a pass reconciles it once set-config has given it one\n")
     return EXIT_OK
 
 
@@ -272,7 +293,10 @@ async def run_set_policy(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc).strip("'\"")) from None
     finally:
         await graph.close()
-    write_text(render_tenant(shown))
+    if args.json:
+        emit_json(to_json(shown))
+    else:
+        write_text(render_tenant(shown))
     return EXIT_OK
 
 
@@ -298,8 +322,11 @@ COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Parse and run one subcommand."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    """Parse and run one subcommand (`--config F` before or after it)."""
+    parser = build_parser()
+    before, words = split_leading_config(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(words)
+    args.config = agreed_config(parser, before, args.config)
     run = COMMANDS[args.command]
     run_main(PROG, lambda: run(args))
 

@@ -130,3 +130,71 @@ async def test_the_demo_refuses_a_store_that_holds_other_data(tmp_path: Path) ->
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and "refusing" in done.stderr
     assert not (tmp_path / "data" / "memory-core").exists()
+
+
+def run_daemons_until_ready_then_stop(folder: Path) -> None:
+    """`make run-daemons` on the folder, then Ctrl-C once it serves its store."""
+    import signal
+    import sys
+    import time
+
+    from tests.support import REPO, child_env
+
+    config = folder / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\n')
+    daemons = subprocess.Popen([sys.executable, "-m", "daemons", "--config", str(config)],
+                               cwd=REPO, env=child_env(folder / "home"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    door = folder / "data" / "chroma" / ".kb-daemons.door"
+    deadline = time.monotonic() + 90
+    while not door.exists():
+        assert daemons.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    daemons.send_signal(signal.SIGINT)
+    _, err = daemons.communicate(timeout=60)
+    assert daemons.returncode == 0, err[-2000:]
+
+
+def assert_full_story(stdout: str) -> None:
+    assert "13 queue lines" in stdout and "8 linked" in stdout, stdout
+    assert "changed since the demo's last run" not in stdout
+    assert "not a fresh run" not in stdout
+    assert "again: the same story from the start" in stdout
+    for tenant, kind in (("acme", "drifted"), ("globex", "clean"),
+                         ("initech", "slightly behind"), ("hooli", "force-pushed")):
+        assert re.search(rf"{tenant}\s+{kind}\s", stdout), (tenant, kind)
+    assert re.search(r"hooli\s+force-pushed\s+0 config-stale chunks, 3 manifest orphans, "
+                     r"1 missing path", stdout)
+    assert "kb-reconcile explain hooli" in stdout
+
+
+def test_a_fresh_demo_tells_the_full_story_and_names_every_tenant_kind(tmp_path: Path) -> None:
+    first = run_demo(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert_full_story(first.stdout)
+
+
+def test_the_demo_after_the_daemons_ran_tells_the_full_story(tmp_path: Path) -> None:
+    run_daemons_until_ready_then_stop(tmp_path)
+    after = run_demo(tmp_path)
+    assert after.returncode == 0, after.stderr
+    assert_full_story(after.stdout)
+
+
+def test_the_demo_run_twice_tells_the_full_story_twice(tmp_path: Path) -> None:
+    runs = [run_demo(tmp_path) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        assert_full_story(run.stdout)
+
+
+def test_a_folder_with_foreign_data_is_not_said_to_have_changed_since_a_run(
+        tmp_path: Path) -> None:
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    queue.parent.mkdir(parents=True)
+    queue.write_text('{"source":"CONCEPT:a","target":"CONCEPT:b","relationship":"R"}\n')
+    shown = run_demo(tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "changed since the demo's last run" not in shown.stdout
+    assert "holds graph nodes or queue lines the demo did not write" in shown.stdout
+    assert "again: the same story from the start" not in shown.stdout

@@ -102,6 +102,23 @@ def test_enqueue_command_names_each_bad_line_and_exits_2(tmp_path: Path) -> None
     assert not (tmp_path / "data/memory-core/lazy-edges.jsonl").exists()
 
 
+def test_enqueue_json_is_one_object_whether_it_appends_or_refuses(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    refused = run(["daemons.enqueue", "--json", "--config", str(config)], tmp_path,
+                  stdin=edge(1) + b"\n[]\n")
+    assert refused.returncode == 2
+    (shown,) = refused.stdout.splitlines()
+    assert json.loads(shown)["ok"] is False
+    assert json.loads(shown)["malformedLines"] == [
+        {"line": 2, "detail": "a line must be a JSON object, got array"}]
+    appended = run(["daemons.enqueue", "--json", "--config", str(config)], tmp_path,
+                   stdin=edge(1) + b"\n" + edge(2) + b"\n")
+    assert appended.returncode == 0, appended.stderr
+    (shown,) = appended.stdout.splitlines()
+    assert json.loads(shown) == {"ok": True, "appended": 2,
+                                 "queue": str(tmp_path / "data/memory-core/lazy-edges.jsonl")}
+
+
 def test_enqueue_then_drain_tick_links_the_edges(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     queue = tmp_path / "data/memory-core/lazy-edges.jsonl"

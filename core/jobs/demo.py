@@ -82,6 +82,8 @@ class DemoTenant:
     paths: tuple[str, ...] = ()
     #: The repo's manifest (the paths after its last push), when it has one.
     manifest_paths: tuple[str, ...] | None = None
+    #: What kind of tenant it is, as the demo's summary names it.
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,16 +121,17 @@ MEMORIES_PER_SESSION = 3
 
 TENANTS: tuple[DemoTenant, ...] = (
     # Drifted: two versions behind on two chunks (actionable), one behind on three.
-    DemoTenant("acme", "acme/platform", 3, {3: 6, 2: 3, 1: 2}),
+    DemoTenant("acme", "acme/platform", 3, {3: 6, 2: 3, 1: 2}, kind="drifted"),
     # Clean: every chunk at the current version.
-    DemoTenant("globex", "globex/handbook", 2, {2: 5}),
+    DemoTenant("globex", "globex/handbook", 2, {2: 5}, kind="clean"),
     # Slightly behind: one chunk one version back (stale, within the grace gap).
-    DemoTenant("initech", "initech/tps-service", 2, {2: 4, 1: 1}),
+    DemoTenant("initech", "initech/tps-service", 2, {2: 4, 1: 1}, kind="slightly behind"),
     # Force-pushed: the rewritten head dropped src/old_index.py and src/legacy/cache.py (three
     # chunks still carry them) and added src/index.py (no chunk yet: a missing path).
     DemoTenant("hooli", "hooli/search", 1, {1: 6},
                paths=("README.md", "docs/guide.md", "src/old_index.py", "src/legacy/cache.py"),
-               manifest_paths=("README.md", "docs/guide.md", "src/index.py")),
+               manifest_paths=("README.md", "docs/guide.md", "src/index.py"),
+               kind="force-pushed"),
 )
 
 _SOURCE_PATHS = ("README.md", "docs/architecture.md", "docs/runbook.md", "src/api/search.py",

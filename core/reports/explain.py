@@ -6,10 +6,12 @@ every chunk).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from core.reports.tables import as_text, table
 from core.rules.explain_plan import ChunkLine, GuardCheck, TenantPlan
+from core.rules.timestamps import iso_from_ms
 
 #: Chunks and missing paths shown on a terminal; `--json` has them all.
 PAGE_ROWS: Final = 50
@@ -89,6 +91,18 @@ def _malformed(plan: TenantPlan) -> list[str]:
     return out
 
 
+def ingested_text(value: Any) -> Any:
+    """A chunk's `ingestedAt` as a person reads it: epoch ms as ISO-8601 UTC; a string (older
+    chunks carry ISO text), a missing value or one of an unexpected type as it is (`--json`
+    keeps the raw value either way)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        try:
+            return iso_from_ms(int(value))
+        except (OverflowError, ValueError, OSError):  # beyond the calendar: shown raw
+            return value
+    return value
+
+
 def render_plan(plan: TenantPlan) -> str:
     """The plan as text for a terminal."""
     f = plan.figures
@@ -111,8 +125,8 @@ def render_plan(plan: TenantPlan) -> str:
         return as_text(*out)
     out.append(table(f"Chunks ({len(plan.chunks):,})",
                      ["id", "repo", "path", "stamp", "ingestedAt", "why", "action"],
-                     [[c.id, c.repo_slug, c.source_path, c.stamp, c.ingested_at, _why(c),
-                       _action(c)] for c in plan.chunks[:PAGE_ROWS]]))
+                     [[c.id, c.repo_slug, c.source_path, c.stamp, ingested_text(c.ingested_at),
+                       _why(c), _action(c)] for c in plan.chunks[:PAGE_ROWS]]))
     if len(plan.chunks) > PAGE_ROWS:
         out.append(f"  ... {len(plan.chunks) - PAGE_ROWS:,} more of {len(plan.chunks):,} "
                    "(--json lists every chunk)")

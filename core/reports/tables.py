@@ -56,10 +56,12 @@ def _cell(value: Any) -> str:
 
 
 def as_text(*parts: Any, width: int = DEFAULT_WIDTH) -> str:
-    """Render tables and strings one after another as plain text, `width` columns wide."""
+    """Render tables and strings one after another as plain text, `width` columns wide.
+    Strings are made inert before rich sees them: rich drops some control characters itself
+    (a bell, a backspace), so escaping only its output would hide what a value really holds."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=width, color_system=None, force_terminal=False,
                       highlight=False, markup=False, emoji=False)
     for part in parts:
-        console.print(part)
+        console.print(inert(part) if isinstance(part, str) else part)
     return inert(buffer.getvalue())

@@ -43,6 +43,7 @@ from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
 from core.runtime.metrics import Metrics, read_restored_metrics
 from core.runtime.signals import stop_on_signals
+from core.runtime.store_door import StoreDoor
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
@@ -357,7 +358,7 @@ async def _open_vectors(
     delay = 1.0
     while not stop.is_set():
         try:
-            return await VectorStore.open(settings)
+            return await VectorStore.open(settings, via_daemon=False)
         except LockHeld:
             raise
         except StoreUnavailable as exc:
@@ -438,10 +439,13 @@ async def _serve_until_stopped(
     served; then let the daemons finish and close everything, in reverse order."""
     helpers: list[asyncio.Task[None]] = []
     vectors: VectorStore | None = None
+    door: StoreDoor | None = None
     try:
         vectors = await _open_vectors(settings, stop, options)
         if vectors is None:
             return 0
+        if not settings.server_mode:  # the commands beside the daemon reach the store here
+            door = await StoreDoor.open(vectors, settings.chroma_path)
         runners = [DaemonRunner(spec, settings=settings, vectors=vectors, options=options,
                                 metrics=metrics, clock=clock) for spec in specs]
         supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)
@@ -456,5 +460,7 @@ async def _serve_until_stopped(
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
         metrics.close()
+        if door is not None:
+            await door.close()
         if vectors is not None:
             await vectors.close()

@@ -21,7 +21,8 @@ alike unless said otherwise):
 
 Collections are opened with no embedding function and telemetry off, so nothing can download a
 model or phone home. An embedded store is safe for one process only, so it is held under an
-exclusive lock; separate processes share a store through a server (`chromaUrl`).
+exclusive lock; separate processes share a store through a server (`chromaUrl`), or, while a
+daemon holds the embedded store, through that daemon (`core.stores.chroma_door`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from core.rules.errors import KbError, StoreUnavailable
+from core.rules.errors import KbError, LockHeld, StoreUnavailable
 from core.rules.rows import ChromaRow, ColumnPage
+from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
 from core.stores.locks import ProcessLock
 
 if TYPE_CHECKING:
@@ -136,21 +138,30 @@ class VectorStore:
         self.max_batch = int(client.get_max_batch_size())
 
     @classmethod
-    async def open(cls, settings: Settings) -> VectorStore:
+    async def open(cls, settings: Settings, *, via_daemon: bool = True) -> VectorStore:
         """Connect to the server at `chromaUrl`, or open the embedded store at `chromaPath`
-        under its process lock. Raises LockHeld or StoreUnavailable (exit 1)."""
+        under its process lock. When a running daemon holds that lock, the store is reached
+        through the daemon (`core.stores.chroma_door`) unless `via_daemon` is false (a
+        daemon never rides on another one). Raises LockHeld or StoreUnavailable (exit 1)."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
             description = f"Chroma server {settings.chroma_url_shown}"
         else:
             description = f"embedded Chroma store {settings.chroma_path}"
-            lock = ProcessLock(
-                settings.chroma_path / STORE_LOCK_NAME,
-                purpose=description,
-                hint="an embedded store serves one process; run both daemons in one process "
-                "(python -m daemons) or use server mode (chromaUrl) for separate processes",
-            ).acquire()
+            try:
+                lock = ProcessLock(
+                    settings.chroma_path / STORE_LOCK_NAME,
+                    purpose=description,
+                    hint="an embedded store serves one process; run both daemons in one "
+                    "process (python -m daemons) or use server mode (chromaUrl) for separate "
+                    "processes",
+                ).acquire()
+            except LockHeld as held:
+                executor.shutdown(wait=False)
+                if not via_daemon:
+                    raise
+                return await cls._open_via_daemon(settings, description, held)
         try:
             client = await asyncio.get_running_loop().run_in_executor(
                 executor, _make_client, settings
@@ -162,6 +173,47 @@ class VectorStore:
                 lock.release()
             if isinstance(exc, Exception):
                 raise VectorStoreError(f"{description}: cannot open: {exc}") from exc
+            raise
+
+    @classmethod
+    async def _open_via_daemon(cls, settings: Settings, description: str,
+                               held: LockHeld) -> VectorStore:
+        """The store held by the daemon, through its door; LockHeld (one line) when no daemon
+        answers. The description stays the store's, so messages read as when run alone."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
+        try:
+            client = await asyncio.get_running_loop().run_in_executor(
+                executor, partial(DaemonStoreClient.connect, settings.chroma_path,
+                                  rebuild_error=_peer_error))
+        except DoorClosed as closed:
+            executor.shutdown(wait=False)
+            raise LockHeld(f"{held}; {closed}") from None
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        log.debug("vectors.via_daemon", store=description, daemonPid=client.daemon_pid)
+        return cls(client, executor, description=description)
+
+    async def call_for_peer(self, name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+        """One collection call for a command beside this daemon (`core.runtime.store_door`),
+        on this store's one Chroma thread, so it is serialized with the daemon's own calls.
+        The raw result or the raw error, which the command's own VectorStore maps exactly as
+        it would here; a handle that went stale is dropped, so the command's retry reopens
+        it. ENSURE_COLLECTION creates a missing collection."""
+        if self._client is None:
+            raise VectorStoreError(f"{self.description}: store is closed")
+        import chromadb.errors
+
+        def ensure() -> None:
+            self._collections[name] = self._client.get_or_create_collection(
+                name, embedding_function=None)
+
+        call = ensure if method == ENSURE_COLLECTION else partial(
+            self._call_on_collection, name, method, kwargs)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        except chromadb.errors.NotFoundError:
+            self._collections.pop(name, None)
             raise
 
     @classmethod
@@ -439,6 +491,22 @@ def refused_for_its_data(error: VectorStoreError) -> bool:
     if isinstance(cause, chromadb.errors.ChromaError):
         return cause.code() in (400, 413)
     return isinstance(cause, (ValueError, TypeError))
+
+
+def _peer_error(classes: list[tuple[str, str]], message: str) -> Exception:
+    """A store error raised in the daemon, rebuilt for the command beside it: the same Chroma
+    error class (or ValueError/TypeError) with the same text, so `_run` and
+    `refused_for_its_data` judge it as they would the original; anything else is an outage."""
+    import chromadb.errors
+
+    for module, name in classes:
+        if module == "builtins" and name in ("ValueError", "TypeError"):
+            return ValueError(message) if name == "ValueError" else TypeError(message)
+        if module == chromadb.errors.__name__:
+            kind = getattr(chromadb.errors, name, None)
+            if isinstance(kind, type) and issubclass(kind, chromadb.errors.ChromaError):
+                return kind(message)
+    return RuntimeError(message)
 
 
 def _make_client(settings: Settings) -> Any:

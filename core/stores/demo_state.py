@@ -22,9 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.rules.config import Settings
+from core.rules.errors import LockHeld
+from core.stores.chroma import STORE_LOCK_NAME
 from core.stores.dead_letter_file import spill_dir
 from core.stores.files import file_size
 from core.stores.graph import count_nodes_and_edges
+from core.stores.locks import ProcessLock
 from core.stores.sqlite import GraphDB
 
 #: The demo's footprint file, in the data folder it owns.
@@ -42,6 +45,10 @@ class DemoFootprint:
     dead_letter_bytes: int
 
 
+#: A folder with no node, edge or queue line (what the daemons leave when they ran on nothing).
+EMPTY_FOOTPRINT = DemoFootprint(0, 0, 0, 0, 0)
+
+
 def _footprint_path(settings: Settings) -> Path:
     return settings.data_dir / FOOTPRINT_FILE
 
@@ -57,6 +64,18 @@ async def measure(settings: Settings) -> DemoFootprint:
             await graph.close()
     return DemoFootprint(nodes, edges, file_size(settings.lazy_edges_queue_path),
                          file_size(settings.draining_path), file_size(settings.dead_letter_path))
+
+
+def store_in_use(settings: Settings) -> bool:
+    """Whether another process (a running daemon) holds the embedded store's lock."""
+    if settings.server_mode or not (settings.chroma_path / STORE_LOCK_NAME).exists():
+        return False
+    try:
+        ProcessLock(settings.chroma_path / STORE_LOCK_NAME, purpose="the store").acquire(
+            ).release()
+    except LockHeld:
+        return True
+    return False
 
 
 def is_fresh(settings: Settings) -> bool:
