@@ -160,3 +160,47 @@ def test_a_held_store_with_no_daemon_behind_it_is_one_line_and_exit_1(tmp_path: 
     assert len(lines) == 1, result.stderr
     assert f"is held by pid {holder.pid}" in lines[0]
     assert "no daemon serves it" in lines[0]
+
+
+async def test_the_door_lets_in_only_the_secret_and_drops_a_peer_announcing_a_large_first_frame(
+        tmp_path: Path) -> None:
+    """A peer that has not sent the secret cannot make the daemon wait for a large frame (it is
+    dropped for the header alone), a wrong secret is dropped, the right one is let in; the door
+    file is 0600 and gone once the door closes (a real door over a real embedded store)."""
+    import socket
+
+    import structlog.testing
+
+    from core.runtime.store_door import AUTH_FRAME_BYTES, StoreDoor
+    from core.stores.chroma_door import encode_frame, read_door
+
+    settings = make_settings(tmp_path)
+    vectors = await VectorStore.open(settings)
+    door = await StoreDoor.open(vectors, settings.chroma_path)
+    try:
+        known = read_door(door_path(settings.chroma_path))
+        assert door_path(settings.chroma_path).stat().st_mode & 0o777 == 0o600
+
+        def knock(first: bytes, *, hang_up: bool = True) -> bytes:
+            with socket.create_connection(("127.0.0.1", known.port), timeout=30) as sock:
+                sock.sendall(first)
+                if hang_up:
+                    sock.shutdown(socket.SHUT_WR)
+                return sock.recv(1 << 16)
+
+        loop = asyncio.get_running_loop()
+        too_large = (AUTH_FRAME_BYTES + 1).to_bytes(8, "big") + b"x" * 100
+        with structlog.testing.capture_logs() as logged:
+            # The peer stays connected: the daemon drops it for the header alone.
+            assert await loop.run_in_executor(
+                None, lambda: knock(too_large, hang_up=False)) == b""
+        assert [e["reason"] for e in logged if e["event"] == "store_door.peer_dropped"] == [
+            f"frame of {AUTH_FRAME_BYTES + 1} bytes refused (at most {AUTH_FRAME_BYTES})"]
+        wrong = encode_frame({"secret": "0" * len(known.secret)})
+        assert await loop.run_in_executor(None, knock, wrong) == b""
+        right = await loop.run_in_executor(None, knock, encode_frame({"secret": known.secret}))
+        assert b"maxBatch" in right
+    finally:
+        await door.close()
+        await vectors.close()
+    assert not door_path(settings.chroma_path).exists()

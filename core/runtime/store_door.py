@@ -26,6 +26,7 @@ from core.stores.chroma import VectorStore
 from core.stores.chroma_door import (
     ENSURE_COLLECTION,
     HEADER_BYTES,
+    MAX_FRAME_BYTES,
     PEER_METHODS,
     decode_body,
     door_path,
@@ -40,6 +41,9 @@ log = structlog.get_logger(__name__)
 
 #: A peer must send the secret within this many seconds of connecting.
 AUTH_TIMEOUT_S = 5.0
+#: The largest first frame (the secret) a peer may send: a peer not yet let in cannot make
+#: the daemon hold more than this.
+AUTH_FRAME_BYTES = 4_096
 
 
 class StoreDoor:
@@ -82,7 +86,7 @@ class StoreDoor:
         self._peers.add(task)
         try:
             async with asyncio.timeout(AUTH_TIMEOUT_S):
-                hello = await _read_frame(reader)
+                hello = await _read_frame(reader, limit=AUTH_FRAME_BYTES)
             offered = hello.get("secret") if isinstance(hello, dict) else None
             if not isinstance(offered, str) or not hmac.compare_digest(
                     offered.encode(), self._secret.encode()):
@@ -120,6 +124,6 @@ class StoreDoor:
             return {"error": error_payload(exc)}
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> Any:
-    length = frame_length(await reader.readexactly(HEADER_BYTES))
+async def _read_frame(reader: asyncio.StreamReader, *, limit: int = MAX_FRAME_BYTES) -> Any:
+    length = frame_length(await reader.readexactly(HEADER_BYTES), limit=limit)
     return decode_body(await reader.readexactly(length))

@@ -100,11 +100,11 @@ def encode_frame(message: Mapping[str, Any]) -> bytes:
     return _LENGTH.pack(len(body)) + body
 
 
-def frame_length(header: bytes) -> int:
-    """The body length a frame's header announces; ValueError when beyond MAX_FRAME_BYTES."""
+def frame_length(header: bytes, *, limit: int = MAX_FRAME_BYTES) -> int:
+    """The body length a frame's header announces; ValueError when beyond `limit`."""
     (length,) = _LENGTH.unpack(header)
-    if length > MAX_FRAME_BYTES:
-        raise ValueError(f"frame of {length} bytes refused (at most {MAX_FRAME_BYTES})")
+    if length > limit:
+        raise ValueError(f"frame of {length} bytes refused (at most {limit})")
     return int(length)
 
 
