@@ -17,6 +17,7 @@ from core.rules.alert_rules import (
 from core.rules.secrets import (
     HIDDEN,
     MAX_FOREIGN_TEXT_CHARS,
+    MIN_SEGMENT_SECRET_CHARS,
     Secrets,
     basic_auth_forms,
     bearer_forms,
@@ -90,11 +91,14 @@ def test_short_parts_are_not_searched_for() -> None:
     assert Secrets.of(["ab", "abc"]).forms == ("abc",)
 
 
-def test_short_path_segments_and_query_values_stay_readable_in_other_text() -> None:
-    secrets = Secrets.of_url("http://relay.example/api/alerts/PATHTOKEN123?fmt=json")
-    scrubbed = secrets.scrub("alerting.sent: 2 alerts as json via api; PATHTOKEN123")
-    assert scrubbed == f"alerting.sent: 2 alerts as json via api; {HIDDEN}"
-    assert HIDDEN in secrets.scrub("POST /api/alerts/PATHTOKEN123?fmt=json")
+def test_short_segments_stay_readable_in_every_line_but_not_in_the_receivers_own_text() -> None:
+    url = "http://relay.example/api/alerts/PATHTOKEN123?fmt=json"
+    everywhere = Secrets.of_url(url, min_segment=MIN_SEGMENT_SECRET_CHARS)
+    line = "alerting.sent: 2 alerts as json via api; PATHTOKEN123"
+    assert everywhere.scrub(line) == f"alerting.sent: 2 alerts as json via api; {HIDDEN}"
+    assert "PATHTOKEN123" not in everywhere.scrub("POST /api/alerts/PATHTOKEN123?fmt=json")
+    receiver = Secrets.of_url(url)
+    assert receiver.scrub("no route alerts/json") == f"no route {HIDDEN}/{HIDDEN}"
 
 
 def test_a_channel_scrubber_knows_the_basic_credentials_httpx_sends() -> None:

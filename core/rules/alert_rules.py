@@ -31,7 +31,13 @@ from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 from core.rules.figures import json_name, shown_as
-from core.rules.secrets import HIDDEN, NO_SECRETS, Secrets
+from core.rules.secrets import (
+    HIDDEN,
+    MIN_SECRET_CHARS,
+    MIN_SEGMENT_SECRET_CHARS,
+    NO_SECRETS,
+    Secrets,
+)
 from core.rules.telemetry import KNOWN_METRICS
 from core.rules.values import is_real_number
 
@@ -126,7 +132,7 @@ def redact_channel(spec: Any) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def channel_secrets(spec: str) -> Secrets:
+def channel_secrets(spec: str, *, min_segment: int = MIN_SECRET_CHARS) -> Secrets:
     """Every secret of a channel spec in every form it may come back in (`Secrets.of_url`):
     the spec, its URL's user-info (and the Basic credentials httpx makes of it), path and its
     segments, query and its values, fragment; raw, percent-encoded and decoded. `console`
@@ -134,7 +140,7 @@ def channel_secrets(spec: str) -> Secrets:
     if "://" not in spec and "@" not in spec:
         return NO_SECRETS
     target = spec.partition(":")[2] if spec.startswith((WEBHOOK_PREFIX, A2A_PREFIX)) else spec
-    return Secrets.of_url(target) | Secrets.of_text(spec)
+    return Secrets.of_url(target, min_segment=min_segment) | Secrets.of_text(spec)
 
 
 def scrub_secrets(text: str, spec: str) -> str:
@@ -356,14 +362,15 @@ class AlertRules:
         return len(self.valid) + len(self.skipped)
 
     def secrets(self) -> Secrets:
-        """Every secret the rules hold, in every form (`channel_secrets`): the channels of the
-        valid rules, and every URL-like string of the skipped ones (an invalid rule's URL is
-        as secret as a valid one's)."""
+        """Every secret the rules hold, in every form (`channel_secrets`), for the scrubber of
+        every log line and output: the channels of the valid rules, and every URL-like string
+        of the skipped ones (an invalid rule's URL is as secret as a valid one's). A lone
+        path segment or query value counts from MIN_SEGMENT_SECRET_CHARS (see there)."""
         found = NO_SECRETS
         specs = {c for rule in self.valid for c in rule.channels}
         specs |= {s for skipped in self.skipped for s in _strings_in(skipped.rule)}
         for spec in sorted(specs):
-            found = found | channel_secrets(spec)
+            found = found | channel_secrets(spec, min_segment=MIN_SEGMENT_SECRET_CHARS)
         return found
 
     def problems(self) -> list[tuple[str, str]]:

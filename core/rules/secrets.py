@@ -32,9 +32,11 @@ from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, ur
 HIDDEN: Final = "…"
 #: Secret parts shorter than this are not searched for in free text.
 MIN_SECRET_CHARS: Final = 3
-#: A single path segment or query value is searched for on its own only from this length: a
-#: token in a path is long, while a short segment (`api`, `v1`, `alerts`) is an ordinary word
-#: that would be cut out of every log line. The whole path and query are searched for anyway.
+#: In the scrubber every log line and printed output goes through, a single path segment or
+#: query value is searched for on its own only from this length: a token in a path is long,
+#: while a short segment (`api`, `v1`, `alerts`) is an ordinary word that would be cut out of
+#: every line. The whole path and query are searched for anyway, and the text a channel's own
+#: receiver sends back is scrubbed of every segment (`Secrets.of_url`'s default).
 MIN_SEGMENT_SECRET_CHARS: Final = 8
 #: How much of a text an outside party sent back (a receiver's error body, a store's refusal)
 #: is kept, after scrubbing: enough to read the reason, too little to carry a payload.
@@ -86,11 +88,11 @@ def bearer_forms(token: str) -> set[str]:
     return {f"Bearer {token}", *text_forms(token)} if token else set()
 
 
-def url_secret_parts(url: str) -> set[str]:
+def url_secret_parts(url: str, *, min_segment: int = MIN_SECRET_CHARS) -> set[str]:
     """What of a URL must never be shown (everything but its scheme, host and port): the whole
     URL, its user-info, user name, password, the Basic credentials they make, its path and
-    each path segment, query and each query value (segments and values of at least
-    MIN_SEGMENT_SECRET_CHARS), fragment. Parts only; see `Secrets.of_url` for their forms. A
+    each path segment, query and each query value (those of at least `min_segment`
+    characters), fragment. Parts only; see `Secrets.of_url` for their forms. A
     URL that cannot be parsed is secret as a whole."""
     found = {url}
     try:
@@ -105,14 +107,11 @@ def url_secret_parts(url: str) -> set[str]:
         found |= basic_auth_forms(user, password)
     if parts.path not in ("", "/"):
         found.add(parts.path)
-        found.update(_long(parts.path.split("/")))
+        found.update(p for p in parts.path.split("/") if len(p) >= min_segment)
     found.update([parts.query, parts.fragment])
-    found.update(_long(value for _, value in parse_qsl(parts.query, keep_blank_values=True)))
+    found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True)
+                 if len(value) >= min_segment)
     return found
-
-
-def _long(pieces: Iterable[str]) -> set[str]:
-    return {p for p in pieces if len(p) >= MIN_SEGMENT_SECRET_CHARS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +137,11 @@ class Secrets:
         return cls.of(text_forms(secret))
 
     @classmethod
-    def of_url(cls, url: str) -> Secrets:
+    def of_url(cls, url: str, *, min_segment: int = MIN_SECRET_CHARS) -> Secrets:
         """Every secret part of a URL (`url_secret_parts`), each in every text form; base64
         credentials as they are."""
         found: set[str] = set()
-        for part in url_secret_parts(url):
+        for part in url_secret_parts(url, min_segment=min_segment):
             found |= text_forms(part)
         return cls.of(found)
 
