@@ -74,10 +74,7 @@ def server_rows(port: int) -> dict[str, Any]:
     import chromadb
 
     client = chromadb.HttpClient(host="127.0.0.1", port=port)
-    try:
-        return {c.name: c.get(include=["metadatas"]) for c in client.list_collections()}
-    finally:
-        client.close()
+    return {c.name: c.get(include=["metadatas"]) for c in client.list_collections()}
 
 
 def files_under(folder: Path) -> dict[str, bytes]:
