@@ -186,3 +186,16 @@ def test_the_token_goes_in_x_chroma_token_when_chroma_auth_header_says_so(
         refused = run(tmp_path, *argv)
         assert refused.returncode == 1 and proxy.log.refused, refused.stderr
         assert TOKEN not in refused.stdout + refused.stderr
+
+
+def test_a_tenant_the_store_does_not_have_is_exit_1_never_the_default_tenant(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\nchromaTenant = "acme-prod"\n'
+                      'reconciliationEnabled = true\n', encoding="utf-8")
+    done = run(tmp_path, "daemons.reconcile", "--tick", "--json", "--config", str(config))
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.splitlines()
+    assert "cannot open: Tenant [acme-prod] not found" in line
+    assert json.loads(done.stdout)["ok"] is False
