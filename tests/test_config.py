@@ -13,6 +13,7 @@ from core.rules.alert_rules import AlertRules
 from core.rules.config import KEYS, render_example_toml, render_markdown_table, resolve_config
 from core.rules.errors import ConfigError
 from core.stores.config_file import load_config
+from tests.support import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,9 +108,6 @@ def test_wrong_type_takes_the_default_with_one_warning_naming_key_type_and_value
         ("lazyEdgeMaxAttempts", 0),
         ("metricsPort", 70000),
         ("logFormat", "xml"),
-        ("chromaUrl", "localhost:8000"),
-        ("memoryCollection", "x"),
-        ("dataDir", ""),
         ("alertRules", "reconcileEvents > 0"),
     ],
 )
@@ -233,10 +231,11 @@ def test_unknown_key_is_warned_about_with_a_suggestion(tmp_path: Path) -> None:
     assert loaded.settings.rem_interval_ms == 3_600_000
 
 
-def test_knowledge_base_that_is_not_a_table_gives_defaults_and_a_warning(tmp_path: Path) -> None:
-    loaded = resolve_config({"knowledgeBase": 3}, base_dir=tmp_path)
-    assert loaded.settings == resolve_config({}, base_dir=tmp_path).settings
-    assert [w.key for w in loaded.warnings] == ["knowledgeBase"]
+def test_knowledge_base_that_is_not_a_table_is_a_config_error(tmp_path: Path) -> None:
+    # Defaults would put every store in ./.kb-data, away from the data the file meant.
+    with pytest.raises(ConfigError, match=r"knowledgeBase must be a table \(\[knowledgeBase\]\), "
+                                          "got int"):
+        resolve_config({"knowledgeBase": 3}, base_dir=tmp_path, source=tmp_path / "kb.toml")
 
 
 def test_other_tables_in_the_file_are_left_alone(tmp_path: Path) -> None:
@@ -267,10 +266,23 @@ def test_unreadable_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
         load_config(str(folder), environ={})
 
 
-def test_a_missing_named_file_takes_defaults_and_says_so(tmp_path: Path) -> None:
-    loaded = load_config(str(tmp_path / "absent.toml"), environ={})
-    assert loaded.settings.rem_interval_ms == 3_600_000
-    assert "config file not found" in loaded.warnings[0].message
+def test_a_missing_named_file_is_a_config_error_never_defaults_beside_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"absent\.toml: config file not found \(named by "
+                                          r"--config\)"):
+        load_config(str(tmp_path / "absent.toml"), environ={})
+    with pytest.raises(ConfigError, match=r"named by \$KB_CONFIG"):
+        load_config(None, environ={"KB_CONFIG": str(tmp_path / "absent.toml")})
+    assert not (tmp_path / ".kb-data").exists()
+
+
+def test_a_missing_named_file_stops_a_command_with_exit_2_and_creates_nothing(
+        tmp_path: Path) -> None:
+    done = run_module("daemons.drain", "--tick", "--config", str(tmp_path / "kb.tmol"),
+                      home=tmp_path / "home")
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("config file not found (named by --config); create it, "
+                                        "or name no file for the built-in defaults")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_settings_are_immutable(tmp_path: Path) -> None:
@@ -322,11 +334,23 @@ def test_the_example_copied_to_config_kb_toml_keeps_the_data_folder_of_no_config
 
 @pytest.mark.parametrize("name", ["knowledgebase", "knowledge_base", "KnowledgeBase",
                                   "knowledge-base"])
-def test_a_near_miss_table_name_is_warned_about_by_name(name: str, tmp_path: Path) -> None:
-    loaded = resolve_config({name: {"remIntervalMs": 5}}, base_dir=tmp_path)
-    assert [w.key for w in loaded.warnings] == [name]
+def test_a_near_miss_table_without_a_real_one_is_a_config_error_naming_it(
+    name: str, tmp_path: Path
+) -> None:
+    # Its keys would go unread and every store would be opened at its default place.
+    source = tmp_path / "kb.toml"
+    with pytest.raises(ConfigError) as caught:
+        resolve_config({name: {"dataDir": "/srv/kb"}}, base_dir=tmp_path, source=source)
+    assert str(caught.value) == (f"{source}: table [{name}] is not read: the table must be "
+                                 "spelled [knowledgeBase] (table names are case-sensitive)")
+
+
+def test_a_near_miss_table_beside_the_real_one_is_warned_about_by_name(tmp_path: Path) -> None:
+    loaded = resolve_config({"knowledgebase": {"remIntervalMs": 5},
+                             "knowledgeBase": {"remIntervalMs": 7}}, base_dir=tmp_path)
+    assert [w.key for w in loaded.warnings] == ["knowledgebase"]
     assert "did you mean [knowledgeBase]" in loaded.warnings[0].message
-    assert loaded.settings.rem_interval_ms == 3_600_000  # the near miss is not read
+    assert loaded.settings.rem_interval_ms == 7  # the near miss is not read
 
 
 def test_other_tables_are_not_taken_for_a_near_miss(tmp_path: Path) -> None:

@@ -171,29 +171,22 @@ def test_dry_runs_on_a_missing_store_create_nothing(
     assert sorted(tmp_path.rglob("*")) == before, "no Chroma folder, lock file or SQLite file"
 
 
-async def test_a_chroma_url_with_user_info_is_never_shown(
+async def test_a_chroma_url_with_user_info_is_refused_and_never_shown(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from core.reports.status import gather_status
-    from core.reports.status_text import render_status_text
-    from core.rules.config import invalid_value_message, url_without_user_info
-    from core.rules.errors import StoreUnavailable
-    from core.rules.figures import to_json
-    from core.stores.chroma import VectorStore
+    # A URL with user-info used to be accepted (and shown without it); it is now a config
+    # error pointing at chromaUrl's token file, and the error still never shows the secret.
+    from core.rules.config import KEYS, invalid_value_message, url_without_user_info
+    from core.rules.errors import ConfigError
 
     assert url_without_user_info("http://alice:PASSWORD@127.0.0.1:9") == "http://127.0.0.1:9"
     assert url_without_user_info("http://127.0.0.1:9") == "http://127.0.0.1:9"
-    from core.rules.config import KEYS
-
     key = next(k for k in KEYS if k.name == "chromaUrl")
     assert "PASSWORD" not in invalid_value_message(key, "http://alice:PASSWORD@h:1")
-    settings = make_settings(tmp_path, chromaUrl="http://TOKENSECRET@127.0.0.1:9")
-    report = await gather_status(settings)
-    assert "TOKENSECRET" not in json.dumps(to_json(report))
-    assert "TOKENSECRET" not in render_status_text(report)
-    with pytest.raises(StoreUnavailable) as failed:
-        await VectorStore.open(settings)
-    assert "TOKENSECRET" not in str(failed.value) and "127.0.0.1:9" in str(failed.value)
+    with pytest.raises(ConfigError) as refused:
+        make_settings(tmp_path, chromaUrl="http://TOKENSECRET@127.0.0.1:9")
+    assert "TOKENSECRET" not in str(refused.value)
+    assert "chromaAuthTokenFile" in str(refused.value)
 
 
 def test_a_line_to_a_node_no_back_fill_can_create_says_it_is_not_in_the_graph(

@@ -132,6 +132,15 @@ def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
     default = resolve_config({}, base_dir=tmp_path).settings
     rejected = 0
     for value in WRONG_VALUES:
+        if spec.locating:
+            # Where data lives never falls back: an invalid value is a config error naming
+            # the key (checked per value in tests/test_locating_keys.py).
+            try:
+                resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
+            except ConfigError as exc:
+                rejected += 1
+                assert f"knowledgeBase.{key}: expected" in str(exc)
+            continue
         loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
         if spec.type == "rules" and isinstance(value, list):
             # An array is the right type: each item that is not a rule is skipped, with a
@@ -182,6 +191,11 @@ def test_any_table_resolves_without_raising_and_every_warning_names_a_key(
     table: dict[str, Any],
 ) -> None:
     table = {k: v for k, v in table.items() if v is not None}  # TOML has no null
-    loaded = resolve_config({"knowledgeBase": table}, base_dir=Path("/tmp"))
+    try:
+        loaded = resolve_config({"knowledgeBase": table}, base_dir=Path("/tmp"))
+    except ConfigError as exc:  # only a key that names where data lives may refuse the table
+        assert any(f"knowledgeBase.{k.name}: " in str(exc) for k in KEYS
+                   if k.locating and k.name in table)
+        return
     for warning in loaded.warnings:
         assert warning.key in table

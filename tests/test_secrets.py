@@ -208,6 +208,9 @@ PLANTED_USER = "alice"
 PLANTED_PASSWORD = "S3cr3t/P@ss w0rd!"
 PLANTED_TOKEN = "PATHTOKEN123"
 OTHER_PASSWORD = "OTHERPASS9"
+#: The Chroma server token, planted in `chromaAuthTokenFile` (a file the search skips).
+CHROMA_TOKEN = "ChromaTok-5e6f7a8b9c"
+TOKEN_FILE_NAME = "chroma.token"
 
 
 def _b64(text: str) -> str:
@@ -226,7 +229,7 @@ def planted_webhook(port: int) -> str:
 #: credentials httpx sends (of the pair as sent and as written).
 PLANTED_FORMS = tuple(sorted({
     form
-    for secret in (PLANTED_PASSWORD, PLANTED_TOKEN, OTHER_PASSWORD)
+    for secret in (PLANTED_PASSWORD, PLANTED_TOKEN, OTHER_PASSWORD, CHROMA_TOKEN)
     for form in (secret, quote(secret, safe=""), quote(secret), _b64(secret))
 } | {_b64(f"{PLANTED_USER}:{PLANTED_PASSWORD}"),
      _b64(f"{PLANTED_USER}:{quote(PLANTED_PASSWORD, safe='')}"),
@@ -302,9 +305,12 @@ def test_no_form_of_a_planted_secret_reaches_any_output_on_any_failure_path(
     (tmp_path / "data-queue" / "blocker").write_text("not a folder\n", encoding="utf-8")
     queue = _config(tmp_path / "kb-queue.toml", "data-queue", port,
                     lazyEdgesQueuePath="data-queue/blocker/lazy-edges.jsonl")
-    # A store that is down.
+    # A store that is down, reached with a token.
+    token_file = tmp_path / TOKEN_FILE_NAME
+    token_file.write_text(CHROMA_TOKEN + "\n", encoding="utf-8")
     down = _config(tmp_path / "kb-down.toml", "data-down", port,
-                   chromaUrl=f"http://127.0.0.1:{closed_port()}")
+                   chromaUrl=f"http://127.0.0.1:{closed_port()}",
+                   chromaAuthTokenFile=str(token_file))
 
     runs = {
         "echoing receiver": (run_module("daemons.reconcile", "--tick", "--json", "--config",
@@ -315,6 +321,10 @@ def test_no_form_of_a_planted_secret_reaches_any_output_on_any_failure_path(
                                             str(queue), home=home), 1),
         "store down": (run_module("daemons.drain", "--tick", "--json", "--config", str(down),
                                   home=home), 1),
+        "store down, reconcile": (run_module("daemons.reconcile", "--tick", "--json",
+                                             "--config", str(down), home=home), 1),
+        "store down, explain": (run_module("daemons.reconcile", "explain", "acme", "--config",
+                                           str(down), home=home), 1),
     }
     for config in (echoing, spool, queue, down):
         # status cannot read a queue behind a file (exit 1); it reads the others.
@@ -338,7 +348,8 @@ def test_no_form_of_a_planted_secret_reaches_any_output_on_any_failure_path(
     assert refused["error"].startswith("HTTP 401: denied Basic …"), refused["error"]
     assert_no_planted_form("SQLite", every_stored_value(tmp_path / "data" / "graph.sqlite"))
     for path in sorted(p for p in tmp_path.rglob("*") if p.is_file()):
-        if path.suffix != ".toml":  # the configuration itself holds them, by design
+        # The configuration and the token file hold them, by design.
+        if path.suffix != ".toml" and path.name != TOKEN_FILE_NAME:
             assert_no_planted_form(str(path.relative_to(tmp_path)), path.read_bytes())
 
 

@@ -26,15 +26,26 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from core.rules.alert_rules import AlertRules, parse_alert_rules
+from core.rules.chroma_server import (
+    AUTH_HEADERS,
+    ChromaServer,
+    InvalidChromaUrl,
+    parse_chroma_url,
+)
+from core.rules.errors import ConfigError
 from core.rules.values import is_real_number, is_whole_number
 
 TABLE = "knowledgeBase"
 
 KeyType = Literal[
-    "string", "path", "url", "collection", "integer", "number", "boolean", "enum", "rules"
+    "string", "path", "file", "url", "name", "collection", "integer", "number", "boolean",
+    "enum", "rules"
 ]
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+#: A Chroma tenant or database name: it becomes a segment of the server's URL paths.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9._~-]{1,512}$")
 LOG_FORMATS = ("auto", "json", "console")
 
 
@@ -58,6 +69,12 @@ class Key:
     closed_note: str = ""
     #: What the warning says the closed value does.
     closed_effect: str = "deleting nothing"
+    #: The allowed values of an "enum" key.
+    choices: tuple[str, ...] = ()
+    #: A key that names where data lives or what is acted on: an invalid value is a
+    #: configuration error (exit 2), never a default, since a default would read or write
+    #: another store, folder or collection than the operator named.
+    locating: bool = False
 
     @property
     def fails_closed(self) -> bool:
@@ -75,12 +92,14 @@ class Key:
         base = {
             "string": "string",
             "path": "string (path)",
-            "url": 'string ("" or http(s)://host:port)',
+            "file": 'string (path to a file; "" for none)',
+            "url": 'string ("" or http(s)://host[:port][/prefix])',
+            "name": 'string ("" for Chroma\'s default, else letters, digits, ".", "_", "~", "-")',
             "collection": "string (Chroma collection name)",
             "integer": "integer",
             "number": "number",
             "boolean": "boolean",
-            "enum": " | ".join(f'"{v}"' for v in LOG_FORMATS),
+            "enum": " | ".join(f'"{v}"' for v in self.choices),
             "rules": "array of tables",
         }[self.type]
         return f"{base} {self.valid_text}".strip()
@@ -118,26 +137,37 @@ def url_without_user_info(url: str) -> str:
         return url.rpartition("@")[2]
 
 
-def _url(v: str) -> bool:
-    return v == "" or re.fullmatch(r"https?://[^/\s:]+(:\d{1,5})?/?", v) is not None
-
-
 # Every key, in the order the README and the example file list them. Each default is written
 # here once; nothing else in the project spells a default out.
 KEYS: tuple[Key, ...] = (
-    Key("dataDir", "path", ".kb-data", "one folder for all local state; easy to back up or wipe"),
+    Key("dataDir", "path", ".kb-data", "one folder for all local state; easy to back up or wipe",
+        locating=True),
     Key("chromaPath", "path", None, "embedded store beside the rest of the state",
-        under_data_dir="chroma"),
-    Key("chromaUrl", "url", "", "embedded mode needs no server; set a URL to share one store"),
+        under_data_dir="chroma", locating=True),
+    Key("chromaUrl", "url", "", "embedded mode needs no server; set a URL to share one store",
+        locating=True),
+    Key("chromaTenant", "name", "", "Chroma's own default tenant (`default_tenant`) unless a "
+        "hosted or shared server gives you one", locating=True),
+    Key("chromaDatabase", "name", "", "Chroma's own default database (`default_database`) "
+        "unless a hosted or shared server gives you one", locating=True),
+    Key("chromaAuthTokenFile", "file", "", "server mode: a file holding the token a secured "
+        "server or proxy expects (else `$KB_CHROMA_TOKEN`); a file keeps it out of the config",
+        locating=True),
+    Key("chromaAuthHeader", "enum", "Authorization", "`Authorization: Bearer <token>` is what "
+        "proxies expect; `X-Chroma-Token: <token>` is Chroma's own header",
+        choices=AUTH_HEADERS, locating=True),
+    Key("chromaCaFile", "file", "", "server mode over https: a CA bundle for a server whose "
+        "certificate a private CA signed (the system's CAs otherwise)", locating=True),
     Key("graphDbPath", "path", None, "graph, telemetry and daemon state share one SQLite file",
-        under_data_dir="graph.sqlite"),
+        under_data_dir="graph.sqlite", locating=True),
     Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
-        under_data_dir="memory-core/lazy-edges.jsonl"),
-    Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection"),
+        under_data_dir="memory-core/lazy-edges.jsonl", locating=True),
+    Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection",
+        locating=True),
     Key("summaryCollection", "collection", "neo-agent-sessions",
-        "the platform's session-summary collection"),
+        "the platform's session-summary collection", locating=True),
     Key("knowledgeBaseCollection", "collection", "neo-knowledge-base",
-        "the platform's knowledge-base collection"),
+        "the platform's knowledge-base collection", locating=True),
     Key("remIntervalMs", "integer", 3_600_000, "one REM cycle an hour, as the platform dreams",
         _at_least(1), ">= 1"),
     Key("remLiveIngestOverlapMs", "integer", 86_400_000,
@@ -176,7 +206,8 @@ KEYS: tuple[Key, ...] = (
     Key("alertWindowMs", "integer", 3_600_000, "matches one reconcile interval of telemetry",
         _at_least(1), ">= 1"),
     Key("alertRules", "rules", (), "no rules, no alerts; see the commented examples"),
-    Key("logFormat", "enum", "auto", "readable on a terminal, JSON lines for journald and tools"),
+    Key("logFormat", "enum", "auto", "readable on a terminal, JSON lines for journald and tools",
+        choices=LOG_FORMATS),
     Key("metricsPort", "integer", 0, "off unless asked; loopback only when on", _port,
         "in [0, 65535]"),
 )
@@ -185,12 +216,39 @@ KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
 
 
 @dataclass(frozen=True, slots=True)
+class Secret:
+    """A credential: its repr and str say only that it is there, so no log line, traceback,
+    error or report that shows the object holding it can show the credential."""
+
+    value: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Secret(<redacted>)"
+
+    def __str__(self) -> str:
+        return "<redacted>"
+
+    def reveal(self) -> str:
+        """The credential itself, for the one place that sends it (the Chroma client)."""
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """The resolved `[knowledgeBase]` table: every path absolute, every value checked."""
 
     data_dir: Path
     chroma_path: Path
+    #: The canonical form of a valid `chromaUrl` (`ChromaServer.url`); "" for embedded mode.
     chroma_url: str
+    #: "" for Chroma's default tenant / database.
+    chroma_tenant: str
+    chroma_database: str
+    #: None when no token file is configured.
+    chroma_auth_token_file: Path | None
+    chroma_auth_header: str
+    #: None for the system's CA certificates.
+    chroma_ca_file: Path | None
     graph_db_path: Path
     lazy_edges_queue_path: Path
     memory_collection: str
@@ -222,6 +280,28 @@ class Settings:
     #: closed value. While a pass-wide guard (`reconciliation.PASS_GUARDS`) is listed a pass
     #: deletes nothing; an invalid gap or grace shuts off only what it governs.
     invalid_guards: tuple[str, ...] = ()
+    #: The server-mode token (from `chromaAuthTokenFile` or `$KB_CHROMA_TOKEN`), read by
+    #: `core.stores.config_file` before any store opens; never shown (see `Secret`).
+    chroma_token: Secret | None = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        """Every field but what could hold a secret: the alert rules (webhook URLs carry
+        user-info, paths and queries that are credentials) are counted, and the token is
+        only said to be present. Tracebacks and debuggers show this."""
+        shown = []
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if name == "alert_rules":
+                text = f"<{len(value.valid)} valid, {len(value.skipped)} skipped rules>"
+            else:
+                text = repr(value)
+            shown.append(f"{name}={text}")
+        return f"Settings({', '.join(shown)})"
+
+    @property
+    def chroma_server(self) -> ChromaServer | None:
+        """The server `chromaUrl` names (valid by construction), or None in embedded mode."""
+        return parse_chroma_url(self.chroma_url) if self.chroma_url else None
 
     @property
     def draining_path(self) -> Path:
@@ -289,7 +369,7 @@ def toml_literal(value: Any) -> str:
 def _type_ok(key: Key, value: Any) -> bool:
     """Whether `value` has the TOML type `key` expects; bool is never a number here."""
     match key.type:
-        case "string" | "path" | "url" | "collection" | "enum":
+        case "string" | "path" | "file" | "url" | "name" | "collection" | "enum":
             return isinstance(value, str)
         case "integer":
             return is_whole_number(value)
@@ -304,16 +384,44 @@ def _type_ok(key: Key, value: Any) -> bool:
 
 def _value_ok(key: Key, value: Any) -> bool:
     """Whether a value of the right type is also in range."""
+    return value_problem(key, value) is None
+
+
+def value_problem(key: Key, value: Any) -> str | None:
+    """What is wrong with a value of the right type for `key`, or None when it is valid."""
     match key.type:
-        case "path":
-            return bool(value != "") and "\x00" not in value  # no file has a NUL in its name
+        case "path" | "file":
+            if value == "":
+                return None if key.type == "file" else "it is empty"
+            if value != value.strip():
+                return "it has leading or trailing whitespace; remove it"
+            if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+                return "it contains a control character"  # NUL included: no file has one
+            return None
         case "url":
-            return _url(value)
+            if value == "":
+                return None
+            try:
+                parse_chroma_url(value)
+            except InvalidChromaUrl as exc:
+                return str(exc)
+            return None
+        case "name":
+            return None if value == "" or _SERVER_NAME.match(value) else \
+                "only letters, digits, '.', '_', '~' and '-' (at most 512)"
         case "collection":
-            return _COLLECTION_NAME.match(value) is not None
+            return None if _collection_name_ok(value) else \
+                ("3-512 letters, digits, '.', '_' or '-', starting and ending with a letter or "
+                 "digit, no '..', not an IPv4 address")
         case "enum":
-            return value in LOG_FORMATS
-    return key.valid is None or bool(key.valid(value))
+            return None if value in key.choices else "not one of the choices"
+    return None if key.valid is None or key.valid(value) else "out of range"
+
+
+def _collection_name_ok(name: str) -> bool:
+    """Chroma 1.x's collection name rules, so a name it would refuse fails at load time."""
+    return (_COLLECTION_NAME.match(name) is not None and ".." not in name
+            and _IPV4.match(name) is None)
 
 
 def resolve_config(
@@ -322,10 +430,15 @@ def resolve_config(
     """Turn a parsed TOML document into Settings, defaulting and warning defensively.
 
     Pure: no file access, no clock. `base_dir` anchors relative paths (the config file's folder,
-    or the current folder when no file is used).
+    or the current folder when no file is used). Raises ConfigError (one line naming the file,
+    the key and what was expected) for an invalid key that names where data lives or what is
+    acted on (`Key.locating`), and for a table that is a near miss of `[knowledgeBase]` when
+    the file has no `[knowledgeBase]`: running on defaults would act on other data.
     """
+    where = str(source) if source is not None else "configuration"
     warnings: list[ConfigWarning] = []
-    table = _knowledge_base_table(document, warnings)
+    table = _knowledge_base_table(document, warnings, where=where)
+    _refuse_invalid_locating_keys(table, where=where)
     values, invalid_guards = _checked_values(table, warnings)
     resolved = _resolved(values, base_dir=base_dir, warnings=warnings)
     return LoadedConfig(
@@ -335,23 +448,26 @@ def resolve_config(
 
 
 def _knowledge_base_table(
-    document: Mapping[str, Any], warnings: list[ConfigWarning]
+    document: Mapping[str, Any], warnings: list[ConfigWarning], *, where: str
 ) -> Mapping[str, Any]:
-    """The `[knowledgeBase]` table ({} when absent or not a table), warning about a table
-    that looks like it was meant to be it and about every key it should not have."""
+    """The `[knowledgeBase]` table ({} when absent), warning about every key it should not
+    have. A near-miss table (`[knowledgebase]`, `[knowledge_base]`...) is an error when there
+    is no `[knowledgeBase]` (its keys would be silently unread and everything run on
+    defaults), a warning beside a real one; a `knowledgeBase` that is not a table is an error."""
+    near_misses = [name for name in document
+                   if name != TABLE and _folded(name) == _folded(TABLE)]
+    if near_misses and TABLE not in document:
+        raise ConfigError(f"{where}: table [{near_misses[0]}] is not read: the table must be "
+                          f"spelled [{TABLE}] (table names are case-sensitive)")
     warnings.extend(
         ConfigWarning(name, f"table [{name}] ignored: did you mean [{TABLE}]? "
                             "(table names are case-sensitive)")
-        for name in document
-        if name != TABLE and _folded(name) == _folded(TABLE)
+        for name in near_misses
     )
     table = document.get(TABLE, {})
     if not isinstance(table, Mapping):
-        warnings.append(
-            ConfigWarning(TABLE, f"[{TABLE}] must be a table, got {type(table).__name__}; "
-                                 "using all defaults")
-        )
-        return {}
+        raise ConfigError(f"{where}: {TABLE} must be a table ([{TABLE}]), got "
+                          f"{type(table).__name__}")
     for name in table:
         if name not in KEYS_BY_NAME:
             hint = _closest_key(name)
@@ -360,6 +476,27 @@ def _knowledge_base_table(
                                     + (f" (did you mean {hint}?)" if hint else ""))
             )
     return table
+
+
+def _refuse_invalid_locating_keys(table: Mapping[str, Any], *, where: str) -> None:
+    """ConfigError for the first locating key whose value is invalid (the rest named by
+    count): these keys never fall back to a default."""
+    invalid = [(key, table[key.name]) for key in KEYS
+               if key.locating and key.name in table
+               and not (_type_ok(key, table[key.name]) and _value_ok(key, table[key.name]))]
+    if not invalid:
+        return
+    key, seen = invalid[0]
+    more = f" (and {len(invalid) - 1} more invalid key(s))" if len(invalid) > 1 else ""
+    raise ConfigError(f"{where}: {locating_value_message(key, seen)}{more}")
+
+
+def locating_value_message(key: Key, seen: Any) -> str:
+    """What is wrong with an invalid locating key's value: the key, the expected form, the
+    value seen (a URL without its user-info) and, for a value of the right type, the problem."""
+    problem = value_problem(key, seen) if _type_ok(key, seen) else None
+    return (f"{TABLE}.{key.name}: expected {key.type_text}, got {_shown_value(key, seen)}"
+            + (f": {problem}" if problem else ""))
 
 
 def _checked_values(
@@ -400,8 +537,10 @@ def _resolved(
                 value = data_dir / key.under_data_dir
             else:
                 value = _absolute(base_dir, value)
+        elif key.type == "file":
+            value = _absolute(base_dir, value) if value else None
         elif key.type == "url":
-            value = value.rstrip("/")
+            value = parse_chroma_url(value).url if value else ""
         elif key.type == "rules":
             value = parse_alert_rules(value)
             warnings.extend(ConfigWarning(key.name, f"{TABLE}.{where} {problem}")
@@ -414,17 +553,24 @@ def invalid_value_message(key: Key, seen: Any) -> str:
     """The warning for a value of the wrong type or out of range: what was expected, what was
     seen, and what is used instead. The value of `alertRules` is described, never quoted: it
     may hold webhook URLs with credentials in them; a URL is quoted without its user-info."""
-    if key.type == "rules":
-        shown = f"a {type(seen).__name__}"
-    elif key.type == "url" and isinstance(seen, str):
-        hidden = url_without_user_info(seen)
-        shown = repr(hidden) + (" (its user-info hidden)" if hidden != seen else "")
-    else:
-        shown = repr(seen)
-    head = f"{TABLE}.{key.name}: expected {key.type_text}, got {shown}"
+    head = f"{TABLE}.{key.name}: expected {key.type_text}, got {_shown_value(key, seen)}"
     if key.fails_closed:
         return f"{head}; {key.closed_effect} until it is fixed (a destructive guard fails closed)"
     return f"{head}; using default {key.default_text}"
+
+
+def _shown_value(key: Key, seen: Any) -> str:
+    """A configured value as a message may quote it: `alertRules` described by type only (it
+    may hold webhook URLs with credentials), a URL without its user-info."""
+    if key.type == "rules":
+        return f"a {type(seen).__name__}"
+    if key.type == "url" and isinstance(seen, str):
+        hidden = url_without_user_info(seen)
+        query_at = min((i for i in (hidden.find("?"), hidden.find("#")) if i >= 0), default=-1)
+        if query_at >= 0:  # a query may be a token (?token=...): never quoted
+            hidden = hidden[:query_at] + "?…"
+        return repr(hidden) + (" (its credentials hidden)" if hidden != seen else "")
+    return repr(seen)
 
 
 def _folded(name: str) -> str:

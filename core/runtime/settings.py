@@ -22,10 +22,13 @@ def log_config_warnings(warnings: Sequence[ConfigWarning]) -> None:
 
 
 def settings_secrets(settings: Settings) -> Secrets:
-    """Every secret the settings hold, in every form (see `core.rules.secrets`): today the
-    alert rules' webhook URLs (valid rules and skipped ones alike). A new secret-bearing key
-    (a store token) joins here, and so every log line and printed output hides it."""
-    return settings.alert_rules.secrets()
+    """Every secret the settings hold, in every form (see `core.rules.secrets`): the alert
+    rules' webhook URLs (valid rules and skipped ones alike) and the Chroma server token. A
+    new secret-bearing key joins here, and so every log line and printed output hides it."""
+    found = settings.alert_rules.secrets()
+    if settings.chroma_token is not None:
+        found = found | Secrets.of_token(settings.chroma_token.reveal())
+    return found
 
 
 def load_settings(config: str | None) -> Settings:

@@ -33,10 +33,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlsplit
 
 import structlog
 
+from core.rules.chroma_server import auth_header
 from core.rules.errors import KbError, LockHeld, StoreUnavailable
 from core.rules.rows import ChromaRow, ColumnPage
 from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
@@ -172,7 +172,10 @@ class VectorStore:
             if lock is not None:
                 lock.release()
             if isinstance(exc, Exception):
-                raise VectorStoreError(f"{description}: cannot open: {exc}") from exc
+                # One line (the client's messages can span several), the description names
+                # the store; the client never puts the token in its messages.
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise VectorStoreError(f"{description}: cannot open: {reason}") from exc
             raise
 
     @classmethod
@@ -514,19 +517,37 @@ def _make_client(settings: Settings) -> Any:
     commands such as `enqueue` and `status` should not pay."""
     started = time.monotonic()
     import chromadb
+    from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
     from chromadb.config import Settings as ChromaSettings
 
-    chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
-    if settings.server_mode:
-        parts = urlsplit(settings.chroma_url)
+    tenant = settings.chroma_tenant or DEFAULT_TENANT
+    database = settings.chroma_database or DEFAULT_DATABASE
+    server = settings.chroma_server
+    if server is not None:
+        ca_file = settings.chroma_ca_file
+        chroma_settings = ChromaSettings(
+            anonymized_telemetry=False, allow_reset=False,
+            # None keeps httpx's default: certificates verified against the system's CAs.
+            chroma_server_ssl_verify=str(ca_file) if ca_file is not None and server.tls
+            else None)
+        token = settings.chroma_token
+        # The client takes a full URL as its host (a path prefix included) and then ignores
+        # `port`; without a port in the URL, the scheme's default applies.
         client = chromadb.HttpClient(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or (443 if parts.scheme == "https" else 8000),
-            ssl=parts.scheme == "https",
+            host=server.url,
+            port=server.effective_port,
+            ssl=server.tls,
+            headers=auth_header(settings.chroma_auth_header, token.reveal())
+            if token is not None else None,
             settings=chroma_settings,
+            tenant=tenant,
+            database=database,
         )
     else:
+        chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
         settings.chroma_path.mkdir(parents=True, exist_ok=True)
-        client = chromadb.PersistentClient(path=str(settings.chroma_path), settings=chroma_settings)
+        client = chromadb.PersistentClient(path=str(settings.chroma_path),
+                                           settings=chroma_settings, tenant=tenant,
+                                           database=database)
     log.debug("vectors.client_opened", seconds=round(time.monotonic() - started, 3))
     return client
