@@ -177,15 +177,9 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         del properties[DRAIN_KEY]
     # The original links `edge.weight || 1.0`: a zero weight (or -0.0) counts as the default.
     weight = float(weight) or 1.0
-    if not -WEIGHT_LIMIT <= weight <= WEIGHT_LIMIT:
-        return MalformedLine(f"weight {weight!r} is out of range (at most {WEIGHT_LIMIT:,.0f} "
-                             "either side of 0)", raw)
-    # Only a line with more openers than the limit can be too deep (a count in C); orjson's
-    # encoder, which refuses exactly what is deeper than MAX_JSON_DEPTH, then says for sure.
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
-        problem = _unwritable(value)
-        if problem is not None:
-            return MalformedLine(problem, raw)
+    problem = _beyond_limits(weight, value, raw)
+    if problem is not None:
+        return MalformedLine(problem, raw)
     # Positional: keywords cost twice as much here, and this runs once per line.
     line = EdgeLine(source, target, relationship, weight, properties, value, raw)
     if had_drain_key:
@@ -195,6 +189,18 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         if type(drain) is dict:
             _read_bookkeeping(line, drain)
     return line
+
+
+def _beyond_limits(weight: float, value: Any, raw: bytes) -> str | None:
+    """Why a well-formed line is still beyond what the graph stores or the drain can write
+    back: a weight out of range, or nesting deeper than MAX_JSON_DEPTH; None when neither."""
+    if not -WEIGHT_LIMIT <= weight <= WEIGHT_LIMIT:
+        return f"weight {weight!r} is out of range (at most {WEIGHT_LIMIT:,.0f} either side of 0)"
+    # Only a line with more openers than the limit can be too deep (a count in C); orjson's
+    # encoder, which refuses exactly what is deeper than MAX_JSON_DEPTH, then says for sure.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
+        return _unwritable(value)
+    return None
 
 
 def _unwritable(value: Any) -> str | None:

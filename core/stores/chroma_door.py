@@ -219,14 +219,14 @@ class DaemonStoreClient:
 class _PeerCollection:
     """A collection whose methods run in the daemon."""
 
-    def __init__(self, client: DaemonStoreClient, name: str) -> None:
-        self._client = client
+    def __init__(self, door: DaemonStoreClient, name: str) -> None:
+        self._door = door
         self._name = name
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         if method not in PEER_METHODS:
             raise AttributeError(method)
-        return lambda **kwargs: self._client.call(self._name, method, kwargs)
+        return lambda **kwargs: self._door.call(self._name, method, kwargs)
 
 
 def _exchange(sock: socket.socket, message: Mapping[str, Any]) -> Any:
