@@ -283,10 +283,10 @@ def test_promtool_accepts_the_shipped_prometheus_files(command: list[str]) -> No
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_the_readme_metric_table_names_every_series_a_daemon_exports(
+def test_the_operating_guide_s_metric_table_names_every_series_a_daemon_exports(
     restarted: Restarted,
 ) -> None:
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "operating.md").read_text()
     for family in text_string_to_metric_families(restarted.text):
         if family.name.startswith("kb_") and not family.name.endswith("_created"):
             shown = {family.name, *(s.name for s in family.samples)}
