@@ -23,7 +23,8 @@ os.environ.pop("KB_CONFIG", None)
 from core.rules.config import Settings  # noqa: E402
 from core.runtime.logs import configure_logging  # noqa: E402
 from core.stores.chroma import VectorStore  # noqa: E402
-from core.stores.sqlite import GraphDB  # noqa: E402
+from core.stores.graph_db import GraphDB  # noqa: E402
+from core.stores.state import open_graph  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 
 configure_logging("json")
@@ -43,7 +44,7 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def graph(settings: Settings) -> AsyncIterator[GraphDB]:
-    db = await GraphDB.open(settings.graph_db_path)
+    db = await open_graph(settings)
     yield db
     await db.close()
 

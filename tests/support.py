@@ -31,7 +31,7 @@ from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB, Transaction
+from core.stores.graph_db import GraphDB, Transaction
 
 DIM = 4
 

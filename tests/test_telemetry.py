@@ -22,7 +22,8 @@ from core.rules.telemetry import (
     MetricWindow,
     serialize_detail,
 )
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.telemetry import (
     ingestion_rollup,
     insert_metric_rows,
@@ -78,12 +79,12 @@ def test_a_cyclic_detail_is_unserializable_too() -> None:
 
 
 async def test_recording_never_raises_into_its_caller(settings: Settings) -> None:
-    read_only = await GraphDB.open(settings.graph_db_path, read_only=True)
+    read_only = await open_graph(settings, read_only=True)
     try:
         assert await record_ingestion_metric(read_only, tenant_id="acme") is None
     finally:
         await read_only.close()
-    closed = await GraphDB.open(settings.graph_db_path)
+    closed = await open_graph(settings)
     await closed.close()
     assert await record_ingestion_metric(closed, tenant_id="acme") is None
 
@@ -237,7 +238,7 @@ async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
 ) -> None:
     import sqlite3
 
-    graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
+    graph = await open_graph(settings, busy_timeout_ms=100)
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
     await spool.append([new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
     holder = sqlite3.connect(settings.graph_db_path, timeout=0)
