@@ -14,7 +14,10 @@ from core.stores.graph_db import GraphDB
 from core.stores.sqlite import SqliteGraph
 from tests.support import count_rows, read_edge, read_node
 
+pytestmark = pytest.mark.both_backends
 
+
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_schema_and_pragmas(graph: GraphDB) -> None:
     rows = await graph.query("PRAGMA journal_mode")
     assert rows[0][0] == "wal"
@@ -62,6 +65,7 @@ async def test_relinking_reinforces_by_a_tenth_of_the_weight_up_to_the_cap(graph
     assert edge is not None and edge.weight == MAX_WEIGHT
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
     graph: GraphDB, tmp_path: Path
 ) -> None:
@@ -91,6 +95,7 @@ async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
         await one_by_one.close()
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None:
     # Another writer (a separate connection) adds a node: this store sees it at once.
     other = sqlite3.connect(graph.location)

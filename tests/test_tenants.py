@@ -17,6 +17,8 @@ from core.stores.state import open_graph
 from core.stores.tenants import list_tenants, set_tenant_config, tenant_version
 from tests.support import read_node, run_module
 
+pytestmark = pytest.mark.both_backends
+
 
 async def test_a_tenant_without_a_config_node_is_at_version_zero(graph: GraphDB) -> None:
     assert await tenant_version(graph, "nobody") == 0
