@@ -314,7 +314,7 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     )
     from core.stores.chroma import VectorStore
     from core.stores.graph import insert_edges_if_absent, upsert_nodes
-    from core.stores.sqlite import GraphDB
+    from core.stores.state import open_graph
     from tests.support import seed
 
     workload = build_workload(sizes)
@@ -334,7 +334,7 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
                                       "liveIngested"))
         else:
             nodes.append(minimal_session_node(sid))
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, nodes)

@@ -167,11 +167,11 @@ async def record_manifest(root: Path, size: int) -> None:
     """(child, untimed) Record the repo's manifest, as `tenants set-manifest` would."""
     from core.rules.manifests import RepoManifest, claimed_paths
     from core.stores.clock import now_ms
-    from core.stores.sqlite import GraphDB
+    from core.stores.state import open_graph
     from core.stores.tenant_manifests import set_tenant_manifest
 
     settings = settings_for(root)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await set_tenant_manifest(graph, TENANT, RepoManifest(
             f"{TENANT}/docs", claimed_paths(manifest_paths(size)), now_ms()))
@@ -189,11 +189,11 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
     (version CURRENT_VERSION) the first time."""
     from core.rules.rows import ChromaRow
     from core.stores.chroma import VectorStore
-    from core.stores.sqlite import GraphDB
+    from core.stores.state import open_graph
     from core.stores.tenants import set_tenant_config, tenant_version
 
     settings = settings_for(root)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         while await tenant_version(graph, TENANT) < CURRENT_VERSION:
             await set_tenant_config(graph, TENANT, repo_slug=f"{TENANT}/docs")

@@ -140,10 +140,10 @@ async def seed_store(root: Path, tenants: int, chunks: int) -> dict[str, Any]:
     from core.rules.tenants import TENANT_CONFIG_LABEL, tenant_config_node_id
     from core.stores.chroma import VectorStore
     from core.stores.graph import upsert_nodes
-    from core.stores.sqlite import GraphDB
+    from core.stores.state import open_graph
 
     settings = settings_for(root)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [NodeRow(

@@ -38,7 +38,7 @@ from core.runtime.settings import load_settings
 from core.stores.chroma import VectorStore
 from core.stores.claimed_paths import paths_at, paths_from_bytes
 from core.stores.clock import now_ms
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import (
     list_tenants,
@@ -157,7 +157,7 @@ def build_parser() -> Parser:
 async def run_set_config(args: argparse.Namespace) -> int:
     """Raise the version and say so (`--json`: one object, for scripts)."""
     settings = load_settings(args.config)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
     finally:
@@ -172,7 +172,7 @@ async def run_set_config(args: argparse.Namespace) -> int:
 async def run_list(args: argparse.Namespace) -> int:
     """Print every configured tenant (read-only: listing never creates the graph file)."""
     settings = load_settings(args.config)
-    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    graph = await open_graph(settings, read_only=True)
     try:
         tenants = await list_tenants(graph)
     finally:
@@ -254,7 +254,7 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
         write_error(f"{command_name(PROG)}: {read.note}\n")
     if not args.force:
         await refuse_unmatched(settings, args.tenant, manifest)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await set_tenant_manifest(graph, args.tenant, manifest)
         configured = await tenant_config(graph, args.tenant) is not None
@@ -285,7 +285,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
                              auto_tombstone=args.auto_tombstone)
     except ValueError as exc:
         raise ConfigError(f"argument {exc}") from None
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await set_tenant_policy(graph, args.tenant, patch)
         shown = await gather_tenant(graph, settings, args.tenant)
@@ -303,7 +303,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
 async def run_show(args: argparse.Namespace) -> int:
     """Print the tenant (read-only)."""
     settings = load_settings(args.config)
-    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    graph = await open_graph(settings, read_only=True)
     try:
         shown = await gather_tenant(graph, settings, args.tenant)
     except LookupError as exc:

@@ -23,7 +23,9 @@ os.environ.pop("KB_CONFIG", None)
 from core.rules.config import Settings  # noqa: E402
 from core.runtime.logs import configure_logging  # noqa: E402
 from core.stores.chroma import VectorStore  # noqa: E402
-from core.stores.sqlite import GraphDB  # noqa: E402
+from core.stores.graph_db import GraphDB  # noqa: E402
+from core.stores.state import open_graph  # noqa: E402
+from tests.postgres_server import PostgresServer  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 
 configure_logging("json")
@@ -36,14 +38,55 @@ def nothing_written_under_home() -> Iterator[None]:
     assert leftovers == [], f"tests wrote under $HOME: {leftovers}"
 
 
+#: The backends a module marked `both_backends` runs its `graph` tests on.
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_backends: run every test of the module that uses "
+                            "the state store on SQLite and on PostgreSQL")
+    config.addinivalue_line("markers", "sqlite_only(reason): a test of SQLite itself (its "
+                            "file, pragmas, rowid), not of the seam")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Store-level modules (marked `both_backends`) run each state test on both backends."""
+    marked = metafunc.definition.get_closest_marker
+    if "backend" in metafunc.fixturenames and marked("both_backends") is not None \
+            and marked("sqlite_only") is None:
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL 15 for the session, started on first use; failing to start it
+    fails the tests that need it (never a skip)."""
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "sqlite"))
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Settings:
+    """Settings over `tmp_path`; on the PostgreSQL backend, `stateUrl` names a fresh database."""
+    if backend == "sqlite":
+        return make_settings(tmp_path)
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return make_settings(tmp_path, stateUrl=server.create_database(f"t{next(_databases)}"))
 
 
 @pytest.fixture
 async def graph(settings: Settings) -> AsyncIterator[GraphDB]:
-    db = await GraphDB.open(settings.graph_db_path)
+    db = await open_graph(settings)
     yield db
     await db.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB, Transaction
+from core.stores.graph_db import GraphDB, Transaction
 
 DIM = 4
 
@@ -93,6 +94,14 @@ COUNTED_TABLES = frozenset({"nodes", "edges", "drain_generations", "drain_requeu
                             "kb_ingestion_metrics", "alerts_fired"})
 
 
+def portable(graph: GraphDB, sql: str) -> str:
+    """A test's own SQLite-style statement (`?` parameters) in the store's dialect."""
+    if graph.location.startswith(("postgresql://", "postgres://")):
+        numbers = iter(range(1, sql.count("?") + 1))
+        return re.sub(r"\?", lambda _: f"${next(numbers)}", sql)
+    return sql
+
+
 async def count_rows(graph: GraphDB, table: str) -> int:
     """Rows in one of the project's tables."""
     if table not in COUNTED_TABLES:
@@ -102,8 +111,9 @@ async def count_rows(graph: GraphDB, table: str) -> int:
 
 async def read_node(graph: GraphDB, node_id: str) -> NodeRow | None:
     """One node by id (canonicalized), or None."""
-    rows = await graph.query("SELECT id, label, properties FROM nodes WHERE id = ?",
-                             (normalize_graph_node_id(node_id),))
+    rows = await graph.query(
+        portable(graph, "SELECT id, label, properties FROM nodes WHERE id = ?"),
+        (normalize_graph_node_id(node_id),))
     return NodeRow(rows[0][0], rows[0][1], json.loads(rows[0][2])) if rows else None
 
 
@@ -122,9 +132,9 @@ async def read_edge(
     graph: GraphDB, source: str, target: str, relationship: str
 ) -> StoredEdge | None:
     """One edge by its key (endpoints canonicalized), or None."""
-    rows = await graph.query(
-        "SELECT source, target, relationship, weight, properties FROM edges "
-        "WHERE source = ? AND target = ? AND relationship = ?",
+    rows = await graph.query(portable(
+        graph, "SELECT source, target, relationship, weight, properties FROM edges "
+        "WHERE source = ? AND target = ? AND relationship = ?"),
         (normalize_graph_node_id(source), normalize_graph_node_id(target), relationship))
     if not rows:
         return None

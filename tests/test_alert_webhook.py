@@ -29,7 +29,7 @@ from core.stores.alert_delivery import (
 )
 from core.stores.alert_records import load_cooldowns, recent_alerts
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.telemetry import record_ingestion_metric
 from tests.support import make_settings
 

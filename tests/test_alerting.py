@@ -19,7 +19,8 @@ from core.rules.telemetry import EVENT_RECONCILE
 from core.runtime.tick import open_context
 from core.stores.alert_records import load_cooldowns, recent_alerts
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.telemetry import record_ingestion_metric
 from tests.support import count_rows, make_settings
 
@@ -94,7 +95,7 @@ async def test_a_restart_inside_the_cooldown_does_not_fire_again(
     await record_drift(graph, "t1", "neo")
     assert (await tick(settings, graph, vectors))["fired"] == 1
     # A new process: a fresh connection to the same file, nothing carried over in memory.
-    restarted = await GraphDB.open(settings.graph_db_path)
+    restarted = await open_graph(settings)
     try:
         later = NOW + 10 * MINUTE_MS
         await record_drift(restarted, "t1", "neo", at=later - MINUTE_MS)

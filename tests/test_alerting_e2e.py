@@ -14,7 +14,7 @@ from core.jobs.reconcile import reconcile_tick
 from core.runtime.tick import run_tick
 from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.tenants import set_tenant_config
 from tests.support import count_rows, make_settings, seed
 

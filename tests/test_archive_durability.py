@@ -23,7 +23,7 @@ from core.rules.rows import ColumnPage
 from core.stores import archives, files
 from core.stores.archives import SYNCFS_MIN_ARCHIVES, TombstoneArchive, sync_archives
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.support import seed
 from tests.test_reconcile_pass import (
     archived_rows,

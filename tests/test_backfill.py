@@ -15,7 +15,7 @@ from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.support import count_chroma_calls, count_rows, read_edge, read_node, seed
 
 MEMORIES: list[tuple[str, dict[str, Any]]] = [

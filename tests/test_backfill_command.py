@@ -27,7 +27,8 @@ from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
 from core.stores.clock import now_ms
 from core.stores.graph import existing_ids, upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from daemons.backfill import build_parser, main
 from tests.support import count_rows, make_settings, read_node, run_module, seed
 
@@ -212,7 +213,7 @@ async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_
                                                 for s in ("a", "poisoned", "c")])
     finally:
         await vectors.close()
-    await (await GraphDB.open(settings.graph_db_path)).close()  # creates the schema
+    await (await open_graph(settings)).close()  # creates the schema
     poison_session_node(settings.graph_db_path, "poisoned")
 
     done = run_backfill_process(tmp_path, "--days", "7", "--json")
@@ -221,7 +222,7 @@ async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_
     assert figures["ok"] is False and figures["failureCount"] == 1
     assert figures["failures"][0].startswith("[poisoned] IntegrityError")
     assert "poisoned" in done.stderr  # the log names it too
-    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    graph = await open_graph(settings, read_only=True)
     try:
         assert await existing_ids(graph, ["session:a", "session:poisoned", "session:c"]) == {
             "session:a", "session:c"}
@@ -242,7 +243,7 @@ async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_not
                             memories_per_session=2)
     finally:
         await vectors.close()
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     await upsert_node(graph, "CONCEPT:x", "CONCEPT")
     await graph.close()
     settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import pytest
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from daemons import reconcile, tenants
 from tests.support import REPO, child_env, make_settings, run_module, seed
 
@@ -34,7 +34,7 @@ def script(name: str, *args: str, home: Path) -> subprocess.CompletedProcess[str
 
 async def one_stale_chunk(tmp_path: Path) -> Path:
     settings = make_settings(tmp_path)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     vectors = await VectorStore.open(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,

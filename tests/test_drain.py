@@ -22,8 +22,9 @@ from core.rules.queue_lines import ReadLine
 from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, link_nodes, upsert_node
+from core.stores.graph_db import GraphDB
 from core.stores.queue_files import QueueReader, append_locked, enqueue_edges, generation_path
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import (
     count_chroma_calls,
     count_commits,
@@ -515,7 +516,7 @@ async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once
     write_queue(s.lazy_edges_queue_path, [requeued("OLD_SETTLED", settled_id),
                                           requeued("OLD_OPEN", open_id),
                                           requeued("OLD_OPEN", open_id)])
-    reopened = await GraphDB.open(s.graph_db_path)  # an old database still opens
+    reopened = await open_graph(s)  # an old database still opens
     try:
         stats = await drain_queue(TickContext(s, reopened, stores.vectors))
         weights = {r[0]: r[1] for r in await reopened.query(

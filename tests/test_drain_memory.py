@@ -18,7 +18,7 @@ import pytest
 
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import REPO, child_env
 
 MIB = 1 << 20
@@ -44,7 +44,7 @@ async def make_world(root: Path) -> World:
     config = root / "kb.toml"
     config.write_text('[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n')
     settings = load_config(str(config), environ={}).settings
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "CONCEPT:a", "CONCEPT")
         await upsert_node(graph, "CONCEPT:b", "CONCEPT")

@@ -21,7 +21,8 @@ from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from tests.support import read_edge, seed
 
 
@@ -259,7 +260,7 @@ async def test_a_chroma_outage_fails_the_tick_dead_letters_nothing_and_spends_no
 async def test_a_locked_database_fails_the_tick_and_isolates_nothing(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    slow = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
+    slow = await open_graph(settings, busy_timeout_ms=100)
     await upsert_node(slow, "CONCEPT:a", "CONCEPT")
     await upsert_node(slow, "CONCEPT:b", "CONCEPT")
     stores = TickContext(settings, slow, vectors)

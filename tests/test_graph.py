@@ -10,10 +10,14 @@ import pytest
 from core.rules.errors import StoreUnavailable
 from core.rules.nodes import EdgeRow
 from core.stores.graph import MAX_WEIGHT, existing_ids, link_edges, link_nodes, upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.sqlite import SqliteGraph
 from tests.support import count_rows, read_edge, read_node
 
+pytestmark = pytest.mark.both_backends
 
+
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_schema_and_pragmas(graph: GraphDB) -> None:
     rows = await graph.query("PRAGMA journal_mode")
     assert rows[0][0] == "wal"
@@ -61,6 +65,7 @@ async def test_relinking_reinforces_by_a_tenth_of_the_weight_up_to_the_cap(graph
     assert edge is not None and edge.weight == MAX_WEIGHT
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
     graph: GraphDB, tmp_path: Path
 ) -> None:
@@ -71,7 +76,7 @@ async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
             EdgeRow("CONCEPT:b", "session:s", "MENTIONED_IN", 0.5, {"k": 2}),
             EdgeRow("CONCEPT:a", "session:t", "MENTIONED_IN", 1.5),
             EdgeRow("CONCEPT:b", "session:s", "MENTIONED_IN", 3.0, {"k": 3})]
-    one_by_one = await GraphDB.open(tmp_path / "one-by-one.db")
+    one_by_one = await SqliteGraph.open(tmp_path / "one-by-one.db")
     try:
         for db in (graph, one_by_one):
             for node_id in ("CONCEPT:a", "CONCEPT:b", "session:s", "session:t"):
@@ -90,9 +95,10 @@ async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
         await one_by_one.close()
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None:
     # Another writer (a separate connection) adds a node: this store sees it at once.
-    other = sqlite3.connect(graph.path)
+    other = sqlite3.connect(graph.location)
     other.execute("INSERT INTO nodes VALUES ('CONCEPT:late', 'CONCEPT', '{}')")
     other.commit()
     other.close()
@@ -103,7 +109,7 @@ async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None
 async def test_a_writer_held_past_busy_timeout_fails_cleanly_and_the_next_write_succeeds(
     tmp_path: Path,
 ) -> None:
-    db = await GraphDB.open(tmp_path / "g.sqlite", busy_timeout_ms=100)
+    db = await SqliteGraph.open(tmp_path / "g.sqlite", busy_timeout_ms=100)
     blocker = sqlite3.connect(tmp_path / "g.sqlite", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
@@ -127,11 +133,11 @@ async def test_a_failed_transaction_leaves_nothing_behind(graph: GraphDB) -> Non
 
 async def test_read_only_open_never_changes_the_file(tmp_path: Path) -> None:
     path = tmp_path / "g.sqlite"
-    db = await GraphDB.open(path)
+    db = await SqliteGraph.open(path)
     await upsert_node(db, "CONCEPT:a", "CONCEPT")
     await db.close()
     before = path.read_bytes()
-    ro = await GraphDB.open(path, read_only=True)
+    ro = await SqliteGraph.open(path, read_only=True)
     assert await existing_ids(ro, ["CONCEPT:a"]) == {"CONCEPT:a"}
     with pytest.raises(RuntimeError, match="read-only"):
         async with ro.write():
@@ -141,7 +147,7 @@ async def test_read_only_open_never_changes_the_file(tmp_path: Path) -> None:
 
 
 async def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
-    ro = await GraphDB.open(tmp_path / "absent.sqlite", read_only=True)
+    ro = await SqliteGraph.open(tmp_path / "absent.sqlite", read_only=True)
     assert await count_rows(ro, "nodes") == 0
     await ro.close()
     assert not (tmp_path / "absent.sqlite").exists()

@@ -11,7 +11,7 @@ from core.rules.figures import to_json
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.support import count_commits, count_rows, read_edge, read_node, seed
 
 DAY_MS = 86_400_000

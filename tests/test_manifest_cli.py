@@ -21,7 +21,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import run_module, seed
 
@@ -80,7 +80,7 @@ def prepare(config: Path, chunks: list[tuple[str, dict[str, Any]]]) -> None:
     settings = load_config(str(config)).settings
 
     async def write() -> None:
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         try:
             await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                               {"version": 1, "repoSlug": "r"})
@@ -368,7 +368,7 @@ def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_
     settings = load_config(str(config)).settings
 
     async def record_wrong_manifest() -> None:  # what an older set-manifest let through
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         try:
             await set_tenant_manifest(graph, "acme", RepoManifest(
                 "r", ("./lib/0.py", "./lib/1.py"), ingested + 1_000))
@@ -393,7 +393,7 @@ def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_
     assert "the manifest-mismatch guard holds the orphans of r" in text.stdout
 
     async def detail() -> dict[str, Any]:
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         try:
             [(raw,)] = await graph.query("SELECT detail FROM kb_ingestion_metrics")
         finally:

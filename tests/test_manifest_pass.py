@@ -22,7 +22,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import set_tenant_policy
 from tests.support import DIM, make_settings, read_archived_chunks, seed

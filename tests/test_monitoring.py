@@ -33,7 +33,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import REPO, child_env, seed
 
 RULES = REPO / "deploy/prometheus/kb-rules.yml"
@@ -75,7 +75,7 @@ async def _seed(config: Path) -> None:
     tombstoned) and tenant `held` (version 3: every chunk actionable, so the stale-fraction
     guard holds it)."""
     settings = load_config(str(config)).settings
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 4, "repoSlug": "acme/repo"})

@@ -23,7 +23,7 @@ from core.runtime.oneshot import TimedOut, run_jobs_once
 from core.runtime.tick import Job, open_context
 from core.stores.clock import now_ms
 from core.stores.daemon_state import last_ticks
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import REPO, child_env, count_rows, make_settings, seed
 
 
@@ -57,7 +57,7 @@ async def test_a_stop_signal_ends_the_tick_after_its_unit_without_a_keyboard_int
     await sender
     assert done.figures["one"].json()["interrupted"] is True
     assert done.run.stopped_exit_code == 128 + signal.SIGINT
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         assert (await last_ticks(graph))["one"].ok, "the stopped tick is recorded as done"
     finally:

@@ -18,7 +18,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import run_module, seed
 
 
@@ -37,7 +37,7 @@ def settings_of(config: Path) -> Settings:
 
 async def _prepare(settings: Settings) -> None:
     """Tenant `acme` at version 4 with two actionable, one within-grace and one current chunk."""
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                                 {"version": 4, "repoSlug": "acme/repo"})
@@ -280,7 +280,7 @@ def test_a_pass_whose_telemetry_cannot_be_written_fails_and_the_next_pass_writes
     assert settings.telemetry_spool_path.exists()
 
     async def reconcile_rows() -> list[tuple[Any, ...]]:
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         try:
             return [tuple(r) for r in await graph.query(
                 "SELECT tenant_id, chunks_total, chunks_deleted FROM kb_ingestion_metrics "

@@ -20,7 +20,7 @@ from core.rules.tenant_policy import policy_patch
 from core.rules.tenants import TenantConfig
 from core.rules.tombstone_bands import Band
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import set_tenant_policy
 from tests.support import seed

@@ -24,7 +24,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import open_context, run_tick
 from core.stores.chroma import Include, VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.support import count_rows, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

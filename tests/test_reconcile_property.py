@@ -30,7 +30,7 @@ from core.runtime.tick import run_tick
 from core.stores.chroma import Include, VectorStore
 from core.stores.clock import now_ms
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import make_settings, read_archived_chunks, seed
 
@@ -203,7 +203,7 @@ async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_an
         reconciliationMaxStaleFraction=scenario.max_fraction,
         reconciliationManifestGraceMs=0,
     )
-    graph = await GraphDB.open(settings_.graph_db_path)
+    graph = await open_graph(settings_)
     try:
         for tenant, version in scenario.versions.items():
             if version:

@@ -45,7 +45,7 @@ from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings
 
@@ -207,7 +207,7 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
                fenced: bool = False) -> RaceResult:
     seeded = seeded_rows()
     vectors = await VectorStore.open(settings)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await vectors.upsert(KB, seeded, create=True)
         await upsert_node(graph, f"kb-config:{TENANT}", TENANT_CONFIG_LABEL, {"version": 3})

@@ -22,7 +22,8 @@ from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from tests.support import make_settings
 
 CORPUS: list[bytes] = [
@@ -91,7 +92,7 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
 def test_random_bytes_between_valid_lines_never_cost_a_valid_line(noise: list[bytes]) -> None:
     async def scenario(root: Path) -> None:
         settings = make_settings(root)
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         vectors = await VectorStore.open(settings)
         try:
             await upsert_node(graph, "CONCEPT:a", "CONCEPT")

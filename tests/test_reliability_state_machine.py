@@ -26,7 +26,7 @@ from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.queue_files import QueueReader
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed
 
@@ -48,13 +48,13 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
             loop.run_until_complete(self._make_concepts())
 
         async def _make_concepts(self) -> None:
-            graph = await GraphDB.open(self.world.settings.graph_db_path)
+            graph = await open_graph(self.world.settings)
             for c in range(10):
                 await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
             await graph.close()
 
         async def _drain(self, patches: Mapping[tuple[Any, str], Callable[..., Any]]) -> None:
-            graph = await GraphDB.open(self.world.settings.graph_db_path)
+            graph = await open_graph(self.world.settings)
             originals = {(owner, name): getattr(owner, name) for owner, name in patches}
             try:
                 for (owner, name), replacement in patches.items():

@@ -24,7 +24,8 @@ from core.rules.errors import StoreUnavailable
 from core.rules.figures import to_json
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenants import set_tenant_config
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings, read_archived_chunks, read_edge, run_module, seed
@@ -56,7 +57,7 @@ async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes
                                                      for i in range(5)])
     await vectors.ensure_collection(settings.summary_collection)
     await vectors.close()
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await graph.close()
     queue = settings.lazy_edges_queue_path
@@ -94,7 +95,7 @@ async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[TickContext]
     rows += [(f"t2-{i}", {"tenantId": "t2", "repoSlug": "r", "tenantConfigVersion": 1,
                           "ingestedAt": 1_000 + i}) for i in range(500)]
     await seed(vectors, settings.knowledge_base_collection, rows)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     for _ in range(3):
         await set_tenant_config(graph, "t1", repo_slug="r")
     yield TickContext(settings, graph, vectors)
@@ -157,7 +158,7 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
     import sqlite3
 
     settings = make_settings(tmp_path)
-    graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=200)
+    graph = await open_graph(settings, busy_timeout_ms=200)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     queue = settings.lazy_edges_queue_path

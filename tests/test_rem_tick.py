@@ -14,7 +14,7 @@ from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores.graph import existing_ids
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.support import seed
 
 HOUR_MS = 3_600_000

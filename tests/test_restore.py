@@ -22,7 +22,7 @@ from core.runtime.tick import run_tick
 from core.stores.archives import ArchiveError
 from core.stores.chroma import CollectionMissing, Include, VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings, read_archived_chunks, run_module, seed
 

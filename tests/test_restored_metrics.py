@@ -20,7 +20,7 @@ from core.rules.restored_metrics import (
 from core.runtime.metrics import OUTCOMES, Metrics, read_restored_metrics
 from core.runtime.tick import Job
 from core.stores.daemon_state import TickRecord, last_success_stamps, last_ticks, record_tick
-from core.stores.sqlite import GraphDB
+from core.stores.sqlite import SqliteGraph
 from tests.support import make_settings
 
 
@@ -49,7 +49,7 @@ async def noop(_context: Any, _dry_run: bool) -> Any:
 
 
 async def test_the_last_success_survives_a_later_failed_tick(tmp_path: Path) -> None:
-    graph = await GraphDB.open(tmp_path / "g.sqlite")
+    graph = await SqliteGraph.open(tmp_path / "g.sqlite")
     try:
         await record_tick(graph, TickRecord("reconcile", 1_000, 5_000, 4_000, True,
                                             {"tenants": [to_json(tenant("acme"))]}))

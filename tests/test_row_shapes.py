@@ -18,7 +18,7 @@ from core.rules.reconcile import STAMP_KEY, TENANT_KEY
 from core.rules.rows import ChromaRow
 from core.rules.tenant_scan import ScanRules, TenantTally
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import seed
 from tests.test_reconcile_fleet import without_sweep

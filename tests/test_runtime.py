@@ -34,7 +34,7 @@ from core.runtime.systemd import Notifier
 from core.runtime.tick import Job
 from core.stores.chroma import VectorStore
 from core.stores.daemon_state import TickRecord, last_ticks, record_tick
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import make_settings
 
 FAST = RuntimeOptions(shutdown_grace_s=1.0, stall_limit_s=0.3, restart_backoff_max_s=0.2,
@@ -182,7 +182,7 @@ async def test_a_raising_tick_does_not_stop_the_next_and_backs_off_then_recovers
 async def test_a_restart_inside_the_interval_neither_skips_nor_doubles_the_pass(
     served: Any, settings: Settings
 ) -> None:
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     started = int(time.time() * 1000) - 1500
     await record_tick(graph, TickRecord("d", started, started + 10, 10, True, {}))
     await graph.close()
@@ -195,7 +195,7 @@ async def test_a_restart_inside_the_interval_neither_skips_nor_doubles_the_pass(
 
 
 async def _record_last(settings: Settings, *, ok: bool, ago_ms: int) -> None:
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     started = int(time.time() * 1000) - ago_ms
     await record_tick(graph, TickRecord("d", started, started + 10, 10, ok, {}))
     await graph.close()
@@ -262,7 +262,7 @@ async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     await wait_until(lambda: ran)
     stop.set()
     assert await asyncio.wait_for(task, 10) == 0  # the record is written before serve returns
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     record = (await last_ticks(graph))["d"]
     await graph.close()
     assert not record.ok
@@ -289,7 +289,7 @@ async def test_ticks_are_recorded_so_the_next_start_knows(served: Any,
     await asyncio.sleep(0.1)
     stop.set()
     await asyncio.sleep(0.3)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     record = (await last_ticks(graph))["d"]
     await graph.close()
     assert record.ok and record.figures["n"] == 1
@@ -452,7 +452,7 @@ async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_re
     from core.stores.tenants import set_tenant_config
 
     enabled = replace(settings, reconciliation_enabled=True)
-    graph = await GraphDB.open(enabled.graph_db_path)
+    graph = await open_graph(enabled)
     try:
         for tenant in ("acme", "globex"):
             await set_tenant_config(graph, tenant, repo_slug=f"{tenant}/kb")

@@ -32,7 +32,8 @@ from core.stores.alert_records import recent_alerts
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.telemetry import record_ingestion_metric
 from tests.support import make_settings, run_module, seed
 
@@ -96,7 +97,7 @@ def assert_no_secret(where: str, text: str) -> None:
 
 async def _prepare(config: Path) -> None:
     settings = load_config(str(config)).settings
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                                 {"version": 3, "repoSlug": "acme/repo"})
@@ -192,7 +193,7 @@ async def test_status_hides_credentials_in_figures_an_older_version_recorded(
         await tx.execute(
             "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
             "VALUES ('alerting', 1, 2, 1, 1, ?)", (json.dumps(figures),))
-    settings = make_settings(tmp_path, graphDbPath=str(graph.path))
+    settings = make_settings(tmp_path, graphDbPath=graph.location)
     shown = to_json(await gather_status(settings))
     assert_no_secret("status of an old tick", json.dumps(shown))
     [alert] = shown["ticks"]["alerting"]["figures"]["alerts"]

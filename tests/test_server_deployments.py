@@ -19,7 +19,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.support import run_module, seed
 from tests.token_proxy import TokenProxy, token_proxy
@@ -50,7 +50,7 @@ def write_config(folder: Path, *, url: str, token: str, header: str) -> Path:
 
 async def _prepare(settings: Settings) -> None:
     """Tenant `acme` at version 4, two of its four chunks actionable; one memory row."""
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 4, "repoSlug": "acme/repo"})

@@ -22,7 +22,8 @@ from core.rules.telemetry import (
     MetricWindow,
     serialize_detail,
 )
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.telemetry import (
     ingestion_rollup,
     insert_metric_rows,
@@ -31,6 +32,8 @@ from core.stores.telemetry import (
     record_ingestion_metric,
 )
 from core.stores.telemetry_spool import MetricSpool
+
+pytestmark = pytest.mark.both_backends
 
 
 async def _rows(graph: GraphDB) -> list[dict[str, Any]]:
@@ -44,6 +47,7 @@ async def _rows(graph: GraphDB) -> list[dict[str, Any]]:
     return [dict(zip(keys, tuple(r), strict=True)) for r in rows]
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_an_event_without_fields_takes_the_original_defaults(graph: GraphDB) -> None:
     assert await record_ingestion_metric(graph) is not None
     [row] = await _rows(graph)
@@ -52,6 +56,7 @@ async def test_an_event_without_fields_takes_the_original_defaults(graph: GraphD
     assert row["detail"] is None and row["duration"] is None and row["error"] is None
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_every_field_is_stored_as_given(graph: GraphDB) -> None:
     await record_ingestion_metric(
         graph, tenant_id="@acme", repo_slug="acme/kb", event_type=EVENT_TOMBSTONE,
@@ -78,12 +83,12 @@ def test_a_cyclic_detail_is_unserializable_too() -> None:
 
 
 async def test_recording_never_raises_into_its_caller(settings: Settings) -> None:
-    read_only = await GraphDB.open(settings.graph_db_path, read_only=True)
+    read_only = await open_graph(settings, read_only=True)
     try:
         assert await record_ingestion_metric(read_only, tenant_id="acme") is None
     finally:
         await read_only.close()
-    closed = await GraphDB.open(settings.graph_db_path)
+    closed = await open_graph(settings)
     await closed.close()
     assert await record_ingestion_metric(closed, tenant_id="acme") is None
 
@@ -190,6 +195,7 @@ def test_the_defaults_are_the_originals() -> None:
 # -- the spool: rows SQLite refused, written by a later pass -----------------------------------
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_spooled_rows_are_written_once_by_the_next_flush_and_the_spool_goes(
     graph: GraphDB, tmp_path: Path
 ) -> None:
@@ -207,6 +213,7 @@ async def test_spooled_rows_are_written_once_by_the_next_flush_and_the_spool_goe
     assert await spool.flush(graph) == 0
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_a_row_already_written_before_a_crash_is_not_written_twice(
     graph: GraphDB, tmp_path: Path
 ) -> None:
@@ -232,12 +239,13 @@ async def test_a_torn_spool_line_is_logged_with_its_text_and_the_rest_is_written
     assert not spool.path.exists()
 
 
+@pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
     settings: Settings, tmp_path: Path
 ) -> None:
     import sqlite3
 
-    graph = await GraphDB.open(settings.graph_db_path, busy_timeout_ms=100)
+    graph = await open_graph(settings, busy_timeout_ms=100)
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
     await spool.append([new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
     holder = sqlite3.connect(settings.graph_db_path, timeout=0)

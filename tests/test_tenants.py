@@ -12,9 +12,12 @@ import pytest
 from core.rules.config import Settings
 from core.rules.tenants import TENANT_CONFIG_LABEL, normalize_tenant_id
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenants import list_tenants, set_tenant_config, tenant_version
 from tests.support import read_node, run_module
+
+pytestmark = pytest.mark.both_backends
 
 
 async def test_a_tenant_without_a_config_node_is_at_version_zero(graph: GraphDB) -> None:
@@ -83,7 +86,7 @@ async def test_listing_is_by_tenant_id_and_ignores_other_nodes(graph: GraphDB) -
 
 
 async def test_concurrent_writers_each_get_their_own_version(settings: Settings) -> None:
-    writers = [await GraphDB.open(settings.graph_db_path) for _ in range(4)]
+    writers = [await open_graph(settings) for _ in range(4)]
     try:
         results = await asyncio.gather(*(set_tenant_config(w, "acme") for w in writers))
     finally:

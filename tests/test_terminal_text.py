@@ -16,7 +16,7 @@ from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.rules.terminal_text import CUT_MARK, SHOWN_TEXT_MAX_CHARS, inert, shown_text
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenant_manifests import set_tenant_manifest
 from tests.support import make_settings, run_module, seed
 
@@ -58,7 +58,7 @@ async def hostile_data(tmp_path: Path) -> Path:
                       "reconciliationEnabled = true\nreconciliationManifestGraceMs = 0\n")
     settings = make_settings(tmp_path, reconciliationEnabled=True)
     repo = f"acme/{HOSTILE}"
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 3, "repoSlug": repo})

@@ -21,7 +21,7 @@ from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
 from core.stores.chroma_door import door_path
 from core.stores.graph import upsert_node
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.support import REPO, child_env, make_settings, run_module, seed
 
 KB = "neo-knowledge-base"
@@ -39,7 +39,7 @@ async def seeded_store_with_an_archive(tmp_path: Path) -> Path:
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     vectors = await VectorStore.open(settings)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from core.rules.config import Settings
 from core.stores.chroma import VectorStore
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 
 
 class TickControl:

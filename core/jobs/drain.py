@@ -95,6 +95,7 @@ from core.stores.graph import (
     insert_nodes_if_absent,
     link_edges,
 )
+from core.stores.graph_db import GraphDB, Transaction
 from core.stores.locks import ProcessLock
 from core.stores.queue_files import (
     Generation,
@@ -109,7 +110,6 @@ from core.stores.queue_files import (
     write_generation,
 )
 from core.stores.schema import LEGACY_APPLIED_LINES
-from core.stores.sqlite import GraphDB, Transaction
 
 log = structlog.get_logger(__name__)
 

@@ -32,7 +32,7 @@ from core.stores.graph import insert_edges_if_absent, nodes_by_id, upsert_nodes
 if TYPE_CHECKING:
     from core.rules.config import Settings
     from core.stores.chroma import VectorStore
-    from core.stores.sqlite import GraphDB
+    from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 

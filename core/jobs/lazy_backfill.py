@@ -40,7 +40,7 @@ from core.stores.graph import (
 if TYPE_CHECKING:
     from core.rules.config import Settings
     from core.stores.chroma import VectorStore
-    from core.stores.sqlite import GraphDB
+    from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 

@@ -33,8 +33,9 @@ from core.stores.clock import now_ms
 from core.stores.daemon_state import last_ticks
 from core.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.stores.graph import count_nodes_and_edges, provenance_counts
+from core.stores.graph_db import GraphDB
 from core.stores.queue_files import QueueFileCounts, describe_queue_file
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.telemetry import last_stale_counts
 from core.stores.tenants import list_tenants
 
@@ -301,7 +302,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
     path = settings.graph_db_path
     if not path.exists():
         return report
-    graph = await GraphDB.open(path, read_only=True)
+    graph = await open_graph(settings, read_only=True)
     try:
         tables = await graph.table_names()
         return StatusReport(

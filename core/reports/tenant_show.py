@@ -11,7 +11,7 @@ from core.rules.manifests import RepoManifest
 from core.rules.tenant_policy import PolicyValue, TenantPolicy, resolve_tenant_policy
 from core.rules.tenants import NO_CONFIG_VERSION
 from core.rules.timestamps import iso_from_ms
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import tenant_manifests
 from core.stores.tenants import tenant_config
 

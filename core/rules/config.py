@@ -33,13 +33,14 @@ from core.rules.chroma_server import (
     parse_chroma_url,
 )
 from core.rules.errors import ConfigError
+from core.rules.state_url import InvalidStateUrl, parse_state_url
 from core.rules.values import is_real_number, is_whole_number
 
 TABLE = "knowledgeBase"
 
 KeyType = Literal[
-    "string", "path", "file", "url", "name", "collection", "integer", "number", "boolean",
-    "enum", "rules"
+    "string", "path", "file", "url", "stateurl", "name", "collection", "integer", "number",
+    "boolean", "enum", "rules"
 ]
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
@@ -94,6 +95,7 @@ class Key:
             "path": "string (path)",
             "file": 'string (path to a file; "" for none)',
             "url": 'string ("" or http(s)://host[:port][/prefix])',
+            "stateurl": 'string ("" or postgresql://host[:port]/database, no password)',
             "name": 'string ("" for Chroma\'s default, else letters, digits, ".", "_", "~", "-")',
             "collection": "string (Chroma collection name)",
             "integer": "integer",
@@ -158,6 +160,9 @@ KEYS: tuple[Key, ...] = (
         choices=AUTH_HEADERS, locating=True),
     Key("chromaCaFile", "file", "", "server mode over https: a CA bundle for a server whose "
         "certificate a private CA signed (the system's CAs otherwise)", locating=True),
+    Key("stateUrl", "stateurl", "", "SQLite at graphDbPath is the embedded default; a "
+        "PostgreSQL URL lets several hosts share the state (password from PGPASSFILE or "
+        "PGPASSWORD, never the URL)", locating=True),
     Key("graphDbPath", "path", None, "graph, telemetry and daemon state share one SQLite file",
         under_data_dir="graph.sqlite", locating=True),
     Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
@@ -249,6 +254,8 @@ class Settings:
     chroma_auth_header: str
     #: None for the system's CA certificates.
     chroma_ca_file: Path | None
+    #: "" for SQLite at `graph_db_path`; else a PostgreSQL URL without a password.
+    state_url: str
     graph_db_path: Path
     lazy_edges_queue_path: Path
     memory_collection: str
@@ -369,7 +376,7 @@ def toml_literal(value: Any) -> str:
 def _type_ok(key: Key, value: Any) -> bool:
     """Whether `value` has the TOML type `key` expects; bool is never a number here."""
     match key.type:
-        case "string" | "path" | "file" | "url" | "name" | "collection" | "enum":
+        case "string" | "path" | "file" | "url" | "stateurl" | "name" | "collection" | "enum":
             return isinstance(value, str)
         case "integer":
             return is_whole_number(value)
@@ -404,6 +411,14 @@ def value_problem(key: Key, value: Any) -> str | None:
             try:
                 parse_chroma_url(value)
             except InvalidChromaUrl as exc:
+                return str(exc)
+            return None
+        case "stateurl":
+            if value == "":
+                return None
+            try:
+                parse_state_url(value)
+            except InvalidStateUrl as exc:
                 return str(exc)
             return None
         case "name":
@@ -564,7 +579,7 @@ def _shown_value(key: Key, seen: Any) -> str:
     may hold webhook URLs with credentials), a URL without its user-info."""
     if key.type == "rules":
         return f"a {type(seen).__name__}"
-    if key.type == "url" and isinstance(seen, str):
+    if key.type in ("url", "stateurl") and isinstance(seen, str):
         hidden = url_without_user_info(seen)
         query_at = min((i for i in (hidden.find("?"), hidden.find("#")) if i >= 0), default=-1)
         if query_at >= 0:  # a query may be a token (?token=...): never quoted

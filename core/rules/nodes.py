@@ -19,12 +19,23 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from core.rules.ids import memory_node_id, session_node_id
+from core.rules.queue_lines import WEIGHT_LIMIT
 from core.rules.rows import ChromaRow
 from core.rules.timestamps import epoch_ms_from_created_at
 
 MEMORY_LABEL = "MEMORY"
 SESSION_LABEL = "SESSION"
 ORIGINATES_IN = "ORIGINATES_IN"
+
+#: Linking an existing edge again adds this fraction of the new weight.
+REINFORCE_FACTOR = 0.1
+#: Reinforcement never takes a weight above this.
+MAX_WEIGHT = 5.0
+#: No stored weight goes below this (nor does a link store one above WEIGHT_LIMIT): with the
+#: cap above, every edge weight stays finite however many lines reinforce it (ten lines of
+#: -1e308 once left an edge at -Inf). Queue lines outside ±WEIGHT_LIMIT are refused before
+#: they get here; the bound holds for every other caller too.
+MIN_WEIGHT = -WEIGHT_LIMIT
 
 Marker = Literal["backfilled", "liveIngested"]
 

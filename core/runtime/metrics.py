@@ -59,7 +59,7 @@ from core.runtime.tick import Job
 from core.stores.daemon_state import last_success_stamps, last_ticks
 from core.stores.dead_letter_file import count_dead_letters
 from core.stores.queue_files import count_newlines
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
 
@@ -237,7 +237,7 @@ async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> Rest
     state that cannot be read is logged and the exporter starts empty, as it would have
     before; it never stops the daemon."""
     try:
-        graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+        graph = await open_graph(settings, read_only=True)
         try:
             ticks = await last_ticks(graph)
             stamps = await last_success_stamps(graph)

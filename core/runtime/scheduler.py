@@ -49,7 +49,7 @@ from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import last_ticks
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
 
@@ -159,7 +159,7 @@ class DaemonRunner:
         from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        graph = await GraphDB.open(self.settings.graph_db_path, read_only=self.options.dry_run)
+        graph = await open_graph(self.settings, read_only=self.options.dry_run)
         try:
             self._context = TickContext(self.settings, graph, self.vectors)
             previous = await last_ticks(graph)

@@ -35,7 +35,7 @@ from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import TickRecord, record_tick
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
 
@@ -88,7 +88,7 @@ async def open_context(
     `vectors`, when given, is an already open store shared between daemons in one process (an
     embedded store admits one opener per process); it is not closed here.
     """
-    graph = await GraphDB.open(settings.graph_db_path, read_only=dry_run)
+    graph = await open_graph(settings, read_only=dry_run)
     try:
         own_vectors = vectors is None
         opener = VectorStore.open_for_dry_run if dry_run else VectorStore.open

@@ -22,45 +22,18 @@ from core.rules.alert_rules import (
     scope_of,
     scrub_secrets,
 )
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 
 #: How many recent alerts `status` lists unless asked for another number: a screenful.
 RECENT_ALERTS_LIMIT: Final = 20
 
-_INSERT_FIRED = """
-INSERT INTO alerts_fired(fired_at, tenant_id, repo_slug, metric, value, threshold, severity,
-                         channel, subject, delivered, error)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-_STAMP_COOLDOWN = """
-INSERT INTO alert_cooldowns(tenant_id, repo_slug, metric, severity, channel, fired_at)
-VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT(tenant_id, repo_slug, metric, severity, channel)
-DO UPDATE SET fired_at = excluded.fired_at
-"""
-_COOLDOWNS = ("SELECT tenant_id, repo_slug, metric, severity, channel, fired_at "
-              "FROM alert_cooldowns WHERE fired_at > ?")
-_RECENT = ("SELECT fired_at, tenant_id, repo_slug, metric, value, threshold, severity, channel, "
-           "subject, delivered, error FROM alerts_fired ORDER BY fired_at DESC, id DESC LIMIT ?")
-_FIRED_CHANNELS = "SELECT DISTINCT channel FROM alerts_fired"
-_COOLING_CHANNELS = "SELECT DISTINCT channel FROM alert_cooldowns"
-_FIRED_BY_CHANNEL = "SELECT id, error FROM alerts_fired WHERE channel = ?"
-_REDACT_FIRED = "UPDATE alerts_fired SET channel = ?, error = ? WHERE id = ?"
-_REKEY_COOLDOWNS = (
-    "INSERT INTO alert_cooldowns(tenant_id, repo_slug, metric, severity, channel, fired_at) "
-    "SELECT tenant_id, repo_slug, metric, severity, ?, fired_at "
-    "FROM alert_cooldowns WHERE channel = ? "
-    "ON CONFLICT(tenant_id, repo_slug, metric, severity, channel) "
-    "DO UPDATE SET fired_at = MAX(fired_at, excluded.fired_at)"
-)
-_DROP_COOLDOWNS = "DELETE FROM alert_cooldowns WHERE channel = ?"
 
 
 async def load_cooldowns(graph: GraphDB, *, since_ms: int) -> dict[CooldownKey, int]:
     """The cooldown stamps later than `since_ms` (older ones suppress nothing any more)."""
-    rows = await graph.query(_COOLDOWNS, (since_ms,))
+    rows = await graph.query(graph.sql.cooldowns, (since_ms,))
     return {CooldownKey(r[0], r[1], r[2], r[3], r[4]): int(r[5]) for r in rows}
 
 
@@ -70,9 +43,9 @@ async def record_deliveries(graph: GraphDB, deliveries: Sequence[Delivery]) -> N
     fired = [_fired_row(d) for d in deliveries]
     stamps = [_stamp_row(d.alert) for d in deliveries if d.delivered]
     async with graph.write() as tx:
-        await tx.executemany(_INSERT_FIRED, fired)
+        await tx.executemany(tx.sql.insert_fired, fired)
         if stamps:
-            await tx.executemany(_STAMP_COOLDOWN, stamps)
+            await tx.executemany(tx.sql.stamp_cooldown, stamps)
 
 
 def _stamp_row(alert: Alert) -> tuple[Any, ...]:
@@ -93,22 +66,22 @@ async def scrub_stored_channels(graph: GraphDB) -> None:
     """Rewrite rows stored with a full channel spec (by versions before redaction): the
     label in `alerts_fired` (its error scrubbed of that spec's secrets), `channel_key` in
     `alert_cooldowns` (the later stamp kept when two rows meet). A no-op once done."""
-    fired = [str(r[0]) for r in await graph.query(_FIRED_CHANNELS)]
-    cooling = [str(r[0]) for r in await graph.query(_COOLING_CHANNELS)]
+    fired = [str(r[0]) for r in await graph.query(graph.sql.fired_channels)]
+    cooling = [str(r[0]) for r in await graph.query(graph.sql.cooling_channels)]
     raw_fired = [c for c in fired if redact_channel(c) != c]
     raw_cooling = [c for c in cooling if not is_channel_key(c)]
     if not raw_fired and not raw_cooling:
         return
     async with graph.write() as tx:
         for spec in raw_fired:
-            rows = await tx.query(_FIRED_BY_CHANNEL, (spec,))
+            rows = await tx.query(tx.sql.fired_by_channel, (spec,))
             await tx.executemany(
-                _REDACT_FIRED,
+                tx.sql.redact_fired,
                 [(redact_channel(spec), scrub_secrets(error, spec) if error else None, row_id)
                  for row_id, error in rows])
         for spec in raw_cooling:
-            await tx.execute(_REKEY_COOLDOWNS, (channel_key(spec), spec))
-            await tx.execute(_DROP_COOLDOWNS, (spec,))
+            await tx.execute(tx.sql.rekey_cooldowns, (channel_key(spec), spec))
+            await tx.execute(tx.sql.drop_cooldowns, (spec,))
     log.info("alerting.stored_channels_redacted", alerts=len(raw_fired),
              cooldowns=len(raw_cooling))
 
@@ -116,7 +89,7 @@ async def scrub_stored_channels(graph: GraphDB) -> None:
 async def recent_alerts(graph: GraphDB, limit: int = RECENT_ALERTS_LIMIT) -> list[Delivery]:
     """The latest `limit` recorded alerts, newest first (for the status command). A recorded
     alert's channel is its stored label, its delivery mode is not recorded (None)."""
-    rows = await graph.query(_RECENT, (limit,))
+    rows = await graph.query(graph.sql.recent_alerts, (limit,))
     return [
         Delivery(Alert(tenant_id=r[1], repo_slug=r[2], metric=r[3], value=float(r[4]),
                        threshold=float(r[5]), severity=r[6], channel=r[7], delivery_mode=None,

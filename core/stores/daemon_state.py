@@ -1,4 +1,4 @@
-"""The daemons' bookkeeping in SQLite: last completed ticks and small named values.
+"""The daemons' bookkeeping in the state store: last completed ticks and small named values.
 
 Kept in the graph file so that a restart knows when each daemon last ticked (neither skipping
 nor doubling a pass), when each job last succeeded (the metrics exporter serves it from the
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.stores.sqlite import GraphDB, Transaction
+    from core.stores.graph_db import GraphDB, Transaction
 
 #: daemon_state key of the drain daemon's live-ingestion watermark (epoch ms of the start of
 #: the last tick whose live ingestion completed).
@@ -37,7 +37,7 @@ class TickRecord:
 
 async def get_value(graph: GraphDB, key: str) -> str | None:
     """A named value, or None."""
-    rows = await graph.query("SELECT value FROM daemon_state WHERE key = ?", (key,))
+    rows = await graph.query(graph.sql.get_value, (key,))
     return str(rows[0][0]) if rows else None
 
 
@@ -48,12 +48,7 @@ async def set_value(graph: GraphDB, key: str, value: str, *, now_ms: int) -> Non
 
 
 async def _put_value(tx: Transaction, key: str, value: str, *, now_ms: int) -> None:
-    await tx.execute(
-        "INSERT INTO daemon_state(key, value, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-        "updated_at = excluded.updated_at",
-        (key, value, now_ms),
-    )
+    await tx.execute(tx.sql.put_value, (key, value, now_ms))
 
 
 async def record_tick(graph: GraphDB, record: TickRecord) -> None:
@@ -62,10 +57,7 @@ async def record_tick(graph: GraphDB, record: TickRecord) -> None:
     other)."""
     async with graph.write() as tx:
         await tx.execute(
-            "INSERT INTO daemon_ticks(daemon, started_at, finished_at, duration_ms, ok, figures) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(daemon) DO UPDATE SET "
-            "started_at = excluded.started_at, finished_at = excluded.finished_at, "
-            "duration_ms = excluded.duration_ms, ok = excluded.ok, figures = excluded.figures",
+            tx.sql.record_tick,
             (record.daemon, record.started_at, record.finished_at, record.duration_ms,
              int(record.ok), json.dumps(record.figures, default=str)),
         )
@@ -76,9 +68,7 @@ async def record_tick(graph: GraphDB, record: TickRecord) -> None:
 
 async def last_ticks(graph: GraphDB) -> dict[str, TickRecord]:
     """Every daemon's last tick, by daemon name."""
-    rows = await graph.query(
-        "SELECT daemon, started_at, finished_at, duration_ms, ok, figures FROM daemon_ticks"
-    )
+    rows = await graph.query(graph.sql.last_ticks)
     return {
         r[0]: TickRecord(r[0], int(r[1]), int(r[2]), int(r[3]), bool(r[4]), json.loads(r[5]))
         for r in rows
@@ -89,7 +79,7 @@ async def last_success_stamps(graph: GraphDB) -> dict[str, int]:
     """When each job's last successful tick finished (epoch ms), by job name, as recorded by
     `record_tick`; a value that is not an integer (written by hand) is left out."""
     rows = await graph.query(
-        "SELECT key, value FROM daemon_state WHERE substr(key, -?) = ?",
+        graph.sql.values_by_suffix,
         (len(LAST_SUCCESS_SUFFIX), LAST_SUCCESS_SUFFIX),
     )
     stamps: dict[str, int] = {}

@@ -28,7 +28,7 @@ from core.stores.dead_letter_file import spill_dir
 from core.stores.files import file_size
 from core.stores.graph import count_nodes_and_edges
 from core.stores.locks import ProcessLock
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 
 #: The demo's footprint file, in the data folder it owns.
 FOOTPRINT_FILE = ".kb-demo.json"
@@ -57,7 +57,7 @@ async def measure(settings: Settings) -> DemoFootprint:
     """The folder's footprint now (the graph read-only; a missing file counts as empty)."""
     nodes = edges = 0
     if settings.graph_db_path.exists():
-        graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+        graph = await open_graph(settings, read_only=True)
         try:
             nodes, edges = await count_nodes_and_edges(graph, await graph.table_names())
         finally:

@@ -16,30 +16,8 @@ from collections.abc import Collection, Sequence
 
 import orjson
 
-from core.stores.graph import Reader
+from core.stores.graph_db import Reader, Transaction
 from core.stores.schema import LEGACY_APPLIED_LINES
-from core.stores.sqlite import Transaction
-
-_COMMIT_OFFSET = """
-INSERT INTO drain_generations(generation, committed_offset, dead_letters_size, updated_at)
-VALUES (?, ?, ?, ?)
-ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
-    dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
-"""
-_FORGET_OTHER_GENERATIONS = "DELETE FROM drain_generations WHERE generation != ?"
-_PROGRESS = ("SELECT committed_offset, dead_letters_size FROM drain_generations "
-             "WHERE generation = ?")
-_USE_TOKEN = "DELETE FROM drain_requeued WHERE line_id = ?"
-_ISSUE_TOKEN = ("INSERT OR REPLACE INTO drain_requeued(line_id, attempts, requeued_at) "
-                "VALUES (?, ?, ?)")
-_OUTSTANDING = ("SELECT line_id, attempts, requeued_at FROM drain_requeued "
-                "WHERE line_id IN (SELECT value FROM json_each(?))")
-_TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
-_LEGACY_SETTLED = (f"SELECT line_id FROM {LEGACY_APPLIED_LINES} "
-                   "WHERE line_id IN (SELECT value FROM json_each(?))")
-_LEGACY_SETTLE = (f"INSERT OR IGNORE INTO {LEGACY_APPLIED_LINES}(line_id, outcome, settled_at) "
-                  "VALUES (?, ?, ?)")
-_LEGACY_DROP = f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}"
 
 #: The table of re-queue tokens (a dry run on an older file may find it missing).
 TOKENS_TABLE = "drain_requeued"
@@ -47,7 +25,7 @@ TOKENS_TABLE = "drain_requeued"
 
 async def table_exists(reader: Reader, table: str) -> bool:
     """Whether `table` exists in the file."""
-    return bool(await reader.query(_TABLE_EXISTS, (table,)))
+    return bool(await reader.query(reader.sql.table_exists, (table,)))
 
 
 async def legacy_table_exists(reader: Reader) -> bool:
@@ -58,7 +36,7 @@ async def legacy_table_exists(reader: Reader) -> bool:
 async def progress(reader: Reader, generation: str) -> tuple[int | None, int | None]:
     """A generation's committed offset and the dead-letter file's size at that commit, or
     (None, None) when nothing of it was committed."""
-    rows = await reader.query(_PROGRESS, (generation,))
+    rows = await reader.query(reader.sql.progress, (generation,))
     return (int(rows[0][0]), int(rows[0][1])) if rows else (None, None)
 
 
@@ -68,8 +46,8 @@ async def commit_offset(tx: Transaction, generation: str, *, offset: int,
     dead-letter file's size after the batch. The first commit of a generation forgets every
     other one: only one `.draining` exists at a time, so their files are gone."""
     if first_of_generation:
-        await tx.execute(_FORGET_OTHER_GENERATIONS, (generation,))
-    await tx.execute(_COMMIT_OFFSET, (generation, offset, dead_letters_size, now_ms))
+        await tx.execute(tx.sql.forget_other_generations, (generation,))
+    await tx.execute(tx.sql.commit_offset, (generation, offset, dead_letters_size, now_ms))
 
 
 async def outstanding_tokens(
@@ -78,27 +56,28 @@ async def outstanding_tokens(
     """The outstanding tokens among `line_ids`: lineId -> (attempts, issued at, epoch ms)."""
     if not line_ids:
         return {}
-    rows = await reader.query(_OUTSTANDING, (orjson.dumps(list(line_ids)).decode(),))
+    rows = await reader.query(reader.sql.outstanding_tokens,
+                              (orjson.dumps(list(line_ids)).decode(),))
     return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
 
 
 async def use_tokens(tx: Transaction, line_ids: Sequence[str]) -> None:
     """Use up the tokens of lines settled in this transaction."""
     if line_ids:
-        await tx.executemany(_USE_TOKEN, [(t,) for t in line_ids])
+        await tx.executemany(tx.sql.use_token, [(t,) for t in line_ids])
 
 
 async def issue_tokens(tx: Transaction, tokens: Sequence[tuple[str, int]], *, now_ms: int) -> None:
     """Issue (lineId, attempts) tokens for lines re-queued in this transaction."""
     if tokens:
-        await tx.executemany(_ISSUE_TOKEN, [(line_id, n, now_ms) for line_id, n in tokens])
+        await tx.executemany(tx.sql.issue_token, [(line_id, n, now_ms) for line_id, n in tokens])
 
 
 async def legacy_settled(reader: Reader, ids: Collection[str]) -> set[str]:
     """Which of `ids` an earlier version recorded as settled."""
     if not ids:
         return set()
-    rows = await reader.query(_LEGACY_SETTLED, (orjson.dumps(list(ids)).decode(),))
+    rows = await reader.query(reader.sql.legacy_settled, (orjson.dumps(list(ids)).decode(),))
     return {str(r[0]) for r in rows}
 
 
@@ -106,9 +85,9 @@ async def settle_legacy(tx: Transaction, settled: Sequence[tuple[str, str]], *,
                         now_ms: int) -> None:
     """Record legacy identities settled in this transaction, with their outcome."""
     if settled:
-        await tx.executemany(_LEGACY_SETTLE, [(i, outcome, now_ms) for i, outcome in settled])
+        await tx.executemany(tx.sql.legacy_settle, [(i, outcome, now_ms) for i, outcome in settled])
 
 
 async def drop_legacy_table(tx: Transaction) -> None:
     """Drop the legacy identity table (after the first complete tick)."""
-    await tx.execute(_LEGACY_DROP)
+    await tx.execute(tx.sql.legacy_drop)

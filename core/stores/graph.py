@@ -1,6 +1,6 @@
 """The graph's statements: nodes and edges (CONTRACT tables), written in batches.
 
-Existence is always asked of SQLite: no in-process cache that another writer could make stale.
+Existence is always asked of the store: no in-process cache that another writer could make stale.
 Writes take a `Transaction` (the caller's `GraphDB.write()`), so a job decides which writes land
 together. Property objects are stored as JSON that is always valid: orjson refuses what JSON
 cannot hold (a lone surrogate, an integer past 64 bits, a non-string key) with an error instead
@@ -12,74 +12,19 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 import structlog
 
 from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL, EdgeLike, EdgeRow, NodeRow
-from core.rules.queue_lines import WEIGHT_LIMIT
-from core.stores.sqlite import GraphDB, Transaction
+from core.rules.nodes import MAX_WEIGHT as MAX_WEIGHT
+from core.rules.nodes import MIN_WEIGHT as MIN_WEIGHT
+from core.rules.nodes import REINFORCE_FACTOR as REINFORCE_FACTOR
+from core.rules.nodes import EdgeLike, EdgeRow, NodeRow
+from core.stores.graph_db import GraphDB, Reader, Transaction
 
 log = structlog.get_logger(__name__)
-
-#: Linking an existing edge again adds this fraction of the new weight.
-REINFORCE_FACTOR = 0.1
-#: Reinforcement never takes a weight above this.
-MAX_WEIGHT = 5.0
-#: No stored weight goes below this (nor does a link store one above WEIGHT_LIMIT): with the
-#: cap above, every edge weight stays finite however many lines reinforce it (ten lines of
-#: -1e308 once left an edge at -Inf). Queue lines outside ±WEIGHT_LIMIT are refused before
-#: they get here; the bound holds for every other caller too.
-MIN_WEIGHT = -WEIGHT_LIMIT
-
-_INSERT_NODE_IF_ABSENT = "INSERT OR IGNORE INTO nodes(id, label, properties) VALUES (?, ?, ?)"
-# A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
-# make json_patch fail on every later write to the row; it is replaced instead of merged.
-_UPSERT_NODE = """
-INSERT INTO nodes(id, label, properties) VALUES (?, ?, ?)
-ON CONFLICT(id) DO UPDATE SET
-    label = excluded.label,
-    properties = json_patch(json_patch(CASE WHEN json_valid(nodes.properties)
-                                            THEN nodes.properties ELSE '{}' END,
-                                       excluded.properties), ?)
-"""
-_INSERT_EDGE_IF_ABSENT = """
-INSERT OR IGNORE INTO edges(source, target, relationship, weight, properties)
-VALUES (?, ?, ?, ?, ?)
-"""
-# A zero (or NULL) stored weight counts as 1.0 before reinforcing. The new weight is held
-# within ±WEIGHT_LIMIT and the reinforced sum within [MIN_WEIGHT, MAX_WEIGHT]: never ±Inf
-# (an -Inf left by an earlier version becomes MIN_WEIGHT on its next link).
-_LINK_EDGE = f"""
-INSERT INTO edges(source, target, relationship, weight, properties)
-VALUES (?, ?, ?, MAX(MIN(?, {WEIGHT_LIMIT!r}), {MIN_WEIGHT!r}), ?)
-ON CONFLICT(source, target, relationship) DO UPDATE SET
-    weight = MAX(MIN(COALESCE(NULLIF(edges.weight, 0), 1.0)
-                     + excluded.weight * {REINFORCE_FACTOR}, {MAX_WEIGHT}), {MIN_WEIGHT!r}),
-    properties = CASE WHEN json_valid(edges.properties)
-                      THEN json_patch(edges.properties, excluded.properties)
-                      ELSE excluded.properties END
-"""
-_EXISTING_IDS = "SELECT id FROM nodes WHERE id IN (SELECT value FROM json_each(?))"
-_NODES_BY_ID = ("SELECT id, label, properties FROM nodes "
-                "WHERE id IN (SELECT value FROM json_each(?))")
-_PROVENANCE_COUNTS = f"""
-SELECT label,
-       COUNT(*),
-       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.backfilled') = 1 END),
-       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.liveIngested') = 1
-           END),
-       SUM(CASE WHEN json_valid(properties) THEN json_extract(properties, '$.minimal') = 1 END)
-FROM nodes WHERE label IN ('{MEMORY_LABEL}', '{SESSION_LABEL}') GROUP BY label
-"""
-
-
-class Reader(Protocol):
-    """Anything that runs a read: the database, or a transaction (which sees its own writes)."""
-
-    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
 
 def properties_json(value: Mapping[str, Any] | None) -> str:
@@ -99,9 +44,8 @@ def _ids_json(ids: Collection[str]) -> str:
 
 async def insert_nodes_if_absent(tx: Transaction, nodes: Iterable[NodeRow]) -> None:
     """Create nodes that do not exist; an existing node (say, live-ingested meanwhile) wins."""
-    await tx.executemany(
-        _INSERT_NODE_IF_ABSENT, [(n.id, n.label, properties_json(n.properties)) for n in nodes]
-    )
+    await tx.executemany(tx.sql.insert_node_if_absent,
+                         [(n.id, n.label, properties_json(n.properties)) for n in nodes])
 
 
 async def upsert_nodes(
@@ -110,14 +54,14 @@ async def upsert_nodes(
     """Create or merge nodes: new properties overwrite, others are kept, `drop_keys` go."""
     removal = properties_json(dict.fromkeys(drop_keys))
     await tx.executemany(
-        _UPSERT_NODE, [(n.id, n.label, properties_json(n.properties), removal) for n in nodes]
+        tx.sql.upsert_node, [(n.id, n.label, properties_json(n.properties), removal) for n in nodes]
     )
 
 
 async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
     await tx.executemany(
-        _INSERT_EDGE_IF_ABSENT,
+        tx.sql.insert_edge_if_absent,
         [(e.source, e.target, e.relationship, e.weight, properties_json(e.properties))
          for e in edges],
     )
@@ -142,7 +86,7 @@ async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
              else properties_json(e.properties))
             for e in edges]
     rows.sort(key=itemgetter(0))
-    await tx.executemany(_LINK_EDGE, rows)
+    await tx.executemany(tx.sql.link_edge, rows)
 
 
 async def upsert_node(
@@ -186,22 +130,22 @@ async def existing_ids(reader: Reader, ids: Collection[str]) -> set[str]:
     """Which of `ids` are nodes, in one query whatever their number."""
     if not ids:
         return set()
-    return {row[0] for row in await reader.query(_EXISTING_IDS, (_ids_json(ids),))}
+    return {row[0] for row in await reader.query(reader.sql.existing_ids, (_ids_json(ids),))}
 
 
 async def nodes_by_id(reader: Reader, ids: Collection[str]) -> dict[str, NodeRow]:
     """Several nodes by id, in one query."""
     if not ids:
         return {}
-    rows = await reader.query(_NODES_BY_ID, (json.dumps(list(ids)),))
+    rows = await reader.query(reader.sql.nodes_by_id, (json.dumps(list(ids)),))
     return {r[0]: NodeRow(r[0], r[1], json.loads(r[2])) for r in rows}
 
 
 async def count_nodes_and_edges(reader: Reader, tables: Collection[str]) -> tuple[int, int]:
     """How many nodes and edges there are (0 for a table the file does not have yet)."""
-    nodes = int((await reader.query("SELECT COUNT(*) FROM nodes"))[0][0]) \
+    nodes = int((await reader.query(reader.sql.count_nodes))[0][0]) \
         if "nodes" in tables else 0
-    edges = int((await reader.query("SELECT COUNT(*) FROM edges"))[0][0]) \
+    edges = int((await reader.query(reader.sql.count_edges))[0][0]) \
         if "edges" in tables else 0
     return nodes, edges
 
@@ -210,4 +154,4 @@ async def provenance_counts(reader: Reader) -> dict[str, tuple[int, int, int, in
     """MEMORY and SESSION nodes by label: (total, back-filled, live-ingested, minimal)."""
     return {str(label): (int(total), int(backfilled or 0), int(live or 0), int(minimal or 0))
             for label, total, backfilled, live, minimal
-            in await reader.query(_PROVENANCE_COUNTS)}
+            in await reader.query(reader.sql.provenance_counts)}

@@ -1,121 +1,20 @@
-"""Every SQLite table this project uses, written once.
+"""The state's tables by name, whatever the backend (each backend writes their DDL once:
+`core.stores.sqlite.schema`).
 
 `nodes`, `edges` and `kb_ingestion_metrics` are CONTRACT tables: columns may be added, never
-renamed. The rest is the daemons' own state. All of it lives in the one file at `graphDbPath`,
-so a back-up of that file is a back-up of everything but Chroma and the queue.
+renamed. The rest is the daemons' own state. All of it lives in one place (the SQLite file at
+`graphDbPath`), so a back-up of it is a back-up of everything but Chroma and the queue.
 """
 
 from __future__ import annotations
 
-GRAPH_DDL = """
-CREATE TABLE IF NOT EXISTS nodes (
-    id TEXT PRIMARY KEY,
-    label TEXT NOT NULL,
-    properties TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS edges (
-    source TEXT NOT NULL REFERENCES nodes(id),
-    target TEXT NOT NULL REFERENCES nodes(id),
-    relationship TEXT NOT NULL,
-    weight REAL NOT NULL,
-    properties TEXT NOT NULL,
-    PRIMARY KEY (source, target, relationship)
-);
-CREATE INDEX IF NOT EXISTS edges_target ON edges(target);
-CREATE INDEX IF NOT EXISTS nodes_label ON nodes(label);
-"""
-
-TELEMETRY_DDL = """
-CREATE TABLE IF NOT EXISTS kb_ingestion_metrics (
-    id TEXT PRIMARY KEY,
-    timestamp INTEGER NOT NULL,
-    tenant_id TEXT NOT NULL,
-    repo_slug TEXT NOT NULL,
-    origin_agent TEXT,
-    event_type TEXT NOT NULL,
-    chunks_total INTEGER DEFAULT 0,
-    chunks_embedded INTEGER DEFAULT 0,
-    chunks_deleted INTEGER DEFAULT 0,
-    duration_ms INTEGER,
-    error_code TEXT,
-    detail TEXT
-);
-CREATE INDEX IF NOT EXISTS kb_ingestion_metrics_window
-    ON kb_ingestion_metrics(timestamp, tenant_id, repo_slug);
-"""
-
-# The drainer's progress and its re-queue tokens (see core.jobs.drain). Identity is by position: a
-# line is (generation of its `.draining` file, byte offset), so exactly-once needs only one row
-# per file in flight, written in the same transaction as the batch's nodes and edges, plus one
-# row per line waiting in the queue for another try. Nothing is kept per applied line.
-DRAIN_DDL = """
-CREATE TABLE IF NOT EXISTS drain_generations (
-    generation TEXT PRIMARY KEY,
-    -- Every line before this byte offset of the generation has taken effect.
-    committed_offset INTEGER NOT NULL,
-    -- The dead-letter file's size right after this generation's last committed batch: a
-    -- record after it was written by a batch that never committed.
-    dead_letters_size INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS drain_requeued (
-    -- A re-queued line's identity and attempt count: the token it carries in `_drain`. The
-    -- drainer accepts a copy of the line only while its token is here, and consumes the token
-    -- in the transaction that settles the line.
-    line_id TEXT PRIMARY KEY,
-    attempts INTEGER NOT NULL,
-    requeued_at INTEGER NOT NULL
-) WITHOUT ROWID;
-"""
+#: Every table of the state, parents before the tables that refer to them.
+STATE_TABLES: tuple[str, ...] = (
+    "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
+    "daemon_ticks", "daemon_state", "alert_cooldowns", "alerts_fired",
+)
 
 #: The 30-day per-line identity table of earlier versions (identity by content). It is no
 #: longer created; an existing one is read once to settle lines those versions left in flight,
 #: then dropped by the drainer (`core.jobs.drain`).
 LEGACY_APPLIED_LINES = "applied_lines"
-
-# Per-daemon bookkeeping: the last completed tick (so a restart neither skips nor doubles a
-# pass) and small values such as the live-ingestion watermark.
-STATE_DDL = """
-CREATE TABLE IF NOT EXISTS daemon_ticks (
-    daemon TEXT PRIMARY KEY,
-    started_at INTEGER NOT NULL,
-    finished_at INTEGER NOT NULL,
-    duration_ms INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
-    figures TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS daemon_state (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-"""
-
-ALERTS_DDL = """
-CREATE TABLE IF NOT EXISTS alert_cooldowns (
-    tenant_id TEXT NOT NULL,
-    repo_slug TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    fired_at INTEGER NOT NULL,
-    PRIMARY KEY (tenant_id, repo_slug, metric, severity, channel)
-);
-CREATE TABLE IF NOT EXISTS alerts_fired (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    fired_at INTEGER NOT NULL,
-    tenant_id TEXT NOT NULL,
-    repo_slug TEXT NOT NULL,
-    metric TEXT NOT NULL,
-    value REAL NOT NULL,
-    threshold REAL NOT NULL,
-    severity TEXT NOT NULL,
-    channel TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    delivered INTEGER NOT NULL,
-    error TEXT
-);
-CREATE INDEX IF NOT EXISTS alerts_fired_at ON alerts_fired(fired_at);
-"""
-
-ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, DRAIN_DDL, STATE_DDL, ALERTS_DDL)

@@ -17,10 +17,7 @@ from typing import Any
 import structlog
 
 from core.rules.telemetry import (
-    EVENT_ERROR,
-    EVENT_INGEST,
     EVENT_RECONCILE,
-    EVENT_TOMBSTONE,
     MetricRow,
     MetricWindow,
     RollupScope,
@@ -30,37 +27,10 @@ from core.rules.telemetry import (
     tenant_or_default,
 )
 from core.stores.clock import now_ms
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 
-_INSERT_METRIC = """
-INSERT OR IGNORE INTO kb_ingestion_metrics(
-    id, timestamp, tenant_id, repo_slug, origin_agent, event_type,
-    chunks_total, chunks_embedded, chunks_deleted, duration_ms, error_code, detail
-) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
-
-# The figures in KNOWN_METRICS order except errorRate, which is computed from two of them.
-_ROLLUP_COLUMNS = f"""
-    COUNT(*),
-    SUM(event_type = '{EVENT_INGEST}'),
-    SUM(event_type = '{EVENT_TOMBSTONE}'),
-    SUM(event_type = '{EVENT_RECONCILE}'),
-    SUM(event_type = '{EVENT_ERROR}'),
-    COALESCE(SUM(chunks_embedded), 0),
-    COALESCE(SUM(chunks_deleted), 0),
-    COALESCE(SUM(chunks_total), 0),
-    COALESCE(MAX(CASE WHEN event_type = '{EVENT_RECONCILE}' AND json_valid(detail)
-                      THEN CAST(json_extract(detail, '$.missingPathCount') AS INTEGER) END), 0)
-"""
-_LAST_RECONCILE = (
-    "SELECT tenant_id, repo_slug, timestamp, chunks_total, chunks_deleted, detail "
-    "FROM kb_ingestion_metrics AS m WHERE event_type = ? AND id = ("
-    "  SELECT id FROM kb_ingestion_metrics WHERE event_type = ? AND tenant_id = m.tenant_id"
-    "  ORDER BY timestamp DESC, rowid DESC LIMIT 1"
-    ") ORDER BY tenant_id"
-)
 
 
 def new_metric_row(*, timestamp_ms: int | None = None, **fields: Any) -> MetricRow:
@@ -76,7 +46,7 @@ async def insert_metric_rows(graph: GraphDB, rows: Sequence[MetricRow]) -> None:
     if not rows:
         return
     async with graph.write() as tx:
-        await tx.executemany(_INSERT_METRIC, [r.params() for r in rows])
+        await tx.executemany(tx.sql.insert_metric, [r.params() for r in rows])
 
 
 async def record_ingestion_metric(graph: GraphDB, **fields: Any) -> str | None:
@@ -112,17 +82,9 @@ async def ingestion_rollup(
     failing read raises (StoreUnavailable): an alerting pass that cannot see the telemetry
     must fail visibly, not report that all is quiet.
     """
-    group = "tenant_id, repo_slug" if per == "repo" else "tenant_id"
-    conditions = ["timestamp >= ?", "timestamp < ?"]
-    params: list[Any] = [window.since_ms, window.until_ms]
-    if tenant_id is not None:
-        conditions.append("tenant_id = ?")
-        params.append(tenant_or_default(tenant_id))
-    rows = await graph.query(
-        f"SELECT {group}, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
-        f"WHERE {' AND '.join(conditions)} GROUP BY {group} ORDER BY {group}",
-        params,
-    )
+    tenant = tenant_or_default(tenant_id) if tenant_id is not None else None
+    statement = graph.sql.rollup_by_repo if per == "repo" else graph.sql.rollup_by_tenant
+    rows = await graph.query(statement, (window.since_ms, window.until_ms, tenant, tenant))
     if per == "repo":
         return [rollup_row(r[0], r[1], tuple(r[2:])) for r in rows]
     return [rollup_row(r[0], None, tuple(r[1:])) for r in rows]
@@ -135,7 +97,7 @@ async def last_stale_counts(graph: GraphDB) -> dict[str, StaleReport]:
     completed tick (see `core.stores.daemon_state.last_ticks`) means the tenant was clean on
     that tick.
     """
-    rows = await graph.query(_LAST_RECONCILE, (EVENT_RECONCILE, EVENT_RECONCILE))
+    rows = await graph.query(graph.sql.last_reconcile, (EVENT_RECONCILE, EVENT_RECONCILE))
     reports: dict[str, StaleReport] = {}
     for tenant, repo, timestamp, total, deleted, detail in rows:
         try:

@@ -16,7 +16,7 @@ import orjson
 import structlog
 
 from core.rules.telemetry import MetricRow
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 from core.stores.telemetry import insert_metric_rows
 
 log = structlog.get_logger(__name__)

@@ -18,25 +18,24 @@ from core.rules.manifests import (
 from core.rules.nodes import NodeRow
 from core.rules.tenants import properties_or_empty
 from core.stores.graph import upsert_nodes
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 
-_MANIFEST = "SELECT properties FROM nodes WHERE id = ? AND label = ?"
-# substr, not LIKE: LIKE is case-insensitive and would also list `KB-MANIFEST:` nodes.
-_ALL = "SELECT id, properties FROM nodes WHERE label = ? AND substr(id, 1, ?) = ?"
 
 
 async def tenant_manifests(graph: GraphDB, tenant_id: str) -> dict[str, RepoManifest]:
     """A tenant's usable manifests by repo ({} when it has none)."""
-    rows = await graph.query(_MANIFEST, (manifest_node_id(tenant_id), MANIFEST_LABEL))
-    return manifests_from_properties(properties_or_empty(rows[0][0])) if rows else {}
+    rows = await graph.query(graph.sql.node_by_id_and_label,
+                             (manifest_node_id(tenant_id), MANIFEST_LABEL))
+    return manifests_from_properties(properties_or_empty(rows[0][1])) if rows else {}
 
 
 async def all_manifests(graph: GraphDB) -> dict[str, dict[str, RepoManifest]]:
     """Every tenant's usable manifests, by tenant then repo, in one query (a pass reads them
     once for all its tenants)."""
-    rows = await graph.query(_ALL, (MANIFEST_LABEL, len(MANIFEST_PREFIX), MANIFEST_PREFIX))
+    rows = await graph.query(graph.sql.nodes_by_label_and_prefix,
+                             (MANIFEST_LABEL, len(MANIFEST_PREFIX), MANIFEST_PREFIX))
     return {node_id[len(MANIFEST_PREFIX):]: manifests_from_properties(properties_or_empty(p))
             for node_id, p in rows}
 

@@ -23,15 +23,10 @@ from core.rules.tenants import (
 )
 from core.stores.clock import now_ms
 from core.stores.graph import upsert_nodes
-from core.stores.sqlite import GraphDB
+from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
 
-_CONFIG = "SELECT id, properties FROM nodes WHERE id = ? AND label = ?"
-_PROPERTIES = "SELECT properties FROM nodes WHERE id = ?"
-# substr, not LIKE: LIKE is case-insensitive and would also list `KB-CONFIG:` nodes.
-_LIST = ("SELECT id, properties FROM nodes WHERE label = ? AND substr(id, 1, ?) = ? "
-         "ORDER BY id")
 
 
 def _logged(stored: StoredConfig, node_id: str) -> TenantConfig:
@@ -46,7 +41,7 @@ def _logged(stored: StoredConfig, node_id: str) -> TenantConfig:
 async def tenant_config(graph: GraphDB, tenant_id: str) -> TenantConfig | None:
     """A tenant's stored configuration, or None when it has no node."""
     node_id = tenant_config_node_id(tenant_id)
-    rows = await graph.query(_CONFIG, (node_id, TENANT_CONFIG_LABEL))
+    rows = await graph.query(graph.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))
     return _logged(config_from_row(rows[0][0], rows[0][1]), rows[0][0]) if rows else None
 
 
@@ -70,7 +65,7 @@ async def set_tenant_config(
     if repo_slug is not None and not repo_slug.strip():
         raise ValueError("repo slug is empty")
     async with graph.write() as tx:
-        rows = await tx.query(_PROPERTIES, (node_id,))
+        rows = await tx.query(tx.sql.node_properties, (node_id,))
         old_properties = properties_or_empty(rows[0][0]) if rows else {}
         properties, config = next_config_properties(node_id, old_properties,
                                                     repo_slug=repo_slug, now_ms=now_ms())
@@ -87,7 +82,8 @@ async def list_tenants(graph: GraphDB) -> list[TenantConfig]:
     not only those that happen to have telemetry.
     """
     rows = await graph.query(
-        _LIST, (TENANT_CONFIG_LABEL, len(TENANT_CONFIG_PREFIX), TENANT_CONFIG_PREFIX))
+        graph.sql.nodes_by_label_and_prefix,
+        (TENANT_CONFIG_LABEL, len(TENANT_CONFIG_PREFIX), TENANT_CONFIG_PREFIX))
     return [_logged(config_from_row(r[0], r[1]), r[0])
             for r in rows if len(r[0]) > len(TENANT_CONFIG_PREFIX)]
 
@@ -100,11 +96,11 @@ async def set_tenant_policy(graph: GraphDB, tenant_id: str, patch: dict[str, Any
     """
     node_id = tenant_config_node_id(tenant_id)
     async with graph.write() as tx:
-        rows = await tx.query(_CONFIG, (node_id, TENANT_CONFIG_LABEL))
+        rows = await tx.query(tx.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))
         if not rows:
             raise LookupError(f"tenant {tenant_id!r} has no configuration (run set-config first)")
         await upsert_nodes(tx, [NodeRow(node_id, TENANT_CONFIG_LABEL, patch)])
-        rows = await tx.query(_CONFIG, (node_id, TENANT_CONFIG_LABEL))
+        rows = await tx.query(tx.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))
     config = config_from_row(rows[0][0], rows[0][1]).config
     log.info("tenants.policy_set", tenant=config.tenant_id, policy=config.stored_policy)
     return config

@@ -30,7 +30,7 @@ from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import REINFORCE_FACTOR, upsert_node
 from core.stores.queue_files import read_generation
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from tests.reliability.crash_child import POINTS
 from tests.support import child_env, seed
 
@@ -146,7 +146,7 @@ def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
                         for j in range(0, SESSIONS, 2)])
         finally:
             await vectors.close()
-        graph = await GraphDB.open(settings.graph_db_path)
+        graph = await open_graph(settings)
         try:
             for c in range(CONCEPTS):
                 await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")

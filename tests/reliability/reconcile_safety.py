@@ -25,7 +25,7 @@ from core.jobs.restore import restore_archive
 from core.rules.rows import ChromaRow
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
-from core.stores.sqlite import GraphDB
+from core.stores.state import open_graph
 from core.stores.tenants import set_tenant_config
 from tests.support import embedding_for, make_settings
 
@@ -98,7 +98,7 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
             row_id = f"{tenant}-{n}"
             rows.append(ChromaRow(row_id, metadata, f"doc {row_id}", embedding_for(row_id)))
     vectors = await VectorStore.open(settings)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await open_graph(settings)
     try:
         collection = settings.knowledge_base_collection
         await vectors.upsert(collection, rows, create=True)

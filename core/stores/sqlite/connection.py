@@ -5,9 +5,11 @@ about a competing writer at the start, within `busy_timeout`, rather than half-w
 WAL lets `status` and other readers run beside a daemon's writes. A dry run opens the file
 `mode=ro`, so not one byte of it can change.
 
-`query`, `Transaction.execute` and `Transaction.executemany` are for the modules of
-`core.stores` only: every SQL statement lives there, one module per table group (a test walks
-the source and fails on SQL text or a call of these anywhere else).
+This is SQLite's implementation of the store seam (`core.stores.graph_db`): `SqliteGraph`
+and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is SQLite's
+statements (`core.stores.sqlite.statements`). `query`, `execute` and `executemany` are for the
+modules of `core.stores` only (a test walks the source and fails on SQL text or a call of these
+anywhere else).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import aiosqlite
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
-from core.stores.schema import ALL_DDL
+from core.stores.graph_db import GraphDataError
+from core.stores.sqlite.schema import ALL_DDL
+from core.stores.sqlite.statements import SQLITE
+from core.stores.statements import Statements
 
 log = structlog.get_logger(__name__)
 
@@ -38,11 +43,6 @@ BUSY_TIMEOUT_MS = 5_000
 _OUTAGE_CODES = frozenset({3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 23, 26})
 
 
-class GraphDataError(KbError):
-    """A statement failed because of the data it carried, not because SQLite is unavailable:
-    retrying the same data fails the same way (the drainer isolates the line that causes it)."""
-
-
 def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
     one, to be safe: an outage spends no line's attempts), GraphDataError otherwise."""
@@ -52,9 +52,11 @@ def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
 
 
-class Transaction:
-    """A write transaction (`GraphDB.write()`): statements run in it commit or roll back
+class SqliteTransaction:
+    """A write transaction (`SqliteGraph.write()`): statements run in it commit or roll back
     together. For `core.stores` modules only."""
+
+    sql: Statements = SQLITE
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
@@ -73,18 +75,25 @@ class Transaction:
         return list(await self._conn.execute_fetchall(sql, params))
 
 
-class GraphDB:
+class SqliteGraph:
     """One aiosqlite connection to the graph file, with the project's schema applied."""
+
+    sql: Statements = SQLITE
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool) -> None:
         self._conn = conn
         self.path = path
         self.read_only = read_only
 
+    @property
+    def location(self) -> str:
+        """Where the state is, for messages: the file's path."""
+        return str(self.path)
+
     @classmethod
     async def open(
         cls, path: Path, *, read_only: bool = False, busy_timeout_ms: int = BUSY_TIMEOUT_MS
-    ) -> GraphDB:
+    ) -> SqliteGraph:
         """Open (creating when writable) the SQLite file with WAL, busy_timeout and foreign keys.
 
         `read_only` is for dry runs: the file is opened `mode=ro` so not one byte of it can
@@ -125,7 +134,7 @@ class GraphDB:
         await self._conn.close()
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[Transaction]:
+    async def write(self) -> AsyncIterator[SqliteTransaction]:
         """A `BEGIN IMMEDIATE` transaction, committed on success and rolled back on any error.
 
         Lock contention past busy_timeout and disk errors surface as StoreUnavailable: the
@@ -139,7 +148,7 @@ class GraphDB:
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite {self.path}: begin write failed: {exc}") from exc
         try:
-            yield Transaction(self._conn)
+            yield SqliteTransaction(self._conn)
             await self._conn.execute("COMMIT")
         except BaseException as exc:
             try:
@@ -160,5 +169,5 @@ class GraphDB:
 
     async def table_names(self) -> set[str]:
         """The tables in the file (a read-only open of an older file may lack some)."""
-        rows = await self.query("SELECT name FROM sqlite_master WHERE type = 'table'")
+        rows = await self.query(SQLITE.table_names)
         return {str(r[0]) for r in rows}

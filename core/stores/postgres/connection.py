@@ -1,0 +1,177 @@
+"""The state in PostgreSQL (`stateUrl`): one asyncpg connection, short write transactions.
+
+This is PostgreSQL's implementation of the store seam (`core.stores.graph_db`): `PostgresGraph`
+and `PostgresTransaction` satisfy its `GraphDB` and `Transaction`, with PostgreSQL's statements
+(`core.stores.postgres.statements`).
+
+Every write transaction first takes one transaction-scoped advisory lock (`WRITE_LOCK_KEY`), so
+writers run one at a time, as SQLite's `BEGIN IMMEDIATE` makes them: a read-then-write (a
+tenant's next version) sees no competing write, and writers never deadlock. The password comes
+from libpq's own sources (`PGPASSWORD`, `PGPASSFILE`; asyncpg reads both), TLS from `sslmode`
+in the URL; the URL never holds a password (the configuration refuses one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import structlog
+
+from core.rules.errors import KbError, StoreUnavailable
+from core.stores.graph_db import GraphDataError
+from core.stores.postgres.schema import MIGRATIONS, SCHEMA_LOCK_KEY, VERSION_TABLE
+from core.stores.postgres.statements import POSTGRES
+from core.stores.statements import Statements
+
+log = structlog.get_logger(__name__)
+
+#: The advisory lock every write transaction takes first (see the module docstring).
+WRITE_LOCK_KEY = 0x6B625F7772697465  # "kb_write"
+#: How long a statement may wait for a lock (ms) before the tick gives up: SQLite's
+#: busy_timeout, with the same default (`core.stores.sqlite.BUSY_TIMEOUT_MS`).
+_DATA_CLASSES = ("22", "23")
+
+
+def _store_error(where: str, action: str, exc: BaseException) -> KbError:
+    """GraphDataError for a statement the data made fail (SQLSTATE class 22, data exception,
+    or 23, integrity); StoreUnavailable for everything else (connection, lock timeout,
+    serialization or deadlock, shutdown...): an outage spends no line's attempts."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(state, str) and state[:2] in _DATA_CLASSES:
+        return GraphDataError(f"PostgreSQL {where}: {action} failed: {exc}")
+    return StoreUnavailable(f"PostgreSQL {where}: {action} failed: {exc}")
+
+
+_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class PostgresTransaction:
+    """A write transaction (`PostgresGraph.write()`). For `core.stores` modules only."""
+
+    sql: Statements = POSTGRES
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement."""
+        await self._conn.execute(sql, *params)
+
+    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement for each row of parameters, one after the other in their order."""
+        await self._conn.executemany(sql, list(rows))
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of a read inside the transaction (it sees the transaction's own writes)."""
+        return list(await self._conn.fetch(sql, *params))
+
+
+class PostgresGraph:
+    """One asyncpg connection to the state database, its schema at the latest version."""
+
+    sql: Statements = POSTGRES
+
+    def __init__(self, conn: asyncpg.Connection, url: str, *, read_only: bool) -> None:
+        self._conn = conn
+        self.url = url
+        self.read_only = read_only
+
+    @property
+    def location(self) -> str:
+        """Where the state is, for messages: the URL (it holds no password)."""
+        return self.url
+
+    @classmethod
+    async def open(cls, url: str, *, read_only: bool = False,
+                   busy_timeout_ms: int = 5_000) -> PostgresGraph:
+        """Connect and, unless `read_only`, bring the schema to the latest version.
+
+        `read_only` (dry runs) makes every transaction of the session read-only, so nothing
+        can change; `busy_timeout_ms` bounds how long a statement waits for a lock.
+        """
+        settings = {"lock_timeout": str(busy_timeout_ms)}
+        if read_only:
+            settings["default_transaction_read_only"] = "on"
+        try:
+            conn = await asyncpg.connect(url, server_settings=settings,
+                                         timeout=busy_timeout_ms / 1000)
+        except (*_ERRORS, ValueError) as exc:
+            raise StoreUnavailable(f"PostgreSQL {url}: open failed: {exc}") from exc
+        try:
+            if not read_only:
+                await _migrate(conn)
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, _ERRORS):
+                raise StoreUnavailable(f"PostgreSQL {url}: schema failed: {exc}") from exc
+            raise
+        return cls(conn, url, read_only=read_only)
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if not self._conn.is_closed():
+            await self._conn.close()
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[PostgresTransaction]:
+        """A transaction that takes the write lock first; committed on success, rolled back
+        on any error (StoreUnavailable for an outage, GraphDataError for the data's fault)."""
+        if self.read_only:
+            raise RuntimeError("write on a read-only graph (dry run)")
+        transaction = self._conn.transaction()
+        try:
+            await transaction.start()
+            await self._conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
+        except _ERRORS as exc:
+            await _rollback(transaction, self.url)
+            raise _store_error(self.url, "begin write", exc) from exc
+        try:
+            yield PostgresTransaction(self._conn)
+            await transaction.commit()
+        except BaseException as exc:
+            await _rollback(transaction, self.url)
+            if isinstance(exc, _ERRORS):
+                raise _store_error(self.url, "write", exc) from exc
+            raise
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Every row of one read. For `core.stores` modules only."""
+        try:
+            return list(await self._conn.fetch(sql, *params))
+        except _ERRORS as exc:
+            raise _store_error(self.url, "read", exc) from exc
+
+    async def table_names(self) -> set[str]:
+        """The tables of the state's schema."""
+        return {str(r[0]) for r in await self.query(POSTGRES.table_names)}
+
+
+async def _rollback(transaction: Any, where: str) -> None:
+    try:
+        await transaction.rollback()
+    except (*_ERRORS, asyncpg.exceptions.InterfaceError):
+        log.warning("graph.rollback_failed", location=where, exc_info=True)
+
+
+async def _migrate(conn: asyncpg.Connection) -> None:
+    """Apply the migrations the database lacks, one process at a time (a session advisory
+    lock held for the whole upgrade: a second process waits, then finds nothing to do)."""
+    await conn.execute("SELECT pg_advisory_lock($1)", SCHEMA_LOCK_KEY)
+    try:
+        async with conn.transaction():
+            await conn.execute(VERSION_TABLE)
+            version = await conn.fetchval("SELECT max(version) FROM kb_schema_version")
+            reached = int(version or 0)
+            for step in MIGRATIONS[reached:]:
+                await conn.execute(step)
+                reached += 1
+                log.info("graph.schema_migrated", version=reached)
+            if reached != int(version or 0):
+                await conn.execute("DELETE FROM kb_schema_version")
+                await conn.execute("INSERT INTO kb_schema_version(version) VALUES ($1)",
+                                   reached)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", SCHEMA_LOCK_KEY)
