@@ -37,8 +37,9 @@ from core.rules.queue_lines import (
 )
 from core.stores.chroma import VectorStore
 from core.stores.graph import MAX_WEIGHT, MIN_WEIGHT, link_edges, upsert_node
+from core.stores.graph_db import GraphDB
 from core.stores.queue_files import enqueue_edges
-from core.stores.sqlite import GraphDB
+from core.stores.sqlite import SqliteGraph
 from tests.support import count_rows, read_edge, run_module
 
 SOURCE = "CONCEPT:grammar"
@@ -164,7 +165,7 @@ async def test_a_line_at_the_nesting_limit_is_enqueued_and_linked_in_one_tick(
     tmp_path: Path, settings: Settings
 ) -> None:
     config = write_config(tmp_path)
-    graph = await GraphDB.open(settings.graph_db_path)
+    graph = await SqliteGraph.open(settings.graph_db_path)
     try:
         await make_nodes(graph)  # CONCEPT: and CLASS: ids link only as existing nodes
     finally:
@@ -184,7 +185,7 @@ async def test_a_line_at_the_nesting_limit_is_enqueued_and_linked_in_one_tick(
     assert not settings.dead_letter_path.exists()
     assert not settings.lazy_edges_queue_path.exists()
     assert not settings.draining_path.exists()
-    graph = await GraphDB.open(settings.graph_db_path, read_only=True)
+    graph = await SqliteGraph.open(settings.graph_db_path, read_only=True)
     try:
         stored = await read_edge(graph, SOURCE, TARGET, "AT_LIMIT")
     finally:
@@ -334,7 +335,7 @@ weights = st.one_of(
 async def test_no_sequence_of_weights_gives_an_edge_a_non_finite_weight(
     tmp_path: Path, sequence: list[float]
 ) -> None:
-    graph = await GraphDB.open(tmp_path / f"graph-{next(_graph_numbers)}.sqlite")
+    graph = await SqliteGraph.open(tmp_path / f"graph-{next(_graph_numbers)}.sqlite")
     try:
         await make_nodes(graph)
         for weight in sequence:
