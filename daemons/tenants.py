@@ -7,6 +7,10 @@
     python -m daemons.tenants set-policy TENANT [--orphan-version-gap N]
         [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--config F]
     python -m daemons.tenants show TENANT [--config F] [--json]
+    python -m daemons.tenants set-repo TENANT --repo-slug R [--parser-id P
+        [--parser-version V]] [--extraction-identity HEX64] [--clear] [--config F]
+    python -m daemons.tenants set-yield TENANT --repo-slug R --extraction-identity HEX64
+        (--paths-file F | -) [--config F]
 
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
@@ -30,7 +34,9 @@ from core.jobs.manifest_match import match_repo_chunks
 from core.reports.tenant_show import gather_tenant, render_tenant
 from core.rules.config import Settings
 from core.rules.errors import ConfigError, LockHeld
+from core.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
 from core.rules.figures import to_json
+from core.rules.generations import repo_generation
 from core.rules.manifests import RepoManifest, normalize_manifest_paths
 from core.rules.tenant_policy import AUTO_CHOICES, policy_patch
 from core.rules.tenants import normalize_tenant_id
@@ -38,6 +44,7 @@ from core.runtime.settings import load_settings
 from core.stores.chroma import VectorStore
 from core.stores.claimed_paths import paths_at, paths_from_bytes
 from core.stores.clock import now_ms
+from core.stores.generations import set_extraction_snapshot, set_tenant_repo
 from core.stores.state import open_graph
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import (
@@ -126,6 +133,35 @@ def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
                         help="off exempts the tenant; on never overrides a global false")
 
 
+def _add_generation_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
+    repo = _tenant_command(
+        commands, "set-repo", "declare a repo's current generation (the version stays)",
+        "Declare the generation a repo's chunks should carry now (tenantRepos): chunks with "
+        "another parserId/parserVersion or extractionIdentity become generation orphans, "
+        "deleted only once replaced or no longer yielded. A --parser-id without "
+        "--parser-version declares 1.0.0. The tenant's version does not change.")
+    repo.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
+                      help="the repository this declaration is for")
+    repo.add_argument("--parser-id", metavar="P", help="the parser that produces its chunks")
+    repo.add_argument("--parser-version", metavar="V", help="its version (default 1.0.0)")
+    repo.add_argument("--extraction-identity", metavar="HEX64",
+                      help="the extraction profile's identity (64 lowercase hex)")
+    repo.add_argument("--clear", action="store_true",
+                      help="remove the repo's declaration")
+    yielded = _tenant_command(
+        commands, "set-yield", "record the paths a repo's extraction profile yields",
+        "Record the repo's extraction snapshot: the paths the profile of this identity "
+        "yields, beside its manifest (whose pathsAfterPush stays the authority on physical "
+        "deletion). Chunks of the repo at another identity whose path it no longer yields "
+        "become actionable. Paths are checked like a manifest's.")
+    yielded.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
+                         help="the repository whose snapshot this is")
+    yielded.add_argument("--extraction-identity", metavar="HEX64", required=True,
+                         help="the identity the snapshot was made with (64 lowercase hex)")
+    yielded.add_argument("--paths-file", metavar="F", required=True,
+                         help="one path per line (- for stdin), UTF-8")
+
+
 def build_parser() -> Parser:
     """Every subcommand, each with its own `--config`."""
     parser = Parser(prog=SCRIPT,
@@ -147,6 +183,7 @@ def build_parser() -> Parser:
                          help="print exactly one JSON object on stdout")
     _add_manifest_parser(commands)
     _add_policy_parser(commands)
+    _add_generation_parsers(commands)
     _tenant_command(commands, "show", "version, policy in force and manifests",
                     "The tenant's version and repo, the reconciliation policy in force (and "
                     "where each value comes from), and its manifests with their path counts "
@@ -317,8 +354,75 @@ async def run_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def run_set_repo(args: argparse.Namespace) -> int:
+    """Declare (or with --clear remove) a repo's generation; print the tenant's declarations."""
+    settings = load_settings(args.config)
+    flags = (args.parser_id, args.parser_version, args.extraction_identity)
+    if args.clear and flags != (None,) * 3:
+        raise ConfigError("argument --clear: not with --parser-id, --parser-version or "
+                          "--extraction-identity")
+    if not args.clear and flags == (None,) * 3:
+        raise ConfigError("nothing to set: give --parser-id or --extraction-identity "
+                          "(or --clear)")
+    try:
+        entry = None if args.clear else repo_generation(
+            args.repo_slug, parser_id=args.parser_id, parser_version=args.parser_version,
+            extraction_identity=args.extraction_identity)
+    except ValueError as exc:
+        raise ConfigError(f"argument {exc}") from None
+    graph = await open_graph(settings)
+    try:
+        repos = await set_tenant_repo(graph, args.tenant, args.repo_slug, entry)
+    except LookupError as exc:
+        raise ConfigError(str(exc).strip("'\"")) from None
+    finally:
+        await graph.close()
+    if args.json:
+        emit_json({"tenantId": args.tenant, "tenantRepos": repos})
+    else:
+        shown = entry.stored() if entry else "cleared"
+        write_text(f"{args.tenant} {args.repo_slug}: {shown}\n")
+    return EXIT_OK
+
+
+async def run_set_yield(args: argparse.Namespace) -> int:
+    """Record a repo's extraction snapshot; print `<repo> <paths> paths yielded`."""
+    settings = load_settings(args.config)
+    if not is_extraction_identity(args.extraction_identity):
+        raise ConfigError("argument --extraction-identity: expected 64 lowercase hex "
+                          "characters (a sha256 digest)")
+    source = "<stdin>" if args.paths_file == "-" else args.paths_file
+    try:
+        data = (sys.stdin.buffer.read() if args.paths_file == "-"
+                else Path(args.paths_file).read_bytes())
+        checked = normalize_manifest_paths(paths_from_bytes(data, source=source),
+                                           source=source)
+    except OSError as exc:
+        raise ConfigError(f"argument --paths-file: {exc.strerror}: {exc.filename}") from None
+    except ValueError as exc:
+        raise ConfigError(f"argument --paths-file: {exc}") from None
+    snapshot = ExtractionSnapshot(checked.paths, args.extraction_identity, now_ms())
+    graph = await open_graph(settings)
+    try:
+        await set_extraction_snapshot(graph, args.tenant, args.repo_slug, snapshot)
+    except LookupError as exc:
+        raise ConfigError(str(exc).strip("'\"")) from None
+    finally:
+        await graph.close()
+    if args.json:
+        emit_json({"tenantId": args.tenant, "repoSlug": args.repo_slug,
+                   "paths": len(snapshot.yielded_source_paths),
+                   "extractionIdentity": snapshot.extraction_identity,
+                   "updatedAt": snapshot.updated_at})
+    else:
+        write_text(f"{args.tenant} {args.repo_slug}: {len(snapshot.yielded_source_paths)} "
+                   "paths yielded\n")
+    return EXIT_OK
+
+
 COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_set_manifest,
-            "set-policy": run_set_policy, "show": run_show}
+            "set-policy": run_set_policy, "show": run_show, "set-repo": run_set_repo,
+            "set-yield": run_set_yield}
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

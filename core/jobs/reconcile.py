@@ -35,6 +35,7 @@ from core.jobs.tombstoning_groups import tombstone_group
 from core.rules.errors import StoreUnavailable
 from core.rules.explain_plan import TenantPlan, build_plan
 from core.rules.figures import to_json
+from core.rules.generations import declares_generations, tenant_signals
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -172,6 +173,8 @@ def _grouped(tenant: TenantConfig, policy: ReconcilePolicy, default: TenantPolic
     nothing stored resolves to."""
     if tenant.version < 1 or manifests.get(tenant.tenant_id):
         return False
+    if declares_generations(tenant.tenant_repos):  # issue 25 hook: reads all its chunks
+        return False
     own = default if tenant.stored_policy is None else _resolve(tenant.stored_policy, policy)
     return not own.invalid_keys and (own.gap, own.grace_ms, own.deletes) == (
         default.gap, default.grace_ms, default.deletes)
@@ -285,7 +288,8 @@ class _TenantScope:
                         "actionable by what it governs until it is fixed (tenants set-policy)")
         rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
                           tenant_policy.grace_ms, read_ms=now_ms(),
-                          max_stale_fraction=policy.max_stale_fraction)
+                          max_stale_fraction=policy.max_stale_fraction,
+                          signals=tenant_signals(tenant.tenant_repos, manifests))  # issue 25
         return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
 
     @property
@@ -313,7 +317,7 @@ async def _scan(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally)
     tenant for one with manifests (orphans and missing paths need them all). Memory is one
     page plus the tally's bounded keep, whatever the tenant's size."""
     context, tenant = scope.context, scope.tenant
-    where = ({TENANT_KEY: tenant.tenant_id} if scope.manifests
+    where = ({TENANT_KEY: tenant.tenant_id} if scope.manifests or scope.rules.signals
              else candidate_where(tenant.tenant_id, tenant.version))
     async for page in context.vectors.scan(
         scope.policy.collection, where=where, include=("metadatas",)
@@ -345,6 +349,9 @@ def _take_tally(scope: _TenantScope, outcome: TenantOutcome, tally: TenantTally)
     outcome.actionable_count = tally.actionable_count
     outcome.held_count = tally.held_count
     outcome.malformed_count = tally.malformed_count
+    if tally.generations is not None:  # issue 25 hook: the generation signals' counts
+        outcome.parser_orphan_count = tally.generations.parser_orphan_count
+        outcome.extraction_orphan_count = tally.generations.extraction_orphan_count
     outcome.missing_paths = {slug: len(p) for slug, p in tally.missing_paths().items()}
     if outcome.malformed_count:
         log.warning(
@@ -402,8 +409,25 @@ async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantT
                 await run(_job(scope, orphan_clauses(tenant.tenant_id, manifest),
                                orphan_rule(tenant.tenant_id, manifest)),
                           orphan_bands(oldest.sorted(), band_rows=tombstoning.BAND_ROWS))
+        await _tombstone_generations(scope, tally, run)  # issue 25 hook
     finally:
         _apply(outcome, progress)
+
+
+async def _tombstone_generations(scope: _TenantScope, tally: TenantTally,
+                                 run: Callable[..., Coroutine[Any, Any, None]]) -> None:
+    """Issue 25: each generation job (one tier of one old stamp of one repo), oldest of its
+    chunks first, through the same bands as the other signals (archived first, decided by
+    the store at delete time, within the cap)."""
+    gen = tally.generations
+    if gen is None:
+        return
+    cap = scope.policy.max_deletes_per_tick
+    for key, pairs in sorted(gen.deletable.items(), key=lambda kv: min(kv[1])):
+        if scope.context.control.stopping:
+            return
+        await run(_job(scope, gen.clauses(key), gen.rule(key)),
+                  orphan_bands(sorted(pairs)[:cap], band_rows=tombstoning.BAND_ROWS))
 
 
 def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:

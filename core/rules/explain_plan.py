@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.rules.generations import GenerationOrphan
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -117,6 +118,32 @@ class TenantPlan:
     chunks: tuple[ChunkLine, ...]
     #: Chunks whose fields have unexpected types (each such field read as absent), by id.
     malformed: tuple[MalformedChunk, ...] = ()
+    #: Generation orphans (issue 25): tier, actionable, and why, by repo, path, id.
+    generation_orphans: tuple[GenerationLine, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationLine:
+    """One generation orphan: its kind, stamp against the declared one, tier and why."""
+
+    id: str
+    kind: str
+    repo_slug: str
+    source_path: str
+    stamp: tuple[str, ...]
+    declared: tuple[str, ...]
+    tier: str
+    reason: str
+    actionable: bool
+    ingested_at: Any
+    why: str
+
+    @classmethod
+    def of(cls, orphan: GenerationOrphan) -> GenerationLine:
+        """The line of a classified orphan."""
+        return cls(orphan.id, orphan.kind, orphan.repo_slug, orphan.source_path, orphan.stamp,
+                   orphan.declared, orphan.tier, orphan.reason, orphan.actionable,
+                   orphan.ingested_at, orphan.why)
 
 
 def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> str | None:
@@ -173,4 +200,7 @@ def build_plan(
         invalid_policy=outcome.invalid_policy, figures=outcome.figures(),
         guards=guard_check(outcome, policy, enabled=enabled), manifests=lines,
         chunks=tuple(ChunkLine.of(v) for v in chunks),
-        malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)))
+        malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)),
+        generation_orphans=tuple(GenerationLine.of(o) for o in sorted(
+            tally.generations.rows if tally.generations else (),
+            key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))))

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from core.rules.extraction_snapshot import ExtractionSnapshot, snapshot_from
 from core.rules.rows import id_and_metadata
 from core.rules.tenants import normalize_tenant_id
 from core.rules.terminal_text import inert
@@ -57,6 +58,8 @@ class RepoManifest:
     updated_at: int | float
     #: The commit id the paths were read at, when they came from git.
     revision: str | None = None
+    #: The successor's extraction snapshot kept beside the manifest (`tenants set-yield`).
+    extraction_snapshot: ExtractionSnapshot | None = field(default=None, compare=False)
     path_set: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -212,7 +215,8 @@ def usable_manifest(repo_slug: Any, entry: Any) -> RepoManifest | None:
         return None
     revision = entry.get("revision")
     return RepoManifest(repo_slug, tuple(sorted({p for p in paths if isinstance(p, str) and p})),
-                        updated_at, revision if isinstance(revision, str) else None)
+                        updated_at, revision if isinstance(revision, str) else None,
+                        snapshot_from(entry))
 
 
 def manifests_from(manifests_by_repo: Any) -> dict[str, RepoManifest]:

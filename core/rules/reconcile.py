@@ -255,6 +255,9 @@ class TenantOutcome:
     stale_count: int = 0
     #: Chunks whose path their repo's manifest no longer claims.
     manifest_orphan_count: int = 0
+    #: Generation orphans by parser pair and by extraction identity (issue 25).
+    parser_orphan_count: int = 0
+    extraction_orphan_count: int = 0
     #: Stale or orphaned, each chunk once (the union).
     total_orphan_count: int = 0
     #: Manifest paths no chunk carries, per repo (reported, never acted on).
@@ -314,13 +317,17 @@ class TenantOutcome:
                              self.stale_count, self.manifest_orphan_count,
                              self.total_orphan_count, self.missing_path_count,
                              self.actionable_count, self.held_count, self.tombstoned_count,
-                             self.guard, self.malformed_count)
+                             self.guard, self.malformed_count,
+                             self.parser_orphan_count or None,
+                             self.extraction_orphan_count or None)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
         return ReconcileDetail(
             stale_count=self.stale_count,
             manifest_orphan_count=self.manifest_orphan_count,
+            parser_orphan_count=self.parser_orphan_count,
+            extraction_orphan_count=self.extraction_orphan_count,
             total_orphan_count=self.total_orphan_count,
             missing_path_count=self.missing_path_count,
             actionable_count=self.actionable_count,
@@ -351,6 +358,10 @@ class TenantOutcome:
         )
 
 
+#: An optional key of the detail: written only when it says something.
+_OPTIONAL = omitted_when_none()
+
+
 @dataclass(frozen=True, slots=True)
 class TenantFigures:
     """A tenant's entry in a pass's `tenants` figures."""
@@ -369,10 +380,11 @@ class TenantFigures:
     guard: str | None
     #: Chunks read whose fields have unexpected types (skipped field by field, counted).
     malformed_count: int = 0
+    #: Generation orphans (issue 25), written only when there are some.
+    parser_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
+    extraction_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
-#: An optional key of the detail: written only when it says something.
-_OPTIONAL = omitted_when_none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +394,9 @@ class ReconcileDetail:
 
     stale_count: int
     manifest_orphan_count: int
+    #: Generation orphans (the original's `parserOrphanCount`, `extractionOrphanCount`).
+    parser_orphan_count: int
+    extraction_orphan_count: int
     total_orphan_count: int
     missing_path_count: int
     actionable_count: int

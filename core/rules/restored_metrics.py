@@ -76,6 +76,8 @@ def restored_metrics(
 
 #: TenantFigures' fields that may be None in its JSON.
 _OPTIONAL_TEXT = frozenset({"repo_slug", "guard"})
+#: TenantFigures' counts that are left out of its JSON when there are none (issue 25).
+_OPTIONAL_COUNTS = frozenset({"parser_orphan_count", "extraction_orphan_count"})
 
 
 def tenant_figures_from_json(value: Any) -> TenantFigures | None:
@@ -89,6 +91,9 @@ def tenant_figures_from_json(value: Any) -> TenantFigures | None:
         item = value.get(camel_case(spec.name))
         if spec.name in _OPTIONAL_TEXT:
             if item is not None and not isinstance(item, str):
+                return None
+        elif spec.name in _OPTIONAL_COUNTS:
+            if item is not None and (not isinstance(item, int) or isinstance(item, bool)):
                 return None
         elif spec.name == "tenant_id":
             if not isinstance(item, str) or not item:

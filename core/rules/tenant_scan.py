@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from core.rules.generations import GenerationSignal, GenerationTally
 from core.rules.manifests import (
     INGESTED_KEY,
     PATH_KEY,
@@ -75,6 +76,8 @@ class ScanRules:
     #: `reconciliationMaxStaleFraction` in force: the manifest-mismatch guard's share (an
     #: invalid setting reads as 0.0: every repo with an orphan is held).
     max_stale_fraction: float
+    #: The tenant's generation signals (`core.rules.generations`; none: no repo declares).
+    signals: tuple[GenerationSignal, ...] = ()
     ripe_repos: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -278,8 +281,13 @@ class TenantTally:
     mismatched_repos: tuple[str, ...] = ()
     mismatch_held_count: int = 0
     settled: bool = False
+    #: The generation signals' own tally (None when no repo declares a generation).
+    generations: GenerationTally | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.generations = (GenerationTally(self.rules.tenant_id, self.rules.signals,
+                                            self.rules.read_ms, keep_rows=self.keep_rows)
+                            if self.rules.signals else None)
         self.oldest_stale = OldestIngested(self.cap)
         self.oldest_orphans = {slug: OldestOrphans(self.cap) for slug in self.rules.ripe_repos}
         self.coverage = PathCoverage(self.rules.manifests)
@@ -302,6 +310,8 @@ class TenantTally:
             verdict = judge_row(row.id, metadata, self.rules)
             if verdict is not None:
                 self._count(verdict, metadata)
+            if self.generations is not None:
+                self.generations.observe(row.id, metadata, other=verdict)
 
     def _count_repo_chunk(self, metadata: Mapping[str, Any]) -> None:
         slug = metadata.get(REPO_KEY)
@@ -344,6 +354,15 @@ class TenantTally:
         if self.settled:
             return
         self.settled = True
+        self._settle_manifests()
+        if self.generations is not None:  # the generation signals join the union
+            gen = self.generations
+            gen.settle(mismatched_repos=self.mismatched_repos)
+            self.total_orphan_count += gen.extra_orphans
+            self.actionable_count += gen.extra_actionable
+            self.held_count += gen.extra_held
+
+    def _settle_manifests(self) -> None:
         held = tuple(sorted(
             slug for slug, orphans in self.repo_orphans.items()
             if manifest_mismatched(orphans=orphans, chunks=self.repo_chunks[slug],

@@ -37,6 +37,8 @@ class TenantConfig:
     repo_slug: str | None
     #: `properties.reconciliationPolicy` as stored (read by `core.rules.tenant_policy`).
     stored_policy: Any = field(default=None, compare=False, metadata=hidden())
+    #: `properties.tenantRepos` as stored (read by `core.rules.generations`).
+    tenant_repos: Any = field(default=None, compare=False, metadata=hidden())
 
     @property
     def node_id(self) -> str:
@@ -112,6 +114,7 @@ def config_from_row(node_id: str, properties_json: str) -> StoredConfig:
         repo_slug=repo_slug_from(properties),
         stored_policy=properties.get("reconciliationPolicy")
         if isinstance(properties, dict) else None,
+        tenant_repos=properties.get("tenantRepos") if isinstance(properties, dict) else None,
     )
     if properties is None:
         return StoredConfig(config, "unreadable-properties")
