@@ -5,6 +5,7 @@
 - no function in core/ is longer than MAX_FUNCTION_LINES;
 - no SQL text, and no call that runs SQL, outside core/stores/;
 - no Chroma call outside the Chroma adapter (core/stores/chroma.py);
+- exactly one module outside the stores deletes from the vector store: the deletion engine;
 - the tests of pure rules load no store.
 """
 
@@ -26,6 +27,9 @@ MAX_FUNCTION_LINES = 60
 CORE = REPO / "core"
 STORES = CORE / "stores"
 CHROMA_ADAPTER = STORES / "chroma.py"
+#: The one module that may call the vector store's deletes (every deletion reason is a plan
+#: handed to its band runner).
+DELETION_ENGINE = CORE / "jobs" / "tombstoning.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 #: SQL as it is written in a string: a statement's opening words.
@@ -143,6 +147,26 @@ def test_no_chroma_call_outside_the_chroma_adapter() -> None:
         found += [f"{where(path, node)}: .{node.attr}" for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and node.attr in CHROMA_ONLY]
     assert found == [], "Chroma is reached through core.stores.chroma.VectorStore only"
+
+
+def vector_store_deletes() -> Iterator[str]:
+    """Every call of a `VectorStore` method that deletes (its `delete*` methods), outside the
+    stores, as `path:line .name()`."""
+    deleting = {node.name for node in ast.walk(parsed(CHROMA_ADAPTER))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.name.startswith("delete") and node.name not in CHROMA_ONLY}
+    assert "delete_where" in deleting
+    for path in outside_stores():
+        for node in ast.walk(parsed(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in deleting):
+                yield f"{where(path, node)} .{node.func.attr}()"
+
+
+def test_exactly_one_module_deletes_from_the_vector_store() -> None:
+    modules = {call.split(":")[0] for call in vector_store_deletes()}
+    assert modules == {str(DELETION_ENGINE.relative_to(REPO))}, (
+        "every deletion goes through the one band runner: hand it a DeletionPlan")
 
 
 #: Test modules that test pure rules only.

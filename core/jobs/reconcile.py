@@ -22,7 +22,7 @@ import functools
 import logging
 import math
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +30,13 @@ import structlog
 
 from core.jobs import tombstoning
 from core.jobs.reconcile_fleet import scan_group, sweep_collection
-from core.jobs.tombstoning import TombstoneJob, TombstoneProgress, tombstone_bands
-from core.jobs.tombstoning_groups import tombstone_group
+from core.jobs.tombstoning import (
+    DeletionPlan,
+    DeletionTarget,
+    TenantRule,
+    TombstoneProgress,
+    run_bands,
+)
 from core.rules.errors import StoreUnavailable
 from core.rules.explain_plan import TenantPlan, build_plan
 from core.rules.figures import to_json
@@ -50,7 +55,13 @@ from core.rules.reconcile import (
     candidate_where,
     stale_fraction_exceeded,
 )
-from core.rules.reconcile_groups import TenantGroup, group_tenants, sweep_pays, within_cap
+from core.rules.reconcile_groups import (
+    TenantGroup,
+    group_stale_clauses,
+    group_tenants,
+    sweep_pays,
+    within_cap,
+)
 from core.rules.rows import ChromaRow
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
@@ -62,7 +73,7 @@ from core.rules.tenant_scan import (
     orphan_rule,
 )
 from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import plan_bands, stale_clauses, stale_rule
+from core.rules.tombstone_bands import plan_bands, stale_rule
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.telemetry import insert_metric_rows, new_metric_row
@@ -384,24 +395,26 @@ async def _tombstone(scope: _TenantScope, outcome: TenantOutcome, tally: TenantT
                      progress: TombstoneProgress | None = None) -> None:
     """Archive and delete the oldest actionable chunks, band by band, up to the cap: the
     config-stale ones first, then each repo's manifest orphans (one archive for the tenant;
-    the cap counts both). `progress`: what shared bands already did for the tenant."""
+    the cap counts both). `progress`: what an earlier plan of this pass already did for the
+    tenant."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
     outcome.phase = Phase.TOMBSTONE
     progress = progress or TombstoneProgress()
-    run = functools.partial(tombstone_bands, cap=scope.policy.max_deletes_per_tick,
-                            progress=progress, stopping=lambda: context.control.stopping,
-                            beat=context.control.progress)
+    run = functools.partial(run_bands, _target(context, scope.policy),
+                            cap=scope.policy.max_deletes_per_tick,
+                            progress={tenant.tenant_id: progress}, control=context.control)
     try:
         if len(tally.oldest_stale) and rules.gap is not None:
             ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
-            await run(_stale_job(scope, ceiling),
-                      plan_bands(tally.oldest_stale.sorted(), band_rows=tombstoning.BAND_ROWS))
+            await run(_stale_plan([scope], ceiling, tally.oldest_stale.sorted()))
         for slug, oldest in sorted(tally.oldest_orphans.items()):
             if len(oldest) and not context.control.stopping:
                 manifest = scope.manifests[slug]
-                await run(_job(scope, orphan_clauses(tenant.tenant_id, manifest),
-                               orphan_rule(tenant.tenant_id, manifest)),
-                          orphan_bands(oldest.sorted(), band_rows=tombstoning.BAND_ROWS))
+                await run(DeletionPlan(
+                    "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
+                    {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
+                                                  rules.read_ms)},
+                    orphan_bands(oldest.sorted(), band_rows=tombstoning.BAND_ROWS)))
     finally:
         _apply(outcome, progress)
 
@@ -414,21 +427,23 @@ def _apply(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
     outcome.archive = str(progress.archive.path) if progress.archive else None
 
 
-def _stale_job(scope: _TenantScope, ceiling: int | float) -> TombstoneJob:
-    """The tenant's config-stale tombstoning job (stamps at or below `ceiling`)."""
-    tenant_id = scope.tenant.tenant_id
-    return _job(scope, stale_clauses(tenant_id, ceiling),
-                stale_rule(tenant_id, scope.rules.stale_actionable))
+def _target(context: TickContext, policy: ReconcilePolicy) -> DeletionTarget:
+    """Where this pass deletes from and archives to."""
+    return DeletionTarget(context.vectors, policy.collection,
+                          context.settings.tombstones_dir, policy.pass_id)
 
 
-def _job(scope: _TenantScope, clauses: tuple[dict[str, Any], ...],
-         may_delete: Callable[[Mapping[str, Any]], bool]) -> TombstoneJob:
-    """A tombstoning job of the tenant under one predicate."""
-    return TombstoneJob(
-        vectors=scope.context.vectors, collection=scope.policy.collection,
-        tenant_id=scope.tenant.tenant_id, clauses=clauses, may_delete=may_delete,
-        read_ms=scope.rules.read_ms, tombstones_dir=scope.context.settings.tombstones_dir,
-        pass_id=scope.policy.pass_id)
+def _stale_plan(scopes: Sequence[_TenantScope], ceiling: int | float,
+                values: Sequence[int | float]) -> DeletionPlan:
+    """The config-stale plan of these tenants (stamps at or below `ceiling`, one shared by
+    them all), over the sorted `ingestedAt` of their oldest deletable chunks."""
+    ids = [s.tenant.tenant_id for s in scopes]
+    return DeletionPlan(
+        "stale", group_stale_clauses(ids, ceiling),
+        {s.tenant.tenant_id: TenantRule(stale_rule(s.tenant.tenant_id,
+                                                   s.rules.stale_actionable), s.rules.read_ms)
+         for s in scopes},
+        plan_bands(values, band_rows=tombstoning.BAND_ROWS))
 
 
 async def _by_groups(context: TickContext, tenants: Sequence[TenantConfig],
@@ -604,25 +619,24 @@ def _log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
 async def _tombstone_shared(context: TickContext, read: _GroupRead, policy: ReconcilePolicy,
                             tenant_ids: list[str],
                             progress: dict[str, TombstoneProgress]) -> bool:
-    """Tombstone these tenants (one version, one gap, each under the cap) with shared bands;
-    False when they do not share one stamp ceiling or the shared bands were abandoned (the
-    caller then tombstones them one by one, continuing their progress)."""
+    """Tombstone these tenants (one version, one gap, each under the cap) with one plan, whose
+    bands serve them all; False when they do not share one stamp ceiling, or when the plan
+    raised (a read, a write or a delete failed: the engine's failure policy,
+    `core.jobs.tombstoning`). The caller then runs each tenant as a plan of its own,
+    continuing its progress, so that only the tenant whose part fails is failed: one tenant
+    cannot fail the others."""
     scopes = [read.scopes[t] for t in tenant_ids]
     ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
                 for s in scopes if s.rules.gap is not None}
     if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
         return False
-    ceiling = ceilings.pop()
     values = sorted(v for t in tenant_ids for v in read.tallies[t].oldest_stale.sorted())
     try:
-        await tombstone_group({s.tenant.tenant_id: _stale_job(s, ceiling) for s in scopes},
-                              plan_bands(values, band_rows=tombstoning.BAND_ROWS),
-                              ceiling=ceiling, cap=policy.max_deletes_per_tick,
-                              progress={t: progress[t] for t in tenant_ids},
-                              stopping=lambda: context.control.stopping,
-                              beat=context.control.progress)
+        await run_bands(_target(context, policy), _stale_plan(scopes, ceilings.pop(), values),
+                        cap=policy.max_deletes_per_tick,
+                        progress={t: progress[t] for t in tenant_ids}, control=context.control)
     except Exception as exc:
-        log.warning("reconcile.shared_bands_abandoned", tenants=len(tenant_ids),
+        log.warning("reconcile.shared_plan_failed", tenants=len(tenant_ids),
                     error=f"{type(exc).__name__}: {exc}",
                     message="tombstoning these tenants one by one instead")
         return False

@@ -19,7 +19,7 @@ from typing import Any, Final
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import Band, Number, ingested_range
+from core.rules.tombstone_bands import Band, Number, predicate_where
 from core.rules.values import is_real_number
 
 #: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
@@ -103,11 +103,16 @@ def sweep_page(page: ColumnPage, versions: Mapping[str, int]
     return counts, candidates
 
 
+def group_stale_clauses(tenant_ids: Sequence[str], ceiling: Number) -> tuple[dict[str, Any], ...]:
+    """What every config-stale band of these tenants (one stamp ceiling) shares: one of the
+    tenants, an actionable stamp. For one tenant, exactly `tombstone_bands.stale_clauses`."""
+    return (tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}})
+
+
 def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
     """A band's predicate over several tenants of one ceiling: `core.rules.tombstone_bands.
     band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
-    return {"$and": [tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}},
-                     *ingested_range(band)]}
+    return predicate_where(group_stale_clauses(tenant_ids, ceiling), band)
 
 
 def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
