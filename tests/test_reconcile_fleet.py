@@ -109,7 +109,7 @@ async def test_a_row_changed_under_a_shared_band_is_left_out_and_the_rest_of_the
     # Between the shared band's match and its fetch, a writer re-stamps one matched chunk at
     # its tenant's current version: the band's rule refuses it, one more read of the band shows
     # the store no longer matches it, and the band's delete takes the rest (the engine's one
-    # failure policy, core.jobs.tombstoning).
+    # failure policy, core.jobs.reconcile.deletion).
     stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await seed_fleet(graph, vectors, collection)

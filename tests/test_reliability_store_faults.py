@@ -112,7 +112,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
 ) -> None:
     settings = kb.settings
     # Three bands, three delete requests.
-    monkeypatch.setattr("core.jobs.tombstoning.BAND_ROWS", 1_000)
+    monkeypatch.setattr("core.jobs.reconcile.deletion.BAND_ROWS", 1_000)
     real_delete = VectorStore.delete_where
     requests = {"n": 0}
 

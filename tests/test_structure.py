@@ -29,7 +29,7 @@ STORES = CORE / "stores"
 CHROMA_ADAPTER = STORES / "chroma.py"
 #: The one module that may call the vector store's deletes (every deletion reason is a plan
 #: handed to its band runner).
-DELETION_ENGINE = CORE / "jobs" / "tombstoning.py"
+DELETION_ENGINE = CORE / "jobs" / "reconcile" / "deletion.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 #: SQL as it is written in a string: a statement's opening words.
@@ -87,6 +87,27 @@ def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> Non
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
     assert "core.rules.values -> core.stores.sqlite" in done.stdout
     assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
+
+
+@pytest.mark.parametrize(("module", "imports"), [
+    ("core/jobs/drain.py", "core.jobs.reconcile.deletion"),
+    ("core/jobs/reconcile/run_pass.py", "core.jobs.drain"),
+])
+def test_the_drain_and_the_reconcile_jobs_never_import_each_other(
+    tmp_path: Path, module: str, imports: str,
+) -> None:
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    for name in ("core", "daemons"):
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", copy / ".importlinter")
+    source = copy / module
+    source.write_text(source.read_text(encoding="utf-8") + f"\nimport {imports}  # noqa\n",
+                      encoding="utf-8")
+    done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
+    assert "BROKEN" in done.stdout and "jobs never import the" in done.stdout
 
 
 def test_no_function_in_core_is_longer_than_the_limit() -> None:

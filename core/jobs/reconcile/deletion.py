@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from core.jobs.reconcile.page_loop import until_stopping
 from core.rules.reconcile_groups import split_page
 from core.rules.rows import ColumnPage
 from core.rules.tombstone_bands import Band, predicate_where, rows_refused
@@ -174,8 +175,8 @@ async def run_bands(
     reached the cap (`progress` may carry deletions of an earlier plan of the same tenants),
     the bands run out or the daemon is stopping (checked between bands, never inside one).
     A refused band is logged and counted, and the run goes on; any other error is raised."""
-    for band in plan.bands:
-        if control.stopping or all(progress[t].tombstoned >= cap for t in plan.rules):
+    for band in until_stopping(plan.bands, control):
+        if all(progress[t].tombstoned >= cap for t in plan.rules):
             return
         try:
             await _run_band(target, plan, band, cap=cap, progress=progress)
