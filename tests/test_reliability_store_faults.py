@@ -19,9 +19,9 @@ from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.rules.figures import to_json
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.sqlite import GraphDB

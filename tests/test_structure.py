@@ -79,13 +79,13 @@ def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> Non
     for name in ("core", "daemons"):
         shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".importlinter", copy / ".importlinter")
-    rule = copy / "core" / "rules" / "values.py"
+    rule = copy / "core" / "rules" / "numbers.py"
     rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.stores.sqlite  # noqa\n",
                     encoding="utf-8")
     done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
                           text=True, check=False)
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
-    assert "core.rules.values -> core.stores.sqlite" in done.stdout
+    assert "core.rules.numbers -> core.stores.sqlite" in done.stdout
     assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
 
 

@@ -57,7 +57,7 @@ from core.rules.config_schema import (
     url_without_user_info as url_without_user_info,
 )
 from core.rules.errors import ConfigError
-from core.rules.values import is_real_number, is_whole_number
+from core.rules.numbers import is_real_number, is_whole_number
 
 #: Chroma 1.x's collection names.
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")

@@ -20,7 +20,7 @@ import structlog
 
 from core.jobs.reconcile.deletion_plans import tombstone_tenant
 from core.jobs.reconcile.page_loop import read_pages
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -50,9 +50,8 @@ log = structlog.get_logger(__name__)
 
 #: Rows per page when counting a tenant's chunks for the guard (ids only). Each page re-runs
 #: the `where` over the tenant and skips its offset, so fewer, larger pages are faster, while
-#: Chroma's buffers for a page grow the process. Counting 100,000 chunks (measured): pages of
-#: 2,000 ~4 s slower than 10,000; 10,000 1.1-1.6 s, +15 MB peak; 25,000 0.61-0.67 s, +31 MB;
-#: 50,000 0.56-0.61 s, +47 MB. 25,000 takes most of the gain for half the memory of 50,000.
+#: Chroma's buffers for a page grow the process: this bounds that growth (figures:
+#: docs/performance.md, "Counting a tenant").
 COUNT_PAGE_ROWS = 25_000
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.reconcile import (
     Phase,
     ReconcilePolicy,
