@@ -220,7 +220,7 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
     from core.jobs.reconcile import reconcile_tick
-    from core.rules.figures import to_json
+    from core.rules.camel_json import to_json
     from core.runtime.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,

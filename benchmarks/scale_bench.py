@@ -187,7 +187,7 @@ async def load_collection(count: Callable[[], Awaitable[int]]) -> dict[str, floa
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass over every tenant, as the daemon runs it."""
     from core.jobs.reconcile import reconcile_tick
-    from core.rules.figures import to_json
+    from core.rules.camel_json import to_json
     from core.runtime.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,

@@ -27,9 +27,9 @@ from typing import Any, NoReturn
 
 import structlog
 
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import KbError
-from core.rules.figures import Figures
 from core.rules.terminal_text import inert, shown_text
 from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once

@@ -20,8 +20,8 @@ from core.jobs.eager_backfill import (
     EagerIngestFigures,
 )
 from core.reports.tables import as_text, table
+from core.rules.camel_json import Figures
 from core.rules.drain_plan import DrainStats
-from core.rules.figures import Figures
 from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
 from core.rules.reconcile import ReconcileDisabled, ReconcileFigures, TenantFigures
 from core.rules.tenants import TenantConfig

@@ -30,10 +30,10 @@ from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, see
 from core.jobs.drain import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
-from core.rules.figures import Figures
 from core.rules.ingest import LiveIngestFigures
 from core.rules.reconcile import ReconcileFigures
 from core.rules.rows import ChromaRow

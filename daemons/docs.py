@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rules.config import render_example_toml, render_markdown_table, with_readme_table
+from core.rules.config_docs import render_example_toml, render_markdown_table, with_readme_table
 
 USAGE = "usage: python -m daemons.docs --markdown | --example | --readme FILE"
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from core.jobs.drain import RemTickFigures, rem_tick
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
-from core.rules.figures import Figures
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job

@@ -33,9 +33,9 @@ from core.jobs.alerting import alerting_tick
 from core.jobs.reconcile import explain_tenant, reconcile_tick
 from core.jobs.restore import RestoreResult, restore_archive
 from core.reports.explain import render_plan
+from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
-from core.rules.figures import Figures, to_json
 from core.rules.reconcile import ReconcileDisabled, ReconcileFigures
 from core.runtime.oneshot import OneShot, graceful_stop, within
 from core.runtime.scheduler import DaemonSpec

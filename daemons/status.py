@@ -14,7 +14,7 @@ from typing import NoReturn
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.reports.tables import output_width
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.runtime.settings import load_settings
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main, write_text
 

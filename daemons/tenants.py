@@ -32,10 +32,10 @@ from typing import NoReturn
 
 from core.jobs.manifest_match import match_repo_chunks
 from core.reports.tenant_show import gather_tenant, render_tenant
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
 from core.rules.errors import ConfigError, LockHeld
 from core.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
-from core.rules.figures import to_json
 from core.rules.generations import repo_generation
 from core.rules.manifests import RepoManifest, normalize_manifest_paths
 from core.rules.tenant_policy import AUTO_CHOICES, policy_patch

@@ -15,7 +15,7 @@ import resource
 import sys
 
 from core.jobs.drain import drain_queue
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.runtime.logs import configure_logging
 from core.runtime.tick import open_context
 from core.stores.config_file import load_config

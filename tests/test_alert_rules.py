@@ -34,8 +34,9 @@ from core.rules.alert_rules import (
     scrub_secrets,
     validate_alert_rule,
 )
-from core.rules.config import EXAMPLE_ALERT_RULES_TOML, resolve_config
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
+from core.rules.config import resolve_config
+from core.rules.config_docs import EXAMPLE_ALERT_RULES_TOML
 from core.rules.telemetry import KNOWN_METRICS
 
 HOUR_MS = 3_600_000

@@ -13,8 +13,8 @@ from core.jobs.alerting import alerting_tick
 from core.jobs.context import TickContext
 from core.reports.status import RecentAlert
 from core.rules.alert_rules import ALL_REPOS
+from core.rules.camel_json import to_json
 from core.rules.config import Settings, resolve_config
-from core.rules.figures import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.runtime.tick import open_context
 from core.stores.alert_records import load_cooldowns, recent_alerts

@@ -9,8 +9,8 @@ import pytest
 
 from core.jobs.lazy_backfill import ingest_single_row, link_with_backfill, plan_backfill
 from core.rules.backfill_plan import Reason
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
-from core.rules.figures import to_json
 from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import memory_payload_hash
 from core.stores.chroma import VectorStore

@@ -20,9 +20,9 @@ import pytest
 from core.jobs.context import TickContext
 from core.jobs.eager_backfill import DAY_MS, eager_backfill
 from core.reports.progress import LogProgress, TerminalProgress, choose_progress
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.rules.figures import to_json
 from core.rules.timestamps import iso_from_ms
 from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
 from core.stores.clock import now_ms

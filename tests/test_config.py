@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from core.rules.alert_rules import AlertRules
-from core.rules.config import KEYS, render_example_toml, render_markdown_table, resolve_config
+from core.rules.config import KEYS, resolve_config
+from core.rules.config_docs import render_example_toml, render_markdown_table
 from core.rules.errors import ConfigError
 from core.stores.config_file import load_config
 from tests.support import run_module

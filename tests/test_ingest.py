@@ -6,8 +6,8 @@ import pytest
 
 from core.jobs.ingest import live_ingest_since, sync_session_to_graph
 from core.jobs.lazy_backfill import ingest_single_row
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
-from core.rules.figures import to_json
 from core.rules.timestamps import epoch_ms_from_created_at
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids

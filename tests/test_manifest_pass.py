@@ -14,7 +14,7 @@ import pytest
 
 from core.jobs.context import TickContext
 from core.jobs.reconcile import explain_tenant, reconcile_tick
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import GUARD_STALE_FRACTION
 from core.rules.tenant_policy import policy_patch

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.reconcile import (
     DEFAULT_ORPHAN_VERSION_GAP,
     EMPTY_DIFF,

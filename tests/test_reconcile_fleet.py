@@ -1,7 +1,7 @@
 """A pass over many tenants reads them by groups (one sweep of the collection, or one `where`
 per version over `tenantId $in [...]`) and tombstones them with shared bands; every one of
-those paths must reach exactly the per-tenant decisions, and anything unusual must fall back
-to the per-tenant path instead of deleting outside the plan."""
+those paths must reach exactly the per-tenant decisions, and anything unusual must delete
+nothing outside the plan."""
 
 from __future__ import annotations
 
@@ -103,12 +103,13 @@ async def test_shared_bands_delete_exactly_the_actionable_chunks_into_each_tenan
                         "t-c": {"t-c-0", "t-c-1", "t-c-2", "t-c-5"}, "t-f": {"t-f-2"}}
 
 
-async def test_a_row_changed_under_a_shared_band_sends_the_tenants_one_by_one(
+async def test_a_row_changed_under_a_shared_band_is_left_out_and_the_rest_of_the_band_goes(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Between the shared band's match and its fetch, a writer re-stamps one matched chunk at
-    # its tenant's current version: the shared band is abandoned before any delete, and the
-    # per-tenant path (whose own bands no longer match that chunk) deletes the rest.
+    # its tenant's current version: the band's rule refuses it, one more read of the band shows
+    # the store no longer matches it, and the band's delete takes the rest (the engine's one
+    # failure policy, core.jobs.reconcile.deletion).
     stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await seed_fleet(graph, vectors, collection)
@@ -134,7 +135,8 @@ async def test_a_row_changed_under_a_shared_band_sends_the_tenants_one_by_one(
     assert figures["failedTenants"] == 0
     events = [json.loads(line)["event"] for line in capsys.readouterr().err.splitlines()
               if line.startswith("{")]
-    assert "reconcile.shared_bands_abandoned" in events
+    assert "reconcile.band_rows_changed" in events
+    assert "reconcile.band_refused" not in events
 
 
 async def test_a_failing_group_read_falls_back_to_one_read_per_tenant(

@@ -39,8 +39,8 @@ import pytest
 
 from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
-from core.rules.figures import to_json
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore

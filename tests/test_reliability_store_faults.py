@@ -19,9 +19,9 @@ from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
 from core.jobs.reconcile import reconcile_tick
 from core.jobs.restore import restore_archive
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
 from core.rules.errors import StoreUnavailable
-from core.rules.figures import to_json
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
@@ -113,7 +113,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
 ) -> None:
     settings = kb.settings
     # Three bands, three delete requests.
-    monkeypatch.setattr("core.jobs.tombstoning.BAND_ROWS", 1_000)
+    monkeypatch.setattr("core.jobs.reconcile.deletion.BAND_ROWS", 1_000)
     real_delete = VectorStore.delete_where
     requests = {"n": 0}
 

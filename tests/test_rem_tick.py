@@ -6,8 +6,8 @@ import json
 
 from core.jobs.context import TickContext
 from core.jobs.drain import rem_tick
+from core.rules.camel_json import to_json
 from core.rules.config import Settings
-from core.rules.figures import to_json
 from core.rules.timestamps import iso_from_ms
 from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore

@@ -25,7 +25,7 @@ import pytest
 from core.jobs.alerting import alerting_tick
 from core.jobs.context import TickContext
 from core.reports.status import RecentAlert, gather_status
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.alert_records import recent_alerts

@@ -5,6 +5,7 @@
 - no function in core/ is longer than MAX_FUNCTION_LINES;
 - no SQL text, and no call that runs SQL, outside core/stores/;
 - no Chroma call outside the Chroma adapter (core/stores/chroma.py);
+- exactly one module outside the stores deletes from the vector store: the deletion engine;
 - the tests of pure rules load no store.
 """
 
@@ -26,6 +27,9 @@ MAX_FUNCTION_LINES = 60
 CORE = REPO / "core"
 STORES = CORE / "stores"
 CHROMA_ADAPTER = STORES / "chroma.py"
+#: The one module that may call the vector store's deletes (every deletion reason is a plan
+#: handed to its band runner).
+DELETION_ENGINE = CORE / "jobs" / "reconcile" / "deletion.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 #: SQL as it is written in a string: a statement's opening words.
@@ -75,14 +79,35 @@ def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> Non
     for name in ("core", "daemons"):
         shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".importlinter", copy / ".importlinter")
-    rule = copy / "core" / "rules" / "values.py"
+    rule = copy / "core" / "rules" / "numbers.py"
     rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.stores.sqlite  # noqa\n",
                     encoding="utf-8")
     done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
                           text=True, check=False)
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
-    assert "core.rules.values -> core.stores.sqlite" in done.stdout
+    assert "core.rules.numbers -> core.stores.sqlite" in done.stdout
     assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
+
+
+@pytest.mark.parametrize(("module", "imports"), [
+    ("core/jobs/drain.py", "core.jobs.reconcile.deletion"),
+    ("core/jobs/reconcile/run_pass.py", "core.jobs.drain"),
+])
+def test_the_drain_and_the_reconcile_jobs_never_import_each_other(
+    tmp_path: Path, module: str, imports: str,
+) -> None:
+    copy = tmp_path / "tree"
+    copy.mkdir()
+    for name in ("core", "daemons"):
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".importlinter", copy / ".importlinter")
+    source = copy / module
+    source.write_text(source.read_text(encoding="utf-8") + f"\nimport {imports}  # noqa\n",
+                      encoding="utf-8")
+    done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
+                          text=True, check=False)
+    assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
+    assert "BROKEN" in done.stdout and "jobs never import the" in done.stdout
 
 
 def test_no_function_in_core_is_longer_than_the_limit() -> None:
@@ -143,6 +168,26 @@ def test_no_chroma_call_outside_the_chroma_adapter() -> None:
         found += [f"{where(path, node)}: .{node.attr}" for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and node.attr in CHROMA_ONLY]
     assert found == [], "Chroma is reached through core.stores.chroma.VectorStore only"
+
+
+def vector_store_deletes() -> Iterator[str]:
+    """Every call of a `VectorStore` method that deletes (its `delete*` methods), outside the
+    stores, as `path:line .name()`."""
+    deleting = {node.name for node in ast.walk(parsed(CHROMA_ADAPTER))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.name.startswith("delete") and node.name not in CHROMA_ONLY}
+    assert "delete_where" in deleting
+    for path in outside_stores():
+        for node in ast.walk(parsed(path)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in deleting):
+                yield f"{where(path, node)} .{node.func.attr}()"
+
+
+def test_exactly_one_module_deletes_from_the_vector_store() -> None:
+    modules = {call.split(":")[0] for call in vector_store_deletes()}
+    assert modules == {str(DELETION_ENGINE.relative_to(REPO))}, (
+        "every deletion goes through the one band runner: hand it a DeletionPlan")
 
 
 #: Test modules that test pure rules only.

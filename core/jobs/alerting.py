@@ -40,7 +40,7 @@ from core.rules.alert_rules import (
     evaluate_alert_rules,
     scrub_secrets,
 )
-from core.rules.figures import flattened, omitted_when_none
+from core.rules.camel_json import flattened, omitted_when_none
 from core.rules.telemetry import MetricWindow
 from core.stores.alert_delivery import DEFAULT_DELIVERY_POLICY, DeliveryPolicy, deliver_alerts
 from core.stores.alert_records import load_cooldowns, record_deliveries, scrub_stored_channels

@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 
 from core.jobs.context import TickContext
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.manifests import RepoManifest, claimed_paths
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow

@@ -28,9 +28,9 @@ import structlog
 from core.jobs.context import Progress, TickContext
 from core.jobs.drain import drain_queue
 from core.jobs.ingest import SESSIONS_PER_BATCH, sessions_created_since, sync_sessions
+from core.rules.camel_json import omitted_when_none
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import KbError, StoreUnavailable
-from core.rules.figures import omitted_when_none
 from core.rules.ingest import (
     LiveIngestFigures,
     LiveIngestReport,

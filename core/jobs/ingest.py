@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.ids import memory_node_id
 from core.rules.ingest import (
     LiveIngestReport,

@@ -39,7 +39,7 @@ from core.rules.archive_format import (
     refusal,
     unseal,
 )
-from core.rules.figures import json_name
+from core.rules.camel_json import json_name
 from core.rules.rows import ChromaRow
 from core.rules.terminal_text import shown_text
 from core.stores.archives import ArchiveError, archive_line_batches

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from core.rules.figures import json_name, shown_as
+from core.rules.camel_json import json_name, shown_as
+from core.rules.numbers import is_real_number
 from core.rules.secrets import (
     HIDDEN,
     MIN_SECRET_CHARS,
@@ -39,7 +40,6 @@ from core.rules.secrets import (
     Secrets,
 )
 from core.rules.telemetry import KNOWN_METRICS
-from core.rules.values import is_real_number
 
 Severity = Literal["warning", "critical"]
 DeliveryMode = Literal["wake", "audit"]

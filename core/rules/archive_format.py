@@ -29,8 +29,8 @@ from typing import Any, Final
 
 import orjson
 
+from core.rules.numbers import is_real_number, is_whole_number
 from core.rules.rows import ChromaRow, ColumnPage
-from core.rules.values import is_real_number, is_whole_number
 
 #: The format this version writes; `LEGACY_FORMAT` is still read.
 ARCHIVE_FORMAT: Final = 2

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
+from core.rules.numbers import is_whole_number
 from core.rules.queue_lines import MAX_LINE_BYTES, SpilledBytes, json_line
-from core.rules.values import is_whole_number
 
 #: The reason shown for a dead-letter line that is not a readable record (a torn write).
 UNREADABLE = "unreadable"

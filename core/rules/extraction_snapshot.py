@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
-from core.rules.values import is_real_number
+from core.rules.numbers import is_real_number
 
 SNAPSHOT_KEY: Final = "extractionSnapshot"
 _HEX64: Final = re.compile(r"[a-f0-9]{64}")

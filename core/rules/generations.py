@@ -42,9 +42,9 @@ from core.rules.extraction_snapshot import (
     is_extraction_identity,
 )
 from core.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, RepoManifest
+from core.rules.numbers import is_real_number
 from core.rules.reconcile import TENANT_KEY
 from core.rules.tombstone_bands import deletion_bound
-from core.rules.values import is_real_number
 
 PARSER_ID_KEY: Final = "parserId"
 PARSER_VERSION_KEY: Final = "parserVersion"

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.rules.extraction_snapshot import ExtractionSnapshot, snapshot_from
+from core.rules.numbers import is_real_number
 from core.rules.rows import id_and_metadata
 from core.rules.tenants import normalize_tenant_id
 from core.rules.terminal_text import inert
-from core.rules.values import is_real_number
 
 MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
 MANIFEST_PREFIX: Final = "kb-manifest:"

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from core.rules.camel_json import omitted_when_none
 from core.rules.config import KEYS_BY_NAME, Settings
-from core.rules.figures import omitted_when_none
+from core.rules.numbers import is_real_number
 from core.rules.rows import id_and_metadata
-from core.rules.values import is_real_number
 
 #: The default gap (the config table's, never re-spelled); never a stand-in for an invalid one.
 DEFAULT_ORPHAN_VERSION_GAP: float = KEYS_BY_NAME["reconciliationOrphanVersionGap"].default

@@ -1,8 +1,7 @@
 """How a pass groups tenants so that one Chroma query serves many of them (pure).
 
-At fleet scale a pass costs what its round trips cost: one scan and one count per tenant is
-~12 ms a tenant, whatever its size (1,000 tenants of 100 chunks: 12.3 s against 0.79 s for one
-tenant of 100,000). So small tenants are read by one sweep of the whole collection (their
+At fleet scale a pass costs what its round trips cost, a tenant's whatever its size
+(docs/performance.md). So small tenants are read by one sweep of the whole collection (their
 candidates and their counts for the stale-fraction guard at once), larger ones at the same
 current version share one candidate read (`tenantId $in [...] AND tenantConfigVersion <
 version`), and tenants of one ceiling share tombstoning bands. Each page is split back by
@@ -16,22 +15,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from core.rules.numbers import is_real_number
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import Band, Number, ingested_range
-from core.rules.values import is_real_number
+from core.rules.tombstone_bands import Band, Number, predicate_where
 
 #: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
 #: this many chunks: one bare paged scan then costs less than a round trip per tenant or group
-#: (a per-tenant read costs ~12 ms, the time of scanning ~350 chunks; measured, README
-#: "Performance"), and it counts every tenant for the guard in the same read.
+#: (docs/performance.md, "Shared bands at fleet scale"), and it counts every tenant for the
+#: guard in the same read.
 SWEEP_MAX_CHUNKS_PER_TENANT: Final = 500
 #: Tenants per `tenantId $in [...]` list. Chroma 1.5.9 accepts 10,000 values and refuses
 #: 50,000 (SQLite's limit of 32,766 variables; tests/test_reconcile_fleet.py sends a full
 #: list through every request a group makes). 5,000 stays well inside it, and fewer, larger
-#: requests are what a fleet pass is for: one shared band's delete of 5,000 chunks took 2.3 s
-#: against 5 x 0.69 s as five bands of 1,000 tenants (10,000 tenants, one stale chunk each).
+#: requests are what a fleet pass is for (docs/performance.md).
 TENANTS_PER_WHERE: Final = 5_000
 
 
@@ -103,11 +101,16 @@ def sweep_page(page: ColumnPage, versions: Mapping[str, int]
     return counts, candidates
 
 
+def group_stale_clauses(tenant_ids: Sequence[str], ceiling: Number) -> tuple[dict[str, Any], ...]:
+    """What every config-stale band of these tenants (one stamp ceiling) shares: one of the
+    tenants, an actionable stamp. For one tenant, exactly `tombstone_bands.stale_clauses`."""
+    return (tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}})
+
+
 def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
     """A band's predicate over several tenants of one ceiling: `core.rules.tombstone_bands.
     band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
-    return {"$and": [tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}},
-                     *ingested_range(band)]}
+    return predicate_where(group_stale_clauses(tenant_ids, ceiling), band)
 
 
 def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:

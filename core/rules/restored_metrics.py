@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from core.rules.figures import camel_case
+from core.rules.camel_json import camel_case
 from core.rules.reconcile import TenantFigures
 
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from core.rules.numbers import is_whole_number
 from core.rules.tenants import normalize_tenant_id
-from core.rules.values import is_whole_number
 
 EVENT_INGEST = "ingest"
 EVENT_TOMBSTONE = "tombstone"

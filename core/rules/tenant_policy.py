@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from core.rules.values import is_real_number, is_whole_number
+from core.rules.numbers import is_real_number, is_whole_number
 
 POLICY_PROPERTY: Final = "reconciliationPolicy"
 GAP_KEY: Final = "orphanVersionGap"

@@ -46,9 +46,9 @@ from core.rules.manifests import (
     manifest_orphan,
     manifest_ripe,
 )
+from core.rules.numbers import is_real_number
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, manifest_mismatched
 from core.rules.tombstone_bands import Band, Number, OldestIngested, deletion_bound, plan_bands
-from core.rules.values import is_real_number
 
 #: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
 #: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most

@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.rules.figures import hidden
-from core.rules.values import is_whole_number
+from core.rules.camel_json import hidden
+from core.rules.numbers import is_whole_number
 
 TENANT_CONFIG_LABEL = "KnowledgeBaseTenantConfig"
 TENANT_CONFIG_PREFIX = "kb-config:"

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from core.rules.numbers import is_real_number
 from core.rules.rows import ColumnPage
-from core.rules.values import is_real_number
 
 TENANT_KEY: Final = "tenantId"
 STAMP_KEY: Final = "tenantConfigVersion"
@@ -28,9 +28,8 @@ Number = int | float
 
 #: How far a band's float bounds are moved up, in units in the last place, as the store's
 #: operands. Chroma 1.5.9 keeps and reads float metadata, and parses a `where`'s float operand,
-#: up to 1 ulp off (measured over 600 random doubles: 104 read back 1 ulp off, either way, and
-#: `$lte` of the value read back missed 7 of them; 1 ulp more matched all 600). Without the
-#: slack such a chunk fits no band: actionable on every pass, deleted by none.
+#: up to 1 ulp off (docs/performance.md, "Float bounds"). Without the slack such a chunk fits
+#: no band: actionable on every pass, deleted by none.
 FLOAT_BOUND_SLACK_ULPS: Final = 2
 
 

@@ -50,9 +50,9 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
-from core.rules.figures import Figures
 from core.rules.reconcile import ReconcileFigures, TenantFigures
 from core.rules.restored_metrics import RestoredMetrics, restored_metrics
 from core.runtime.tick import Job

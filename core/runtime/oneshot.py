@@ -23,9 +23,9 @@ from typing import TypeVar
 import structlog
 
 from core.jobs.context import TickContext, TickControl
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import KbError
-from core.rules.figures import Figures
 from core.runtime.signals import stop_on_signals
 from core.runtime.tick import Job, TickResult, open_context, run_tick
 

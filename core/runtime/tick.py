@@ -27,9 +27,9 @@ import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.jobs.drain import RemTickFigures
+from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.errors import KbError, LockHeld
-from core.rules.figures import Figures, to_json
 from core.rules.reconcile import ReconcileFigures
 from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore

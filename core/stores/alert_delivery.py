@@ -34,7 +34,7 @@ from core.rules.alert_rules import (
     parse_channel,
     scrub_secrets,
 )
-from core.rules.figures import to_json
+from core.rules.camel_json import to_json
 from core.rules.secrets import MAX_FOREIGN_TEXT_CHARS
 
 log = structlog.get_logger(__name__)

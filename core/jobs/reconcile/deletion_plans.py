@@ -1,0 +1,150 @@
+"""The deletion plans of a pass: which reasons to delete apply to a tenant (config-stale,
+then each repo's manifest orphans) or to a group of tenants sharing one stamp ceiling, built
+as `DeletionPlan`s and handed to the one band runner (`deletion.run_bands`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from core.jobs.reconcile import deletion
+from core.jobs.reconcile.deletion import (
+    DeletionPlan,
+    DeletionTarget,
+    TenantRule,
+    TombstoneProgress,
+    run_bands,
+)
+from core.jobs.reconcile.page_loop import until_stopping
+from core.rules.reconcile import (
+    Phase,
+    ReconcilePolicy,
+    TenantOutcome,
+    actionable_stamp_ceiling,
+)
+from core.rules.reconcile_groups import (
+    group_stale_clauses,
+)
+from core.rules.tenant_scan import (
+    TenantTally,
+    orphan_bands,
+    orphan_clauses,
+    orphan_rule,
+)
+from core.rules.tombstone_bands import plan_bands, stale_rule
+
+if TYPE_CHECKING:
+    from core.jobs.context import TickContext
+    from core.jobs.reconcile.group_reads import GroupRead
+    from core.jobs.reconcile.one_tenant import TenantScope
+
+log = structlog.get_logger(__name__)
+
+
+async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                     progress: TombstoneProgress | None = None) -> None:
+    """Archive and delete the oldest actionable chunks, band by band, up to the cap: the
+    config-stale ones first, then each repo's manifest orphans (one archive for the tenant;
+    the cap counts both). `progress`: what an earlier plan of this pass already did for the
+    tenant."""
+    context, tenant, rules = scope.context, scope.tenant, scope.rules
+    outcome.phase = Phase.TOMBSTONE
+    progress = progress or TombstoneProgress()
+    run = functools.partial(run_bands, deletion_target(context, scope.policy),
+                            cap=scope.policy.max_deletes_per_tick,
+                            progress={tenant.tenant_id: progress}, control=context.control)
+    try:
+        if len(tally.oldest_stale) and rules.gap is not None:
+            ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
+            await run(stale_plan([scope], ceiling, tally.oldest_stale.sorted()))
+        for slug, oldest in until_stopping(sorted(tally.oldest_orphans.items()),
+                                           context.control):
+            if len(oldest):
+                manifest = scope.manifests[slug]
+                await run(DeletionPlan(
+                    "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
+                    {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
+                                                  rules.read_ms)},
+                    orphan_bands(oldest.sorted(), band_rows=deletion.BAND_ROWS)))
+        await _tombstone_generations(scope, tally, run)
+    finally:
+        progress_into_outcome(outcome, progress)
+
+
+async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
+                                 run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
+    """Each generation job (one tier of one old stamp of one repo, `core.rules.generations`),
+    oldest of its chunks first, as one more plan of the same engine: archived first, decided
+    by the store at delete time, within the cap."""
+    generations = tally.generations
+    if generations is None:
+        return
+    tenant_id, cap = scope.tenant.tenant_id, scope.policy.max_deletes_per_tick
+    jobs = sorted(generations.deletable.items(), key=lambda job: min(job[1]))
+    for key, chunks in until_stopping(jobs, scope.context.control):
+        await run(DeletionPlan(
+            "generation-orphan", generations.clauses(key),
+            {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms)},
+            orphan_bands(sorted(chunks)[:cap], band_rows=deletion.BAND_ROWS)))
+
+
+def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
+    """The tenant's figures from what its tombstoning did so far."""
+    outcome.tombstoned_count = progress.tombstoned
+    outcome.archived_count = progress.archived
+    outcome.refused_bands = progress.bands_refused
+    outcome.archive = str(progress.archive.path) if progress.archive else None
+
+
+def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTarget:
+    """Where this pass deletes from and archives to."""
+    return DeletionTarget(context.vectors, policy.collection,
+                          context.settings.tombstones_dir, policy.pass_id)
+
+
+def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
+                values: Sequence[int | float]) -> DeletionPlan:
+    """The config-stale plan of these tenants (stamps at or below `ceiling`, one shared by
+    them all), over the sorted `ingestedAt` of their oldest deletable chunks."""
+    ids = [s.tenant.tenant_id for s in scopes]
+    return DeletionPlan(
+        "stale", group_stale_clauses(ids, ceiling),
+        {s.tenant.tenant_id: TenantRule(stale_rule(s.tenant.tenant_id,
+                                                   s.rules.stale_actionable), s.rules.read_ms)
+         for s in scopes},
+        plan_bands(values, band_rows=deletion.BAND_ROWS))
+
+
+async def tombstone_group(context: TickContext, read: GroupRead, policy: ReconcilePolicy,
+                            tenant_ids: list[str],
+                            progress: dict[str, TombstoneProgress]) -> bool:
+    """Tombstone these tenants (one version, one gap, each under the cap) with one plan, whose
+    bands serve them all; False when they do not share one stamp ceiling, or when the plan
+    raised (a read, a write or a delete failed: the engine's failure policy,
+    `core.jobs.reconcile.deletion`). The caller then runs each tenant as a plan of its own,
+    continuing its progress, so that only the tenant whose part fails is failed: one tenant
+    cannot fail the others."""
+    scopes = [read.scopes[t] for t in tenant_ids]
+    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
+                for s in scopes if s.rules.gap is not None}
+    if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
+        return False
+    values = sorted(v for t in tenant_ids for v in read.tallies[t].oldest_stale.sorted())
+    try:
+        await run_bands(deletion_target(context, policy),
+                        stale_plan(scopes, ceilings.pop(), values), cap=policy.max_deletes_per_tick,
+                        progress={t: progress[t] for t in tenant_ids}, control=context.control)
+    except Exception as exc:
+        log.warning("reconcile.shared_plan_failed", tenants=len(tenant_ids),
+                    error=f"{type(exc).__name__}: {exc}",
+                    message="tombstoning these tenants one by one instead")
+        return False
+    finally:
+        for t in tenant_ids:
+            progress_into_outcome(read.outcomes[t], progress[t])
+    return True
+
