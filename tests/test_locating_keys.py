@@ -79,6 +79,10 @@ WRONG_VALUES: tuple[tuple[str, str, str, str | None], ...] = (
      "directory", None),
     ('chromaUrl = "https://127.0.0.1:9"\nchromaCaFile = "no-such-ca.pem"', "chromaCaFile",
      "no-such-ca.pem: cannot read it", None),
+    ('stateUrl = "postgresql://kb:Pa55state@127.0.0.1:5432/kb"', "stateUrl",
+     "it holds a password: put it in PGPASSFILE or PGPASSWORD", "Pa55state"),
+    ('stateUrl = "postgresql://127.0.0.1:5432"', "stateUrl", "it names no database", None),
+    ('stateUrl = "mysql://127.0.0.1/kb"', "stateUrl", "expected postgresql://", None),
 )
 
 
