@@ -56,6 +56,9 @@ class Statements:
     rollup_by_repo: str
     #: (since, until, tenant or None, tenant or None) -> tenant, KNOWN_METRICS figures
     rollup_by_tenant: str
+    #: (since) -> tenant, repo, KNOWN_METRICS figures: every event at or after `since`, no
+    #: upper bound (the original's health view), by tenant then repo
+    health_by_repo: str
     #: (event, event) -> tenant, repo, timestamp, total, deleted, detail: each tenant's latest
     last_reconcile: str
     # ------------------------------------------------------------------- drain state

@@ -103,6 +103,9 @@ INSERT INTO kb_ingestion_metrics(
 """,
     rollup_by_repo=_rollup("tenant_id", "repo_slug"),
     rollup_by_tenant=_rollup("tenant_id"),
+    health_by_repo=(f"SELECT tenant_id, repo_slug, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
+                    "WHERE timestamp >= $1 GROUP BY tenant_id, repo_slug "
+                    'ORDER BY tenant_id COLLATE "C", repo_slug COLLATE "C"'),
     last_reconcile=(
         "SELECT DISTINCT ON (tenant_id COLLATE \"C\") tenant_id, repo_slug, timestamp, "
         "chunks_total, chunks_deleted, detail FROM kb_ingestion_metrics "

@@ -88,6 +88,9 @@ INSERT OR IGNORE INTO kb_ingestion_metrics(
 """,
     rollup_by_repo=_rollup("tenant_id, repo_slug"),
     rollup_by_tenant=_rollup("tenant_id"),
+    health_by_repo=(f"SELECT tenant_id, repo_slug, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
+                    "WHERE timestamp >= ? GROUP BY tenant_id, repo_slug "
+                    "ORDER BY tenant_id, repo_slug"),
     last_reconcile=(
         "SELECT tenant_id, repo_slug, timestamp, chunks_total, chunks_deleted, detail "
         "FROM kb_ingestion_metrics AS m WHERE event_type = ? AND id = ("
