@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from core.jobs.fencing import ensure_still_leads
 from core.rules.rows import ColumnPage
 from core.rules.tombstone_bands import Band, predicate_where, rows_refused
 from core.stores.archives import TombstoneArchive
@@ -159,6 +160,8 @@ async def _tombstone_band(
     assert progress.archive is not None
     await progress.archive.sync()  # nothing goes that is not on disk
     limit = remaining if len(archived) > remaining else None
+    # Fencing hook (issue 27): a host that no longer leads deletes nothing.
+    await ensure_still_leads(f"delete of a band of {len(archived)} chunks")
     try:
         deleted = await job.vectors.delete_where(job.collection, where=where, limit=limit)
     except Exception as exc:

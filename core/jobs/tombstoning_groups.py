@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from core.jobs.fencing import ensure_still_leads
 from core.jobs.tombstoning import (
     ARCHIVE_READ_ROWS,
     TombstoneFailed,
@@ -97,6 +98,8 @@ async def _group_band(jobs: Mapping[str, TombstoneJob], band: Band,
             archive for t in archived if (archive := progress[t].archive) is not None], flush)
     finally:
         flush.close()
+    # Fencing hook (issue 27): a host that no longer leads deletes nothing.
+    await ensure_still_leads(f"delete of a shared band of {len(archived)} tenants")
     try:
         deleted = await vectors.delete_where(first.collection, where=where)
     except Exception as exc:
