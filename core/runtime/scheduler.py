@@ -163,17 +163,8 @@ class DaemonRunner:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         graph = await open_graph(self.settings, read_only=self.options.dry_run)
-        leadership: Leadership | None = None
-        jobs = self.spec.jobs
-        if needs_election(self.settings.state_url, elected=self.spec.elected,
-                          dry_run=self.options.dry_run):
-            leadership = Leadership(
-                self.settings.state_url, holder=holder_name(self.spec.name),
-                lease_ms=lease_ms_for(j.interval_ms for j in jobs),
-                on_acquired=self._carry_on_schedule)
-            jobs = tuple(leadership.elected(job) for job in jobs)
-        heartbeat: asyncio.Task[None] | None = None
-        stop_heartbeat = asyncio.Event()
+        leadership, jobs = self._elected_jobs()
+        heartbeat, stop_heartbeat = None, asyncio.Event()
         try:
             self._context = TickContext(self.settings, graph, self.vectors)
             previous = await last_ticks(graph)
@@ -207,9 +198,8 @@ class DaemonRunner:
                                    EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
             scheduler.start()
             self.scheduler = scheduler
-            if leadership is not None:
-                heartbeat = asyncio.create_task(leadership.run(stop_heartbeat),
-                                                name=f"{self.spec.name}:leadership")
+            if leadership is not None:  # after the scheduler: taking the lead reschedules
+                heartbeat = asyncio.create_task(leadership.run(stop_heartbeat))
             self.ready.set()
             while not stop.is_set():
                 await wait_for_stop(stop, self.options.health_check_s)
@@ -223,10 +213,21 @@ class DaemonRunner:
                 self.scheduler.shutdown(wait=False)  # our ticks are shielded from its cancel
                 self.scheduler = None
             await self._finish_running_ticks()
-            if heartbeat is not None:  # after the ticks: a clean stop hands the lead over
-                stop_heartbeat.set()
-                await asyncio.gather(heartbeat, return_exceptions=True)
+            stop_heartbeat.set()  # after the ticks: a clean stop hands the lead over
+            await asyncio.gather(*[t for t in (heartbeat,) if t], return_exceptions=True)
             await graph.close()
+
+    def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
+        """The jobs as this host runs them: gated by a `Leadership` when the daemon is
+        elected on a shared state (none otherwise: one host, as before)."""
+        if not needs_election(self.settings.state_url, elected=self.spec.elected,
+                              dry_run=self.options.dry_run):
+            return None, self.spec.jobs
+        leadership = Leadership(
+            self.settings.state_url, holder=holder_name(self.spec.name),
+            lease_ms=lease_ms_for(j.interval_ms for j in self.spec.jobs),
+            on_acquired=self._carry_on_schedule)
+        return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
 
     async def _carry_on_schedule(self) -> None:
         """This host just took the lead: each job's next tick comes one interval after the
