@@ -248,7 +248,8 @@ async def tick_once(
     Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
     when a stop signal ended it early. A failure propagates to `run_main`, which prints the
     one `{"ok": false, "error": ...}` object."""
-    done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run)
+    done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run,
+                               elected=daemon.name if daemon.elected else None)
     main = done.figures[daemon.jobs[0].name]
     shown = main.json()
     for job in daemon.jobs[1:]:

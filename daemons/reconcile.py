@@ -220,7 +220,7 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
     if settings.alerting_enabled:
         jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
-    return DaemonSpec(DAEMON, tuple(jobs))
+    return DaemonSpec(DAEMON, tuple(jobs), elected=True)  # one host at a time (stateUrl)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

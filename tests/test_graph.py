@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 
 from core.rules.errors import StoreUnavailable
-from core.rules.nodes import EdgeRow
-from core.stores.graph import MAX_WEIGHT, existing_ids, link_edges, link_nodes, upsert_node
+from core.rules.nodes import EdgeRow, NodeRow
+from core.stores.graph import (
+    MAX_WEIGHT,
+    existing_ids,
+    link_edges,
+    link_nodes,
+    upsert_node,
+    upsert_nodes,
+)
 from core.stores.graph_db import GraphDB
 from core.stores.sqlite import SqliteGraph
 from tests.support import count_rows, read_edge, read_node
@@ -151,3 +158,27 @@ async def test_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path) 
     assert await count_rows(ro, "nodes") == 0
     await ro.close()
     assert not (tmp_path / "absent.sqlite").exists()
+
+
+async def test_jobs_sharing_one_connection_take_it_in_turn(graph: GraphDB) -> None:
+    """One process's jobs share one state connection: reads and write transactions of
+    concurrent tasks (a pass, the alerting job, the drain) never collide on it, and a task's
+    read inside its own open write transaction sees that transaction."""
+    import asyncio
+
+    await upsert_node(graph, "CONCEPT:a", "CONCEPT")
+
+    async def writer(n: int) -> None:
+        async with graph.write() as tx:
+            await upsert_nodes(tx, [NodeRow(f"CONCEPT:w{n}", "CONCEPT", {"n": n})])
+            await asyncio.sleep(0)  # let the others try the connection mid-transaction
+            assert await existing_ids(graph, [f"CONCEPT:w{n}"]) == {f"CONCEPT:w{n}"}
+
+    async def reader() -> None:
+        for _ in range(5):
+            assert "CONCEPT:a" in await existing_ids(graph, ["CONCEPT:a"])
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(writer(n) for n in range(5)), *(reader() for _ in range(5)))
+    assert await existing_ids(graph, [f"CONCEPT:w{n}" for n in range(5)]) == {
+        f"CONCEPT:w{n}" for n in range(5)}

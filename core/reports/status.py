@@ -35,7 +35,7 @@ from core.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.stores.graph import count_nodes_and_edges, provenance_counts
 from core.stores.graph_db import GraphDB
 from core.stores.queue_files import QueueFileCounts, describe_queue_file
-from core.stores.state import open_graph
+from core.stores.state import open_graph, state_location
 from core.stores.telemetry import last_stale_counts
 from core.stores.tenants import list_tenants
 
@@ -107,9 +107,12 @@ class Provenance:
 
 @dataclass(frozen=True, slots=True)
 class GraphStatus:
-    """The graph file: whether it exists, its size in nodes and edges, and provenance."""
+    """The state store: whether it exists, its size in nodes and edges, and provenance.
 
-    path: Path
+    `path` is where the state is: the SQLite file, or the `stateUrl` (it holds no password).
+    """
+
+    path: str
     present: bool
     nodes: int = 0
     edges: int = 0
@@ -211,7 +214,7 @@ def without_url_credentials(value: Any) -> Any:
     return value
 
 
-async def _graph_status(graph: GraphDB, tables: set[str], *, path: Path) -> GraphStatus:
+async def _graph_status(graph: GraphDB, tables: set[str], *, path: str) -> GraphStatus:
     """Nodes, edges, and MEMORY / SESSION nodes by provenance marker."""
     nodes, edges = await count_nodes_and_edges(graph, tables)
     by_label = await provenance_counts(graph) if "nodes" in tables else {}
@@ -297,17 +300,19 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         queue=QueueFileStatus.of(settings.lazy_edges_queue_path, queue),
         draining=QueueFileStatus.of(settings.draining_path, draining),
         dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),
-        graph=GraphStatus(settings.graph_db_path, present=False),
+        graph=GraphStatus(state_location(settings), present=False),
     )
-    path = settings.graph_db_path
-    if not path.exists():
+    # A database at `stateUrl` is always there to read (an unreachable one is an outage,
+    # StoreUnavailable); only the SQLite file may not have been created yet.
+    if not settings.state_url and not settings.graph_db_path.exists():
         return report
     graph = await open_graph(settings, read_only=True)
     try:
         tables = await graph.table_names()
         return StatusReport(
             report.generated_at, report.config, report.queue, report.draining,
-            report.dead_letters, graph=await _graph_status(graph, tables, path=path),
+            report.dead_letters,
+            graph=await _graph_status(graph, tables, path=report.graph.path),
             ticks=await _ticks(graph, tables), tenants=await _tenants(graph, tables),
             alerts=await _alerts(graph, tables))
     finally:

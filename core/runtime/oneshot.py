@@ -25,7 +25,8 @@ import structlog
 from core.jobs.context import TickContext, TickControl
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
-from core.rules.errors import KbError
+from core.rules.errors import KbError, LockHeld
+from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
 from core.runtime.signals import stop_on_signals
 from core.runtime.tick import Job, TickResult, open_context, run_tick
 
@@ -107,9 +108,25 @@ class JobsRun:
     run: OneShot
 
 
-async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: bool) -> JobsRun:
+async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: bool,
+                        elected: str | None = None) -> JobsRun:
     """Run each job's tick once, in order, on one set of stores; a job after a stop signal
-    is not started. Raises what a tick raises (after it was logged and recorded)."""
+    is not started. Raises what a tick raises (after it was logged and recorded).
+
+    `elected` names a daemon whose jobs run on one host at a time: with the state on
+    PostgreSQL the run takes the leader lock for its duration, and is refused (LockHeld,
+    exit 1) while another host leads.
+    """
+    if elected is not None and needs_election(settings.state_url, elected=True,
+                                              dry_run=dry_run):
+        leadership = Leadership(settings.state_url, holder=holder_name(elected),
+                                lease_ms=lease_ms_for(j.interval_ms for j in jobs))
+        async with leadership.running():
+            if not leadership.leads:
+                raise LockHeld(f"another host leads the {elected} passes; this run would "
+                               "be a second one (stop that daemon, or run --dry-run)")
+            return await run_jobs_once(settings, [leadership.elected(j) for j in jobs],
+                                       dry_run=dry_run)
     figures: dict[str, TickResult[Figures]] = {}
     async with one_shot(settings, dry_run=dry_run) as (context, run):
         for job in jobs:

@@ -41,6 +41,7 @@ import structlog
 from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
+from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
 from core.runtime.metrics import Metrics, read_restored_metrics
 from core.runtime.signals import stop_on_signals
 from core.runtime.store_door import StoreDoor
@@ -77,6 +78,8 @@ class DaemonSpec:
 
     name: str
     jobs: tuple[Job, ...]
+    #: Its jobs run on one host at a time when the state is shared (`core.runtime.leadership`).
+    elected: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +163,13 @@ class DaemonRunner:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         graph = await open_graph(self.settings, read_only=self.options.dry_run)
+        leadership, jobs = self._elected_jobs()
+        heartbeat, stop_heartbeat = None, asyncio.Event()
         try:
             self._context = TickContext(self.settings, graph, self.vectors)
             previous = await last_ticks(graph)
             scheduler = AsyncIOScheduler(timezone=UTC)
-            for job in self.spec.jobs:
+            for job in jobs:
                 self._states[job.name].control = TickControl()
                 last = previous.get(job.name)
                 left = job.work_left is not None and job.work_left(self.settings)
@@ -193,6 +198,8 @@ class DaemonRunner:
                                    EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
             scheduler.start()
             self.scheduler = scheduler
+            if leadership is not None:  # after the scheduler: taking the lead reschedules
+                heartbeat = asyncio.create_task(leadership.run(stop_heartbeat))
             self.ready.set()
             while not stop.is_set():
                 await wait_for_stop(stop, self.options.health_check_s)
@@ -206,7 +213,42 @@ class DaemonRunner:
                 self.scheduler.shutdown(wait=False)  # our ticks are shielded from its cancel
                 self.scheduler = None
             await self._finish_running_ticks()
+            stop_heartbeat.set()  # after the ticks: a clean stop hands the lead over
+            await asyncio.gather(*[t for t in (heartbeat,) if t], return_exceptions=True)
             await graph.close()
+
+    def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
+        """The jobs as this host runs them: gated by a `Leadership` when the daemon is
+        elected on a shared state (none otherwise: one host, as before)."""
+        if not needs_election(self.settings.state_url, elected=self.spec.elected,
+                              dry_run=self.options.dry_run):
+            return None, self.spec.jobs
+        leadership = Leadership(
+            self.settings.state_url, holder=holder_name(self.spec.name),
+            lease_ms=lease_ms_for(j.interval_ms for j in self.spec.jobs),
+            on_acquired=self._carry_on_schedule)
+        return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
+
+    async def _carry_on_schedule(self) -> None:
+        """This host just took the lead: each job's next tick comes one interval after the
+        last recorded one started (whichever host ran it), at once when that did not
+        complete, so the schedule carries on without a pass missed or doubled."""
+        if self.scheduler is None:
+            return
+        # A connection of its own: the runner's may be in use by a tick right now.
+        graph = await open_graph(self.settings, read_only=True)
+        try:
+            previous = await last_ticks(graph)
+        finally:
+            await graph.close()
+        for job in self.spec.jobs:
+            last = previous.get(job.name)
+            delay_ms = first_run_delay_ms(last.started_at if last else None, job.interval_ms,
+                                          self.clock(), resume=last is not None and not last.ok)
+            self.scheduler.modify_job(
+                job.name, next_run_time=datetime.now(UTC) + timedelta(milliseconds=delay_ms))
+            log.info("job.rescheduled", daemon=self.spec.name, job=job.name,
+                     reason="took the lead", nextTickInS=delay_ms / 1000)
 
     async def _fire(self, job: Job) -> None:
         """APScheduler's job: run the tick in a task of ours, shielded from the scheduler's

@@ -12,8 +12,9 @@ text or a call of these anywhere else).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 from core.rules.errors import KbError
@@ -23,6 +24,31 @@ from core.stores.statements import Statements
 class GraphDataError(KbError):
     """A statement failed because of the data it carried, not because the store is unavailable:
     retrying the same data fails the same way (the drainer isolates the line that causes it)."""
+
+
+class ConnectionTurn:
+    """Takes turns on one connection between the tasks of one process: a daemon's jobs (a
+    pass, the alerting job) share its state connection, and a connection holds one transaction
+    at a time. Re-entrant per task: a task inside its own turn (a read within its open write
+    transaction) goes straight on. Uncontended, a turn costs an `asyncio.Lock` acquire."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._holder: asyncio.Task[Any] | None = None
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """The connection for the current task alone until the block ends."""
+        task = asyncio.current_task()
+        if task is not None and self._holder is task:
+            yield
+            return
+        async with self._lock:
+            self._holder = task
+            try:
+                yield
+            finally:
+                self._holder = None
 
 
 class Reader(Protocol):

@@ -27,3 +27,9 @@ async def open_graph(
                                         busy_timeout_ms=busy_timeout_ms)
     return await SqliteGraph.open(settings.graph_db_path, read_only=read_only,
                                   busy_timeout_ms=busy_timeout_ms)
+
+
+def state_location(settings: Settings) -> str:
+    """Where the state of `settings` is, for messages: the `stateUrl` (it never holds a
+    password: the configuration refuses one) or the SQLite file's path."""
+    return settings.state_url or str(settings.graph_db_path)

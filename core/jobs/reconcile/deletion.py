@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from core.jobs.fencing import ensure_still_leads
 from core.jobs.reconcile.page_loop import until_stopping
 from core.rules.reconcile_groups import split_page
 from core.rules.rows import ColumnPage
@@ -231,6 +232,9 @@ async def _delete_band(target: DeletionTarget, where: dict[str, Any],
                        progress: Mapping[str, TombstoneProgress], *, limit: int | None) -> None:
     """The band's one delete request, and what went attributed to each tenant."""
     total = sum(len(ids) for ids in archived.values())
+    # A host that no longer leads (state on PostgreSQL: `core.jobs.fencing`) deletes nothing;
+    # the check is the last step before the request, after the archives are on disk.
+    await ensure_still_leads(f"delete of a band of {total} chunks of {len(archived)} tenant(s)")
     try:
         deleted = await target.vectors.delete_where(target.collection, where=where, limit=limit)
     except Exception as exc:

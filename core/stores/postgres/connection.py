@@ -21,7 +21,7 @@ import asyncpg
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
-from core.stores.graph_db import GraphDataError
+from core.stores.graph_db import ConnectionTurn, GraphDataError
 from core.stores.postgres.schema import MIGRATIONS, SCHEMA_LOCK_KEY, VERSION_TABLE
 from core.stores.postgres.statements import POSTGRES
 from core.stores.statements import Statements
@@ -70,7 +70,14 @@ class PostgresTransaction:
 
 
 class PostgresGraph:
-    """One asyncpg connection to the state database, its schema at the latest version."""
+    """One asyncpg connection to the state database, its schema at the latest version.
+
+    A connection runs one operation at a time (asyncpg refuses a second one while the first
+    is in progress), while one process's jobs (a reconcile pass, the alerting job, the drain)
+    share it: so every read and every write transaction takes the connection in turn
+    (`ConnectionTurn`); a read made by the task that holds an open write transaction runs
+    inside it, as on SQLite's one connection.
+    """
 
     sql: Statements = POSTGRES
 
@@ -78,6 +85,7 @@ class PostgresGraph:
         self._conn = conn
         self.url = url
         self.read_only = read_only
+        self._turn = ConnectionTurn()
 
     @property
     def location(self) -> str:
@@ -121,26 +129,28 @@ class PostgresGraph:
         on any error (StoreUnavailable for an outage, GraphDataError for the data's fault)."""
         if self.read_only:
             raise RuntimeError("write on a read-only graph (dry run)")
-        transaction = self._conn.transaction()
-        try:
-            await transaction.start()
-            await self._conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
-        except _ERRORS as exc:
-            await _rollback(transaction, self.url)
-            raise _store_error(self.url, "begin write", exc) from exc
-        try:
-            yield PostgresTransaction(self._conn)
-            await transaction.commit()
-        except BaseException as exc:
-            await _rollback(transaction, self.url)
-            if isinstance(exc, _ERRORS):
-                raise _store_error(self.url, "write", exc) from exc
-            raise
+        async with self._turn.exclusive():
+            transaction = self._conn.transaction()
+            try:
+                await transaction.start()
+                await self._conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
+            except _ERRORS as exc:
+                await _rollback(transaction, self.url)
+                raise _store_error(self.url, "begin write", exc) from exc
+            try:
+                yield PostgresTransaction(self._conn)
+                await transaction.commit()
+            except BaseException as exc:
+                await _rollback(transaction, self.url)
+                if isinstance(exc, _ERRORS):
+                    raise _store_error(self.url, "write", exc) from exc
+                raise
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read. For `core.stores` modules only."""
         try:
-            return list(await self._conn.fetch(sql, *params))
+            async with self._turn.exclusive():
+                return list(await self._conn.fetch(sql, *params))
         except _ERRORS as exc:
             raise _store_error(self.url, "read", exc) from exc
 

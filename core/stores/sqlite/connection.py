@@ -24,7 +24,7 @@ import aiosqlite
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
-from core.stores.graph_db import GraphDataError
+from core.stores.graph_db import ConnectionTurn, GraphDataError
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
 from core.stores.statements import Statements
@@ -76,7 +76,11 @@ class SqliteTransaction:
 
 
 class SqliteGraph:
-    """One aiosqlite connection to the graph file, with the project's schema applied."""
+    """One aiosqlite connection to the graph file, with the project's schema applied.
+
+    A daemon's jobs share it, and the connection holds one transaction at a time, so write
+    transactions take it in turn (`ConnectionTurn`); reads need no turn (one connection sees
+    its own writes, and a read never starts a transaction)."""
 
     sql: Statements = SQLITE
 
@@ -84,6 +88,7 @@ class SqliteGraph:
         self._conn = conn
         self.path = path
         self.read_only = read_only
+        self._turn = ConnectionTurn()
 
     @property
     def location(self) -> str:
@@ -143,6 +148,11 @@ class SqliteGraph:
         """
         if self.read_only:
             raise RuntimeError("write on a read-only graph (dry run)")
+        async with self._turn.exclusive(), self._transaction() as tx:
+            yield tx
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[SqliteTransaction]:
         try:
             await self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

@@ -1,0 +1,189 @@
+"""One active reconciler, a standby: two real `python -m daemons.reconcile` processes (two data
+folders as two hosts) on one PostgreSQL (the session's) and one `chroma run` server.
+
+Only the leader runs passes; kill -9 of the leader, the standby's pass runs within an interval;
+a leader paused with SIGSTOP mid-pass and resumed after the standby took the lead deletes
+nothing and logs why (`leadership.fenced`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.rules.tenants import TENANT_CONFIG_LABEL
+from core.stores.chroma import VectorStore
+from core.stores.config_file import load_config
+from core.stores.graph import upsert_node
+from core.stores.state import open_graph
+from tests.chroma_server import ChromaServer
+from tests.postgres_server import PostgresServer
+from tests.support import REPO, child_env, seed
+
+INTERVAL_MS = 3_000
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def chroma(tmp_path: Path) -> Iterator[ChromaServer]:
+    server = ChromaServer(tmp_path / "chroma-server", home=tmp_path / "home")
+    server.start()
+    yield server
+    server.stop()
+
+
+class Host:
+    """One reconcile daemon in a data folder of its own; its JSON log lines in a file."""
+
+    def __init__(self, root: Path, name: str, *, state_url: str, chroma_url: str,
+                 **keys: Any) -> None:
+        self.root = root / name
+        self.root.mkdir(parents=True)
+        lines = ["[knowledgeBase]", 'dataDir = "data"', f"stateUrl = {json.dumps(state_url)}",
+                 f"chromaUrl = {json.dumps(chroma_url)}", "reconciliationEnabled = true",
+                 f"reconciliationIntervalMs = {INTERVAL_MS}"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
+        self.config = self.root / "kb.toml"
+        self.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        self.log = self.root / "daemon.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("wb") as sink:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daemons.reconcile", "--config", str(self.config)],
+                cwd=REPO, env=child_env(self.root / "home"), stdout=subprocess.DEVNULL,
+                stderr=sink)
+
+    def events(self, name: str, **fields: Any) -> list[dict[str, Any]]:
+        found = []
+        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == name and all(event.get(k) == v for k, v in fields.items()):
+                found.append(event)
+        return found
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signum)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[Callable[..., Host]]:
+    made: list[Host] = []
+
+    def make(name: str, **kwargs: Any) -> Host:
+        host = Host(tmp_path, name, **kwargs)
+        made.append(host)
+        return host
+
+    yield make
+    for host in made:
+        host.stop()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll until `predicate`; the monotonic time it became true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _seed(config: Path, tenants: int) -> None:
+    """`tenants` tenants, each at its own version (so each is tombstoned on its own bands),
+    each with two chunks stamped version 1: actionable."""
+    settings = load_config(str(config)).settings
+    graph = await open_graph(settings)
+    try:
+        for i in range(tenants):
+            await upsert_node(graph, f"kb-config:t{i:03d}", TENANT_CONFIG_LABEL,
+                              {"version": 3 + i, "repoSlug": f"r{i}"})
+    finally:
+        await graph.close()
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed(vectors, settings.knowledge_base_collection, [
+            (f"t{i:03d}-{k}", {"tenantId": f"t{i:03d}", "tenantConfigVersion": 1,
+                               "ingestedAt": 1_000 + k})
+            for i in range(tenants) for k in range(2)])
+    finally:
+        await vectors.close()
+
+
+async def _chunks(config: Path) -> int:
+    settings = load_config(str(config)).settings
+    vectors = await VectorStore.open(settings)
+    try:
+        return await vectors.count(settings.knowledge_base_collection)
+    finally:
+        await vectors.close()
+
+
+def test_only_the_leader_runs_passes_and_the_standby_takes_over_within_an_interval_of_kill_9(
+    postgres_server: PostgresServer, chroma: ChromaServer, hosts: Callable[..., Host]
+) -> None:
+    url = postgres_server.create_database(f"lead{next(_databases)}")
+    a = hosts("a", state_url=url, chroma_url=chroma.url)
+    b = hosts("b", state_url=url, chroma_url=chroma.url)
+    a.start()
+    wait_until(lambda: bool(a.events("leadership.acquired")), 60, "a to lead")
+    b.start()
+    wait_until(lambda: len(b.events("tick.skipped", daemon="reconcile")) >= 2, 60,
+               "b to skip two passes as a standby")
+    assert b.events("tick.completed", daemon="reconcile") == []
+    assert len(a.events("tick.completed", daemon="reconcile")) >= 2
+
+    a.signal(signal.SIGKILL)
+    killed = time.monotonic()
+    took_over = wait_until(lambda: bool(b.events("tick.completed", daemon="reconcile")), 60,
+                           "b's first pass")
+    assert b.events("leadership.acquired")
+    # Within one interval (plus the jitter, a heartbeat and a process's start-up slack).
+    assert took_over - killed < INTERVAL_MS / 1000 + 1.5
+
+
+def test_a_leader_paused_mid_pass_and_resumed_after_the_standby_leads_deletes_nothing(
+    postgres_server: PostgresServer, chroma: ChromaServer, hosts: Callable[..., Host]
+) -> None:
+    url = postgres_server.create_database(f"lead{next(_databases)}")
+    tombstoning = {"reconciliationAutoTombstone": True, "reconciliationMaxStaleFraction": 1.0}
+    a = hosts("a", state_url=url, chroma_url=chroma.url, **tombstoning)
+    # The standby only reports: whatever goes after the pause, the old leader deleted it.
+    b = hosts("b", state_url=url, chroma_url=chroma.url)
+    asyncio.run(_seed(a.config, tenants=200))
+    a.start()
+    wait_until(lambda: bool(a.events("reconcile.tombstoned_band")), 120, "a's first delete")
+    a.signal(signal.SIGSTOP)
+    time.sleep(0.5)  # a delete request already on the wire completes
+    left_at_pause = asyncio.run(_chunks(a.config))
+    assert 0 < left_at_pause < 400, "the pause did not come mid-pass"
+
+    b.start()
+    wait_until(lambda: bool(b.events("leadership.acquired")), 60, "b to take the lead")
+    a.signal(signal.SIGCONT)
+    wait_until(lambda: bool(a.events("leadership.fenced")), 30, "a to be fenced")
+    time.sleep(1.0)
+    assert asyncio.run(_chunks(a.config)) == left_at_pause
+    fenced = a.events("leadership.fenced")[0]
+    assert "no longer leads" in fenced["message"] and fenced["reason"]
