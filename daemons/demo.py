@@ -30,7 +30,7 @@ from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, see
 from core.jobs.drain import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
-from core.rules.camel_json import Figures
+from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
@@ -42,7 +42,7 @@ from core.runtime.settings import load_settings
 from core.stores import demo_state
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
-from daemons._cli import Parser, add_config_flag, exit_code, run_main, write_text
+from daemons._cli import Parser, add_config_flag, emit_json, exit_code, run_main, write_text
 from daemons._summaries import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
@@ -58,6 +58,9 @@ def build_parser() -> Parser:
                     "the embedded store under .kb-data), run one drain tick and one report-only "
                     "reconcile pass, and print the status. Each run tells the same story.")
     add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object (what was seeded, the drain tick's "
+                        "and the pass's figures, the status) instead of the story")
     return parser
 
 
@@ -89,7 +92,7 @@ def report_only(context: TickContext) -> TickContext:
     return dataclasses.replace(context, settings=settings)
 
 
-async def run_demo(config: str | None) -> int:
+async def run_demo(config: str | None, *, as_json: bool = False) -> int:
     """Seed, tick, reconcile, show: the drain tick and the reconcile pass are the daemons'
     own jobs, run once through the runtime's one-shot path (its bound, its graceful stop)."""
     settings = load_settings(config)
@@ -112,6 +115,13 @@ async def run_demo(config: str | None) -> int:
     if own and not run.control.stopping:
         demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
+    if as_json:
+        emit_json({"ok": True, "fresh": own, "notFresh": claim,
+                   "seeded": to_json(seeded),
+                   "drain": to_json(drained) if drained is not None else None,
+                   "reconcile": to_json(reconciled) if reconciled is not None else None,
+                   "status": to_json(status)})
+        return exit_code(ok=True, run=run)
     write_text(render_story(seeded, drained=drained, reconciled=reconciled,
                             config=config, own=own))
     if claim is not None:
@@ -217,7 +227,7 @@ def _tenant_lines(reconciled: Figures | None) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point."""
     args = build_parser().parse_args(argv)
-    run_main(PROG, lambda: run_demo(args.config))
+    run_main(PROG, lambda: run_demo(args.config, as_json=args.json))
 
 
 if __name__ == "__main__":

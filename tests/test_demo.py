@@ -198,3 +198,16 @@ def test_a_folder_with_foreign_data_is_not_said_to_have_changed_since_a_run(
     assert "changed since the demo's last run" not in shown.stdout
     assert "holds graph nodes or queue lines the demo did not write" in shown.stdout
     assert "again: the same story from the start" not in shown.stdout
+
+
+def test_the_demo_json_is_one_object_with_every_tenant_kind(tmp_path: Path) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\n', encoding="utf-8")
+    done = run_module("daemons.demo", "--json", "--config", str(config), home=tmp_path / "home")
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    shown = json.loads(line)
+    assert shown["ok"] is True and shown["fresh"] is True
+    assert shown["drain"]["drain"]["succeeded"] > 0
+    assert {t["tenantId"] for t in shown["reconcile"]["tenants"]} == {
+        "acme", "globex", "hooli", "initech"}
