@@ -35,8 +35,12 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
   lines, DRAIN_BATCH_BYTES bytes and DRAIN_BATCH_PARSED_BYTES once parsed (a bound computed
   from the bytes before parsing), and a line over the limit is never held: it is streamed
   to `<queue>.dead/` and its dead letter names the file, its size and its SHA-256.
-- One drainer at a time (a lock); a leftover `.draining` (a crash, a stop) is drained before
-  the live queue is rotated, so a rotation never overwrites unread lines.
+- **A drainer per host.** On a shared PostgreSQL state each host's drainer tags the
+  generations it commits with its own id (`core.stores.drainer_identity`) and forgets only its
+  own older ones; a batch that loses to a concurrent write (deadlock, serialization failure)
+  is tried again, and never counts against its lines.
+- One drainer per queue at a time (a lock); a leftover `.draining` (a crash, a stop) is
+  drained before the live queue is rotated, so a rotation never overwrites unread lines.
 
 Migration: earlier versions identified a line by the SHA-256 of its bytes, kept 30 days in
 `applied_lines`. When that table exists, a `.draining` they left (no sidecar) and lines they
@@ -73,7 +77,7 @@ from core.rules.drain_plan import (
     parse_batch,
     triage,
 )
-from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.errors import LockHeld, StoreUnavailable, WriteConflict
 from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
 from core.rules.queue_lines import (
     UNPROCESSABLE,
@@ -88,6 +92,7 @@ from core.stores.chroma import CollectionMissing, VectorStoreError, refused_for_
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores.dead_letter_file import dead_letters_of, spill_dir
+from core.stores.drainer_identity import drainer_id
 from core.stores.files import file_size
 from core.stores.graph import (
     existing_ids,
@@ -138,6 +143,11 @@ BATCH_TRIES = 2
 #: request) must not get a good line dead-lettered by bad luck.
 ISOLATION_TRIES = 3
 ISOLATION_BACKOFF_S = 0.2
+#: Tries of a batch that lost to a concurrent write (`WriteConflict`: another drainer on a
+#: shared PostgreSQL state), CONFLICT_BACKOFF_S times the try number apart; none spends a
+#: line's attempts, and a conflict on the last one fails the tick as an outage.
+CONFLICT_TRIES = 5
+CONFLICT_BACKOFF_S = 0.05
 #: The id asked of Chroma to tell an outage from a request that failed on its data.
 PROBE_ID = "kb-daemons-probe"
 #: How much of an isolated line's error goes into its dead letter.
@@ -232,6 +242,9 @@ class _Drainer:
         self.dead_letters_size = 0
         #: The generation of the last commit (the first commit of another forgets the rest).
         self.current_generation: str | None = None
+        #: Whose generations these are: '' for a SQLite file (one drainer per file), else
+        #: the id kept beside the queue (`core.stores.drainer_identity`), read under the lock.
+        self.drainer = ""
 
     # ---------------------------------------------------------------------------- files
 
@@ -240,6 +253,8 @@ class _Drainer:
         s = self.settings
         lock = drainer_lock(s.lazy_edges_queue_path).acquire()
         try:
+            if s.state_url:
+                self.drainer = await asyncio.to_thread(drainer_id, s.lazy_edges_queue_path)
             self.legacy_table = await drain_state.legacy_table_exists(self.graph)
             if s.draining_path.exists():
                 self.stats = replace(self.stats, orphan_recovered=True)
@@ -368,7 +383,7 @@ class _Drainer:
             if alone and attempt > 1:
                 await asyncio.sleep(ISOLATION_BACKOFF_S * (attempt - 1))
             try:
-                await self._apply(batch)
+                await self._apply_until_no_conflict(batch)
                 return
             except Exception as exc:
                 if await self._is_outage(exc):
@@ -383,6 +398,20 @@ class _Drainer:
             return
         for half in batch.halves():
             await self._settle(half, tries=1)
+
+    async def _apply_until_no_conflict(self, batch: _Batch) -> None:
+        """Apply a batch, trying it again while it loses to a concurrent write (a deadlock or
+        serialization failure rolls the whole transaction back: nothing of it took effect)."""
+        for attempt in range(1, CONFLICT_TRIES + 1):
+            try:
+                await self._apply(batch)
+                return
+            except WriteConflict as exc:
+                if attempt == CONFLICT_TRIES:
+                    raise
+                log.warning("drain.batch_conflict", generation=batch.generation.id,
+                            fromOffset=batch.lines[0].offset, attempt=attempt, error=str(exc))
+                await asyncio.sleep(CONFLICT_BACKOFF_S * attempt)
 
     async def _is_outage(self, exc: Exception) -> bool:
         """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
@@ -465,7 +494,8 @@ class _Drainer:
         generation = batch.generation.id
         await drain_state.commit_offset(
             tx, generation, offset=batch.end_offset, dead_letters_size=self.dead_letters_size,
-            now_ms=now, first_of_generation=self.current_generation != generation)
+            now_ms=now, first_of_generation=self.current_generation != generation,
+            drainer=self.drainer)
         await drain_state.use_tokens(tx, plan.tokens_consumed)
         await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
         if self.legacy_table:

@@ -25,6 +25,12 @@ class StoreUnavailable(KbError):
     exit_code = 1
 
 
+class WriteConflict(StoreUnavailable):
+    """A write lost to a concurrent one (PostgreSQL: deadlock detected, serialization
+    failure): the same transaction may succeed when tried again; if it keeps failing it is an
+    outage (exit 1), never the data's fault."""
+
+
 class LockHeld(KbError):
     """Another process holds a lock this run needs (drainer lock, embedded store lock): exit 1."""
 

@@ -41,13 +41,16 @@ async def progress(reader: Reader, generation: str) -> tuple[int | None, int | N
 
 
 async def commit_offset(tx: Transaction, generation: str, *, offset: int,
-                        dead_letters_size: int, now_ms: int, first_of_generation: bool) -> None:
+                        dead_letters_size: int, now_ms: int, first_of_generation: bool,
+                        drainer: str) -> None:
     """Record that every line of `generation` before `offset` has taken effect, with the
-    dead-letter file's size after the batch. The first commit of a generation forgets every
-    other one: only one `.draining` exists at a time, so their files are gone."""
-    if first_of_generation:
-        await tx.execute(tx.sql.forget_other_generations, (generation,))
+    dead-letter file's size after the batch. The first commit of a generation tags it with
+    `drainer` and forgets that drainer's other generations: one drainer has one `.draining`
+    at a time, so their files are gone; another drainer's rows (another host's, on a shared
+    PostgreSQL state) are never touched."""
     await tx.execute(tx.sql.commit_offset, (generation, offset, dead_letters_size, now_ms))
+    if first_of_generation:
+        await tx.execute(tx.sql.forget_other_generations, (generation, drainer))
 
 
 async def outstanding_tokens(

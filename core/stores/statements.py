@@ -64,7 +64,7 @@ class Statements:
     # ------------------------------------------------------------------- drain state
     #: (generation, offset, dead letters size, now)
     commit_offset: str
-    #: (generation)
+    #: (generation, drainer): tag the generation with its drainer, forget its other ones
     forget_other_generations: str
     #: (generation) -> committed offset, dead letters size
     progress: str

@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from core.rules.errors import KbError, StoreUnavailable
+from core.rules.errors import KbError, StoreUnavailable, WriteConflict
 from core.stores.graph_db import ConnectionTurn, GraphDataError
 from core.stores.postgres.schema import MIGRATIONS, SCHEMA_LOCK_KEY, VERSION_TABLE
 from core.stores.postgres.statements import POSTGRES
@@ -33,15 +33,20 @@ WRITE_LOCK_KEY = 0x6B625F7772697465  # "kb_write"
 #: How long a statement may wait for a lock (ms) before the tick gives up: SQLite's
 #: busy_timeout, with the same default (`core.stores.sqlite.BUSY_TIMEOUT_MS`).
 _DATA_CLASSES = ("22", "23")
+#: serialization_failure, deadlock_detected: the transaction lost to a concurrent one.
+_CONFLICT_STATES = ("40001", "40P01")
 
 
 def _store_error(where: str, action: str, exc: BaseException) -> KbError:
     """GraphDataError for a statement the data made fail (SQLSTATE class 22, data exception,
-    or 23, integrity); StoreUnavailable for everything else (connection, lock timeout,
-    serialization or deadlock, shutdown...): an outage spends no line's attempts."""
+    or 23, integrity); WriteConflict for a deadlock or serialization failure (the batch is
+    tried again); StoreUnavailable for everything else (connection, lock timeout,
+    shutdown...): an outage spends no line's attempts."""
     state = getattr(exc, "sqlstate", None)
     if isinstance(state, str) and state[:2] in _DATA_CLASSES:
         return GraphDataError(f"PostgreSQL {where}: {action} failed: {exc}")
+    if state in _CONFLICT_STATES:
+        return WriteConflict(f"PostgreSQL {where}: {action} failed: {exc}")
     return StoreUnavailable(f"PostgreSQL {where}: {action} failed: {exc}")
 
 

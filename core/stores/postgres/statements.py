@@ -117,7 +117,11 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
     dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
 """,
-    forget_other_generations="DELETE FROM drain_generations WHERE generation != $1",
+    # Tags the generation with its drainer, then forgets that drainer's other generations
+    # (never another host's: `core.stores.drainer_identity`).
+    forget_other_generations=(
+        "WITH tagged AS (UPDATE drain_generations SET drainer = $2 WHERE generation = $1) "
+        "DELETE FROM drain_generations WHERE drainer = $2 AND generation != $1"),
     progress=("SELECT committed_offset, dead_letters_size FROM drain_generations "
               "WHERE generation = $1"),
     use_token="DELETE FROM drain_requeued WHERE line_id = $1",

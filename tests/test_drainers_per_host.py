@@ -1,0 +1,173 @@
+"""A drainer per host on one PostgreSQL state: two drain processes (two data folders as two
+hosts, two queues, the session's real PostgreSQL), producers appending byte-identical twin
+lines to both queues, each drainer killed -9 at random points again and again. Every mention
+must count exactly once in the shared graph, and no line may be dead-lettered twice.
+
+Each distinct valid line has its own relationship (`R<n>`), so it maps to one edge whose
+weight says how many copies took effect (1.0 for one, +REINFORCE_FACTOR for each more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from core.rules.config import Settings
+from core.rules.nodes import REINFORCE_FACTOR
+from core.stores.config_file import load_config
+from core.stores.drainer_identity import drainer_id_path
+from core.stores.graph import upsert_node
+from core.stores.state import open_graph
+from tests.postgres_server import PostgresServer
+from tests.support import child_env
+
+ROOT = Path(__file__).resolve().parents[1]
+CONCEPTS = 8
+#: Kill points of the crash child a round picks from, each on a random pass: mostly points
+#: that leave a `.draining` with some batches committed and some not (the state another
+#: drainer's commits must not disturb); `none` lets the tick finish.
+KILL_POINTS = ("after-commit", "after-commit", "mid-transaction", "after-rename",
+               "before-remove", "after-remove", "none")
+MALFORMED = b"{not json"
+
+
+@dataclass
+class Host:
+    """One host: its data folder, config, and the copies of each line appended to its queue."""
+
+    root: Path
+    config: Path
+    settings: Settings
+    copies: Counter[str] = field(default_factory=Counter)
+    malformed: int = 0
+
+    def append(self, lines: list[bytes]) -> None:
+        path = self.settings.lazy_edges_queue_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as queue:
+            queue.write(b"".join(line + b"\n" for line in lines))
+        for line in lines:
+            if line == MALFORMED:
+                self.malformed += 1
+            else:
+                self.copies[json.loads(line)["relationship"]] += 1
+
+
+def _host(root: Path, state_url: str) -> Host:
+    root.mkdir(parents=True)
+    config = root / "kb.toml"
+    config.write_text(f'[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n'
+                      f"stateUrl = {json.dumps(state_url)}\n", encoding="utf-8")
+    return Host(root, config, load_config(str(config), environ={}).settings)
+
+
+def _crash_child(host: Host, point: str, hit: int, kill_after_s: float) -> int:
+    """One drain tick of `host` that dies at `point` (its `hit`-th pass) or is killed by us
+    after `kill_after_s`; its exit status."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.reliability.crash_child", str(host.config), point,
+         str(hit), "7"], cwd=ROOT, env=child_env(host.root / "home"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        child.wait(kill_after_s)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGKILL)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode in (0, -signal.SIGKILL), err.decode()[-3000:]
+    return child.returncode
+
+
+def _clean_tick(host: Host) -> None:
+    done = subprocess.run([sys.executable, "-m", "daemons.drain", "--tick", "--json",
+                           "--config", str(host.config)], cwd=ROOT,
+                          env=child_env(host.root / "home"), capture_output=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+
+
+async def _seed(settings: Settings) -> None:
+    graph = await open_graph(settings)
+    try:
+        for c in range(CONCEPTS):
+            await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
+    finally:
+        await graph.close()
+
+
+async def _mentions(url: str) -> Counter[str]:
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT relationship, weight FROM edges")
+    finally:
+        await conn.close()
+    return Counter({str(r[0]): round((float(r[1]) - 1.0) / REINFORCE_FACTOR) + 1 for r in rows})
+
+
+def test_two_drainers_killed_at_random_points_count_every_mention_exactly_once(
+    tmp_path: Path, postgres_server: PostgresServer,
+) -> None:
+    url = postgres_server.create_database("drainers_per_host")
+    hosts = (_host(tmp_path / "a", url), _host(tmp_path / "b", url))
+    asyncio.run(_seed(hosts[0].settings))
+    rng = random.Random(27)
+    lines: list[bytes] = []
+    kills = Counter[int]()
+    with ThreadPoolExecutor(2) as pool:
+        for _round in range(8):
+            # Producers: fresh lines, each appended byte for byte to both queues (twins), a
+            # few earlier lines again (another mention each), a malformed line now and then.
+            fresh = []
+            for _ in range(rng.randrange(20, 60)):
+                n = len(lines)
+                fresh.append(json.dumps({
+                    "source": f"CONCEPT:c{rng.randrange(CONCEPTS)}",
+                    "target": f"CONCEPT:c{rng.randrange(CONCEPTS)}",
+                    "relationship": f"R{n}", "justification": f"line {n}",
+                    "timestamp": n}).encode())
+                lines.append(fresh[-1])
+            for host in hosts:
+                again = [rng.choice(lines) for _ in range(rng.randrange(0, 6))]
+                host.append(fresh + again + ([MALFORMED] if rng.random() < 0.5 else []))
+            # Both drainers at once, the second a random moment later (so that one's commits
+            # land between the other's crash and its restart), each killed at a random point
+            # or by us at a random moment.
+            runs = []
+            for i in rng.sample(range(2), 2):
+                runs.append((i, pool.submit(_crash_child, hosts[i], rng.choice(KILL_POINTS),
+                                        rng.randrange(1, 5), rng.uniform(2.0, 6.0))))
+                time.sleep(rng.uniform(0.0, 2.0))
+            for i, run in runs:
+                kills[i] += run.result() == -signal.SIGKILL
+    for host in hosts:
+        for _ in range(3):
+            _clean_tick(host)
+        assert not host.settings.lazy_edges_queue_path.exists()
+        assert not host.settings.draining_path.exists()
+    assert min(kills.values()) >= 3, kills  # each drainer was killed several times
+
+    mentions = asyncio.run(_mentions(url))
+    expected = hosts[0].copies + hosts[1].copies
+    assert mentions == expected, {
+        "twice": sorted(r for r in expected if mentions[r] > expected[r])[:10],
+        "lost": sorted(r for r in expected if mentions[r] < expected[r])[:10]}
+    for host in hosts:
+        records = [json.loads(raw) for raw in
+                   host.settings.dead_letter_path.read_bytes().splitlines()]
+        read_at = Counter(r["readAt"] for r in records)
+        assert all(n == 1 for n in read_at.values()), read_at.most_common(3)
+        assert len(records) == host.malformed
+        assert all(r["reason"] == "malformed" for r in records)
+        assert drainer_id_path(host.settings.lazy_edges_queue_path).exists()
+    ids = {drainer_id_path(h.settings.lazy_edges_queue_path).read_text() for h in hosts}
+    assert len(ids) == 2  # two drainers, two identities
