@@ -38,9 +38,8 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
 - One drainer at a time (a lock); a leftover `.draining` (a crash, a stop) is drained before
   the live queue is rotated, so a rotation never overwrites unread lines.
 
-Migration: earlier versions identified a line by the SHA-256 of its bytes, kept 30 days in
-`applied_lines`. When that table exists, a `.draining` they left (no sidecar) and lines they
-re-queued are checked against it once, then the table is dropped after the first complete tick.
+Earlier versions' queues (a line identified by its bytes' SHA-256) are settled by
+`core.jobs.line_identity_migration`, the drain's only code for them.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ import structlog
 from core.jobs.context import TickContext
 from core.jobs.ingest import live_ingest_since
 from core.jobs.lazy_backfill import plan_backfill
+from core.jobs.line_identity_migration import LineIdentityMigration
 from core.rules.backfill_plan import BackfillPlan, line_reason
 from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
@@ -69,7 +69,6 @@ from core.rules.drain_plan import (
     Known,
     Parsed,
     decide,
-    legacy_id_of,
     parse_batch,
     triage,
 )
@@ -109,7 +108,6 @@ from core.stores.queue_files import (
     rotate_queue,
     write_generation,
 )
-from core.stores.schema import LEGACY_APPLIED_LINES
 
 log = structlog.get_logger(__name__)
 
@@ -224,9 +222,8 @@ class _Drainer:
         #: (found on recovery, or written by a batch whose commit failed): never a second
         #: record for one of them. Bounded by a batch: a commit forgets what it settled.
         self.dead_written: set[str] = set()
-        #: Legacy identities settled in this tick (migration only).
-        self.legacy_seen: set[str] = set()
-        self.legacy_table = False
+        #: Earlier versions' line identities (`core.jobs.line_identity_migration`).
+        self.migration = LineIdentityMigration()
         self.drain_tables = True
         #: The dead-letter file's size after our last append, recorded with each commit.
         self.dead_letters_size = 0
@@ -240,7 +237,7 @@ class _Drainer:
         s = self.settings
         lock = drainer_lock(s.lazy_edges_queue_path).acquire()
         try:
-            self.legacy_table = await drain_state.legacy_table_exists(self.graph)
+            await self.migration.detect(self.graph)
             if s.draining_path.exists():
                 self.stats = replace(self.stats, orphan_recovered=True)
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
@@ -255,8 +252,8 @@ class _Drainer:
                                            s.draining_path, generation):
                     self.stats = replace(self.stats, queue_rotated=True)
                     await self._drain_generation(generation, 0)
-            if not self.stats.interrupted and self.legacy_table:
-                await self._drop_legacy_identities()
+            if not self.stats.interrupted:
+                await self.migration.finish(self.graph)
         finally:
             lock.release()
 
@@ -286,7 +283,7 @@ class _Drainer:
                 return generation, committed or 0
         generation = new_generation(now_ms=self.clock(),
                                     dead_letters_size=file_size(s.dead_letter_path),
-                                    legacy=self.legacy_table)
+                                    legacy=self.migration.active)
         await asyncio.to_thread(write_generation, s.draining_path, generation)
         log.warning("drain.leftover_adopted", generation=generation.id,
                     legacy=generation.legacy)
@@ -329,13 +326,12 @@ class _Drainer:
         no lock, no rename, no write, no side file."""
         s = self.settings
         self.drain_tables = await drain_state.table_exists(self.graph, drain_state.TOKENS_TABLE)
-        self.legacy_table = await drain_state.legacy_table_exists(self.graph)
+        await self.migration.detect(self.graph)
         leftover = await asyncio.to_thread(read_generation, s.draining_path)
         start = 0
         if leftover is not None and self.drain_tables:
             start = (await drain_state.progress(self.graph, leftover.id))[0] or 0
-        legacy = leftover.legacy if leftover is not None else self.legacy_table
-        dry = Generation("dry-run-leftover", 0, 0, legacy)
+        dry = Generation("dry-run-leftover", 0, 0, legacy=self.migration.active)
         for path, generation, offset in ((s.draining_path, leftover or dry, start),
                                          (s.lazy_edges_queue_path,
                                           Generation("dry-run", 0, 0), 0)):
@@ -347,13 +343,6 @@ class _Drainer:
                     await self._settle(_Batch(generation, lines, reader.offset))
             finally:
                 await asyncio.to_thread(reader.close)
-
-    async def _drop_legacy_identities(self) -> None:
-        """After the first complete tick, drop the legacy identity table: every line an earlier
-        version could have settled has now been read and settled under the new identities."""
-        async with self.graph.write() as tx:
-            await drain_state.drop_legacy_table(tx)
-        log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
 
     # --------------------------------------------------------------------------- batches
 
@@ -430,12 +419,8 @@ class _Drainer:
         outstanding: dict[str, tuple[int, int]] = {}
         if tokens and self.drain_tables:
             outstanding = await drain_state.outstanding_tokens(self.graph, tokens)
-        legacy_settled: set[str] = self.legacy_seen
-        if self.legacy_table:
-            ids = [i for p in parsed if (i := legacy_id_of(p, legacy_file=legacy_file))]
-            if ids:
-                legacy_settled = self.legacy_seen | await drain_state.legacy_settled(
-                    self.graph, ids)
+        legacy_settled = await self.migration.settled(self.graph, parsed,
+                                                      legacy_file=legacy_file)
         return Known(outstanding=outstanding, tick_started_ms=self.started_ms,
                      dead_written=self.dead_written, legacy_settled=legacy_settled,
                      legacy_file=legacy_file)
@@ -461,21 +446,20 @@ class _Drainer:
 
     async def _commit_bookkeeping(self, tx: Transaction, batch: _Batch, plan: BatchPlan,
                                   *, now: int) -> None:
-        """The committed offset, the tokens used and issued, the legacy identities settled."""
+        """The committed offset, the tokens used and issued, the old identities settled."""
         generation = batch.generation.id
         await drain_state.commit_offset(
             tx, generation, offset=batch.end_offset, dead_letters_size=self.dead_letters_size,
             now_ms=now, first_of_generation=self.current_generation != generation)
         await drain_state.use_tokens(tx, plan.tokens_consumed)
         await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
-        if self.legacy_table:
-            await drain_state.settle_legacy(tx, plan.legacy_settled, now_ms=now)
+        await self.migration.record(tx, plan, now_ms=now)
 
     def _account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
         """Add a written batch's figures to the tick's and remember what later batches of the
         tick must know."""
         self.stats = self.stats.added(plan)
-        self.legacy_seen.update(legacy_id for legacy_id, _ in plan.legacy_settled)
+        self.migration.remember(plan)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
                 if isinstance(item.line, MalformedLine):

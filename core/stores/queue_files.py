@@ -176,7 +176,7 @@ class Generation:
     #: The dead-letter file's size at rotation: records of this generation can only follow it.
     dead_letters_size: int
     #: A `.draining` an earlier version left (adopted without a sidecar): its lines may have
-    #: been settled under their content identity (see `core.jobs.drain`, migration).
+    #: been settled under their content identity (see `core.jobs.line_identity_migration`).
     legacy: bool = False
 
 
