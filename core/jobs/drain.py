@@ -112,18 +112,18 @@ from core.stores.queue_files import (
 log = structlog.get_logger(__name__)
 
 #: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
-#: batches rewrite fewer index pages and fsync fewer times: 50,000 real lines (~200 bytes
-#: each) drain in three batches. (25,000 drained no faster, measured, and a 50,000-line
-#: drain's peak memory grows with the batch: ~125 MiB over the stores' at 20,000.)
+#: batches rewrite fewer index pages and fsync fewer times; a batch's memory grows with its
+#: lines, so this is the size past which a larger batch drains no faster (docs/performance.md,
+#: "Notes moved from the code").
 DRAIN_BATCH_LINES = 20_000
 #: Bytes of lines per batch, which bounds what a batch holds in copies of its lines (the
 #: parsed strings, the properties JSON, a dead letter's record) when they are long.
 DRAIN_BATCH_BYTES = 6 << 20
-#: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus 96 per JSON
-#: value). Real lines take ~1.7 KB each by that bound (~1.4 KB measured), so it lets 20,000 of
-#: them through; a line that parses into millions of objects (`[[],[],...]`, ~21x its bytes)
-#: is ~65x its bytes by the bound, so a 1 MiB one makes a batch of its own (~22 MB parsed)
-#: instead of three (~115 MB peak over an empty tick, measured, when bytes alone decided).
+#: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus
+#: PARSED_BYTES_PER_VALUE per JSON value). It lets a full batch of real edge lines through,
+#: while a line that parses into millions of small objects (`[[],[],...]`) counts for many
+#: times its bytes, so a 1 MiB one makes a batch of its own instead of sharing one with two
+#: others: what a batch holds once parsed is bounded whatever its lines hold.
 DRAIN_BATCH_PARSED_BYTES = 48 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
@@ -176,7 +176,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for the drain. A drain allocates several
     containers per line (the parsed object, its properties, the rows to write), and every few
     thousand allocations the collector walks the whole heap, which with chromadb loaded is
-    large: a quarter of a 50,000-line drain went there (measured). Nothing the drain allocates
+    large (see docs/performance.md, "Notes moved from the code"). Nothing the drain allocates
     forms a reference cycle, so reference counting frees it all the same; the collector runs
     again as soon as the drain returns."""
     was_enabled = gc.isenabled()
