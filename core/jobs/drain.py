@@ -98,9 +98,7 @@ from core.stores.graph_db import GraphDB, Transaction
 from core.stores.locks import ProcessLock
 from core.stores.queue_files import (
     Generation,
-    QueueReader,
     append_locked,
-    hand_back_late_bytes,
     new_generation,
     read_generation,
     refuse_symlinked_queue,
@@ -108,6 +106,7 @@ from core.stores.queue_files import (
     rotate_queue,
     write_generation,
 )
+from core.stores.queue_reader import QueueReader, hand_back_late_bytes
 
 log = structlog.get_logger(__name__)
 
