@@ -56,15 +56,20 @@ from typing import Any
 import structlog
 
 from core.jobs.context import TickContext
+from core.jobs.drain_faults import (
+    BATCH_TRIES,
+    ISOLATION_BACKOFF_S,
+    ISOLATION_TRIES,
+    is_outage,
+    isolation_plan,
+)
 from core.jobs.ingest import live_ingest_since
 from core.jobs.lazy_backfill import plan_backfill
 from core.jobs.line_identity_migration import LineIdentityMigration
 from core.rules.backfill_plan import BackfillPlan, line_reason
-from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,
     BatchPlan,
-    DeadLetter,
     DrainStats,
     Known,
     Parsed,
@@ -72,18 +77,16 @@ from core.rules.drain_plan import (
     parse_batch,
     triage,
 )
-from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.errors import StoreUnavailable
 from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
 from core.rules.queue_lines import (
-    UNPROCESSABLE,
     EdgeLine,
     MalformedLine,
     ReadLine,
-    parse_line,
     position_id,
 )
 from core.stores import drain_state
-from core.stores.chroma import CollectionMissing, VectorStoreError, refused_for_its_data
+from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores.dead_letter_file import dead_letters_of, spill_dir
@@ -128,17 +131,6 @@ DRAIN_BATCH_PARSED_BYTES = 48 << 20
 LATE_WRITER_GRACE_S = 0.05
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).
 MALFORMED_LOGGED = 10
-#: Tries of a batch before it is split (the split halves get one each).
-BATCH_TRIES = 2
-#: Tries of a line alone before it is dead-lettered `unprocessable`, with ISOLATION_BACKOFF_S
-#: times the try number between them: a store that flaps (answers the probe, fails the next
-#: request) must not get a good line dead-lettered by bad luck.
-ISOLATION_TRIES = 3
-ISOLATION_BACKOFF_S = 0.2
-#: The id asked of Chroma to tell an outage from a request that failed on its data.
-PROBE_ID = "kb-daemons-probe"
-#: How much of an isolated line's error goes into its dead letter.
-ISOLATED_DETAIL_CHARS = 500
 
 def drainer_lock(queue_path: Path) -> ProcessLock:
     """The lock that makes one drainer at a time."""
@@ -373,25 +365,11 @@ class _Drainer:
             await self._settle(half, tries=1)
 
     async def _is_outage(self, exc: Exception) -> bool:
-        """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
-        rather than that this batch's data made a call fail."""
-        if isinstance(exc, VectorStoreError):
-            # Only a request the store refused for its data, while the store answers a
-            # harmless one, is the batch's fault; anything else is an outage.
-            return not (refused_for_its_data(exc) and await self._chroma_answers())
-        return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
-
-    async def _chroma_answers(self) -> bool:
-        """Whether both collections the drain reads answer a harmless `get`."""
+        """Whether `exc` says a store is unavailable rather than that this batch's data made a
+        call fail (`core.jobs.drain_faults.is_outage`)."""
         s = self.settings
-        for collection in (s.memory_collection, s.summary_collection):
-            try:
-                await self.context.vectors.get_by_ids(collection, [PROBE_ID])
-            except CollectionMissing:
-                continue
-            except Exception:
-                return False
-        return True
+        return await is_outage(exc, self.context.vectors,
+                               (s.memory_collection, s.summary_collection))
 
     async def _apply(self, batch: _Batch) -> None:
         """Resolve and write one batch (see the module docstring for the order of writes)."""
@@ -470,27 +448,8 @@ class _Drainer:
 
     async def _isolate(self, batch: _Batch, error: Exception) -> None:
         """Dead-letter the one line that fails alone (`unprocessable`, with the error)."""
-        read = batch.lines[0]
-        read_at = position_id(batch.generation.id, read.offset)
-        line_id, attempts, token = read_at, 0, None
-        try:
-            parsed = parse_line(read.raw) if read.spilled is None else None
-        except Exception:  # the parser itself may be what fails
-            parsed = None
-        if isinstance(parsed, EdgeLine):
-            attempts, token = parsed.attempts, parsed.token_id
-            line_id = token or read_at
-        detail = f"{type(error).__name__}: {error}"[:ISOLATED_DETAIL_CHARS]
-        log.error("drain.line_isolated", readAt=read_at, lineId=line_id, error=detail)
-        plan = BatchPlan(total_lines=1, processed=1)
-        if read_at in self.dead_written:
-            plan.already_dead = 1
-        else:
-            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
-                line_id=line_id, read_at=read_at, reason=UNPROCESSABLE, detail=detail,
-                attempts=attempts, now_ms=self.clock(), line=read.raw, spilled=read.spilled)))
-        if token is not None:
-            plan.tokens_consumed.append(token)
+        plan = isolation_plan(batch.generation.id, batch.lines[0], error,
+                              already_dead=self.dead_written, now_ms=self.clock())
         if not self.dry_run:
             await self._write(batch, plan, BackfillPlan(), now=self.clock())
         self._account(plan, (), batch.generation.id)
