@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from core.jobs.context import TickContext
 from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
-from core.jobs.drain import RemTickFigures
+from core.jobs.rem_tick import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.rules.camel_json import Figures

@@ -244,7 +244,7 @@ async def test_work_left_in_flight_runs_the_first_tick_at_once(
 async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     served: Any, settings: Settings
 ) -> None:
-    from core.jobs.drain import RemTickFigures
+    from core.jobs.rem_tick import RemTickFigures
     from core.rules.drain_plan import DrainStats
     from core.rules.ingest import LiveIngestSkipped
 

@@ -1,4 +1,4 @@
-"""The drain daemon's work: one REM tick = live ingestion, then draining the lazy-edge queue.
+"""Draining the lazy-edge queue: the second half of the REM tick (`core.jobs.rem_tick`).
 
 Every appended line takes effect exactly once, whatever its bytes and wherever a crash lands:
 
@@ -63,7 +63,6 @@ from core.jobs.drain_faults import (
     is_outage,
     isolation_plan,
 )
-from core.jobs.ingest import live_ingest_since
 from core.jobs.lazy_backfill import plan_backfill
 from core.jobs.line_identity_migration import LineIdentityMigration
 from core.rules.backfill_plan import BackfillPlan, line_reason
@@ -78,7 +77,6 @@ from core.rules.drain_plan import (
     triage,
 )
 from core.rules.errors import StoreUnavailable
-from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
 from core.rules.queue_lines import (
     EdgeLine,
     MalformedLine,
@@ -86,9 +84,7 @@ from core.rules.queue_lines import (
     position_id,
 )
 from core.stores import drain_state
-from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
-from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores.dead_letter_file import dead_letters_of, spill_dir
 from core.stores.files import file_size
 from core.stores.graph import (
@@ -494,32 +490,3 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
         result = backfill.results.get(node_id)
         unresolved[node_id] = line_reason(result) if result is not None else ENDPOINT_MISSING
     return unresolved
-
-
-@dataclass(frozen=True, slots=True)
-class RemTickFigures:
-    """A REM tick's figures: its live ingestion's, then its drain's."""
-
-    live_ingest: LiveIngestFigures | LiveIngestSkipped
-    drain: DrainStats
-
-
-async def rem_tick(context: TickContext, dry_run: bool) -> RemTickFigures:
-    """One REM tick: live-ingest the sessions summarized since the previous tick (minus the
-    overlap), then drain the queue. The watermark is the start of the last tick whose live
-    ingestion completed; the first tick looks back the overlap from now."""
-    settings = context.settings
-    started = now_ms()
-    watermark = await get_value(context.graph, LIVE_INGEST_WATERMARK)
-    since = int(watermark) if watermark and watermark.isdigit() else started
-    cutoff = since - settings.rem_live_ingest_overlap_ms
-    try:
-        report = await live_ingest_since(context.graph, context.vectors, settings, cutoff,
-                                         dry_run=dry_run)
-        live: LiveIngestFigures | LiveIngestSkipped = report.figures()
-        if not dry_run:  # only a completed ingestion moves the watermark
-            await set_value(context.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
-    except CollectionMissing as exc:
-        log.warning("ingest.skipped", reason=str(exc))
-        live = LiveIngestSkipped(cutoff, str(exc))
-    return RemTickFigures(live, await drain_queue(context, dry_run=dry_run))

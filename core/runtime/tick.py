@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from core.jobs.context import TickContext, TickControl
-from core.jobs.drain import RemTickFigures
+from core.jobs.rem_tick import RemTickFigures
 from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.errors import KbError, LockHeld

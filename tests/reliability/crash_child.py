@@ -20,6 +20,7 @@ from typing import Any
 import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
 import core.stores.queue_reader as queue_reader
+from core.jobs.rem_tick import rem_tick
 from core.runtime.logs import configure_logging
 from core.runtime.tick import open_context, run_tick
 from core.stores.config_file import load_config
@@ -97,7 +98,7 @@ async def _tick(config: str) -> None:
     settings = load_config(config, environ={}).settings
     configure_logging("json")
     async with open_context(settings) as stores:
-        await run_tick("drain", stores, drain.rem_tick, dry_run=False)
+        await run_tick("drain", stores, rem_tick, dry_run=False)
 
 
 def main(argv: list[str]) -> int:
