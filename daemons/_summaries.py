@@ -23,7 +23,7 @@ from core.reports.tables import as_text, table
 from core.rules.camel_json import Figures
 from core.rules.drain_plan import DrainStats
 from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
-from core.rules.reconcile import ReconcileDisabled, ReconcileFigures, TenantFigures
+from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures, TenantFigures
 from core.rules.tenants import TenantConfig
 
 DRY_RUN_NOTE = " [dry run: nothing written]"

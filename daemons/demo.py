@@ -35,7 +35,7 @@ from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
 from core.rules.ingest import LiveIngestFigures
-from core.rules.reconcile import ReconcileFigures
+from core.rules.reconcile_outcome import ReconcileFigures
 from core.rules.rows import ChromaRow
 from core.runtime.oneshot import one_shot, run_job
 from core.runtime.settings import load_settings

@@ -411,7 +411,7 @@ async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
 
 
 def _pass_figures(*, tombstoned: int, stale: int, orphans: int = 0, missing: int = 0) -> Any:
-    from core.rules.reconcile import ReconcileFigures, TenantFigures
+    from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 
     tenant = TenantFigures(tenant_id="t1", repo_slug=None, current_version=2, scanned=stale,
                            stale_count=stale, manifest_orphan_count=orphans,

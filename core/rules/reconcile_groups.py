@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number
-from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
+from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy
+from core.rules.reconcile_outcome import TenantOutcome
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
 from core.rules.tombstone_bands import Band, Number, predicate_where
