@@ -25,11 +25,10 @@ from core.runtime.scheduler import (
     DaemonRunner,
     DaemonSpec,
     RuntimeOptions,
-    _supervise,
     backoff_delay_ms,
     first_run_delay_ms,
-    serve,
 )
+from core.runtime.serve import _supervise, serve
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job
 from core.stores.chroma import VectorStore
