@@ -191,8 +191,8 @@ def test_exactly_one_module_deletes_from_the_vector_store() -> None:
 
 
 #: Test modules that test pure rules only.
-PURE_RULE_TESTS = ("tests.test_reconcile_engine", "tests.test_alert_rules",
-                   "tests.test_ids_and_nodes")
+PURE_RULE_TESTS = ("tests.rules.test_reconcile_engine", "tests.rules.test_alert_rules",
+                   "tests.rules.test_ids_and_nodes")
 #: What such a test must not load, even indirectly.
 STORE_MODULES = ("chromadb", "aiosqlite", "sqlite3", "httpx", "core.stores", "core.jobs",
                  "core.runtime", "core.reports", "daemons")

@@ -56,7 +56,7 @@ _VALUE_OPENERS = b",:[{"
 #: each array or object inside adds one). The drainer writes a line back with orjson (edge
 #: properties, a re-queued line), and orjson's encoder refuses anything deeper ("Recursion
 #: limit reached") although its decoder reads 1,024 levels: a deeper line would be accepted,
-#: then fail every write. `tests/test_queue_grammar.py` pins this to orjson's encoder.
+#: then fail every write. `tests/jobs/test_queue_grammar.py` pins this to orjson's encoder.
 MAX_JSON_DEPTH = 254
 #: The largest weight magnitude a line may carry. Weights are relevance scores (default 1.0,
 #: reinforced up to the graph's cap of 5.0); a million times the default is far beyond any
