@@ -34,7 +34,8 @@ from core.rules.terminal_text import inert, shown_text
 from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas
-from core.runtime.scheduler import DaemonSpec, RuntimeOptions, serve
+from core.runtime.scheduler import DaemonSpec, RuntimeOptions
+from core.runtime.serve import serve
 from core.runtime.settings import load_settings
 from core.runtime.tick import LOGGED_NOTE
 

@@ -12,18 +12,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from core.jobs.alerting import AlertingDisabled, AlertingFigures
-from core.jobs.drain import RemTickFigures
 from core.jobs.eager_backfill import (
     DrainFailed,
     DrainSkipped,
     EagerBackfillFigures,
     EagerIngestFigures,
 )
+from core.jobs.rem_tick import RemTickFigures
 from core.reports.tables import as_text, table
 from core.rules.camel_json import Figures
 from core.rules.drain_plan import DrainStats
 from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
-from core.rules.reconcile import ReconcileDisabled, ReconcileFigures, TenantFigures
+from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures, TenantFigures
 from core.rules.tenants import TenantConfig
 
 DRY_RUN_NOTE = " [dry run: nothing written]"

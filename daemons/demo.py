@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from core.jobs.context import TickContext
 from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
-from core.jobs.drain import RemTickFigures
+from core.jobs.rem_tick import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
 from core.rules.camel_json import Figures, to_json
@@ -35,7 +35,7 @@ from core.rules.config import Settings
 from core.rules.drain_plan import DrainStats
 from core.rules.errors import ConfigError
 from core.rules.ingest import LiveIngestFigures
-from core.rules.reconcile import ReconcileFigures
+from core.rules.reconcile_outcome import ReconcileFigures
 from core.rules.rows import ChromaRow
 from core.runtime.oneshot import one_shot, run_job
 from core.runtime.settings import load_settings

@@ -1,7 +1,7 @@
 """`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon.
 
 Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
-(`core.jobs.drain.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
+(`core.jobs.rem_tick.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
 its schedule until SIGTERM or Ctrl-C.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from core.jobs.drain import RemTickFigures, rem_tick
+from core.jobs.rem_tick import RemTickFigures, rem_tick
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec

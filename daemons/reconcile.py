@@ -36,7 +36,7 @@ from core.reports.explain import render_plan
 from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
-from core.rules.reconcile import ReconcileDisabled, ReconcileFigures
+from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
 from core.runtime.oneshot import OneShot, graceful_stop, within
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings

@@ -6,7 +6,8 @@
 - no SQL text, and no call that runs SQL, outside core/stores/;
 - no Chroma call outside the Chroma adapter (core/stores/chroma.py);
 - exactly one module outside the stores deletes from the vector store: the deletion engine;
-- the tests of pure rules load no store.
+- the tests live in the folder of the layer they test; those of the pure rules (tests/rules/)
+  import and load no store, and every rule module has a direct test.
 """
 
 from __future__ import annotations
@@ -190,12 +191,47 @@ def test_exactly_one_module_deletes_from_the_vector_store() -> None:
         "every deletion goes through the one band runner: hand it a DeletionPlan")
 
 
-#: Test modules that test pure rules only.
-PURE_RULE_TESTS = ("tests.test_reconcile_engine", "tests.test_alert_rules",
-                   "tests.test_ids_and_nodes")
+TESTS = REPO / "tests"
+#: The tests of the pure rules: every test module under tests/rules/.
+RULES_TESTS = TESTS / "rules"
+PURE_RULE_TESTS = tuple(f"tests.rules.{path.stem}"
+                        for path in sorted(RULES_TESTS.glob("test_*.py")))
 #: What such a test must not load, even indirectly.
-STORE_MODULES = ("chromadb", "aiosqlite", "sqlite3", "httpx", "core.stores", "core.jobs",
-                 "core.runtime", "core.reports", "daemons")
+STORE_MODULES = ("chromadb", "aiosqlite", "asyncpg", "sqlite3", "httpx", "core.stores",
+                 "core.jobs", "core.runtime", "core.reports", "daemons")
+#: The layer folders tests live in, like the code they test; the only test modules at the top
+#: are about the whole repository.
+TEST_FOLDERS = {"rules", "stores", "jobs", "runtime", "reports", "commands", "reliability"}
+TOP_LEVEL_TESTS = {"test_structure.py", "test_benchmarks_smoke.py"}
+
+
+def test_tests_live_in_the_folder_of_the_layer_they_test() -> None:
+    top = {path.name for path in TESTS.glob("test_*.py")}
+    assert top <= TOP_LEVEL_TESTS, f"move into tests/<layer>/: {sorted(top - TOP_LEVEL_TESTS)}"
+    folders = {path.parent.name for path in TESTS.glob("*/test_*.py")}
+    assert folders == TEST_FOLDERS
+
+
+def test_nothing_under_the_rules_tests_imports_a_store() -> None:
+    files = sorted(RULES_TESTS.rglob("*.py"))
+    assert any(path.name.startswith("test_") for path in files), "tests/rules/ holds tests"
+    found = [f"{where(path, node)} {name}" for path in files
+             for node, name in imported_modules(parsed(path))
+             if name.startswith(STORE_MODULES) or name.startswith("tests.")]
+    assert found == [], "a rules test uses plain data only (tests.support opens stores)"
+
+
+def rule_modules() -> list[str]:
+    """Every module of core/rules (the package's own __init__ aside)."""
+    return sorted(f"core.rules.{path.stem}" for path in (CORE / "rules").glob("*.py")
+                  if path.stem != "__init__")
+
+
+def test_every_pure_rule_module_has_a_direct_test() -> None:
+    imported = {name for path in python_files(TESTS) if path.name.startswith("test_")
+                for _, name in imported_modules(parsed(path))}
+    untested = [module for module in rule_modules() if module not in imported]
+    assert untested == [], "each rule module is imported by a test of its own behaviour"
 
 
 @pytest.mark.parametrize("module", PURE_RULE_TESTS)

@@ -2,7 +2,7 @@
 
 It reads only the telemetry table (and its own cooldowns): reconciliation never dispatches an
 alert itself, it writes `reconcile` rows, and this pass turns them into alerts on its own
-schedule. The decisions are `core.rules.alert_rules`' (pure); this module is the I/O around
+schedule. The decisions are `core.rules.alert_*`'s (pure); this module is the I/O around
 them:
 
 1. the rules: parsed once, when the settings were read (each invalid rule was warned about
@@ -29,17 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from core.rules.alert_rules import (
-    SCOPES,
-    Alert,
-    AlertRule,
-    Delivery,
-    Evaluation,
-    Scope,
-    alert_subject,
-    evaluate_alert_rules,
-    scrub_secrets,
-)
+from core.rules.alert_channels import scrub_secrets
+from core.rules.alert_evaluation import Alert, Delivery, Evaluation, evaluate_alert_rules
+from core.rules.alert_rules import SCOPES, AlertRule, Scope
+from core.rules.alert_text import alert_subject
 from core.rules.camel_json import flattened, omitted_when_none
 from core.rules.telemetry import MetricWindow
 from core.stores.alert_delivery import DEFAULT_DELIVERY_POLICY, DeliveryPolicy, deliver_alerts

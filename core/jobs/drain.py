@@ -1,4 +1,4 @@
-"""The drain daemon's work: one REM tick = live ingestion, then draining the lazy-edge queue.
+"""Draining the lazy-edge queue: the second half of the REM tick (`core.jobs.rem_tick`).
 
 Every appended line takes effect exactly once, whatever its bytes and wherever a crash lands:
 
@@ -42,9 +42,8 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
 - One drainer per queue at a time (a lock); a leftover `.draining` (a crash, a stop) is
   drained before the live queue is rotated, so a rotation never overwrites unread lines.
 
-Migration: earlier versions identified a line by the SHA-256 of its bytes, kept 30 days in
-`applied_lines`. When that table exists, a `.draining` they left (no sidecar) and lines they
-re-queued are checked against it once, then the table is dropped after the first complete tick.
+Earlier versions' queues (a line identified by its bytes' SHA-256) are settled by
+`core.jobs.line_identity_migration`, the drain's only code for them.
 """
 
 from __future__ import annotations
@@ -61,36 +60,35 @@ from typing import Any
 import structlog
 
 from core.jobs.context import TickContext
-from core.jobs.ingest import live_ingest_since
+from core.jobs.drain_faults import (
+    BATCH_TRIES,
+    ISOLATION_BACKOFF_S,
+    ISOLATION_TRIES,
+    is_outage,
+    isolation_plan,
+)
 from core.jobs.lazy_backfill import plan_backfill
+from core.jobs.line_identity_migration import LineIdentityMigration
 from core.rules.backfill_plan import BackfillPlan, line_reason
-from core.rules.dead_letters import dead_letter_record
 from core.rules.drain_plan import (
     ENDPOINT_MISSING,
     BatchPlan,
-    DeadLetter,
     DrainStats,
     Known,
     Parsed,
     decide,
-    legacy_id_of,
     parse_batch,
     triage,
 )
-from core.rules.errors import LockHeld, StoreUnavailable, WriteConflict
-from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
+from core.rules.errors import StoreUnavailable, WriteConflict
 from core.rules.queue_lines import (
-    UNPROCESSABLE,
     EdgeLine,
     MalformedLine,
     ReadLine,
-    parse_line,
     position_id,
 )
 from core.stores import drain_state
-from core.stores.chroma import CollectionMissing, VectorStoreError, refused_for_its_data
 from core.stores.clock import now_ms
-from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
 from core.stores.dead_letter_file import dead_letters_of, spill_dir
 from core.stores.drainer_identity import drainer_id
 from core.stores.files import file_size
@@ -104,9 +102,7 @@ from core.stores.graph_db import GraphDB, Transaction
 from core.stores.locks import ProcessLock
 from core.stores.queue_files import (
     Generation,
-    QueueReader,
     append_locked,
-    hand_back_late_bytes,
     new_generation,
     read_generation,
     refuse_symlinked_queue,
@@ -114,44 +110,33 @@ from core.stores.queue_files import (
     rotate_queue,
     write_generation,
 )
-from core.stores.schema import LEGACY_APPLIED_LINES
+from core.stores.queue_reader import QueueReader, hand_back_late_bytes
 
 log = structlog.get_logger(__name__)
 
 #: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
-#: batches rewrite fewer index pages and fsync fewer times: 50,000 real lines (~200 bytes
-#: each) drain in three batches. (25,000 drained no faster, measured, and a 50,000-line
-#: drain's peak memory grows with the batch: ~125 MiB over the stores' at 20,000.)
+#: batches rewrite fewer index pages and fsync fewer times; a batch's memory grows with its
+#: lines, so this is the size past which a larger batch drains no faster (docs/performance.md,
+#: "Notes moved from the code").
 DRAIN_BATCH_LINES = 20_000
 #: Bytes of lines per batch, which bounds what a batch holds in copies of its lines (the
 #: parsed strings, the properties JSON, a dead letter's record) when they are long.
 DRAIN_BATCH_BYTES = 6 << 20
-#: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus 96 per JSON
-#: value). Real lines take ~1.7 KB each by that bound (~1.4 KB measured), so it lets 20,000 of
-#: them through; a line that parses into millions of objects (`[[],[],...]`, ~21x its bytes)
-#: is ~65x its bytes by the bound, so a 1 MiB one makes a batch of its own (~22 MB parsed)
-#: instead of three (~115 MB peak over an empty tick, measured, when bytes alone decided).
+#: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus
+#: PARSED_BYTES_PER_VALUE per JSON value). It lets a full batch of real edge lines through,
+#: while a line that parses into millions of small objects (`[[],[],...]`) counts for many
+#: times its bytes, so a 1 MiB one makes a batch of its own instead of sharing one with two
+#: others: what a batch holds once parsed is bounded whatever its lines hold.
 DRAIN_BATCH_PARSED_BYTES = 48 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).
 MALFORMED_LOGGED = 10
-#: Tries of a batch before it is split (the split halves get one each).
-BATCH_TRIES = 2
-#: Tries of a line alone before it is dead-lettered `unprocessable`, with ISOLATION_BACKOFF_S
-#: times the try number between them: a store that flaps (answers the probe, fails the next
-#: request) must not get a good line dead-lettered by bad luck.
-ISOLATION_TRIES = 3
-ISOLATION_BACKOFF_S = 0.2
 #: Tries of a batch that lost to a concurrent write (`WriteConflict`: another drainer on a
 #: shared PostgreSQL state), CONFLICT_BACKOFF_S times the try number apart; none spends a
 #: line's attempts, and a conflict on the last one fails the tick as an outage.
 CONFLICT_TRIES = 5
 CONFLICT_BACKOFF_S = 0.05
-#: The id asked of Chroma to tell an outage from a request that failed on its data.
-PROBE_ID = "kb-daemons-probe"
-#: How much of an isolated line's error goes into its dead letter.
-ISOLATED_DETAIL_CHARS = 500
 
 def drainer_lock(queue_path: Path) -> ProcessLock:
     """The lock that makes one drainer at a time."""
@@ -188,7 +173,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector for the drain. A drain allocates several
     containers per line (the parsed object, its properties, the rows to write), and every few
     thousand allocations the collector walks the whole heap, which with chromadb loaded is
-    large: a quarter of a 50,000-line drain went there (measured). Nothing the drain allocates
+    large (see docs/performance.md, "Notes moved from the code"). Nothing the drain allocates
     forms a reference cycle, so reference counting frees it all the same; the collector runs
     again as soon as the drain returns."""
     was_enabled = gc.isenabled()
@@ -234,9 +219,8 @@ class _Drainer:
         #: (found on recovery, or written by a batch whose commit failed): never a second
         #: record for one of them. Bounded by a batch: a commit forgets what it settled.
         self.dead_written: set[str] = set()
-        #: Legacy identities settled in this tick (migration only).
-        self.legacy_seen: set[str] = set()
-        self.legacy_table = False
+        #: Earlier versions' line identities (`core.jobs.line_identity_migration`).
+        self.migration = LineIdentityMigration()
         self.drain_tables = True
         #: The dead-letter file's size after our last append, recorded with each commit.
         self.dead_letters_size = 0
@@ -255,7 +239,7 @@ class _Drainer:
         try:
             if s.state_url:
                 self.drainer = await asyncio.to_thread(drainer_id, s.lazy_edges_queue_path)
-            self.legacy_table = await drain_state.legacy_table_exists(self.graph)
+            await self.migration.detect(self.graph)
             if s.draining_path.exists():
                 self.stats = replace(self.stats, orphan_recovered=True)
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
@@ -270,8 +254,8 @@ class _Drainer:
                                            s.draining_path, generation):
                     self.stats = replace(self.stats, queue_rotated=True)
                     await self._drain_generation(generation, 0)
-            if not self.stats.interrupted and self.legacy_table:
-                await self._drop_legacy_identities()
+            if not self.stats.interrupted:
+                await self.migration.finish(self.graph)
         finally:
             lock.release()
 
@@ -301,7 +285,7 @@ class _Drainer:
                 return generation, committed or 0
         generation = new_generation(now_ms=self.clock(),
                                     dead_letters_size=file_size(s.dead_letter_path),
-                                    legacy=self.legacy_table)
+                                    legacy=self.migration.active)
         await asyncio.to_thread(write_generation, s.draining_path, generation)
         log.warning("drain.leftover_adopted", generation=generation.id,
                     legacy=generation.legacy)
@@ -344,13 +328,12 @@ class _Drainer:
         no lock, no rename, no write, no side file."""
         s = self.settings
         self.drain_tables = await drain_state.table_exists(self.graph, drain_state.TOKENS_TABLE)
-        self.legacy_table = await drain_state.legacy_table_exists(self.graph)
+        await self.migration.detect(self.graph)
         leftover = await asyncio.to_thread(read_generation, s.draining_path)
         start = 0
         if leftover is not None and self.drain_tables:
             start = (await drain_state.progress(self.graph, leftover.id))[0] or 0
-        legacy = leftover.legacy if leftover is not None else self.legacy_table
-        dry = Generation("dry-run-leftover", 0, 0, legacy)
+        dry = Generation("dry-run-leftover", 0, 0, legacy=self.migration.active)
         for path, generation, offset in ((s.draining_path, leftover or dry, start),
                                          (s.lazy_edges_queue_path,
                                           Generation("dry-run", 0, 0), 0)):
@@ -362,13 +345,6 @@ class _Drainer:
                     await self._settle(_Batch(generation, lines, reader.offset))
             finally:
                 await asyncio.to_thread(reader.close)
-
-    async def _drop_legacy_identities(self) -> None:
-        """After the first complete tick, drop the legacy identity table: every line an earlier
-        version could have settled has now been read and settled under the new identities."""
-        async with self.graph.write() as tx:
-            await drain_state.drop_legacy_table(tx)
-        log.info("drain.legacy_identities_dropped", table=LEGACY_APPLIED_LINES)
 
     # --------------------------------------------------------------------------- batches
 
@@ -414,25 +390,11 @@ class _Drainer:
                 await asyncio.sleep(CONFLICT_BACKOFF_S * attempt)
 
     async def _is_outage(self, exc: Exception) -> bool:
-        """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
-        rather than that this batch's data made a call fail."""
-        if isinstance(exc, VectorStoreError):
-            # Only a request the store refused for its data, while the store answers a
-            # harmless one, is the batch's fault; anything else is an outage.
-            return not (refused_for_its_data(exc) and await self._chroma_answers())
-        return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
-
-    async def _chroma_answers(self) -> bool:
-        """Whether both collections the drain reads answer a harmless `get`."""
+        """Whether `exc` says a store is unavailable rather than that this batch's data made a
+        call fail (`core.jobs.drain_faults.is_outage`)."""
         s = self.settings
-        for collection in (s.memory_collection, s.summary_collection):
-            try:
-                await self.context.vectors.get_by_ids(collection, [PROBE_ID])
-            except CollectionMissing:
-                continue
-            except Exception:
-                return False
-        return True
+        return await is_outage(exc, self.context.vectors,
+                               (s.memory_collection, s.summary_collection))
 
     async def _apply(self, batch: _Batch) -> None:
         """Resolve and write one batch (see the module docstring for the order of writes)."""
@@ -459,12 +421,8 @@ class _Drainer:
         outstanding: dict[str, tuple[int, int]] = {}
         if tokens and self.drain_tables:
             outstanding = await drain_state.outstanding_tokens(self.graph, tokens)
-        legacy_settled: set[str] = self.legacy_seen
-        if self.legacy_table:
-            ids = [i for p in parsed if (i := legacy_id_of(p, legacy_file=legacy_file))]
-            if ids:
-                legacy_settled = self.legacy_seen | await drain_state.legacy_settled(
-                    self.graph, ids)
+        legacy_settled = await self.migration.settled(self.graph, parsed,
+                                                      legacy_file=legacy_file)
         return Known(outstanding=outstanding, tick_started_ms=self.started_ms,
                      dead_written=self.dead_written, legacy_settled=legacy_settled,
                      legacy_file=legacy_file)
@@ -490,7 +448,7 @@ class _Drainer:
 
     async def _commit_bookkeeping(self, tx: Transaction, batch: _Batch, plan: BatchPlan,
                                   *, now: int) -> None:
-        """The committed offset, the tokens used and issued, the legacy identities settled."""
+        """The committed offset, the tokens used and issued, the old identities settled."""
         generation = batch.generation.id
         await drain_state.commit_offset(
             tx, generation, offset=batch.end_offset, dead_letters_size=self.dead_letters_size,
@@ -498,14 +456,13 @@ class _Drainer:
             drainer=self.drainer)
         await drain_state.use_tokens(tx, plan.tokens_consumed)
         await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
-        if self.legacy_table:
-            await drain_state.settle_legacy(tx, plan.legacy_settled, now_ms=now)
+        await self.migration.record(tx, plan, now_ms=now)
 
     def _account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
         """Add a written batch's figures to the tick's and remember what later batches of the
         tick must know."""
         self.stats = self.stats.added(plan)
-        self.legacy_seen.update(legacy_id for legacy_id, _ in plan.legacy_settled)
+        self.migration.remember(plan)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
                 if isinstance(item.line, MalformedLine):
@@ -517,27 +474,8 @@ class _Drainer:
 
     async def _isolate(self, batch: _Batch, error: Exception) -> None:
         """Dead-letter the one line that fails alone (`unprocessable`, with the error)."""
-        read = batch.lines[0]
-        read_at = position_id(batch.generation.id, read.offset)
-        line_id, attempts, token = read_at, 0, None
-        try:
-            parsed = parse_line(read.raw) if read.spilled is None else None
-        except Exception:  # the parser itself may be what fails
-            parsed = None
-        if isinstance(parsed, EdgeLine):
-            attempts, token = parsed.attempts, parsed.token_id
-            line_id = token or read_at
-        detail = f"{type(error).__name__}: {error}"[:ISOLATED_DETAIL_CHARS]
-        log.error("drain.line_isolated", readAt=read_at, lineId=line_id, error=detail)
-        plan = BatchPlan(total_lines=1, processed=1)
-        if read_at in self.dead_written:
-            plan.already_dead = 1
-        else:
-            plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
-                line_id=line_id, read_at=read_at, reason=UNPROCESSABLE, detail=detail,
-                attempts=attempts, now_ms=self.clock(), line=read.raw, spilled=read.spilled)))
-        if token is not None:
-            plan.tokens_consumed.append(token)
+        plan = isolation_plan(batch.generation.id, batch.lines[0], error,
+                              already_dead=self.dead_written, now_ms=self.clock())
         if not self.dry_run:
             await self._write(batch, plan, BackfillPlan(), now=self.clock())
         self._account(plan, (), batch.generation.id)
@@ -582,32 +520,3 @@ def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str
         result = backfill.results.get(node_id)
         unresolved[node_id] = line_reason(result) if result is not None else ENDPOINT_MISSING
     return unresolved
-
-
-@dataclass(frozen=True, slots=True)
-class RemTickFigures:
-    """A REM tick's figures: its live ingestion's, then its drain's."""
-
-    live_ingest: LiveIngestFigures | LiveIngestSkipped
-    drain: DrainStats
-
-
-async def rem_tick(context: TickContext, dry_run: bool) -> RemTickFigures:
-    """One REM tick: live-ingest the sessions summarized since the previous tick (minus the
-    overlap), then drain the queue. The watermark is the start of the last tick whose live
-    ingestion completed; the first tick looks back the overlap from now."""
-    settings = context.settings
-    started = now_ms()
-    watermark = await get_value(context.graph, LIVE_INGEST_WATERMARK)
-    since = int(watermark) if watermark and watermark.isdigit() else started
-    cutoff = since - settings.rem_live_ingest_overlap_ms
-    try:
-        report = await live_ingest_since(context.graph, context.vectors, settings, cutoff,
-                                         dry_run=dry_run)
-        live: LiveIngestFigures | LiveIngestSkipped = report.figures()
-        if not dry_run:  # only a completed ingestion moves the watermark
-            await set_value(context.graph, LIVE_INGEST_WATERMARK, str(started), now_ms=now_ms())
-    except CollectionMissing as exc:
-        log.warning("ingest.skipped", reason=str(exc))
-        live = LiveIngestSkipped(cutoff, str(exc))
-    return RemTickFigures(live, await drain_queue(context, dry_run=dry_run))

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.rules.alert_rules import Delivery, channel_label, scrub_secrets
+from core.rules.alert_channels import channel_label, scrub_secrets
+from core.rules.alert_evaluation import Delivery
 from core.rules.config import Settings
 from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
 from core.rules.telemetry import StaleReport

@@ -19,9 +19,8 @@ from core.rules.reconcile import (
     GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     ReconcilePolicy,
-    TenantFigures,
-    TenantOutcome,
 )
+from core.rules.reconcile_outcome import TenantFigures, TenantOutcome
 from core.rules.tenant_scan import MalformedChunk, RowVerdict, TenantTally
 
 #: Why nothing would be deleted, in the order they are checked.

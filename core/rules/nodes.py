@@ -80,8 +80,8 @@ class EdgeLike(Protocol):
     def properties(self) -> Mapping[str, Any] | None: ...
 
 
-#: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, which
-#: was most of the cost of back-filling 12,000 memories (measured).
+#: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, a cost
+#: paid once per back-filled node otherwise.
 _JS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -135,7 +135,7 @@ def payload_hash(payload: Mapping[str, Any]) -> str:
     A payload whose values are all strings and integers (every real one: ids, titles, epoch
     milliseconds or ISO times) is written by orjson straight to bytes, the same bytes
     `js_json` gives (a property test holds the two to that), without `js_json`'s walks over
-    the value: back-filling 11,000 memories spent a quarter of its planning there (measured).
+    the value, which are a back-fill's planning cost otherwise.
     Anything else (a float, a bool, a lone surrogate, an integer past 64 bits) goes through
     `js_json`."""
     for value in payload.values():

@@ -45,10 +45,10 @@ MAX_FIELD_CHARS = 1_024
 #: Longest line accepted (1 MiB). Real edge lines are a few hundred bytes; a bigger one is a
 #: producer bug. The drainer never holds one in memory: it streams it to a side file.
 MAX_LINE_BYTES = 1 << 20
-#: What one JSON value of a line may cost once parsed, at most, over the line's own bytes
-#: (measured with tracemalloc on 1 MiB lines: a dict entry with its copy in the properties
-#: ~82 bytes, `[]` in a list ~31, `{}` ~35, a short string ~54, a float ~28; a typical edge line
-#: ~78 per value). Every value but the first follows one of `,` `:` `[` `{`.
+#: What one JSON value of a line may cost once parsed, at most, over the line's own bytes: an
+#: upper bound on every kind of value CPython builds for one (the per-kind figures are in
+#: docs/performance.md, "Notes moved from the code"). Every value but the first follows one
+#: of `,` `:` `[` `{`.
 PARSED_BYTES_PER_VALUE = 96
 #: The characters that each open a JSON value (see PARSED_BYTES_PER_VALUE).
 _VALUE_OPENERS = b",:[{"
@@ -56,7 +56,7 @@ _VALUE_OPENERS = b",:[{"
 #: each array or object inside adds one). The drainer writes a line back with orjson (edge
 #: properties, a re-queued line), and orjson's encoder refuses anything deeper ("Recursion
 #: limit reached") although its decoder reads 1,024 levels: a deeper line would be accepted,
-#: then fail every write. `tests/test_queue_grammar.py` pins this to orjson's encoder.
+#: then fail every write. `tests/jobs/test_queue_grammar.py` pins this to orjson's encoder.
 MAX_JSON_DEPTH = 254
 #: The largest weight magnitude a line may carry. Weights are relevance scores (default 1.0,
 #: reinforced up to the graph's cap of 5.0); a million times the default is far beyond any
@@ -83,8 +83,8 @@ _NUL_ESCAPE = b"\\u0000"
 
 def json_line(value: Any) -> bytes:
     """`value` as compact JSON bytes (orjson), in a bytes object of its own size: orjson hands
-    back its 4 KiB working buffer, so 20,000 re-queued lines or dead letters held for one batch
-    would take 80 MB instead of 6 (measured with tracemalloc)."""
+    back its 4 KiB working buffer, so a batch's re-queued lines or dead letters would each
+    hold 4 KiB whatever their size."""
     return bytes(memoryview(orjson.dumps(value)))
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number
-from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy, TenantOutcome
+from core.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy
+from core.rules.reconcile_outcome import TenantOutcome
 from core.rules.rows import ChromaRow, ColumnPage
 from core.rules.tenants import TenantConfig
 from core.rules.tombstone_bands import Band, Number, predicate_where
@@ -27,7 +28,7 @@ from core.rules.tombstone_bands import Band, Number, predicate_where
 #: guard in the same read.
 SWEEP_MAX_CHUNKS_PER_TENANT: Final = 500
 #: Tenants per `tenantId $in [...]` list. Chroma 1.5.9 accepts 10,000 values and refuses
-#: 50,000 (SQLite's limit of 32,766 variables; tests/test_reconcile_fleet.py sends a full
+#: 50,000 (SQLite's limit of 32,766 variables; tests/jobs/test_reconcile_fleet.py sends a full
 #: list through every request a group makes). 5,000 stays well inside it, and fewer, larger
 #: requests are what a fleet pass is for (docs/performance.md).
 TENANTS_PER_WHERE: Final = 5_000

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.rules.camel_json import camel_case
-from core.rules.reconcile import TenantFigures
+from core.rules.reconcile_outcome import TenantFigures
 
 
 class RecordedTick(Protocol):

@@ -53,7 +53,7 @@ from prometheus_client.registry import Collector
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
-from core.rules.reconcile import ReconcileFigures, TenantFigures
+from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 from core.rules.restored_metrics import RestoredMetrics, restored_metrics
 from core.runtime.tick import Job
 from core.stores.daemon_state import last_success_stamps, last_ticks

@@ -1,8 +1,9 @@
-"""Long-running daemons: APScheduler ticks under supervision, systemd notify, graceful shutdown.
+"""One daemon's schedule: its jobs' ticks on an APScheduler, their timing, their supervision
+and their graceful stop (`DaemonRunner`); the process around the daemons is
+`core.runtime.serve`.
 
-One `serve()` call runs one or more daemons in this process (`python -m daemons` runs both).
-Each daemon has its own `AsyncIOScheduler`, started inside the running loop, and its own SQLite
-connection; an embedded Chroma store is opened once and shared (it admits one process).
+Each daemon has its own `AsyncIOScheduler`, started inside the running loop, and its own state
+connection; an embedded Chroma store is opened once per process and shared.
 
 What it guarantees:
 - **No lost first pass, no doubled pass.** A job's first run is due one interval after the
@@ -16,21 +17,16 @@ What it guarantees:
 - **Graceful shutdown.** SIGTERM/SIGINT stop scheduling and ask running ticks to return after
   their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
   tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
-  its transaction rolls back and its lines stay on disk. A second signal exits at once.
-- **Metrics from the first scrape.** The exporter serves each job's recorded last success and
-  the last pass's per-tenant figures before the first tick (`core.runtime.metrics`).
-- **systemd.** READY=1 once every daemon's stores are open, WATCHDOG=1 at half of
-  WATCHDOG_USEC but only while the loop, the schedulers and running ticks make progress,
-  STOPPING=1 on shutdown.
+  its transaction rolls back and its lines stay on disk.
+- **Health.** `DaemonRunner.health_problem` says when a scheduler died or a tick stalled, so
+  the systemd watchdog (`core.runtime.serve`) stops pinging only when progress has stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -40,12 +36,9 @@ import structlog
 
 from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
-from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.errors import LockHeld
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
-from core.runtime.metrics import Metrics, read_restored_metrics
-from core.runtime.signals import stop_on_signals
-from core.runtime.store_door import StoreDoor
-from core.runtime.systemd import Notifier
+from core.runtime.metrics import Metrics
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
@@ -68,8 +61,6 @@ MAX_BACKOFF_FACTOR = 4
 RESTART_BACKOFF_MAX_S = 60.0
 #: How often each daemon checks its scheduler is alive.
 HEALTH_CHECK_S = 1.0
-#: Exit code of a second signal (forced exit): the next start recovers anything in flight.
-EXIT_FORCED = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,134 +366,3 @@ class DaemonRunner:
             if due is not None and (now - due).total_seconds() > late:
                 return f"{self.spec.name}:{job.name}: tick overdue since {due.isoformat()}"
         return None
-
-
-async def _supervise(runner: DaemonRunner, stop: asyncio.Event, options: RuntimeOptions) -> None:
-    """Run a daemon until `stop`, restarting it with backoff whenever it dies."""
-    failures = 0
-    while not stop.is_set():
-        try:
-            await runner.run(stop)
-            return
-        except Exception:
-            failures += 1
-            delay = min(2.0 ** (failures - 1), options.restart_backoff_max_s)
-            log.error("daemon.died", daemon=runner.spec.name, restarts=failures,
-                      restartInS=delay, exc_info=True)
-            await wait_for_stop(stop, delay)
-
-
-async def _open_vectors(
-    settings: Settings, stop: asyncio.Event, options: RuntimeOptions
-) -> VectorStore | None:
-    """Open Chroma, retrying with backoff while a server is unreachable; None if stopped
-    first. A held embedded store is fatal (LockHeld): waiting would not free it."""
-    delay = 1.0
-    while not stop.is_set():
-        try:
-            return await VectorStore.open(settings, via_daemon=False)
-        except LockHeld:
-            raise
-        except StoreUnavailable as exc:
-            log.error("store.unavailable", error=str(exc), retryInS=delay)
-            await wait_for_stop(stop, delay)
-            delay = min(delay * 2, options.restart_backoff_max_s)
-    return None
-
-
-async def _notify_systemd(notifier: Notifier, runners: Sequence[DaemonRunner],
-                         stop: asyncio.Event) -> None:
-    """READY=1 once every daemon has its stores open; then ping the watchdog, but only while
-    every daemon is making progress."""
-    await asyncio.gather(*(r.ready.wait() for r in runners))
-    notifier.send("READY=1", f"STATUS=running {', '.join(r.spec.name for r in runners)}")
-    log.info("daemons.ready", daemons=[r.spec.name for r in runners], pid=os.getpid())
-    interval = notifier.watchdog_interval_s
-    if interval is None:
-        return
-    withheld: str | None = None
-    while not stop.is_set():
-        problem = next((p for r in runners if (p := r.health_problem()) is not None), None)
-        if problem is None:
-            notifier.send("WATCHDOG=1")
-            if withheld is not None:
-                log.info("watchdog.resumed")
-        elif problem != withheld:
-            log.error("watchdog.withheld", reason=problem)
-        withheld = problem
-        await wait_for_stop(stop, interval)
-
-
-async def serve(
-    settings: Settings,
-    specs: Sequence[DaemonSpec],
-    *,
-    options: RuntimeOptions | None = None,
-    notifier: Notifier | None = None,
-    clock: Callable[[], int] = now_ms,
-    stop: asyncio.Event | None = None,
-) -> int:
-    """Run the daemons until SIGTERM/SIGINT (or until `stop` is set by an embedding caller);
-    return the exit code (0 after a clean stop). A second signal exits at once (EXIT_FORCED)."""
-    options = options or RuntimeOptions()
-    stop = stop or asyncio.Event()
-
-    def request_stop(signum: int) -> None:
-        log.info("shutdown.requested", signal=signal.Signals(signum).name,
-                 graceS=options.shutdown_grace_s)
-        stop.set()
-
-    metrics = Metrics(settings)
-    # Before the first scrape: the recorded state, so monitoring is not blind until a tick.
-    jobs = [job for spec in specs for job in spec.jobs]
-    metrics.start(jobs, await read_restored_metrics(settings, jobs))
-    if settings.metrics_port:  # a taken port is a config error before any tick
-        metrics.serve(settings.metrics_port)
-    try:
-        with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):
-            return await _serve_until_stopped(settings, specs, options=options,
-                                              notifier=notifier or Notifier(), clock=clock,
-                                              stop=stop, metrics=metrics)
-    finally:
-        log.info("shutdown.completed")
-
-
-async def _serve_until_stopped(
-    settings: Settings,
-    specs: Sequence[DaemonSpec],
-    *,
-    options: RuntimeOptions,
-    notifier: Notifier,
-    clock: Callable[[], int],
-    stop: asyncio.Event,
-    metrics: Metrics,
-) -> int:
-    """Open Chroma, supervise every daemon and notify systemd until `stop`, with `metrics`
-    served; then let the daemons finish and close everything, in reverse order."""
-    helpers: list[asyncio.Task[None]] = []
-    vectors: VectorStore | None = None
-    door: StoreDoor | None = None
-    try:
-        vectors = await _open_vectors(settings, stop, options)
-        if vectors is None:
-            return 0
-        if not settings.server_mode:  # the commands beside the daemon reach the store here
-            door = await StoreDoor.open(vectors, settings.chroma_path)
-        runners = [DaemonRunner(spec, settings=settings, vectors=vectors, options=options,
-                                metrics=metrics, clock=clock) for spec in specs]
-        supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)
-                      for r in runners]
-        helpers.append(asyncio.create_task(_notify_systemd(notifier, runners, stop)))
-        await stop.wait()
-        notifier.send("STOPPING=1")
-        await asyncio.gather(*supervised)
-        return 0
-    finally:
-        for task in helpers:
-            task.cancel()
-        await asyncio.gather(*helpers, return_exceptions=True)
-        metrics.close()
-        if door is not None:
-            await door.close()
-        if vectors is not None:
-            await vectors.close()

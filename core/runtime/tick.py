@@ -26,11 +26,11 @@ from typing import Any, Generic, TypeVar
 import structlog
 
 from core.jobs.context import TickContext, TickControl
-from core.jobs.drain import RemTickFigures
+from core.jobs.rem_tick import RemTickFigures
 from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
 from core.rules.errors import KbError, LockHeld
-from core.rules.reconcile import ReconcileFigures
+from core.rules.reconcile_outcome import ReconcileFigures
 from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms

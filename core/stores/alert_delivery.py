@@ -22,18 +22,16 @@ from typing import Any, Final
 import httpx
 import structlog
 
-from core.rules.alert_rules import (
+from core.rules.alert_channels import (
     CONSOLE,
-    Alert,
     Channel,
-    Delivery,
-    alert_body,
-    alert_subject,
     channel_label,
     channel_secrets,
     parse_channel,
     scrub_secrets,
 )
+from core.rules.alert_evaluation import Alert, Delivery
+from core.rules.alert_text import alert_body, alert_subject
 from core.rules.camel_json import to_json
 from core.rules.secrets import MAX_FOREIGN_TEXT_CHARS
 

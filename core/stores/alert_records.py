@@ -12,16 +12,8 @@ from typing import Any, Final
 
 import structlog
 
-from core.rules.alert_rules import (
-    Alert,
-    CooldownKey,
-    Delivery,
-    channel_key,
-    is_channel_key,
-    redact_channel,
-    scope_of,
-    scrub_secrets,
-)
+from core.rules.alert_channels import channel_key, is_channel_key, redact_channel, scrub_secrets
+from core.rules.alert_evaluation import Alert, CooldownKey, Delivery, scope_of
 from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)

@@ -1,16 +1,16 @@
 """Chroma access: one client per process, every blocking call on one worker thread, every call
 paged or chunked to the limits this Chroma has.
 
-Facts this module is built around, measured on chromadb 1.5.9 (embedded and `chroma run`
-alike unless said otherwise):
+Facts this module is built around, about chromadb 1.5.9 (embedded and `chroma run` alike
+unless said otherwise; timings in docs/performance.md, "Notes moved from the code"):
 
 - a `get` returning metadatas for more than 32,766 rows fails with "too many SQL variables";
-  an ids-only `get` has no such limit (100,000 ids in one call, 0.5 s); writes take at most
+  an ids-only `get` has no such limit (100,000 ids in one call); writes take at most
   `get_max_batch_size()` rows (5,461 here); a `$in` list of 50,000 values fails, 10,000 works;
 - `delete(where=...)` is one request (one HTTP POST in server mode, one binding call embedded)
   evaluated by the store when it runs, and returns how many rows it removed; with `limit` it
-  removes at most that many of the matching rows. `delete(ids=..., where=...)` costs ~8 ms per
-  id whatever the `where` (250 ids: 2 s against 0.08 s by ids alone), so it is never used;
+  removes at most that many of the matching rows. `delete(ids=..., where=...)` costs per id
+  whatever the `where`, many times a delete by ids alone, so it is never used;
 - a numeric `$lt`/`$lte`/`$gt` never matches a row whose key is missing, a string or a bool
   (a bool operand is refused); an integer value is compared with a fractional operand
   truncated toward zero (`$lte 2.5` matches int 2, `$lt 1000.5` does not match int 1000);
@@ -50,9 +50,9 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 Include = Literal["metadatas", "documents", "embeddings"]
 
-#: Rows per page of a `where` scan. 2,000 keeps a 100,000-chunk scan's peak memory growth near
-#: 30 MB; 5,000 is ~2.5x faster per row but grows the process by 70-135 MB (measured, see README
-#: "Performance"). Well under the 32,766-row metadata limit either way.
+#: Rows per page of a `where` scan: bounds what one page holds in Chroma's conversion buffers
+#: (the trade of time for memory is in docs/performance.md, "Notes moved from the code").
+#: Well under the 32,766-row metadata limit.
 SCAN_PAGE_ROWS = 2_000
 #: Ids per `get(ids=...)`: one SQL variable each, far below the limit, large enough that a
 #: 5,000-line drain batch needs one call.
@@ -96,8 +96,8 @@ def _rows_from(result: Mapping[str, Any]) -> list[ChromaRow]:
 
 def _floats(vector: Any) -> list[float]:
     """An embedding as a list of Python floats. Chroma hands back numpy rows; their `tolist`
-    gives the same floats as `float()` on each element, in C: ~0.2 s less per 10,000
-    384-number embeddings read for an archive (measured)."""
+    gives the same floats as `float()` on each element, converted in C rather than one Python
+    call per number."""
     dtype = getattr(vector, "dtype", None)
     if dtype is not None and dtype.kind == "f" and getattr(vector, "ndim", 0) == 1:
         values: list[float] = vector.tolist()
@@ -388,8 +388,7 @@ class VectorStore:
 
     async def ids_where(self, name: str, *, where: Mapping[str, Any]) -> list[str]:
         """Every id matching `where`, in ONE ids-only `get` (no paging, so no row can slip
-        between pages while others write; ids-only reads have no SQL-variable limit: 100,000
-        ids in 0.5 s, measured)."""
+        between pages while others write; ids-only reads have no SQL-variable limit)."""
         result = await self._run(name, "get", where=dict(where), include=[])
         return list(result.get("ids") or [])
 

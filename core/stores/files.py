@@ -37,10 +37,9 @@ class FilesystemFlush:
     durable, whose `flush` makes everything written to that filesystem durable with one
     `syncfs`.
 
-    One call in place of thousands of fsyncs: a pass that archives 10,000 tenants' chunks
-    creates 10,000 files, whose fsyncs took ~1.0 s on 8 threads against ~0.06 s for one
-    `syncfs` (measured, README "Performance"). It also flushes what other programs wrote to
-    that filesystem, which costs them nothing but time.
+    One call in place of thousands of fsyncs (one per archive file of a pass over many
+    tenants; the timing is in docs/performance.md, "Fleet scale"). It also flushes what other
+    programs wrote to that filesystem, which costs them nothing but time.
 
     Why opened first: `syncfs` reports the write-back errors recorded since its descriptor was
     opened (Linux's per-filesystem error sequence). A descriptor opened after the writes would

@@ -19,6 +19,8 @@ from typing import Any
 
 import core.jobs.drain as drain
 import core.stores.queue_files as lazy_queue
+import core.stores.queue_reader as queue_reader
+from core.jobs.rem_tick import rem_tick
 from core.runtime.logs import configure_logging
 from core.runtime.tick import open_context, run_tick
 from core.stores.config_file import load_config
@@ -68,7 +70,7 @@ def _arm(point: str, hit: int) -> None:
     elif point == "after-rename":
         around(drain, "rotate_queue", before=False)
     elif point == "after-spill":  # an over-limit line's side file is complete
-        around(lazy_queue._Spill, "finish", before=False)
+        around(queue_reader._Spill, "finish", before=False)
     elif point == "mid-transaction":
         around(drain, "link_edges", before=False)  # edges written, not committed
     elif point in ("after-dead-letters", "after-requeue"):
@@ -87,7 +89,7 @@ def _arm(point: str, hit: int) -> None:
     elif point == "before-remove":
         around(drain, "hand_back_late_bytes", before=True)
     elif point == "after-remove":  # `.draining` unlinked; sidecar and offset row still there
-        around(lazy_queue.QueueReader, "remove_and_collect_late_bytes", before=False)
+        around(queue_reader.QueueReader, "remove_and_collect_late_bytes", before=False)
     elif point != "none":
         raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
 
@@ -96,7 +98,7 @@ async def _tick(config: str) -> None:
     settings = load_config(config, environ={}).settings
     configure_logging("json")
     async with open_context(settings) as stores:
-        await run_tick("drain", stores, drain.rem_tick, dry_run=False)
+        await run_tick("drain", stores, rem_tick, dry_run=False)
 
 
 def main(argv: list[str]) -> int:

@@ -20,15 +20,11 @@ from core.jobs.reconcile.deletion import (
     run_bands,
 )
 from core.jobs.reconcile.page_loop import until_stopping
-from core.rules.reconcile import (
-    Phase,
-    ReconcilePolicy,
-    TenantOutcome,
-    actionable_stamp_ceiling,
-)
+from core.rules.reconcile import ReconcilePolicy, actionable_stamp_ceiling
 from core.rules.reconcile_groups import (
     group_stale_clauses,
 )
+from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.tenant_scan import (
     TenantTally,
     orphan_bands,

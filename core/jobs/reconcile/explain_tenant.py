@@ -9,9 +9,7 @@ import structlog
 from core.jobs.reconcile.one_tenant import reconcile_tenant
 from core.rules.errors import StoreUnavailable
 from core.rules.explain_plan import TenantPlan, build_plan
-from core.rules.reconcile import (
-    ReconcilePolicy,
-)
+from core.rules.reconcile import ReconcilePolicy
 from core.stores.tenant_manifests import tenant_manifests
 from core.stores.tenants import list_tenants
 

@@ -24,17 +24,14 @@ from core.jobs.reconcile.one_tenant import (
 )
 from core.jobs.reconcile.page_loop import scan_group, sweep_collection, until_stopping
 from core.jobs.reconcile.recording import TelemetryRecorder
-from core.rules.reconcile import (
-    Phase,
-    ReconcilePolicy,
-    TenantOutcome,
-)
+from core.rules.reconcile import ReconcilePolicy
 from core.rules.reconcile_groups import (
     TenantGroup,
     group_tenants,
     sweep_pays,
     within_cap,
 )
+from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.rows import ChromaRow
 from core.rules.tenant_scan import (
     TenantTally,

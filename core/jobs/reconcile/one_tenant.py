@@ -28,12 +28,11 @@ from core.rules.reconcile import (
     GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     TENANT_KEY,
-    Phase,
     ReconcilePolicy,
-    TenantOutcome,
     candidate_where,
     stale_fraction_exceeded,
 )
+from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
 from core.rules.tenant_scan import (
     ScanRules,

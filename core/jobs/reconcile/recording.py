@@ -12,11 +12,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from core.rules.camel_json import to_json
-from core.rules.reconcile import (
-    Phase,
-    ReconcilePolicy,
-    TenantOutcome,
-)
+from core.rules.reconcile import ReconcilePolicy
+from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.telemetry import EVENT_ERROR, EVENT_RECONCILE, MetricRow
 from core.stores.telemetry import insert_metric_rows, new_metric_row
 from core.stores.telemetry_spool import MetricSpool

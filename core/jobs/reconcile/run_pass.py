@@ -19,12 +19,8 @@ from core.jobs.reconcile.page_loop import until_stopping
 from core.jobs.reconcile.recording import TelemetryRecorder
 from core.rules.generations import declares_generations
 from core.rules.manifests import RepoManifest
-from core.rules.reconcile import (
-    ReconcileDisabled,
-    ReconcileFigures,
-    ReconcilePolicy,
-    TenantOutcome,
-)
+from core.rules.reconcile import ReconcilePolicy
+from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures, TenantOutcome
 from core.rules.tenant_policy import TenantPolicy
 from core.rules.tenants import TenantConfig
 from core.stores.telemetry_spool import MetricSpool

@@ -6,14 +6,8 @@ from __future__ import annotations
 import base64
 from urllib.parse import quote
 
-from core.rules.alert_rules import (
-    AlertRule,
-    Channel,
-    SkippedRule,
-    parse_alert_rules,
-    parse_channel,
-    scrub_secrets,
-)
+from core.rules.alert_channels import Channel, parse_channel, scrub_secrets
+from core.rules.alert_rules import AlertRule, SkippedRule, parse_alert_rules
 from core.rules.secrets import (
     HIDDEN,
     MAX_FOREIGN_TEXT_CHARS,

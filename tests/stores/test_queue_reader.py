@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.rules.queue_lines import parsed_size_bound
-from core.stores.queue_files import QueueReader
+from core.stores.queue_reader import QueueReader
 
 Batch = list[tuple[int, bytes, int | None]]
 

@@ -18,7 +18,10 @@ from structlog.testing import capture_logs
 
 from core.jobs.alerting import AlertingFigures, alerting_tick
 from core.jobs.context import TickContext
-from core.rules.alert_rules import Alert, Severity, alert_body, channel_label
+from core.rules.alert_channels import channel_label
+from core.rules.alert_evaluation import Alert
+from core.rules.alert_rules import Severity
+from core.rules.alert_text import alert_body
 from core.rules.camel_json import to_json
 from core.rules.telemetry import EVENT_RECONCILE
 from core.stores.alert_delivery import (

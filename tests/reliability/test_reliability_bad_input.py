@@ -135,7 +135,7 @@ def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
     for value in WRONG_VALUES:
         if spec.locating:
             # Where data lives never falls back: an invalid value is a config error naming
-            # the key (checked per value in tests/test_locating_keys.py).
+            # the key (checked per value in tests/commands/test_locating_keys.py).
             try:
                 resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
             except ConfigError as exc:

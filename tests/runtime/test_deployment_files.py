@@ -18,7 +18,7 @@ from tests.chroma_server import ChromaServer
 from tests.mdwe import EXIT_UNSUPPORTED
 from tests.support import child_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MDWE = ROOT / "tests" / "mdwe.py"
 UNITS = sorted((ROOT / "systemd").glob("*.service"))
 

@@ -25,11 +25,10 @@ from core.runtime.scheduler import (
     DaemonRunner,
     DaemonSpec,
     RuntimeOptions,
-    _supervise,
     backoff_delay_ms,
     first_run_delay_ms,
-    serve,
 )
+from core.runtime.serve import _supervise, serve
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job
 from core.stores.chroma import VectorStore
@@ -244,7 +243,7 @@ async def test_work_left_in_flight_runs_the_first_tick_at_once(
 async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     served: Any, settings: Settings
 ) -> None:
-    from core.jobs.drain import RemTickFigures
+    from core.jobs.rem_tick import RemTickFigures
     from core.rules.drain_plan import DrainStats
     from core.rules.ingest import LiveIngestSkipped
 
@@ -411,7 +410,7 @@ async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
 
 
 def _pass_figures(*, tombstoned: int, stale: int, orphans: int = 0, missing: int = 0) -> Any:
-    from core.rules.reconcile import ReconcileFigures, TenantFigures
+    from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 
     tenant = TenantFigures(tenant_id="t1", repo_slug=None, current_version=2, scanned=stale,
                            stale_count=stale, manifest_orphan_count=orphans,

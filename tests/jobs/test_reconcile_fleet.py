@@ -23,8 +23,7 @@ from core.stores.chroma import VectorStore
 from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import set_tenant_policy
-from tests.support import seed
-from tests.test_reconcile_pass import (
+from tests.jobs.test_reconcile_pass import (
     archived_rows,
     chunk,
     configure,
@@ -33,6 +32,7 @@ from tests.test_reconcile_pass import (
     stores_for,
     tombstoning,
 )
+from tests.support import seed
 
 #: Tenants (id, current version) and their chunks' stamps: stale, fresh, actionable or not,
 #: stamps no rule acts on (a string, a bool, none, a float below), a tenant with no chunk.

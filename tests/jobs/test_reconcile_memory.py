@@ -11,7 +11,7 @@ wander by a few tens of MB, so a bound relative to the floor's, on the same stor
 says the pass does not hold the data.
 
 Marked slow (about two minutes, most of it seeding 250,000 chunks):
-`python -m pytest -m slow tests/test_reconcile_memory.py`.
+`python -m pytest -m slow tests/jobs/test_reconcile_memory.py`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from core.rules.errors import ConfigError
 from core.stores.config_file import load_config
 from tests.support import run_module
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(path: Path, text: str) -> Path:

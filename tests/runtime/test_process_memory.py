@@ -16,7 +16,7 @@ import pytest
 
 from core.runtime.process import ARENA_ENV, MALLOC_ARENAS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Cap (or not), then eight threads allocate at the same time; print what the cap call
 #: returned and how many arenas glibc reports.

@@ -25,7 +25,7 @@ from core.jobs.context import TickContext
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
-from core.stores.queue_files import QueueReader
+from core.stores.queue_reader import QueueReader
 from core.stores.state import open_graph
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, seed

@@ -24,8 +24,7 @@ from core.stores import archives, files
 from core.stores.archives import SYNCFS_MIN_ARCHIVES, TombstoneArchive, sync_archives
 from core.stores.chroma import VectorStore
 from core.stores.graph_db import GraphDB
-from tests.support import seed
-from tests.test_reconcile_pass import (
+from tests.jobs.test_reconcile_pass import (
     archived_rows,
     chunk,
     configure,
@@ -33,6 +32,7 @@ from tests.test_reconcile_pass import (
     one_pass,
     tombstoning,
 )
+from tests.support import seed
 
 #: Enough tenants that their archives are made durable by one `syncfs`.
 MANY = SYNCFS_MIN_ARCHIVES + 6

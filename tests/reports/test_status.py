@@ -22,7 +22,7 @@ from core.stores.queue_files import describe_queue_file as read_queue_file
 from daemons.status import main
 from tests.support import child_env, make_settings, run_module
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Holds the embedded store the way a running daemon does, until its stdin closes.
 HOLD_STORE = """

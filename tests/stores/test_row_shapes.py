@@ -20,9 +20,8 @@ from core.rules.tenant_scan import ScanRules, TenantTally
 from core.stores.chroma import VectorStore
 from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
-from tests.support import seed
-from tests.test_reconcile_fleet import without_sweep
-from tests.test_reconcile_pass import (
+from tests.jobs.test_reconcile_fleet import without_sweep
+from tests.jobs.test_reconcile_pass import (
     chunk,
     configure,
     ids_in,
@@ -31,6 +30,7 @@ from tests.test_reconcile_pass import (
     tenant_figures,
     tombstoning,
 )
+from tests.support import seed
 
 TENANT = "acme"
 REPO = "acme/repo"

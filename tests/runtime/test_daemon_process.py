@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support import child_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(args: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:

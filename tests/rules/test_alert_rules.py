@@ -11,6 +11,15 @@ from typing import Any
 
 import pytest
 
+from core.rules.alert_channels import (
+    channel_key,
+    channel_label,
+    is_channel_key,
+    malformed_channel_reason,
+    redact_channel,
+    scrub_secrets,
+)
+from core.rules.alert_evaluation import Alert, CooldownKey, evaluate_alert_rules
 from core.rules.alert_rules import (
     ALL_REPOS,
     REASON_CHANNELS,
@@ -19,21 +28,11 @@ from core.rules.alert_rules import (
     REASON_SCOPE,
     REASON_SEVERITY,
     REASON_THRESHOLD,
-    Alert,
-    CooldownKey,
     SkippedRule,
-    alert_body,
-    alert_subject,
-    channel_key,
-    channel_label,
-    evaluate_alert_rules,
-    is_channel_key,
-    malformed_channel_reason,
     parse_alert_rules,
-    redact_channel,
-    scrub_secrets,
     validate_alert_rule,
 )
+from core.rules.alert_text import alert_body, alert_subject
 from core.rules.camel_json import to_json
 from core.rules.config import resolve_config
 from core.rules.config_docs import EXAMPLE_ALERT_RULES_TOML

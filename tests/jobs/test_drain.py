@@ -23,7 +23,8 @@ from core.runtime.tick import open_context
 from core.stores.chroma import VectorStore
 from core.stores.graph import existing_ids, link_nodes, upsert_node
 from core.stores.graph_db import GraphDB
-from core.stores.queue_files import QueueReader, append_locked, enqueue_edges, generation_path
+from core.stores.queue_files import append_locked, enqueue_edges, generation_path
+from core.stores.queue_reader import QueueReader
 from core.stores.state import open_graph
 from tests.support import (
     count_chroma_calls,

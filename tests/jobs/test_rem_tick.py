@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from core.jobs.context import TickContext
-from core.jobs.drain import rem_tick
+from core.jobs.rem_tick import rem_tick
 from core.rules.camel_json import to_json
 from core.rules.config import Settings
 from core.rules.timestamps import iso_from_ms

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.rules.camel_json import to_json
-from core.rules.reconcile import ReconcileFigures, TenantFigures
+from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 from core.rules.restored_metrics import (
     RestoredMetrics,
     restored_metrics,

@@ -1,0 +1,3 @@
+"""Tests of `core.jobs`: the drain, the reconcile pass, restore, alerting and back-fill on real
+stores.
+"""

@@ -1,0 +1,1 @@
+"""Tests of `core.reports`: status, health and the terminal text they print."""

@@ -1,0 +1,3 @@
+"""Tests of `core.rules`: pure decisions, so nothing here loads a store (tests/test_structure.py
+checks it).
+"""

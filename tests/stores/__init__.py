@@ -1,0 +1,3 @@
+"""Tests of `core.stores`: every store on real files, a real embedded Chroma, a real `chroma run`
+or PostgreSQL.
+"""
