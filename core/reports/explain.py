@@ -35,6 +35,8 @@ def _why(chunk: ChunkLine) -> str:
 def _action(chunk: ChunkLine) -> str:
     if chunk.held:
         return "held (no usable ingestedAt)"
+    if chunk.would_delete:
+        return "delete this pass"
     return "actionable" if chunk.actionable else "report only"
 
 

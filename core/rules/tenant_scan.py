@@ -30,7 +30,6 @@ grouped pass and `explain` all settle the same tally the same way.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,7 +47,14 @@ from core.rules.manifests import (
 )
 from core.rules.numbers import is_real_number
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, manifest_mismatched
-from core.rules.tombstone_bands import Band, Number, OldestIngested, deletion_bound, plan_bands
+from core.rules.tombstone_bands import (
+    Band,
+    Number,
+    OldestIngested,
+    OldestKeys,
+    deletion_bound,
+    plan_bands,
+)
 
 #: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
 #: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most
@@ -185,30 +191,33 @@ def judge_row(row_id: str, metadata: Mapping[str, Any], rules: ScanRules) -> Row
         held=held)
 
 
-class OldestOrphans:
-    """The (`ingestedAt`, `sourcePath`) of the oldest `capacity` deletable manifest orphans of
-    one repo, in memory bounded by the capacity (a max-heap on `ingestedAt`)."""
+class OldestOrphans(OldestKeys):
+    """The (`ingestedAt`, id, `sourcePath`) of the oldest `capacity` deletable manifest
+    orphans of one repo (`OldestKeys`: ties go to the smaller id)."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, capacity)
-        self._heap: list[tuple[Number, str]] = []
-
-    def offer(self, ingested_at: Number, path: str) -> None:
-        """Keep the pair if it is among the oldest `capacity` seen."""
-        if self.capacity == 0:
-            return
-        item = (-ingested_at, path)
-        if len(self._heap) < self.capacity:
-            heapq.heappush(self._heap, item)
-        elif item > self._heap[0]:
-            heapq.heapreplace(self._heap, item)
+    def offer(self, ingested_at: Number, path: str, row_id: str = "") -> None:
+        """Keep the chunk if it is among the oldest `capacity` seen."""
+        self.offer_key((ingested_at, row_id, path))
 
     def sorted(self) -> list[tuple[Number, str]]:
-        """The kept pairs, oldest first."""
-        return sorted((-v, p) for v, p in self._heap)
+        """The kept (`ingestedAt`, `sourcePath`) pairs, oldest first."""
+        return [(key[0], key[2]) for key in self.kept()]
 
-    def __len__(self) -> int:
-        return len(self._heap)
+
+@dataclass(frozen=True, slots=True)
+class FirstToGo:
+    """What a capped pass deletes, reason by reason: the config-stale chunks first, then every
+    other reason's (manifest orphans of every repo, generation orphans) by the oldest
+    `ingestedAt`, then the smaller id, up to the cap in all (CONTRACT "Tombstones")."""
+
+    #: The config-stale chunks' sorted `ingestedAt`.
+    stale: list[Number]
+    #: Per repo: its manifest orphans' sorted (`ingestedAt`, `sourcePath`).
+    orphans: dict[str, list[tuple[Number, str]]]
+    #: Per generation job: its chunks' sorted (`ingestedAt`, `sourcePath`).
+    generations: dict[Any, list[tuple[Number, str]]]
+    #: Every chosen chunk's id (what `explain` marks).
+    ids: frozenset[str]
 
 
 def orphan_bands(pairs: Sequence[tuple[Number, str]], *, band_rows: int) -> list[Band]:
@@ -340,10 +349,10 @@ class TenantTally:
             return
         # A row actionable both ways is planned once, with the config-stale bands.
         if verdict.stale_actionable:
-            self.oldest_stale.offer(metadata[INGESTED_KEY])
+            self.oldest_stale.offer(metadata[INGESTED_KEY], verdict.id)
         else:
             self.oldest_orphans[metadata[REPO_KEY]].offer(metadata[INGESTED_KEY],
-                                                           metadata[PATH_KEY])
+                                                           metadata[PATH_KEY], verdict.id)
 
     def settle(self) -> None:
         """Apply the manifest-mismatch guard once the last page is in (idempotent): each repo
@@ -378,6 +387,31 @@ class TenantTally:
             self.oldest_orphans.pop(slug, None)
         self.rows = [replace(v, orphan_actionable=False, held=v.held and v.stale_actionable)
                      if v.orphan and v.repo_slug in held else v for v in self.rows]
+
+    def first_to_go(self) -> FirstToGo:
+        """What a pass capped at `cap` deletes once settled (`FirstToGo`): the oldest
+        config-stale chunks first, then the oldest of every other reason together, ties by
+        id; each reason's keep holds its own oldest `cap`, so the merge is exact."""
+        self.settle()
+        stale = self.oldest_stale.kept()[:self.cap]
+        others: list[tuple[Number, str, str, Any]] = [
+            (value, row_id, path, ("orphan", slug))
+            for slug, oldest in self.oldest_orphans.items()
+            for value, row_id, path in oldest.kept()]
+        if self.generations is not None:
+            others += [(value, row_id, path, ("generation", job))
+                       for job, chunks in self.generations.deletable.items()
+                       for value, row_id, path in chunks]
+        others.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        taken = others[:max(0, self.cap - len(stale))]
+        orphans: dict[str, list[tuple[Number, str]]] = {}
+        generations: dict[Any, list[tuple[Number, str]]] = {}
+        for value, _row_id, path, (kind, key) in taken:
+            (orphans if kind == "orphan" else generations).setdefault(key, []).append(
+                (value, path))
+        return FirstToGo([key[0] for key in stale], orphans, generations,
+                         frozenset([str(key[1]) for key in stale]
+                                   + [chunk[1] for chunk in taken]))
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:
         """Per repo, the manifest paths no scanned chunk carries."""

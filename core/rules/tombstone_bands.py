@@ -42,29 +42,56 @@ def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
     return value if is_real_number(value) and value <= read_ms else None
 
 
-class OldestIngested:
-    """The `ingestedAt` of the oldest `capacity` chunks offered, in memory bounded by the
-    capacity (a max-heap of negated values): the chunks a capped pass deletes first."""
+class _Later:
+    """A (`ingestedAt`, id, ...) key with its order reversed: `heapq`'s min-heap of these is a
+    max-heap of the keys, whose top is the key to drop first."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Later) -> bool:
+        return bool(self.key > other.key)
+
+
+class OldestKeys:
+    """The smallest `capacity` keys offered, `(ingestedAt, id, ...)` tuples, in memory bounded
+    by the capacity: the chunks a capped pass deletes first (the oldest, then the smaller
+    id: CONTRACT "Tombstones")."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
-        self._heap: list[Number] = []
+        self._heap: list[_Later] = []
 
-    def offer(self, value: Number) -> None:
-        """Keep `value` if it is among the oldest `capacity` seen."""
+    def offer_key(self, key: tuple[Any, ...]) -> None:
+        """Keep `key` if it is among the smallest `capacity` seen."""
         if self.capacity == 0:
             return
+        item = _Later(key)
         if len(self._heap) < self.capacity:
-            heapq.heappush(self._heap, -value)
-        elif -value > self._heap[0]:
-            heapq.heapreplace(self._heap, -value)
+            heapq.heappush(self._heap, item)
+        elif item.key < self._heap[0].key:
+            heapq.heapreplace(self._heap, item)
 
-    def sorted(self) -> list[Number]:
-        """The kept values, oldest first."""
-        return sorted(-v for v in self._heap)
+    def kept(self) -> list[tuple[Any, ...]]:
+        """The kept keys, smallest (oldest) first."""
+        return sorted(item.key for item in self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class OldestIngested(OldestKeys):
+    """The (`ingestedAt`, id) of the oldest `capacity` chunks offered (`OldestKeys`)."""
+
+    def offer(self, value: Number, row_id: str = "") -> None:
+        """Keep the chunk if it is among the oldest `capacity` seen (ties: the smaller id)."""
+        self.offer_key((value, row_id))
+
+    def sorted(self) -> list[Number]:
+        """The kept `ingestedAt` values, oldest first."""
+        return [key[0] for key in self.kept()]
 
 
 @dataclass(frozen=True, slots=True)

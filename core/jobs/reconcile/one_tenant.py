@@ -176,8 +176,9 @@ class TenantScope:
 
     @property
     def cap(self) -> int:
-        """How many chunks the scan keeps for bands (none when nothing will be deleted)."""
-        return self.policy.max_deletes_per_tick if self.deletes else 0
+        """How many chunks the scan keeps for bands: the cap when the pass deletes, or explains
+        (to mark what a pass would delete first); none otherwise."""
+        return self.policy.max_deletes_per_tick if self.deletes or self.explain else 0
 
     def describe(self, outcome: TenantOutcome) -> None:
         """Put the policy in force into the outcome (and so into telemetry)."""
