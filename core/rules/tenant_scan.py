@@ -53,6 +53,7 @@ from core.rules.tombstone_bands import (
     OldestIngested,
     OldestKeys,
     deletion_bound,
+    is_legacy_ingested,
     plan_bands,
 )
 
@@ -112,8 +113,12 @@ class RowVerdict:
     stale_actionable: bool
     orphan: bool
     orphan_actionable: bool
-    #: Actionable, but never deleted: no numeric `ingestedAt`, or one after the pass's read.
+    #: Actionable, but never deleted: an `ingestedAt` after the pass's read, or of a type
+    #: no path can take (a legacy one is `legacy` instead, when actionable by version).
     held: bool
+    #: Actionable by version with a legacy `ingestedAt` (absent or an ISO string): deleted
+    #: by id (`core.rules.tombstone_bands.legacy_bands`).
+    legacy: bool = False
 
     @property
     def actionable(self) -> bool:
@@ -180,15 +185,16 @@ def judge_row(row_id: str, metadata: Mapping[str, Any], rules: ScanRules) -> Row
         return None
     stale_actionable = stale and rules.stale_actionable(stamp)
     orphan_actionable = orphan and metadata.get(REPO_KEY) in rules.ripe_repos
-    held = ((stale_actionable or orphan_actionable)
-            and deletion_bound(metadata, read_ms=rules.read_ms) is None)
+    unbounded = ((stale_actionable or orphan_actionable)
+                 and deletion_bound(metadata, read_ms=rules.read_ms) is None)
+    legacy = unbounded and stale_actionable and is_legacy_ingested(metadata.get(INGESTED_KEY))
     return RowVerdict(
         id=row_id, repo_slug=_text(metadata.get(REPO_KEY)),
         source_path=_text(metadata.get(PATH_KEY)), stamp=stamp,
         ingested_at=metadata.get(INGESTED_KEY), stale=stale,
         version_gap=rules.current_version - stale_stamp if stale_stamp is not None else None,
         stale_actionable=stale_actionable, orphan=orphan, orphan_actionable=orphan_actionable,
-        held=held)
+        held=unbounded and not legacy, legacy=legacy)
 
 
 class OldestOrphans(OldestKeys):
@@ -210,6 +216,9 @@ class FirstToGo:
     other reason's (manifest orphans of every repo, generation orphans) by the oldest
     `ingestedAt`, then the smaller id, up to the cap in all (CONTRACT "Tombstones")."""
 
+    #: The legacy config-stale chunks' (id, `ingestedAt` as read), by id: deleted first (they
+    #: predate every numeric stamp).
+    legacy: list[tuple[str, Any]]
     #: The config-stale chunks' sorted `ingestedAt`.
     stale: list[Number]
     #: Per repo: its manifest orphans' sorted (`ingestedAt`, `sourcePath`).
@@ -271,9 +280,13 @@ class TenantTally:
     total_orphan_count: int = 0
     actionable_count: int = 0
     held_count: int = 0
+    #: Actionable chunks with a legacy `ingestedAt`, deleted by id (`RowVerdict.legacy`).
+    legacy_count: int = 0
     #: The tenant's chunks with fields of unexpected types (see the module docstring).
     malformed_count: int = 0
     oldest_stale: OldestIngested = field(init=False)
+    #: The legacy chunks a capped pass takes, (id, `ingestedAt`), the smallest ids.
+    legacy_stale: OldestKeys = field(init=False)
     oldest_orphans: dict[str, OldestOrphans] = field(init=False)
     coverage: PathCoverage = field(init=False)
     rows: list[RowVerdict] = field(default_factory=list)
@@ -298,6 +311,7 @@ class TenantTally:
                                             self.rules.read_ms, keep_rows=self.keep_rows)
                             if self.rules.signals else None)
         self.oldest_stale = OldestIngested(self.cap)
+        self.legacy_stale = OldestKeys(self.cap)
         self.oldest_orphans = {slug: OldestOrphans(self.cap) for slug in self.rules.ripe_repos}
         self.coverage = PathCoverage(self.rules.manifests)
 
@@ -345,6 +359,10 @@ class TenantTally:
                 self._only_orphan_held[slug] += verdict.held
         if self.keep_rows:
             self.rows.append(verdict)
+        if verdict.legacy:
+            self.legacy_count += 1
+            self.legacy_stale.offer_key((verdict.id, metadata.get(INGESTED_KEY)))
+            return
         if verdict.held or not verdict.actionable:
             return
         # A row actionable both ways is planned once, with the config-stale bands.
@@ -393,7 +411,8 @@ class TenantTally:
         config-stale chunks first, then the oldest of every other reason together, ties by
         id; each reason's keep holds its own oldest `cap`, so the merge is exact."""
         self.settle()
-        stale = self.oldest_stale.kept()[:self.cap]
+        legacy = [(str(i), v) for i, v in self.legacy_stale.kept()]
+        stale = self.oldest_stale.kept()[:max(0, self.cap - len(legacy))]
         others: list[tuple[Number, str, str, Any]] = [
             (value, row_id, path, ("orphan", slug))
             for slug, oldest in self.oldest_orphans.items()
@@ -403,14 +422,14 @@ class TenantTally:
                        for job, chunks in self.generations.deletable.items()
                        for value, row_id, path in chunks]
         others.sort(key=lambda chunk: (chunk[0], chunk[1]))
-        taken = others[:max(0, self.cap - len(stale))]
+        taken = others[:max(0, self.cap - len(legacy) - len(stale))]
         orphans: dict[str, list[tuple[Number, str]]] = {}
         generations: dict[Any, list[tuple[Number, str]]] = {}
         for value, _row_id, path, (kind, key) in taken:
             (orphans if kind == "orphan" else generations).setdefault(key, []).append(
                 (value, path))
-        return FirstToGo([key[0] for key in stale], orphans, generations,
-                         frozenset([str(key[1]) for key in stale]
+        return FirstToGo(legacy, [key[0] for key in stale], orphans, generations,
+                         frozenset([i for i, _ in legacy] + [str(key[1]) for key in stale]
                                    + [chunk[1] for chunk in taken]))
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:

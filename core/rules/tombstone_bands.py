@@ -103,6 +103,8 @@ class Band:
     through: Number
     planned: int
     extra: tuple[Mapping[str, Any], ...] = ()
+    #: A legacy band (`legacy_bands`): exactly these ids, no `ingestedAt` range.
+    ids: tuple[str, ...] = ()
 
 
 def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
@@ -160,7 +162,36 @@ def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[st
     `ingestedAt` range (`ingested_range`). Numeric operands are exact against float values
     (up to the slack) and, for operands >= 0, against integer ones (Chroma truncates a
     fractional operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    if band.ids:  # a legacy band: its ids go with the request (`legacy_bands`)
+        return {"$and": [*clauses, *band.extra]}
     return {"$and": [*clauses, *band.extra, *ingested_range(band)]}
+
+
+def is_legacy_ingested(value: Any) -> bool:
+    """A legacy `ingestedAt` (CONTRACT "Chroma data"): absent, or an ISO-8601 string written
+    before the stamp was epoch ms. Such a chunk fits no band's numeric range; an actionable
+    one is deleted by id (`legacy_bands`)."""
+    return value is None or type(value) is str
+
+
+def legacy_bands(chunks: Sequence[tuple[str, Any]], *, band_rows: int) -> list[Band]:
+    """Bands of legacy chunks, (id, `ingestedAt` as read) sorted by id: each names its ids
+    (the delete request carries them, beside the reason's `where`, which the store evaluates
+    at delete time: a chunk re-stamped since the read no longer matches). The chunks with an
+    ISO string come first, each band of them narrowed to `ingestedAt $in` the strings read,
+    so one rewritten with a numeric `ingestedAt` no longer matches either; then the chunks
+    without one (Chroma's `where` cannot say "absent": their rule refuses a fetched row that
+    has gained a number)."""
+    texts = [c for c in chunks if isinstance(c[1], str)]
+    absent = [c for c in chunks if c[1] is None]
+    bands: list[Band] = []
+    for group, narrowed in ((texts, True), (absent, False)):
+        for start in range(0, len(group), band_rows):
+            part = group[start:start + band_rows]
+            extra = ({INGESTED_KEY: {"$in": sorted({str(v) for _, v in part})}},) \
+                if narrowed else ()
+            bands.append(Band(None, 0, len(part), extra, tuple(i for i, _ in part)))
+    return bands
 
 
 def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
@@ -169,12 +200,17 @@ def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
 
 
 def rows_refused(
-    page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int
+    page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int,
+    legacy: bool = False,
 ) -> list[str]:
     """Ids in a page the rule would not delete (pure): `may_delete` says no (another tenant's,
     no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
     band's `where` matched these rows a moment before, so each has changed since, or shows
     that the store and the rule disagree (the caller finds out which)."""
+    if legacy:  # a legacy band's rows must still carry a legacy `ingestedAt`
+        return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
+                if not may_delete(metadata)
+                or not is_legacy_ingested(metadata.get(INGESTED_KEY))]
     return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
             if not may_delete(metadata) or deletion_bound(metadata, read_ms=read_ms) is None]
 

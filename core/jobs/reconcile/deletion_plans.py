@@ -35,7 +35,7 @@ from core.rules.tenant_scan import (
     orphan_clauses,
     orphan_rule,
 )
-from core.rules.tombstone_bands import Number, plan_bands, stale_rule
+from core.rules.tombstone_bands import Number, legacy_bands, plan_bands, stale_rule
 
 if TYPE_CHECKING:
     from core.jobs.context import TickContext
@@ -60,6 +60,13 @@ async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: Te
                             progress={tenant.tenant_id: progress}, control=context.control)
     chosen = tally.first_to_go()
     try:
+        if chosen.legacy and rules.gap is not None:
+            before = progress.tombstoned
+            try:
+                await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, rules.gap),
+                                      chosen.legacy))
+            finally:
+                outcome.legacy_tombstoned_count += progress.tombstoned - before
         if chosen.stale and rules.gap is not None:
             ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
             await run(stale_plan([scope], ceiling, chosen.stale))
@@ -105,6 +112,18 @@ def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTa
     """Where this pass deletes from and archives to."""
     return DeletionTarget(context.vectors, policy.collection,
                           context.settings.tombstones_dir, policy.pass_id)
+
+
+def legacy_plan(scope: TenantScope, ceiling: int | float,
+                chunks: Sequence[tuple[str, Any]]) -> DeletionPlan:
+    """The config-stale plan of a tenant's legacy chunks (no numeric `ingestedAt`): by id, with
+    the stale `where` the store evaluates at delete time (`legacy_bands`)."""
+    tenant_id = scope.tenant.tenant_id
+    return DeletionPlan(
+        "stale-legacy", group_stale_clauses([tenant_id], ceiling),
+        {tenant_id: TenantRule(stale_rule(tenant_id, scope.rules.stale_actionable),
+                               scope.rules.read_ms)},
+        legacy_bands(chunks, band_rows=deletion.BAND_ROWS))
 
 
 def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,

@@ -237,9 +237,10 @@ def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTall
     if outcome.held_count and scope.tenant_policy.deletes:
         log.warning(
             "reconcile.chunks_held", heldCount=outcome.held_count,
-            message="actionable chunks without a numeric ingestedAt (or with one later than "
-            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
-            "from the archived content",
+            message="actionable chunks whose ingestedAt is later than this pass's read, of an "
+            "unexpected type, or legacy on a manifest or generation orphan only are never "
+            "tombstoned: nothing would tell a rewrite of them from the archived content "
+            "(legacy config-stale chunks go by id)",
         )
 
 
