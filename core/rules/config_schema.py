@@ -26,12 +26,12 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from core.rules.alert_rules import AlertRules
-from core.rules.retention import valid_max_age, valid_max_count
 from core.rules.chroma_server import (
     AUTH_HEADERS,
     ChromaServer,
     parse_chroma_url,
 )
+from core.rules.retention import valid_max_age, valid_max_count
 
 TABLE = "knowledgeBase"
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number
+from core.rules.tombstone_bands import Band, store_bound
 
 TENANT_KEY: Final = "tenantId"
 REPO_KEY: Final = "repoSlug"
@@ -161,3 +162,32 @@ def gc_detail(*, expired_count: int, evaluated_count: int, deleted_count: int,
     return {"expiredCount": expired_count, "evaluatedCount": evaluated_count,
             "deletedCount": deleted_count, "retention": retention.stored(),
             "gcAutoDelete": auto_delete is True, "defragRecommended": defrag is True}
+
+
+def retention_bands(chunks: Sequence[ExpiredChunk], *, band_rows: int) -> list[Band]:
+    """Bands of one repo's expired chunks (oldest first), each naming its ids and bounded by
+    `ingestedAt <= ` the newest value it read: the store evaluates that at delete time, so a
+    chunk re-ingested since the read (a later `ingestedAt`) is never deleted."""
+    bands: list[Band] = []
+    for start in range(0, len(chunks), band_rows):
+        part = chunks[start:start + band_rows]
+        newest = max(c.ingested_at for c in part)
+        bands.append(Band(None, newest, len(part), (
+            {INGESTED_KEY: {"$lte": store_bound(newest)}},), tuple(c.id for c in part)))
+    return bands
+
+
+def retention_rule(tenant_id: str, repo_slug: Any, newest: int | float
+                   ) -> Callable[[Mapping[str, Any]], bool]:
+    """The rule on a fetched row of a repo's retention plan: this tenant's and repo's, with a
+    numeric `ingestedAt` no later than the newest the plan read (not re-ingested since)."""
+    def may_delete(m: Mapping[str, Any]) -> bool:
+        at = m.get(INGESTED_KEY)
+        return (m.get(TENANT_KEY) == tenant_id and m.get(REPO_KEY) == repo_slug
+                and is_real_number(at) and at <= newest)
+    return may_delete
+
+
+def retention_clauses(tenant_id: str, repo_slug: Any) -> tuple[dict[str, Any], ...]:
+    """What every band of a repo's retention plan shares: the tenant and the repo."""
+    return ({TENANT_KEY: tenant_id}, {REPO_KEY: repo_slug})

@@ -201,16 +201,15 @@ def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
 
 def rows_refused(
     page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int,
-    legacy: bool = False,
+    by_id: bool = False,
 ) -> list[str]:
     """Ids in a page the rule would not delete (pure): `may_delete` says no (another tenant's,
     no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
     band's `where` matched these rows a moment before, so each has changed since, or shows
     that the store and the rule disagree (the caller finds out which)."""
-    if legacy:  # a legacy band's rows must still carry a legacy `ingestedAt`
+    if by_id:  # a band of named ids: its plan's rule says what `ingestedAt` it may carry
         return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
-                if not may_delete(metadata)
-                or not is_legacy_ingested(metadata.get(INGESTED_KEY))]
+                if not may_delete(metadata)]
     return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
             if not may_delete(metadata) or deletion_bound(metadata, read_ms=read_ms) is None]
 
@@ -219,6 +218,14 @@ def stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
                ) -> Callable[[Mapping[str, Any]], bool]:
     """The config-stale rule on one row's metadata: this tenant's, an actionable stamp."""
     return lambda m: m.get(TENANT_KEY) == tenant_id and is_actionable(m.get(STAMP_KEY))
+
+
+def legacy_stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
+                      ) -> Callable[[Mapping[str, Any]], bool]:
+    """The rule of a legacy band's rows: config-stale (`stale_rule`) and still a legacy
+    `ingestedAt` (a row that gained a number was rewritten since the read)."""
+    stale = stale_rule(tenant_id, is_actionable)
+    return lambda m: stale(m) and is_legacy_ingested(m.get(INGESTED_KEY))
 
 
 def rule_violations(

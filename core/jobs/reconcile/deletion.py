@@ -282,7 +282,7 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
                 refused.extend(rows.ids)
                 continue
             bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms,
-                               legacy=bool(band.ids))
+                               by_id=bool(band.ids))
             refused.extend(bad)
             kept = _only(rows, set(rows.ids) - set(bad))
             if len(kept):

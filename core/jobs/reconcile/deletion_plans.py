@@ -35,7 +35,13 @@ from core.rules.tenant_scan import (
     orphan_clauses,
     orphan_rule,
 )
-from core.rules.tombstone_bands import Number, legacy_bands, plan_bands, stale_rule
+from core.rules.tombstone_bands import (
+    Number,
+    legacy_bands,
+    legacy_stale_rule,
+    plan_bands,
+    stale_rule,
+)
 
 if TYPE_CHECKING:
     from core.jobs.context import TickContext
@@ -121,7 +127,7 @@ def legacy_plan(scope: TenantScope, ceiling: int | float,
     tenant_id = scope.tenant.tenant_id
     return DeletionPlan(
         "stale-legacy", group_stale_clauses([tenant_id], ceiling),
-        {tenant_id: TenantRule(stale_rule(tenant_id, scope.rules.stale_actionable),
+        {tenant_id: TenantRule(legacy_stale_rule(tenant_id, scope.rules.stale_actionable),
                                scope.rules.read_ms)},
         legacy_bands(chunks, band_rows=deletion.BAND_ROWS))
 
