@@ -131,3 +131,22 @@ async def test_a_re_ingest_racing_a_retention_delete_loses_nothing(
     assert await all_ids(vectors) == {"k1-a0", "k1-a2"}
     [kept] = await vectors.get_by_ids(KB, ["k1-a2"], include=("documents", "metadatas"))
     assert (kept.document, kept.metadata["ingestedAt"]) == ("re-ingested", NOW + 1)
+
+
+async def test_explain_shows_what_retention_would_take_with_the_tenant_override(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    from core.jobs.reconcile import explain_tenant
+    from core.reports.explain import render_plan
+    from core.rules.camel_json import to_json
+
+    await upsert_node(graph, "kb-config:keep1", TENANT_CONFIG_LABEL,
+                      {"version": 1, "reconciliationPolicy": {"gcMaxCount": 1}})
+    await seed(vectors, KB, ROWS)
+    stores = TickContext(make_settings(tmp_path, gcRetention={"maxCount": 3}), graph, vectors)
+    plan = await explain_tenant(stores, "keep1")
+    retention = to_json(plan)["retention"]
+    assert (retention["retention"], retention["expiredCount"], retention["expiredIds"]) == (
+        {"maxAgeMs": None, "maxCount": 1}, 2, ["k1-a2", "k1-a1"])
+    assert "retention (maxCount 1): 2 of 3 chunks expired (a 2)" in render_plan(plan)
+    assert await all_ids(vectors) == {r for r, _ in ROWS}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -32,7 +32,9 @@ from core.rules.camel_json import omitted_when_none
 from core.rules.retention import (
     Expired,
     ExpiredChunk,
+    RepoRetention,
     Retention,
+    TenantRetention,
     defrag_recommended,
     gc_detail,
     resolve_retention,
@@ -55,30 +57,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _OPTIONAL = omitted_when_none()
-
-
-@dataclass(frozen=True, slots=True)
-class RepoRetention:
-    """One tenant's repo in a retention pass: what expired and what went."""
-
-    tenant_id: str
-    repo_slug: str | None
-    expired_count: int
-    deleted_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class TenantRetention:
-    """One tenant's retention figures (`gc --json`'s `tenants`)."""
-
-    tenant_id: str
-    retention: dict[str, Any]
-    evaluated_count: int
-    expired_count: int
-    deleted_count: int
-    repos: tuple[RepoRetention, ...] = ()
-    archive: str | None = field(default=None, metadata=_OPTIONAL)
-    error: str | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +141,20 @@ async def retention_tick(context: TickContext, dry_run: bool
         failed_tenants=failed, unrecorded_rows=unrecorded)
 
 
+async def tenant_expiry(context: TickContext, tenant: TenantConfig) -> TenantRetention:
+    """What retention would take of one tenant now, nothing deleted (`reconcile explain`):
+    the retention in force, the expired chunks per repo and their ids, oldest first."""
+    settings = context.settings
+    target = DeletionTarget(context.vectors, settings.knowledge_base_collection,
+                            settings.tombstones_dir, "explain")
+    retention = tenant_retention(resolve_retention(settings.gc_retention), tenant.stored_policy)
+    return await _collect_tenant(context, target, tenant, retention, deletes=False, cap=0,
+                                 list_ids=True)
+
+
 async def _collect_tenant(context: TickContext, target: DeletionTarget, tenant: TenantConfig,
-                          retention: Retention, *, deletes: bool, cap: int) -> TenantRetention:
+                          retention: Retention, *, deletes: bool, cap: int,
+                          list_ids: bool = False) -> TenantRetention:
     """The original's `collectTenant`: read, select, delete when asked; never raises (a
     failure is logged and reported with the tenant)."""
     tenant_id = tenant.tenant_id
@@ -202,7 +192,8 @@ async def _collect_tenant(context: TickContext, target: DeletionTarget, tenant: 
              deleted=progress.tombstoned, retention=retention.stored())
     return TenantRetention(tenant_id, retention.stored(), expired.evaluated_count,
                            expired.expired_count, progress.tombstoned, repos,
-                           str(progress.archive.path) if progress.archive else None, error)
+                           str(progress.archive.path) if progress.archive else None, error,
+                           tuple(expired.expired_ids) if list_ids else None)
 
 
 async def _delete_expired(context: TickContext, target: DeletionTarget, tenant_id: str,

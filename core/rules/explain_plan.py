@@ -22,6 +22,7 @@ from core.rules.reconcile import (
     TenantFigures,
     TenantOutcome,
 )
+from core.rules.retention import TenantRetention
 from core.rules.tenant_scan import MalformedChunk, RowVerdict, TenantTally
 
 #: Why nothing would be deleted, in the order they are checked.
@@ -123,6 +124,8 @@ class TenantPlan:
     malformed: tuple[MalformedChunk, ...] = ()
     #: Generation orphans (issue 25): tier, actionable, and why, by repo, path, id.
     generation_orphans: tuple[GenerationLine, ...] = ()
+    #: What retention (`gcRetention`, the tenant's override) would take now, nothing deleted.
+    retention: TenantRetention | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +191,7 @@ def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: boo
 def build_plan(
     outcome: TenantOutcome, tally: TenantTally, policy: ReconcilePolicy,
     manifests: dict[str, RepoManifest], *, enabled: bool,
+    retention: TenantRetention | None = None,
 ) -> TenantPlan:
     """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id)."""
     missing = tally.missing_paths()
@@ -211,4 +215,5 @@ def build_plan(
         malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)),
         generation_orphans=tuple(GenerationLine.of(o, would_delete=o.id in going) for o in sorted(
             tally.generations.rows if tally.generations else (),
-            key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))))
+            key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))),
+        retention=retention)

@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
+from core.rules.camel_json import omitted_when_none
 from core.rules.numbers import is_real_number
 from core.rules.tombstone_bands import Band, store_bound
 
@@ -29,6 +30,8 @@ INGESTED_KEY: Final = "ingestedAt"
 #: The per-tenant overrides in `reconciliationPolicy` (CONTRACT "Graph store").
 POLICY_MAX_AGE: Final = "gcMaxAgeMs"
 POLICY_MAX_COUNT: Final = "gcMaxCount"
+
+_OPTIONAL = omitted_when_none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,32 @@ def tenant_retention(pass_retention: Retention, stored_policy: Any) -> Retention
         value = stored_policy[POLICY_MAX_COUNT]
         count = value if valid_max_count(value) else None
     return Retention(age, count)
+
+
+@dataclass(frozen=True, slots=True)
+class RepoRetention:
+    """One tenant's repo in a retention pass: what expired and what went."""
+
+    tenant_id: str
+    repo_slug: str | None
+    expired_count: int
+    deleted_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRetention:
+    """One tenant's retention figures (`gc --json`'s `tenants`)."""
+
+    tenant_id: str
+    retention: dict[str, Any]
+    evaluated_count: int
+    expired_count: int
+    deleted_count: int
+    repos: tuple[RepoRetention, ...] = ()
+    archive: str | None = field(default=None, metadata=_OPTIONAL)
+    error: str | None = field(default=None, metadata=_OPTIONAL)
+    #: The expired chunks' ids, oldest first (`explain` only).
+    expired_ids: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)
