@@ -87,6 +87,9 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
         "expiredCount": 2, "evaluatedCount": 7, "deletedCount": 2,
         "retention": {"maxAgeMs": None, "maxCount": 3}, "gcAutoDelete": True,
         "defragRecommended": True}  # 4 of 10 deleted, over the 0.10 default
+    status = run_module("daemons.status", "--json", "--config", str(config), home=tmp_path)
+    shown = json.loads(status.stdout)["ticks"]["gc"]["figures"]  # the last retention pass
+    assert (shown["expiredCount"], shown["deletedCount"]) == (4, 4)
 
 
 async def test_gc_dry_run_reports_and_writes_nothing(tmp_path: Path, settings: Settings,
