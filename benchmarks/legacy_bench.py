@@ -5,8 +5,8 @@ on a fresh embedded store in a temp folder, in this process.
 
     python -m benchmarks.legacy_bench [--chunks 10000] [--repeats 2]
 
-Prints one line per path (best run, µs per chunk) and the ratio, then one JSON object. Not part
-of `make bench` yet.
+Prints one line per path (best run, µs per chunk) and the ratio, then one JSON object. `make
+bench` runs it as a child (`--only legacy`: FULL_CHUNKS; `--smoke`: SMOKE_CHUNKS).
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import set_up_child
+from benchmarks.harness import (
+    child_env,
+    format_table,
+    make_workdir,
+    remove_tree,
+    run_child,
+    set_up_child,
+)
 from core.jobs.context import TickContext
 from core.jobs.reconcile import reconcile_tick
 from core.rules.config import resolve_config
@@ -32,7 +39,11 @@ from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.state import open_graph
 
+MODULE = "benchmarks.legacy_bench"
 KB = "neo-knowledge-base"
+#: Chunks per path in `make bench` and in the smoke run.
+FULL_CHUNKS = 5_000
+SMOKE_CHUNKS = 200
 DIM = 384
 PATHS = ("band", "legacy")
 
@@ -75,6 +86,26 @@ async def one_pass(chunks: int, path: str) -> float:
         finally:
             await vectors.close()
             await graph.close()
+
+
+def run_legacy_benchmark(chunks: int, *, repeats: int) -> dict[str, Any]:
+    """`make bench`'s legacy section: this module in a child process (its own $HOME)."""
+    workdir = make_workdir("legacy")
+    try:
+        run = run_child(MODULE, ["--chunks", str(chunks), "--repeats", str(repeats)],
+                        env=child_env(workdir))
+    finally:
+        remove_tree(workdir)
+    return {**run.report, "targets": []}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The section as printed: each path's µs per chunk, and the ratio."""
+    rows = [[p, f"{result['seconds'][p]:.2f}", f"{result['usPerChunk'][p]:.0f}"]
+            for p in PATHS]
+    return (f"Legacy chunks: {result['chunks']:,} config-stale chunks per path "
+            f"(legacy / band: {result['ratio']}x)\n"
+            + format_table(["path", "s", "µs per chunk"], rows))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
