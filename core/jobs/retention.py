@@ -49,6 +49,7 @@ from core.rules.tenants import TenantConfig
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
 from core.stores.telemetry import insert_metric_rows, new_metric_row
+from core.stores.telemetry_spool import MetricSpool
 from core.stores.tenants import list_tenants
 
 if TYPE_CHECKING:
@@ -221,7 +222,8 @@ async def _delete_expired(context: TickContext, target: DeletionTarget, tenant_i
 async def _record(context: TickContext, done: list[TenantRetention], auto_delete: bool,
                   defrag: bool) -> int:
     """One `tombstone` row per tenant and repo with expired chunks; returns the rows that
-    could not be written (the pass then has not succeeded)."""
+    could not be written (the pass then has not succeeded): they go to the telemetry spool,
+    which the next reconciliation pass writes first."""
     rows: list[MetricRow] = []
     for tenant in done:
         for repo in tenant.repos:
@@ -240,6 +242,12 @@ async def _record(context: TickContext, done: list[TenantRetention], auto_delete
     try:
         await insert_metric_rows(context.graph, rows)
     except Exception:
-        log.error("gc.telemetry_unrecorded", rows=len(rows), exc_info=True)
+        log.error("gc.telemetry_unrecorded", rows=len(rows), exc_info=True,
+                  message="kept in the spool; the next reconciliation pass writes them")
+        try:
+            await MetricSpool(context.settings.telemetry_spool_path).append(rows)
+        except Exception:
+            for row in rows:
+                log.error("gc.telemetry_lost", row=row.as_json(), exc_info=True)
         return len(rows)
     return 0
