@@ -155,14 +155,8 @@ async def run_gc(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
 
     def summarize(figures: Mapping[str, Figures]) -> str:
-        shown = figures[GC]
-        if isinstance(shown, RetentionDisabled):
-            return "retention disabled (gcEnabled is false; --dry-run shows what would expire)"
-        assert isinstance(shown, RetentionFigures)
-        verb = "would expire" if args.dry_run else "expired"
-        return (f"retention: {shown.expired_count} chunks {verb} over "
-                f"{len(shown.tenants)} tenants; deleted {shown.deleted_count}"
-                + ("; defrag recommended" if shown.defrag_recommended else ""))
+        return reconcile_tick_summary(figures, dry_run=args.dry_run,
+                                      config_source=settings.source)
 
     return await tick_once(DaemonSpec(DAEMON, (retention_job(settings),), elected=True),
                            settings, dry_run=args.dry_run, as_json=args.json,

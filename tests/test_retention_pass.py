@@ -153,3 +153,14 @@ async def test_explain_shows_what_retention_would_take_with_the_tenant_override(
         {"maxAgeMs": None, "maxCount": 1}, 2, ["k1-a2", "k1-a1"])
     assert "retention (maxCount 1): 2 of 3 chunks expired (a 2)" in render_plan(plan)
     assert await all_ids(vectors) == {r for r, _ in ROWS}
+
+
+def test_the_reconcile_daemon_schedules_retention_on_its_own_interval_only_when_enabled(
+    tmp_path: Path,
+) -> None:
+    from daemons.reconcile import reconcile_daemon
+
+    on = reconcile_daemon(make_settings(tmp_path, gcEnabled=True, gcIntervalMs=7_200_000))
+    assert {job.name: job.interval_ms for job in on.jobs}["gc"] == 7_200_000
+    off = reconcile_daemon(make_settings(tmp_path))
+    assert "gc" not in {job.name for job in off.jobs}
