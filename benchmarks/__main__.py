@@ -21,12 +21,13 @@ from benchmarks import (
     drain_bench,
     drain_server_bench,
     idle_bench,
+    legacy_bench,
     reconcile_bench,
     scale_bench,
 )
 from benchmarks.harness import Target, emit_report, machine, progress
 
-BENCHMARKS = ("drain", "drain-server", "reconcile", "scale", "idle")
+BENCHMARKS = ("drain", "drain-server", "reconcile", "legacy", "scale", "idle")
 
 
 def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
@@ -49,6 +50,9 @@ def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
         "reconcile": (lambda: reconcile_bench.run_reconcile_benchmark(
             reconcile_bench.SMOKE_SIZES if smoke else reconcile_bench.FULL_SIZES,
             repeats=repeats), reconcile_bench.table),
+        "legacy": (lambda: legacy_bench.run_legacy_benchmark(
+            legacy_bench.SMOKE_CHUNKS if smoke else legacy_bench.FULL_CHUNKS, repeats=repeats),
+            legacy_bench.table),
         "idle": (lambda: idle_bench.run_idle_benchmark(
             idle_bench.SMOKE_WINDOW_S if smoke else idle_bench.FULL_WINDOW_S),
             idle_bench.table),

@@ -19,6 +19,7 @@ from core.jobs.eager_backfill import (
     EagerIngestFigures,
 )
 from core.jobs.rem_tick import RemTickFigures
+from core.jobs.retention import RetentionDisabled, RetentionFigures
 from core.reports.tables import as_text, table
 from core.rules.camel_json import Figures
 from core.rules.drain_plan import DrainStats
@@ -170,7 +171,23 @@ def reconcile_tick_summary(figures: Mapping[str, Figures], *, dry_run: bool,
                          f"{counted(figure.rules, 'rule')}")
         elif isinstance(figure, AlertingDisabled):
             continue
+        elif isinstance(figure, RetentionFigures | RetentionDisabled):
+            lines.append(retention_line(figure, dry_run=dry_run))
     return "\n".join(lines) + "\n"
+
+
+def retention_line(figure: RetentionFigures | RetentionDisabled, *, dry_run: bool) -> str:
+    """The retention pass (`kb-reconcile gc`, or the daemon's `gc` job) in one line."""
+    if isinstance(figure, RetentionDisabled):
+        return "retention is disabled (gcEnabled is false; kb-reconcile gc --dry-run reports " \
+               "what would expire)"
+    return (f"retention: {counted(figure.expired_count, 'chunk')} "
+            f"{'would expire' if dry_run else 'expired'} over "
+            f"{counted(len(figure.tenants), 'tenant')}; deleted {figure.deleted_count:,}"
+            + ("" if figure.auto_delete or dry_run else " (gcAutoDelete is false)")
+            + ("; defrag recommended" if figure.defrag_recommended else "")
+            + (f"; {counted(figure.failed_tenants, 'tenant')} failed"
+               if figure.failed_tenants else ""))
 
 
 def backfill_summary(figures: EagerBackfillFigures) -> str:

@@ -3,6 +3,7 @@
     python -m daemons.reconcile [--config F] [--tick] [--dry-run] [--json]
     python -m daemons.reconcile restore ARCHIVE [--config F] [--json]
     python -m daemons.reconcile explain TENANT [--config F] [--json]
+    python -m daemons.reconcile gc [--config F] [--dry-run] [--json]
 
 `--tick` runs the daemon's jobs once, through the scheduler's own path (`core.runtime`): one
 pass (`core.jobs.reconcile.reconcile_tick`), then one alerting pass
@@ -32,6 +33,7 @@ from typing import NoReturn
 from core.jobs.alerting import alerting_tick
 from core.jobs.reconcile import explain_tenant, reconcile_tick
 from core.jobs.restore import RestoreResult, restore_archive
+from core.jobs.retention import RetentionDisabled, RetentionFigures, retention_tick
 from core.reports.explain import render_plan
 from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
@@ -70,6 +72,7 @@ RECONCILE_JITTER_FRACTION = 0.01
 RECONCILE_JITTER_MAX_S = 60.0
 RESTORE = "restore"
 EXPLAIN = "explain"
+GC = "gc"
 
 
 def build_parser() -> Parser:
@@ -123,6 +126,46 @@ def build_explain_parser() -> Parser:
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object: the whole plan, every chunk")
     return parser
+
+
+def build_gc_parser() -> Parser:
+    """`gc [--config F] [--dry-run] [--json]`."""
+    parser = Parser(prog=f"{SCRIPT} {GC}",
+                    description="One retention pass over every tenant (gcRetention and each "
+                    "tenant's gcMaxAgeMs / gcMaxCount): report what expired and, with "
+                    "gcAutoDelete, archive and delete it (at most "
+                    "reconciliationMaxDeletesPerTick per tenant).")
+    add_config_flag(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="report what would expire; write nothing (works when gcEnabled "
+                        "is false)")
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object with the pass's figures")
+    return parser
+
+
+def retention_job(settings: Settings) -> Job:
+    """The retention job: its own interval (`gcIntervalMs`)."""
+    return Job(GC, retention_tick, settings.gc_interval_ms)
+
+
+async def run_gc(args: argparse.Namespace) -> int:
+    """`gc`: the retention job once, as the daemon runs it. Exit 1 when a tenant failed or a
+    telemetry row could not be written."""
+    settings = load_settings(args.config)
+
+    def summarize(figures: Mapping[str, Figures]) -> str:
+        return reconcile_tick_summary(figures, dry_run=args.dry_run,
+                                      config_source=settings.source)
+
+    return await tick_once(DaemonSpec(DAEMON, (retention_job(settings),), elected=True),
+                           settings, dry_run=args.dry_run, as_json=args.json,
+                           summarize=summarize, succeeded=gc_succeeded)
+
+
+def gc_succeeded(figures: Figures) -> bool:
+    """Whether the retention pass did its work."""
+    return isinstance(figures, RetentionFigures | RetentionDisabled) and figures.succeeded
 
 
 async def run_explain(args: argparse.Namespace) -> int:
@@ -220,6 +263,8 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
     if settings.alerting_enabled:
         jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
+    if settings.gc_enabled:  # retention, on its own schedule (#11641)
+        jobs.append(retention_job(settings))
     return DaemonSpec(DAEMON, tuple(jobs), elected=True)  # one host at a time (stateUrl)
 
 
@@ -239,6 +284,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         explain_args = explain_parser.parse_args(argv[1:])
         explain_args.config = agreed_config(explain_parser, before, explain_args.config)
         run_main(PROG, lambda: run_explain(explain_args))
+    if argv[:1] == [GC]:
+        gc_parser = build_gc_parser()
+        gc_args = gc_parser.parse_args(argv[1:])
+        gc_args.config = agreed_config(gc_parser, before, gc_args.config)
+        run_main(PROG, lambda: run_gc(gc_args))
     parser = build_parser()
     args = parser.parse_args(argv)
     args.config = agreed_config(parser, before, args.config)

@@ -5,7 +5,8 @@
     python -m daemons.tenants set-manifest TENANT --repo-slug R
         (--from-git DIR [--ref REF] | --paths-file F) [--force] [--config F]
     python -m daemons.tenants set-policy TENANT [--orphan-version-gap N]
-        [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--config F]
+        [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--gc-max-age-ms MS]
+        [--gc-max-count N] [--config F]
     python -m daemons.tenants show TENANT [--config F] [--json]
     python -m daemons.tenants set-repo TENANT --repo-slug R [--parser-id P
         [--parser-version V]] [--extraction-identity HEX64] [--clear] [--config F]
@@ -131,6 +132,12 @@ def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
                         help="how old a manifest must be before its orphans are actionable")
     policy.add_argument("--auto-tombstone", choices=AUTO_CHOICES,
                         help="off exempts the tenant; on never overrides a global false")
+    policy.add_argument("--gc-max-age-ms", metavar="MS", type=float,
+                        help="retention: expire the tenant's chunks older than this (> 0; "
+                        "overrides gcRetention.maxAgeMs)")
+    policy.add_argument("--gc-max-count", metavar="N", type=int,
+                        help="retention: keep the newest N chunks per repo (>= 0; overrides "
+                        "gcRetention.maxCount)")
 
 
 def _add_generation_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -314,12 +321,14 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
 async def run_set_policy(args: argparse.Namespace) -> int:
     """Merge the given policy values; print the policy in force (as `show`)."""
     settings = load_settings(args.config)
-    if (args.orphan_version_gap, args.manifest_grace_ms, args.auto_tombstone) == (None,) * 3:
-        raise ConfigError("nothing to set: give --orphan-version-gap, --manifest-grace-ms "
-                          "or --auto-tombstone")
+    if (args.orphan_version_gap, args.manifest_grace_ms, args.auto_tombstone,
+            args.gc_max_age_ms, args.gc_max_count) == (None,) * 5:
+        raise ConfigError("nothing to set: give --orphan-version-gap, --manifest-grace-ms, "
+                          "--auto-tombstone, --gc-max-age-ms or --gc-max-count")
     try:
         patch = policy_patch(gap=args.orphan_version_gap, grace_ms=args.manifest_grace_ms,
-                             auto_tombstone=args.auto_tombstone)
+                             auto_tombstone=args.auto_tombstone,
+                             gc_max_age_ms=args.gc_max_age_ms, gc_max_count=args.gc_max_count)
     except ValueError as exc:
         raise ConfigError(f"argument {exc}") from None
     graph = await open_graph(settings)

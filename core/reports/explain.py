@@ -35,6 +35,8 @@ def _why(chunk: ChunkLine) -> str:
 def _action(chunk: ChunkLine) -> str:
     if chunk.held:
         return "held (no usable ingestedAt)"
+    if chunk.would_delete:
+        return "delete this pass"
     return "actionable" if chunk.actionable else "report only"
 
 
@@ -54,6 +56,17 @@ def _guards(guards: GuardCheck) -> list[str]:
             if guards.over_cap else ""
         out.append(f"  a pass would archive, then delete {guards.would_delete:,} chunks{over}")
     return out
+
+
+def _retention(plan: TenantPlan) -> list[str]:
+    r = plan.retention
+    if r is None or (r.retention["maxAgeMs"] is None and r.retention["maxCount"] is None):
+        return ["  retention: no rule in force (gcRetention, set-policy --gc-max-*)"]
+    rules = ", ".join(f"{k} {v:,}" for k, v in r.retention.items() if v is not None)
+    repos = "; ".join(f"{x.repo_slug or '-'} {x.expired_count:,}" for x in r.repos)
+    return [f"  retention ({rules}): {r.expired_count:,} of {r.evaluated_count:,} chunks "
+            f"expired{' (' + repos + ')' if repos else ''}; gc deletes them only with "
+            "gcAutoDelete (--json lists their ids)"]
 
 
 def _manifests(plan: TenantPlan) -> list[str]:
@@ -117,6 +130,7 @@ def render_plan(plan: TenantPlan) -> str:
         f"actionable {f.actionable_count:,}; held {f.held_count:,}; missing paths "
         f"{f.missing_path_count:,}; malformed {f.malformed_count:,}"]
     out += _guards(plan.guards)
+    out += _retention(plan)
     out += _manifests(plan)
     out += _malformed(plan)
     out.append("")

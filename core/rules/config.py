@@ -96,6 +96,8 @@ def _type_ok(key: Key, value: Any) -> bool:
             return isinstance(value, bool)
         case "rules":
             return isinstance(value, list)
+        case "retention":
+            return isinstance(value, Mapping)
     return False  # pragma: no cover - Literal is exhaustive
 
 

@@ -31,12 +31,13 @@ from core.rules.chroma_server import (
     ChromaServer,
     parse_chroma_url,
 )
+from core.rules.retention import valid_max_age, valid_max_count
 
 TABLE = "knowledgeBase"
 
 KeyType = Literal[
     "string", "path", "file", "url", "stateurl", "name", "collection", "integer", "number",
-    "boolean", "enum", "rules"
+    "boolean", "enum", "rules", "retention"
 ]
 
 LOG_FORMATS = ("auto", "json", "console")
@@ -95,6 +96,7 @@ class Key:
             "boolean": "boolean",
             "enum": " | ".join(f'"{v}"' for v in self.choices),
             "rules": "array of tables",
+            "retention": "table {maxAgeMs? (number > 0), maxCount? (integer >= 0)}",
         }[self.type]
         return f"{base} {self.valid_text}".strip()
 
@@ -112,6 +114,13 @@ def _at_least(low: float) -> Callable[[Any], bool]:
 
 def _port(v: int) -> bool:
     return 0 <= v <= 65535
+
+
+def _retention_ok(v: Mapping[str, Any]) -> bool:
+    """`gcRetention`: only `maxAgeMs` and `maxCount`, each valid (`core.rules.retention`)."""
+    return (set(v) <= {"maxAgeMs", "maxCount"}
+            and ("maxAgeMs" not in v or valid_max_age(v["maxAgeMs"]))
+            and ("maxCount" not in v or valid_max_count(v["maxCount"])))
 
 
 def _fraction(v: float) -> bool:
@@ -194,6 +203,18 @@ KEYS: tuple[Key, ...] = (
     Key("reconciliationMaxStaleFraction", "number", 0.5,
         "losing most of a tenant at once is more likely an operator error than drift",
         _fraction, "in (0, 1]", closed_value=0.0),
+    Key("gcEnabled", "boolean", False,
+        "retention deletes by age or count, which no drift justifies: opt-in (#11641)"),
+    Key("gcIntervalMs", "integer", 86_400_000,
+        "a day, as the original: retention is coarse, one pass a day keeps it", _at_least(1),
+        ">= 1"),
+    Key("gcRetention", "retention", {},
+        "no rule, nothing expires; an invalid table expires nothing (warned)", _retention_ok),
+    Key("gcAutoDelete", "boolean", False,
+        "destructive, so a retention pass only reports what expired unless switched on"),
+    Key("gcDefragThreshold", "number", 0.10,
+        "a pass deleting over a tenth of the collection leaves the index worth compacting",
+        _at_least(0), ">= 0"),
     Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
     Key("alertingIntervalMs", "integer", 900_000,
         "four looks an hour notice drift within one reconcile interval",
@@ -265,6 +286,12 @@ class Settings:
     reconciliation_manifest_grace_ms: int | float
     reconciliation_max_deletes_per_tick: int
     reconciliation_max_stale_fraction: float
+    gc_enabled: bool
+    gc_interval_ms: int
+    #: The `gcRetention` table as configured (valid, or {}): `core.rules.retention` reads it.
+    gc_retention: Mapping[str, Any]
+    gc_auto_delete: bool
+    gc_defrag_threshold: float
     alerting_enabled: bool
     alerting_interval_ms: int
     alerting_cooldown_ms: int
@@ -346,6 +373,8 @@ def toml_literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, (tuple, list)) and not value:
         return "[]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {toml_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no TOML literal for {value!r}")
 
 

@@ -21,6 +21,7 @@ from core.rules.reconcile import (
     ReconcilePolicy,
 )
 from core.rules.reconcile_outcome import TenantFigures, TenantOutcome
+from core.rules.retention import TenantRetention
 from core.rules.tenant_scan import MalformedChunk, RowVerdict, TenantTally
 
 #: Why nothing would be deleted, in the order they are checked.
@@ -46,13 +47,16 @@ class ChunkLine:
     actionable: bool
     #: Actionable but never deleted (no numeric `ingestedAt`, or one after the read).
     held: bool
+    #: Among the chunks this pass would delete (within the cap, the first to go:
+    #: `TenantTally.first_to_go`); False whenever the pass would delete nothing.
+    would_delete: bool = False
 
     @classmethod
-    def of(cls, verdict: RowVerdict) -> ChunkLine:
+    def of(cls, verdict: RowVerdict, *, would_delete: bool = False) -> ChunkLine:
         """The line of a row's verdict."""
         return cls(verdict.id, verdict.repo_slug, verdict.source_path, verdict.stamp,
                    verdict.ingested_at, verdict.reasons, verdict.version_gap,
-                   verdict.actionable, verdict.held)
+                   verdict.actionable, verdict.held, would_delete)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,8 @@ class TenantPlan:
     malformed: tuple[MalformedChunk, ...] = ()
     #: Generation orphans (issue 25): tier, actionable, and why, by repo, path, id.
     generation_orphans: tuple[GenerationLine, ...] = ()
+    #: What retention (`gcRetention`, the tenant's override) would take now, nothing deleted.
+    retention: TenantRetention | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,13 +142,15 @@ class GenerationLine:
     actionable: bool
     ingested_at: Any
     why: str
+    #: Among the chunks this pass would delete (see `ChunkLine.would_delete`).
+    would_delete: bool = False
 
     @classmethod
-    def of(cls, orphan: GenerationOrphan) -> GenerationLine:
+    def of(cls, orphan: GenerationOrphan, *, would_delete: bool = False) -> GenerationLine:
         """The line of a classified orphan."""
         return cls(orphan.id, orphan.kind, orphan.repo_slug, orphan.source_path, orphan.stamp,
                    orphan.declared, orphan.tier, orphan.reason, orphan.actionable,
-                   orphan.ingested_at, orphan.why)
+                   orphan.ingested_at, orphan.why, would_delete)
 
 
 def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> str | None:
@@ -182,6 +190,7 @@ def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: boo
 def build_plan(
     outcome: TenantOutcome, tally: TenantTally, policy: ReconcilePolicy,
     manifests: dict[str, RepoManifest], *, enabled: bool,
+    retention: TenantRetention | None = None,
 ) -> TenantPlan:
     """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id)."""
     missing = tally.missing_paths()
@@ -191,15 +200,19 @@ def build_plan(
                                slug in tally.mismatched_repos)
                   for slug, m in sorted(manifests.items()))
     chunks = sorted(tally.rows, key=lambda v: (v.repo_slug or "", v.source_path or "", v.id))
+    guards = guard_check(outcome, policy, enabled=enabled)
+    # The chunks a pass would take first under the cap, marked only when it would delete.
+    going = tally.first_to_go().ids if guards.why_not is None else frozenset()
     return TenantPlan(
         tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
         current_version=outcome.current_version,
         orphan_version_gap=outcome.orphan_version_gap,
         manifest_grace_ms=outcome.manifest_grace_ms, auto_tombstone=outcome.auto_tombstone,
         invalid_policy=outcome.invalid_policy, figures=outcome.figures(),
-        guards=guard_check(outcome, policy, enabled=enabled), manifests=lines,
-        chunks=tuple(ChunkLine.of(v) for v in chunks),
+        guards=guards, manifests=lines,
+        chunks=tuple(ChunkLine.of(v, would_delete=v.id in going) for v in chunks),
         malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)),
-        generation_orphans=tuple(GenerationLine.of(o) for o in sorted(
+        generation_orphans=tuple(GenerationLine.of(o, would_delete=o.id in going) for o in sorted(
             tally.generations.rows if tally.generations else (),
-            key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))))
+            key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))),
+        retention=retention)

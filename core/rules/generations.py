@@ -392,9 +392,10 @@ class GenerationTally:
     extra_orphans: int = 0
     extra_actionable: int = 0
     extra_held: int = 0
-    #: Per job: the deletable chunks' (`ingestedAt`, `sourcePath`), and the paths the job's
-    #: rule lets go.
-    deletable: dict[GenerationJobKey, list[tuple[Number, str]]] = field(default_factory=dict)
+    #: Per job: the deletable chunks' (`ingestedAt`, id, `sourcePath`), and the paths the
+    #: job's rule lets go.
+    deletable: dict[GenerationJobKey, list[tuple[Number, str, str]]] = field(
+        default_factory=dict)
     paths: dict[GenerationJobKey, set[str]] = field(default_factory=dict)
     rows: list[GenerationOrphan] = field(default_factory=list)
     settled: bool = False
@@ -445,7 +446,7 @@ class GenerationTally:
             self.extra_held += 1
             return
         key = GenerationJobKey(orphan.kind, orphan.repo_slug, orphan.stamp, orphan.tier)
-        self.deletable.setdefault(key, []).append((ingested, orphan.source_path))
+        self.deletable.setdefault(key, []).append((ingested, orphan.id, orphan.source_path))
         self.paths.setdefault(key, set()).add(orphan.source_path)
 
     @property

@@ -45,6 +45,8 @@ class TenantOutcome:
     #: Actionable by either rule, each chunk once: what the guards judge.
     actionable_count: int = 0
     tombstoned_count: int = 0
+    #: Of `tombstoned_count`, the legacy chunks (no numeric `ingestedAt`) deleted by id.
+    legacy_tombstoned_count: int = 0
     #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
     held_count: int = 0
     #: Chunks read whose fields have unexpected types (skipped field by field, counted:
@@ -99,7 +101,8 @@ class TenantOutcome:
                              self.actionable_count, self.held_count, self.tombstoned_count,
                              self.guard, self.malformed_count,
                              self.parser_orphan_count or None,
-                             self.extraction_orphan_count or None)
+                             self.extraction_orphan_count or None,
+                             self.legacy_tombstoned_count or None)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
@@ -123,6 +126,7 @@ class TenantOutcome:
             max_deletes_per_tick=policy.max_deletes_per_tick,
             scanned=self.scanned,
             held_count=self.held_count or None,
+            legacy_tombstoned_count=self.legacy_tombstoned_count or None,
             malformed_count=self.malformed_count or None,
             guard=self.guard,
             invalid_guards=policy.invalid_guards or None,
@@ -163,6 +167,8 @@ class TenantFigures:
     #: Generation orphans (issue 25), written only when there are some.
     parser_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
     extraction_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id, counted apart.
+    legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
 
@@ -195,6 +201,8 @@ class ReconcileDetail:
     manifest_mismatch_repos: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     manifest_mismatch_count: int | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id (`legacyTombstonedCount`).
+    legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
     #: Chunks read whose fields have unexpected types (`malformedCount`).
     malformed_count: int | None = field(default=None, metadata=_OPTIONAL)
     guard: str | None = field(default=None, metadata=_OPTIONAL)

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number, is_whole_number
+from core.rules.retention import (
+    POLICY_MAX_AGE,
+    POLICY_MAX_COUNT,
+    valid_max_age,
+    valid_max_count,
+)
 
 POLICY_PROPERTY: Final = "reconciliationPolicy"
 GAP_KEY: Final = "orphanVersionGap"
@@ -132,7 +138,8 @@ def resolve_tenant_policy(
 
 
 def policy_patch(
-    *, gap: float | None, grace_ms: int | None, auto_tombstone: str | None
+    *, gap: float | None, grace_ms: int | None, auto_tombstone: str | None,
+    gc_max_age_ms: float | None = None, gc_max_count: int | None = None,
 ) -> dict[str, Any]:
     """The JSON merge patch of the node's properties that `set-policy` writes: the given
     values set, `inherit` removing `autoTombstone` (null: absent means inherit), the others
@@ -151,4 +158,13 @@ def policy_patch(
             raise ValueError(f"--auto-tombstone must be one of {', '.join(AUTO_CHOICES)}, "
                              f"got {auto_tombstone!r}")
         policy[AUTO_KEY] = None if auto_tombstone == AUTO_INHERIT else auto_tombstone
+    if gc_max_age_ms is not None:  # retention's own override (`core.rules.retention`)
+        if not valid_max_age(gc_max_age_ms):
+            raise ValueError(f"--gc-max-age-ms must be a number > 0, got {gc_max_age_ms!r}")
+        policy[POLICY_MAX_AGE] = (int(gc_max_age_ms) if float(gc_max_age_ms).is_integer()
+                                  else gc_max_age_ms)
+    if gc_max_count is not None:
+        if not valid_max_count(gc_max_count):
+            raise ValueError(f"--gc-max-count must be an integer >= 0, got {gc_max_count!r}")
+        policy[POLICY_MAX_COUNT] = gc_max_count
     return {POLICY_PROPERTY: policy}

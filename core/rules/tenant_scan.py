@@ -30,7 +30,6 @@ grouped pass and `explain` all settle the same tally the same way.
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,7 +47,15 @@ from core.rules.manifests import (
 )
 from core.rules.numbers import is_real_number
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY, manifest_mismatched
-from core.rules.tombstone_bands import Band, Number, OldestIngested, deletion_bound, plan_bands
+from core.rules.tombstone_bands import (
+    Band,
+    Number,
+    OldestIngested,
+    OldestKeys,
+    deletion_bound,
+    is_legacy_ingested,
+    plan_bands,
+)
 
 #: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
 #: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most
@@ -106,8 +113,12 @@ class RowVerdict:
     stale_actionable: bool
     orphan: bool
     orphan_actionable: bool
-    #: Actionable, but never deleted: no numeric `ingestedAt`, or one after the pass's read.
+    #: Actionable, but never deleted: an `ingestedAt` after the pass's read, or of a type
+    #: no path can take (a legacy one is `legacy` instead, when actionable by version).
     held: bool
+    #: Actionable by version with a legacy `ingestedAt` (absent or an ISO string): deleted
+    #: by id (`core.rules.tombstone_bands.legacy_bands`).
+    legacy: bool = False
 
     @property
     def actionable(self) -> bool:
@@ -174,41 +185,48 @@ def judge_row(row_id: str, metadata: Mapping[str, Any], rules: ScanRules) -> Row
         return None
     stale_actionable = stale and rules.stale_actionable(stamp)
     orphan_actionable = orphan and metadata.get(REPO_KEY) in rules.ripe_repos
-    held = ((stale_actionable or orphan_actionable)
-            and deletion_bound(metadata, read_ms=rules.read_ms) is None)
+    unbounded = ((stale_actionable or orphan_actionable)
+                 and deletion_bound(metadata, read_ms=rules.read_ms) is None)
+    legacy = unbounded and stale_actionable and is_legacy_ingested(metadata.get(INGESTED_KEY))
     return RowVerdict(
         id=row_id, repo_slug=_text(metadata.get(REPO_KEY)),
         source_path=_text(metadata.get(PATH_KEY)), stamp=stamp,
         ingested_at=metadata.get(INGESTED_KEY), stale=stale,
         version_gap=rules.current_version - stale_stamp if stale_stamp is not None else None,
         stale_actionable=stale_actionable, orphan=orphan, orphan_actionable=orphan_actionable,
-        held=held)
+        held=unbounded and not legacy, legacy=legacy)
 
 
-class OldestOrphans:
-    """The (`ingestedAt`, `sourcePath`) of the oldest `capacity` deletable manifest orphans of
-    one repo, in memory bounded by the capacity (a max-heap on `ingestedAt`)."""
+class OldestOrphans(OldestKeys):
+    """The (`ingestedAt`, id, `sourcePath`) of the oldest `capacity` deletable manifest
+    orphans of one repo (`OldestKeys`: ties go to the smaller id)."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = max(0, capacity)
-        self._heap: list[tuple[Number, str]] = []
-
-    def offer(self, ingested_at: Number, path: str) -> None:
-        """Keep the pair if it is among the oldest `capacity` seen."""
-        if self.capacity == 0:
-            return
-        item = (-ingested_at, path)
-        if len(self._heap) < self.capacity:
-            heapq.heappush(self._heap, item)
-        elif item > self._heap[0]:
-            heapq.heapreplace(self._heap, item)
+    def offer(self, ingested_at: Number, path: str, row_id: str = "") -> None:
+        """Keep the chunk if it is among the oldest `capacity` seen."""
+        self.offer_key((ingested_at, row_id, path))
 
     def sorted(self) -> list[tuple[Number, str]]:
-        """The kept pairs, oldest first."""
-        return sorted((-v, p) for v, p in self._heap)
+        """The kept (`ingestedAt`, `sourcePath`) pairs, oldest first."""
+        return [(key[0], key[2]) for key in self.kept()]
 
-    def __len__(self) -> int:
-        return len(self._heap)
+
+@dataclass(frozen=True, slots=True)
+class FirstToGo:
+    """What a capped pass deletes, reason by reason: the config-stale chunks first, then every
+    other reason's (manifest orphans of every repo, generation orphans) by the oldest
+    `ingestedAt`, then the smaller id, up to the cap in all (CONTRACT "Tombstones")."""
+
+    #: The legacy config-stale chunks' (id, `ingestedAt` as read), by id: deleted first (they
+    #: predate every numeric stamp).
+    legacy: list[tuple[str, Any]]
+    #: The config-stale chunks' sorted `ingestedAt`.
+    stale: list[Number]
+    #: Per repo: its manifest orphans' sorted (`ingestedAt`, `sourcePath`).
+    orphans: dict[str, list[tuple[Number, str]]]
+    #: Per generation job: its chunks' sorted (`ingestedAt`, `sourcePath`).
+    generations: dict[Any, list[tuple[Number, str]]]
+    #: Every chosen chunk's id (what `explain` marks).
+    ids: frozenset[str]
 
 
 def orphan_bands(pairs: Sequence[tuple[Number, str]], *, band_rows: int) -> list[Band]:
@@ -262,9 +280,13 @@ class TenantTally:
     total_orphan_count: int = 0
     actionable_count: int = 0
     held_count: int = 0
+    #: Actionable chunks with a legacy `ingestedAt`, deleted by id (`RowVerdict.legacy`).
+    legacy_count: int = 0
     #: The tenant's chunks with fields of unexpected types (see the module docstring).
     malformed_count: int = 0
     oldest_stale: OldestIngested = field(init=False)
+    #: The legacy chunks a capped pass takes, (id, `ingestedAt`), the smallest ids.
+    legacy_stale: OldestKeys = field(init=False)
     oldest_orphans: dict[str, OldestOrphans] = field(init=False)
     coverage: PathCoverage = field(init=False)
     rows: list[RowVerdict] = field(default_factory=list)
@@ -289,6 +311,7 @@ class TenantTally:
                                             self.rules.read_ms, keep_rows=self.keep_rows)
                             if self.rules.signals else None)
         self.oldest_stale = OldestIngested(self.cap)
+        self.legacy_stale = OldestKeys(self.cap)
         self.oldest_orphans = {slug: OldestOrphans(self.cap) for slug in self.rules.ripe_repos}
         self.coverage = PathCoverage(self.rules.manifests)
 
@@ -336,14 +359,18 @@ class TenantTally:
                 self._only_orphan_held[slug] += verdict.held
         if self.keep_rows:
             self.rows.append(verdict)
+        if verdict.legacy:
+            self.legacy_count += 1
+            self.legacy_stale.offer_key((verdict.id, metadata.get(INGESTED_KEY)))
+            return
         if verdict.held or not verdict.actionable:
             return
         # A row actionable both ways is planned once, with the config-stale bands.
         if verdict.stale_actionable:
-            self.oldest_stale.offer(metadata[INGESTED_KEY])
+            self.oldest_stale.offer(metadata[INGESTED_KEY], verdict.id)
         else:
             self.oldest_orphans[metadata[REPO_KEY]].offer(metadata[INGESTED_KEY],
-                                                           metadata[PATH_KEY])
+                                                           metadata[PATH_KEY], verdict.id)
 
     def settle(self) -> None:
         """Apply the manifest-mismatch guard once the last page is in (idempotent): each repo
@@ -378,6 +405,32 @@ class TenantTally:
             self.oldest_orphans.pop(slug, None)
         self.rows = [replace(v, orphan_actionable=False, held=v.held and v.stale_actionable)
                      if v.orphan and v.repo_slug in held else v for v in self.rows]
+
+    def first_to_go(self) -> FirstToGo:
+        """What a pass capped at `cap` deletes once settled (`FirstToGo`): the oldest
+        config-stale chunks first, then the oldest of every other reason together, ties by
+        id; each reason's keep holds its own oldest `cap`, so the merge is exact."""
+        self.settle()
+        legacy = [(str(i), v) for i, v in self.legacy_stale.kept()]
+        stale = self.oldest_stale.kept()[:max(0, self.cap - len(legacy))]
+        others: list[tuple[Number, str, str, Any]] = [
+            (value, row_id, path, ("orphan", slug))
+            for slug, oldest in self.oldest_orphans.items()
+            for value, row_id, path in oldest.kept()]
+        if self.generations is not None:
+            others += [(value, row_id, path, ("generation", job))
+                       for job, chunks in self.generations.deletable.items()
+                       for value, row_id, path in chunks]
+        others.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        taken = others[:max(0, self.cap - len(legacy) - len(stale))]
+        orphans: dict[str, list[tuple[Number, str]]] = {}
+        generations: dict[Any, list[tuple[Number, str]]] = {}
+        for value, _row_id, path, (kind, key) in taken:
+            (orphans if kind == "orphan" else generations).setdefault(key, []).append(
+                (value, path))
+        return FirstToGo(legacy, [key[0] for key in stale], orphans, generations,
+                         frozenset([i for i, _ in legacy] + [str(key[1]) for key in stale]
+                                   + [chunk[1] for chunk in taken]))
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:
         """Per repo, the manifest paths no scanned chunk carries."""

@@ -42,29 +42,56 @@ def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
     return value if is_real_number(value) and value <= read_ms else None
 
 
-class OldestIngested:
-    """The `ingestedAt` of the oldest `capacity` chunks offered, in memory bounded by the
-    capacity (a max-heap of negated values): the chunks a capped pass deletes first."""
+class _Later:
+    """A (`ingestedAt`, id, ...) key with its order reversed: `heapq`'s min-heap of these is a
+    max-heap of the keys, whose top is the key to drop first."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Later) -> bool:
+        return bool(self.key > other.key)
+
+
+class OldestKeys:
+    """The smallest `capacity` keys offered, `(ingestedAt, id, ...)` tuples, in memory bounded
+    by the capacity: the chunks a capped pass deletes first (the oldest, then the smaller
+    id: CONTRACT "Tombstones")."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
-        self._heap: list[Number] = []
+        self._heap: list[_Later] = []
 
-    def offer(self, value: Number) -> None:
-        """Keep `value` if it is among the oldest `capacity` seen."""
+    def offer_key(self, key: tuple[Any, ...]) -> None:
+        """Keep `key` if it is among the smallest `capacity` seen."""
         if self.capacity == 0:
             return
+        item = _Later(key)
         if len(self._heap) < self.capacity:
-            heapq.heappush(self._heap, -value)
-        elif -value > self._heap[0]:
-            heapq.heapreplace(self._heap, -value)
+            heapq.heappush(self._heap, item)
+        elif item.key < self._heap[0].key:
+            heapq.heapreplace(self._heap, item)
 
-    def sorted(self) -> list[Number]:
-        """The kept values, oldest first."""
-        return sorted(-v for v in self._heap)
+    def kept(self) -> list[tuple[Any, ...]]:
+        """The kept keys, smallest (oldest) first."""
+        return sorted(item.key for item in self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)
+
+
+class OldestIngested(OldestKeys):
+    """The (`ingestedAt`, id) of the oldest `capacity` chunks offered (`OldestKeys`)."""
+
+    def offer(self, value: Number, row_id: str = "") -> None:
+        """Keep the chunk if it is among the oldest `capacity` seen (ties: the smaller id)."""
+        self.offer_key((value, row_id))
+
+    def sorted(self) -> list[Number]:
+        """The kept `ingestedAt` values, oldest first."""
+        return [key[0] for key in self.kept()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +103,8 @@ class Band:
     through: Number
     planned: int
     extra: tuple[Mapping[str, Any], ...] = ()
+    #: A legacy band (`legacy_bands`): exactly these ids, no `ingestedAt` range.
+    ids: tuple[str, ...] = ()
 
 
 def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
@@ -133,7 +162,36 @@ def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[st
     `ingestedAt` range (`ingested_range`). Numeric operands are exact against float values
     (up to the slack) and, for operands >= 0, against integer ones (Chroma truncates a
     fractional operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
+    if band.ids:  # a legacy band: its ids go with the request (`legacy_bands`)
+        return {"$and": [*clauses, *band.extra]}
     return {"$and": [*clauses, *band.extra, *ingested_range(band)]}
+
+
+def is_legacy_ingested(value: Any) -> bool:
+    """A legacy `ingestedAt` (CONTRACT "Chroma data"): absent, or an ISO-8601 string written
+    before the stamp was epoch ms. Such a chunk fits no band's numeric range; an actionable
+    one is deleted by id (`legacy_bands`)."""
+    return value is None or type(value) is str
+
+
+def legacy_bands(chunks: Sequence[tuple[str, Any]], *, band_rows: int) -> list[Band]:
+    """Bands of legacy chunks, (id, `ingestedAt` as read) sorted by id: each names its ids
+    (the delete request carries them, beside the reason's `where`, which the store evaluates
+    at delete time: a chunk re-stamped since the read no longer matches). The chunks with an
+    ISO string come first, each band of them narrowed to `ingestedAt $in` the strings read,
+    so one rewritten with a numeric `ingestedAt` no longer matches either; then the chunks
+    without one (Chroma's `where` cannot say "absent": their rule refuses a fetched row that
+    has gained a number)."""
+    texts = [c for c in chunks if isinstance(c[1], str)]
+    absent = [c for c in chunks if c[1] is None]
+    bands: list[Band] = []
+    for group, narrowed in ((texts, True), (absent, False)):
+        for start in range(0, len(group), band_rows):
+            part = group[start:start + band_rows]
+            extra = ({INGESTED_KEY: {"$in": sorted({str(v) for _, v in part})}},) \
+                if narrowed else ()
+            bands.append(Band(None, 0, len(part), extra, tuple(i for i, _ in part)))
+    return bands
 
 
 def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
@@ -142,12 +200,16 @@ def band_where(tenant_id: str, ceiling: Number, band: Band) -> dict[str, Any]:
 
 
 def rows_refused(
-    page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int
+    page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int,
+    by_id: bool = False,
 ) -> list[str]:
     """Ids in a page the rule would not delete (pure): `may_delete` says no (another tenant's,
     no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
     band's `where` matched these rows a moment before, so each has changed since, or shows
     that the store and the rule disagree (the caller finds out which)."""
+    if by_id:  # a band of named ids: its plan's rule says what `ingestedAt` it may carry
+        return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
+                if not may_delete(metadata)]
     return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
             if not may_delete(metadata) or deletion_bound(metadata, read_ms=read_ms) is None]
 
@@ -156,6 +218,14 @@ def stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
                ) -> Callable[[Mapping[str, Any]], bool]:
     """The config-stale rule on one row's metadata: this tenant's, an actionable stamp."""
     return lambda m: m.get(TENANT_KEY) == tenant_id and is_actionable(m.get(STAMP_KEY))
+
+
+def legacy_stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
+                      ) -> Callable[[Mapping[str, Any]], bool]:
+    """The rule of a legacy band's rows: config-stale (`stale_rule`) and still a legacy
+    `ingestedAt` (a row that gained a number was rewritten since the read)."""
+    stale = stale_rule(tenant_id, is_actionable)
+    return lambda m: stale(m) and is_legacy_ingested(m.get(INGESTED_KEY))
 
 
 def rule_violations(

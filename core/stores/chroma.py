@@ -386,14 +386,18 @@ class VectorStore:
             kwargs["ids"] = list(dict.fromkeys(ids))
         return column_page(await self._run(name, "get", **kwargs))
 
-    async def ids_where(self, name: str, *, where: Mapping[str, Any]) -> list[str]:
-        """Every id matching `where`, in ONE ids-only `get` (no paging, so no row can slip
-        between pages while others write; ids-only reads have no SQL-variable limit)."""
-        result = await self._run(name, "get", where=dict(where), include=[])
+    async def ids_where(self, name: str, *, where: Mapping[str, Any],
+                        ids: Sequence[str] | None = None) -> list[str]:
+        """Every id matching `where` (and among `ids` when given), in ONE ids-only `get` (no
+        paging, so no row can slip between pages while others write; ids-only reads have no
+        SQL-variable limit)."""
+        kwargs: dict[str, Any] = {"ids": list(ids)} if ids else {}
+        result = await self._run(name, "get", where=dict(where), include=[], **kwargs)
         return list(result.get("ids") or [])
 
     async def delete_where(
-        self, name: str, *, where: Mapping[str, Any], limit: int | None = None
+        self, name: str, *, where: Mapping[str, Any], limit: int | None = None,
+        ids: Sequence[str] | None = None,
     ) -> int:
         """Delete the rows matching `where` (at most `limit` of them) in one request, and
         return how many went.
@@ -403,6 +407,8 @@ class VectorStore:
         choice: callers must treat every matching row as possibly deleted.
         """
         kwargs: dict[str, Any] = {"where": dict(where)}
+        if ids:  # only these ids, and of them only those `where` matches (Chroma ANDs them)
+            kwargs["ids"] = list(ids)
         if limit is not None:
             kwargs["limit"] = limit
         result = await self._run(name, "delete", **kwargs)

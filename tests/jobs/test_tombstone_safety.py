@@ -139,22 +139,25 @@ async def test_a_chunk_written_with_an_old_stamp_after_the_read_is_not_deleted(
     assert list(await live(vectors, ["late", "c0"])) == ["late"]
 
 
-async def test_actionable_chunks_without_a_usable_ingested_at_are_held_and_reported(
+async def test_only_actionable_chunks_no_path_can_take_are_held_and_reported(
     stores: TickContext, vectors: VectorStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Legacy chunks (no ingestedAt, or an ISO string) go by id (issue 25); a boolean or a
+    # value after the pass's read fits no path and is held.
     await seed(vectors, KB, [chunk("dated"), chunk("none", ingested=...),
                              chunk("text", ingested="2024-01-01"), chunk("flag", ingested=True),
                              chunk("future", ingested=10**15)])
     figures = await one_pass(stores)
     [tenant] = figures["tenants"]
-    assert (tenant["actionableCount"], tenant["heldCount"], tenant["tombstonedCount"]) == (
-        5, 4, 1)
+    assert (tenant["actionableCount"], tenant["heldCount"], tenant["tombstonedCount"],
+            tenant["legacyTombstonedCount"]) == (5, 2, 3, 2)
     assert set(await live(vectors, ["dated", "none", "text", "flag", "future"])) == {
-        "none", "text", "flag", "future"}
+        "flag", "future"}
     assert "reconcile.chunks_held" in capsys.readouterr().err
     [row] = await stores.graph.query(
         "SELECT detail FROM kb_ingestion_metrics WHERE event_type = 'reconcile'")
-    assert json.loads(row[0])["heldCount"] == 4
+    assert (json.loads(row[0])["heldCount"], json.loads(row[0])["legacyTombstonedCount"]) == (
+        2, 2)
 
 
 async def test_a_float_ingested_at_the_store_rounds_in_its_last_bit_is_still_tombstoned(

@@ -225,7 +225,10 @@ RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
     ({"tenantConfigVersion": 1, "sourcePath": "gone.md"},
      ("config-stale+manifest-orphan", True, False)),
     ({"tenantConfigVersion": 5, "sourcePath": "gone.md", "ingestedAt": 1_500}, None),
+    # A string ingestedAt is legacy: deleted by id (issue 25), not held; a boolean is held.
     ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "ingestedAt": "x"},
+     ("config-stale", True, False)),
+    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "ingestedAt": True},
      ("config-stale", True, True)),
     ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "tenantId": "other"}, None),
 ])

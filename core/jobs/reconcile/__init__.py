@@ -32,8 +32,13 @@ Glossary (one word per idea):
   bands share, each tenant's rule, and its bands.
 - **band**: the chunks of a plan whose `ingestedAt` falls in one range: one ids-only read,
   one archive write per tenant, one delete request.
-- **held**: an actionable chunk that no band can take (no numeric `ingestedAt`): reported,
-  never deleted.
+- **legacy**: a config-stale actionable chunk whose `ingestedAt` is absent or an ISO string
+  (older ingesters): its band names its ids, beside the staleness `where` (and, for strings,
+  `ingestedAt $in` the strings read); deleted first, counted apart (`legacyTombstonedCount`).
+- **held**: an actionable chunk that no band can take (an `ingestedAt` after the pass's read
+  or of another type, or a legacy one that is only an orphan): reported, never deleted.
+- **first to go**: under the cap, config-stale chunks (legacy ones first), then the oldest
+  `ingestedAt` of every other reason together, then the smaller id (`first_to_go`).
 - **tombstone**: to delete a chunk after archiving it (`restore` puts it back).
 
 How to add a deletion reason (e.g. a generation-identity orphan, retention): write its pure

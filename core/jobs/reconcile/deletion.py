@@ -20,8 +20,13 @@ How:
   so it no longer matches either, whatever stamp the writer gave it.
 - **Held chunks.** An actionable chunk with no numeric `ingestedAt`, or one later than the
   pass's read, cannot match `$lte through` (a missing key, a string or a bool never matches a
-  numeric comparison in Chroma) and is never deleted: nothing would tell a rewrite of it from
-  the archived content. The pass reports how many it held.
+  numeric comparison in Chroma). A legacy one (absent or an ISO string, actionable by
+  version) goes in a **legacy band** instead (`legacy_bands`): the band names its ids, the
+  delete request carries them with the staleness `where`, so a chunk re-stamped since the
+  read no longer matches, and a string band adds `ingestedAt $in` the strings read, so one
+  rewritten with a numeric `ingestedAt` no longer matches either; its rule refuses a fetched
+  row that gained a number. The others are never deleted; the pass reports how many it
+  held.
 - **Per band**: one ids-only read of everything the band's `where` matches (a snapshot, never
   paged, so no row can slip between pages); those rows fetched whole by id, a page at a time,
   split by tenant, each checked against its tenant's rule (an actionable stamp or orphan, a
@@ -193,16 +198,17 @@ async def run_bands(
 async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, cap: int,
                     progress: Mapping[str, TombstoneProgress]) -> None:
     where = predicate_where(plan.clauses, band)
-    matched = await target.vectors.ids_where(target.collection, where=where)
+    ids = band.ids or None
+    matched = await target.vectors.ids_where(target.collection, where=where, ids=ids)
     if not matched:
         return
     # Opened before the band's first archive write: see FilesystemFlush.
     flush = await asyncio.to_thread(FilesystemFlush.open, target.tombstones_dir)
     try:
         archived: dict[str, list[str]] = {}
-        refused = await _archive_rows(target, plan, matched, archived, progress)
+        refused = await _archive_rows(target, plan, band, matched, archived, progress)
         if refused:
-            await _settle_refused_rows(target, plan, where, refused, archived, progress)
+            await _settle_refused_rows(target, plan, band, where, refused, archived, progress)
         if not archived:
             return
         limit = _band_limit(plan, archived, progress, cap)
@@ -211,7 +217,7 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
             archive for t in archived if (archive := progress[t].archive) is not None], flush)
     finally:
         flush.close()
-    await _delete_band(target, where, archived, progress, limit=limit)
+    await _delete_band(target, where, archived, progress, limit=limit, ids=ids)
 
 
 def _band_limit(plan: DeletionPlan, archived: Mapping[str, list[str]],
@@ -229,14 +235,16 @@ def _band_limit(plan: DeletionPlan, archived: Mapping[str, list[str]],
 
 async def _delete_band(target: DeletionTarget, where: dict[str, Any],
                        archived: Mapping[str, list[str]],
-                       progress: Mapping[str, TombstoneProgress], *, limit: int | None) -> None:
+                       progress: Mapping[str, TombstoneProgress], *, limit: int | None,
+                       ids: Sequence[str] | None = None) -> None:
     """The band's one delete request, and what went attributed to each tenant."""
     total = sum(len(ids) for ids in archived.values())
     # A host that no longer leads (state on PostgreSQL: `core.jobs.fencing`) deletes nothing;
     # the check is the last step before the request, after the archives are on disk.
     await ensure_still_leads(f"delete of a band of {total} chunks of {len(archived)} tenant(s)")
     try:
-        deleted = await target.vectors.delete_where(target.collection, where=where, limit=limit)
+        deleted = await target.vectors.delete_where(target.collection, where=where, limit=limit,
+                                                    ids=ids)
     except Exception as exc:
         gone = await _count_gone(target, archived, progress)
         raise TombstoneFailed(
@@ -255,7 +263,8 @@ async def _delete_band(target: DeletionTarget, where: dict[str, Any],
              tenants=len(archived))
 
 
-async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, ids: Sequence[str],
+async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
+                        ids: Sequence[str],
                         archived: dict[str, list[str]],
                         progress: Mapping[str, TombstoneProgress]) -> list[str]:
     """Fetch these rows whole, ARCHIVE_READ_ROWS at a time, and append every one its tenant's
@@ -272,7 +281,8 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, ids: Sequenc
             if tenant_id is None or rule is None:
                 refused.extend(rows.ids)
                 continue
-            bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms)
+            bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms,
+                               by_id=bool(band.ids))
             refused.extend(bad)
             kept = _only(rows, set(rows.ids) - set(bad))
             if len(kept):
@@ -285,7 +295,8 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, ids: Sequenc
 
 
 async def _settle_refused_rows(
-    target: DeletionTarget, plan: DeletionPlan, where: dict[str, Any], refused: list[str],
+    target: DeletionTarget, plan: DeletionPlan, band: Band, where: dict[str, Any],
+    refused: list[str],
     archived: dict[str, list[str]], progress: Mapping[str, TombstoneProgress],
 ) -> None:
     """Some rows the band's `where` matched failed their rule when fetched. If the store still
@@ -293,7 +304,8 @@ async def _settle_refused_rows(
     band must not go (BandRefused). Rows that entered the band meanwhile are archived too, so
     that the delete cannot take a row the archives lack."""
     for _round in range(BAND_VERIFY_ROUNDS):
-        now = await target.vectors.ids_where(target.collection, where=where)
+        now = await target.vectors.ids_where(target.collection, where=where,
+                                             ids=band.ids or None)
         still = set(now) & set(refused)
         if still:
             raise BandRefused(f"the store matches {len(still)} chunks the rule would keep "
@@ -305,7 +317,7 @@ async def _settle_refused_rows(
         entered = [i for i in now if i not in done]
         if not entered:
             return
-        refused = await _archive_rows(target, plan, entered, archived, progress)
+        refused = await _archive_rows(target, plan, band, entered, archived, progress)
     raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
 
 

@@ -6,8 +6,8 @@ as `DeletionPlan`s and handed to the one band runner (`deletion.run_bands`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -31,7 +31,13 @@ from core.rules.tenant_scan import (
     orphan_clauses,
     orphan_rule,
 )
-from core.rules.tombstone_bands import plan_bands, stale_rule
+from core.rules.tombstone_bands import (
+    Number,
+    legacy_bands,
+    legacy_stale_rule,
+    plan_bands,
+    stale_rule,
+)
 
 if TYPE_CHECKING:
     from core.jobs.context import TickContext
@@ -43,9 +49,10 @@ log = structlog.get_logger(__name__)
 
 async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
                      progress: TombstoneProgress | None = None) -> None:
-    """Archive and delete the oldest actionable chunks, band by band, up to the cap: the
-    config-stale ones first, then each repo's manifest orphans (one archive for the tenant;
-    the cap counts both). `progress`: what an earlier plan of this pass already did for the
+    """Archive and delete, band by band, exactly the chunks a capped pass takes first
+    (`TenantTally.first_to_go`: the config-stale ones, then the oldest of every other reason,
+    ties by id), each reason as a plan of the one engine (one archive for the tenant; the cap
+    counts them all). `progress`: what an earlier plan of this pass already did for the
     tenant."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
     outcome.phase = Phase.TOMBSTONE
@@ -53,39 +60,46 @@ async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: Te
     run = functools.partial(run_bands, deletion_target(context, scope.policy),
                             cap=scope.policy.max_deletes_per_tick,
                             progress={tenant.tenant_id: progress}, control=context.control)
+    chosen = tally.first_to_go()
     try:
-        if len(tally.oldest_stale) and rules.gap is not None:
+        if chosen.legacy and rules.gap is not None:
+            before = progress.tombstoned
+            try:
+                await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, rules.gap),
+                                      chosen.legacy))
+            finally:
+                outcome.legacy_tombstoned_count += progress.tombstoned - before
+        if chosen.stale and rules.gap is not None:
             ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
-            await run(stale_plan([scope], ceiling, tally.oldest_stale.sorted()))
-        for slug, oldest in until_stopping(sorted(tally.oldest_orphans.items()),
-                                           context.control):
-            if len(oldest):
-                manifest = scope.manifests[slug]
-                await run(DeletionPlan(
-                    "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
-                    {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
-                                                  rules.read_ms)},
-                    orphan_bands(oldest.sorted(), band_rows=deletion.BAND_ROWS)))
-        await _tombstone_generations(scope, tally, run)
+            await run(stale_plan([scope], ceiling, chosen.stale))
+        for slug, oldest in until_stopping(sorted(chosen.orphans.items()), context.control):
+            manifest = scope.manifests[slug]
+            await run(DeletionPlan(
+                "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
+                {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
+                                              rules.read_ms)},
+                orphan_bands(oldest, band_rows=deletion.BAND_ROWS)))
+        await _tombstone_generations(scope, tally, chosen.generations, run)
     finally:
         progress_into_outcome(outcome, progress)
 
 
 async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
+                                 chosen: Mapping[Any, list[tuple[Number, str]]],
                                  run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
-    """Each generation job (one tier of one old stamp of one repo, `core.rules.generations`),
-    oldest of its chunks first, as one more plan of the same engine: archived first, decided
-    by the store at delete time, within the cap."""
+    """Each generation job (one tier of one old stamp of one repo, `core.rules.generations`)
+    with chunks among the first to go, as one more plan of the same engine: archived first,
+    decided by the store at delete time, within the cap."""
     generations = tally.generations
     if generations is None:
         return
-    tenant_id, cap = scope.tenant.tenant_id, scope.policy.max_deletes_per_tick
-    jobs = sorted(generations.deletable.items(), key=lambda job: min(job[1]))
+    tenant_id = scope.tenant.tenant_id
+    jobs = sorted(chosen.items(), key=lambda job: job[1][0])
     for key, chunks in until_stopping(jobs, scope.context.control):
         await run(DeletionPlan(
             "generation-orphan", generations.clauses(key),
             {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms)},
-            orphan_bands(sorted(chunks)[:cap], band_rows=deletion.BAND_ROWS)))
+            orphan_bands(chunks, band_rows=deletion.BAND_ROWS)))
 
 
 def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
@@ -100,6 +114,18 @@ def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTa
     """Where this pass deletes from and archives to."""
     return DeletionTarget(context.vectors, policy.collection,
                           context.settings.tombstones_dir, policy.pass_id)
+
+
+def legacy_plan(scope: TenantScope, ceiling: int | float,
+                chunks: Sequence[tuple[str, Any]]) -> DeletionPlan:
+    """The config-stale plan of a tenant's legacy chunks (no numeric `ingestedAt`): by id, with
+    the stale `where` the store evaluates at delete time (`legacy_bands`)."""
+    tenant_id = scope.tenant.tenant_id
+    return DeletionPlan(
+        "stale-legacy", group_stale_clauses([tenant_id], ceiling),
+        {tenant_id: TenantRule(legacy_stale_rule(tenant_id, scope.rules.stale_actionable),
+                               scope.rules.read_ms)},
+        legacy_bands(chunks, band_rows=deletion.BAND_ROWS))
 
 
 def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,

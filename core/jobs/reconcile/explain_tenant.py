@@ -36,6 +36,10 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
     if outcome.failed or tally is None:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
                                f"{outcome.error}")
+    # Imported here: core.jobs.retention deletes through this package (an import cycle).
+    from core.jobs.retention import tenant_expiry
+
     return build_plan(outcome, tally, policy, manifests,
-                      enabled=context.settings.reconciliation_enabled)
+                      enabled=context.settings.reconciliation_enabled,
+                      retention=await tenant_expiry(context, tenant))
 

@@ -155,7 +155,9 @@ async def finish_group(context: TickContext, read: GroupRead,
         await run_isolated(outcome, policy, guard_read_tenant(read, tenant_id))
         done.append(outcome)
         if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
-            (shared if within_cap(outcome, policy) else alone).append(tenant_id)
+            # Legacy chunks go by id, in the tenant's own plans (`tombstone_tenant`).
+            sharable = within_cap(outcome, policy) and not read.tallies[tenant_id].legacy_count
+            (shared if sharable else alone).append(tenant_id)
     if len(shared) < 2:
         shared, alone = [], alone + shared
     progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}

@@ -175,8 +175,9 @@ class TenantScope:
 
     @property
     def cap(self) -> int:
-        """How many chunks the scan keeps for bands (none when nothing will be deleted)."""
-        return self.policy.max_deletes_per_tick if self.deletes else 0
+        """How many chunks the scan keeps for bands: the cap when the pass deletes, or explains
+        (to mark what a pass would delete first); none otherwise."""
+        return self.policy.max_deletes_per_tick if self.deletes or self.explain else 0
 
     def describe(self, outcome: TenantOutcome) -> None:
         """Put the policy in force into the outcome (and so into telemetry)."""
@@ -235,9 +236,10 @@ def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTall
     if outcome.held_count and scope.tenant_policy.deletes:
         log.warning(
             "reconcile.chunks_held", heldCount=outcome.held_count,
-            message="actionable chunks without a numeric ingestedAt (or with one later than "
-            "this pass's read) are never tombstoned: nothing would tell a rewrite of them "
-            "from the archived content",
+            message="actionable chunks whose ingestedAt is later than this pass's read, of an "
+            "unexpected type, or legacy on a manifest or generation orphan only are never "
+            "tombstoned: nothing would tell a rewrite of them from the archived content "
+            "(legacy config-stale chunks go by id)",
         )
 
 
