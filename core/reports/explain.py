@@ -10,7 +10,7 @@ import math
 from typing import Any, Final
 
 from core.reports.tables import as_text, table
-from core.rules.explain_plan import ChunkLine, GuardCheck, TenantPlan
+from core.rules.explain_plan import ChunkLine, GenerationLine, GuardCheck, TenantPlan
 from core.rules.timestamps import iso_from_ms
 
 #: Chunks and missing paths shown on a terminal; `--json` has them all.
@@ -104,6 +104,27 @@ def _malformed(plan: TenantPlan) -> list[str]:
     return out
 
 
+def _generations(plan: TenantPlan) -> list[Any]:
+    """The generation orphans (issue 25): kind, the chunk's stamp against the declared one,
+    the tier and why, and what this pass would do with each."""
+    if not plan.generation_orphans:
+        return []
+    rows = [[g.id, g.repo_slug, g.source_path, g.kind, "/".join(g.stamp), "/".join(g.declared),
+             g.tier, g.why, _generation_action(g)] for g in plan.generation_orphans[:PAGE_ROWS]]
+    out: list[Any] = ["", table(f"Generation orphans ({len(plan.generation_orphans):,})",
+                                ["id", "repo", "path", "kind", "stamp", "declared", "tier",
+                                 "why", "action"], rows)]
+    if len(plan.generation_orphans) > PAGE_ROWS:
+        out.append(f"  ... and {len(plan.generation_orphans) - PAGE_ROWS:,} more (--json)")
+    return out
+
+
+def _generation_action(line: GenerationLine) -> str:
+    if line.would_delete:
+        return "delete this pass"
+    return "actionable" if line.actionable else "waits"
+
+
 def ingested_text(value: Any) -> Any:
     """A chunk's `ingestedAt` as a person reads it: epoch ms as ISO-8601 UTC; a string (older
     chunks carry ISO text), a missing value or one of an unexpected type as it is (`--json`
@@ -133,6 +154,7 @@ def render_plan(plan: TenantPlan) -> str:
     out += _retention(plan)
     out += _manifests(plan)
     out += _malformed(plan)
+    out += _generations(plan)
     out.append("")
     if not plan.chunks:
         out.append("Chunks: none stale or orphaned")

@@ -17,6 +17,7 @@ import pytest
 
 from core.jobs.context import TickContext
 from core.jobs.reconcile import explain_tenant, reconcile_tick
+from core.reports.explain import render_plan
 from core.rules.config import Settings
 from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
@@ -183,6 +184,12 @@ async def test_an_unyielded_parser_orphan_goes_without_a_replacement_and_explain
     [line] = plan.generation_orphans
     assert (line.id, line.tier, line.actionable) == ("gone", "unyielded", True)
     assert "no longer yields" in line.why
+    shown = render_plan(plan)  # the text explain prints lists it with its tier and why
+    assert "Generation orphans (1)" in shown
+    section = shown[shown.index("Generation orphans (1)"):shown.index("Chunks (")]
+    rows = [text for text in section.splitlines() if text.startswith("gone ")]
+    assert len(rows) == 1, section
+    assert "unyielded" in rows[0] and "vendor/x.md" in rows[0], section
     await one_pass(context)
     assert await ids_left(context.vectors) == {"keep"}
 
