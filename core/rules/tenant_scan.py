@@ -35,7 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from core.rules.generations import GenerationSignal, GenerationTally
+from core.rules.generation_tally import GenerationTally
+from core.rules.generations import GenerationSignal
 from core.rules.manifests import (
     INGESTED_KEY,
     PATH_KEY,
