@@ -4,9 +4,11 @@ deleted chunk must come back exactly from its archive.
 
 The plan is computed here from the rules as CONTRACT states them, independently of the
 engine: a chunk is actionable when its stamp is a real, finite number (not a boolean) below
-the tenant's version by at least the gap; it may be deleted only when its `ingestedAt` is a
-real number not later than the pass (else nothing could tell a rewrite of it from its
-archived content); a tenant whose actionable share of all its chunks exceeds
+the tenant's version by at least the gap; it may be deleted when its `ingestedAt` is a real
+number not later than the pass, or when it has none or a string (CONTRACT "Tombstones": an
+actionable chunk without a numeric `ingestedAt` is deletable too, by a path that is just as
+race-safe), never when it is later than the pass (nothing could tell a rewrite of it from
+its archived content); a tenant whose actionable share of all its chunks exceeds
 `reconciliationMaxStaleFraction` loses nothing; at most the cap goes per pass.
 """
 
@@ -72,8 +74,9 @@ def _actionable(stamp: Any, version: int, gap: float) -> bool:
 
 def _deletable(metadata: dict[str, Any], version: int, gap: float, now: int) -> bool:
     when: Any = metadata.get("ingestedAt")
+    without_a_time = when is None or isinstance(when, str)
     return (_actionable(metadata.get("tenantConfigVersion"), version, gap)
-            and _number(when) and when <= now)
+            and (without_a_time or (_number(when) and when <= now)))
 
 
 async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> None:
