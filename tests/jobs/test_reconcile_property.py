@@ -118,9 +118,14 @@ def _metadata(owner: str | None, stamp: Any, when: Any, path: Any, repo: str
     return metadata
 
 
-def _deletable(row: ChromaRow) -> bool:
-    """A band can hold it: a numeric `ingestedAt` that is not after the pass's read."""
-    return deletion_bound(row.metadata, read_ms=now_ms()) is not None
+def _deletable(row: ChromaRow, *, stale: bool) -> bool:
+    """A path can take it: a band holds a numeric `ingestedAt` that is not after the pass's
+    read; a config-stale chunk without a numeric `ingestedAt` (none, or a string) goes by id
+    (CONTRACT "Tombstones": deletable too, by a path just as race-safe)."""
+    if deletion_bound(row.metadata, read_ms=now_ms()) is not None:
+        return True
+    when = row.metadata.get("ingestedAt")
+    return stale and (when is None or isinstance(when, str))
 
 
 def _same_metadata_value(a: Any, b: Any) -> bool:
@@ -147,23 +152,29 @@ def _manifest_of(tenant: str, scenario: Scenario) -> dict[str, RepoManifest]:
     return {"r": RepoManifest("r", tuple(sorted(claimed)), updated_at)}
 
 
+def _stale(rows: list[ChromaRow], tenant: str, scenario: Scenario) -> set[str]:
+    """The tenant's actionable config-stale chunks, from the original's diff."""
+    return set(diff_tenant_chunks(rows, scenario.versions[tenant], scenario.gap).actionable_ids)
+
+
 def _actionable(rows: list[ChromaRow], tenant: str, scenario: Scenario) -> set[str]:
     """The union of the tenant's actionable config-stale chunks and manifest orphans (the
     grace is 0 and every manifest is older than the pass), from the original's two diffs."""
-    stale = diff_tenant_chunks(rows, scenario.versions[tenant], scenario.gap)
     orphans = diff_tenant_manifest(rows, _manifest_of(tenant, scenario))
-    return set(stale.actionable_ids) | set(orphans.actionable_ids)
+    return _stale(rows, tenant, scenario) | set(orphans.actionable_ids)
 
 
 def _may_be_deleted(row: ChromaRow, scenario: Scenario) -> bool:
     """The invariant: only a configured tenant's chunk that is actionable (a real numeric,
-    actionable stamp, or an orphan of its repo's manifest) and has a usable `ingestedAt`."""
+    actionable stamp, or an orphan of its repo's manifest) that a path can take
+    (`_deletable`)."""
     tenant = row.metadata.get("tenantId")
     version = scenario.versions.get(tenant) if isinstance(tenant, str) else None
-    if not version or not _deletable(row):
+    if not version:
         return False
     assert isinstance(tenant, str)
-    return row.id in _actionable([row], tenant, scenario)
+    stale = row.id in _stale([row], tenant, scenario)
+    return _deletable(row, stale=stale) and row.id in _actionable([row], tenant, scenario)
 
 
 def _expected_first_pass(tenant: str, scenario: Scenario, rows: list[ChromaRow]) -> int:
@@ -174,7 +185,8 @@ def _expected_first_pass(tenant: str, scenario: Scenario, rows: list[ChromaRow])
         actionable=len(actionable), total=len(own), max_fraction=scenario.max_fraction
     ):
         return 0
-    deletable = [r for r in own if r.id in actionable and _deletable(r)]
+    stale = _stale(own, tenant, scenario)
+    deletable = [r for r in own if r.id in actionable and _deletable(r, stale=r.id in stale)]
     return min(scenario.cap, len(deletable))
 
 
