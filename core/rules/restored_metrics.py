@@ -76,8 +76,6 @@ def restored_metrics(
 
 #: TenantFigures' fields that may be None in its JSON.
 _OPTIONAL_TEXT = frozenset({"repo_slug", "guard"})
-#: TenantFigures' counts that are left out of its JSON when there are none (issue 25).
-_OPTIONAL_COUNTS = frozenset({"parser_orphan_count", "extraction_orphan_count"})
 
 
 def tenant_figures_from_json(value: Any) -> TenantFigures | None:
@@ -92,7 +90,7 @@ def tenant_figures_from_json(value: Any) -> TenantFigures | None:
         if spec.name in _OPTIONAL_TEXT:
             if item is not None and not isinstance(item, str):
                 return None
-        elif spec.name in _OPTIONAL_COUNTS:
+        elif spec.default is None:  # a count left out of the JSON when there is none
             if item is not None and (not isinstance(item, int) or isinstance(item, bool)):
                 return None
         elif spec.name == "tenant_id":

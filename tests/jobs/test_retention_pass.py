@@ -24,7 +24,6 @@ from core.stores.graph_db import GraphDB
 from tests.support import DIM, make_settings, read_archived_chunks, run_module, seed
 
 KB = "neo-knowledge-base"
-NOW = int(time.time() * 1000)
 
 
 def chunk(row_id: str, tenant: str, repo: str, at: Any) -> tuple[str, dict[str, Any]]:
@@ -35,10 +34,19 @@ def chunk(row_id: str, tenant: str, repo: str, at: Any) -> tuple[str, dict[str, 
     return row_id, metadata
 
 
-# Tenant "keep3" inherits gcRetention {maxCount = 3}; tenant "keep1" overrides it to 1.
-ROWS = ([chunk(f"k3-a{i}", "keep3", "a", NOW - 10_000 * (i + 1)) for i in range(5)]
-        + [chunk("k3-b0", "keep3", "b", NOW - 99_000), chunk("k3-legacy", "keep3", "a", ...)]
-        + [chunk(f"k1-a{i}", "keep1", "a", NOW - 10_000 * (i + 1)) for i in range(3)])
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def aged_rows() -> list[tuple[str, dict[str, Any]]]:
+    """The chunks, aged from now (when a test seeds them: the retention pass that follows
+    measures ages from its own clock). Tenant "keep3" inherits gcRetention {maxCount = 3};
+    tenant "keep1" overrides it to 1."""
+    now = now_ms()
+    return ([chunk(f"k3-a{i}", "keep3", "a", now - 10_000 * (i + 1)) for i in range(5)]
+            + [chunk("k3-b0", "keep3", "b", now - 99_000),
+               chunk("k3-legacy", "keep3", "a", ...)]
+            + [chunk(f"k1-a{i}", "keep1", "a", now - 10_000 * (i + 1)) for i in range(3)])
 
 
 async def all_ids(vectors: VectorStore) -> set[str]:
@@ -51,7 +59,7 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
     for tenant in ("keep3", "keep1"):
         await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL, {"version": 1})
     vectors = await VectorStore.open(settings)
-    await seed(vectors, KB, ROWS)
+    await seed(vectors, KB, aged_rows())
     await vectors.close()
     config = tmp_path / "kb.toml"
     config.write_text(f'[knowledgeBase]\ndataDir = "{tmp_path / "data"}"\n'
@@ -75,7 +83,7 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
 
     vectors = await VectorStore.open(settings)
     try:
-        assert await all_ids(vectors) == {r for r, _ in ROWS} - gone
+        assert await all_ids(vectors) == {r for r, _ in aged_rows()} - gone
     finally:
         await vectors.close()
     rows = await graph.query("SELECT tenant_id, repo_slug, chunks_total, chunks_deleted, detail "
@@ -96,7 +104,7 @@ async def test_gc_dry_run_reports_and_writes_nothing(tmp_path: Path, settings: S
                                                       graph: GraphDB) -> None:
     await upsert_node(graph, "kb-config:keep3", TENANT_CONFIG_LABEL, {"version": 1})
     vectors = await VectorStore.open(settings)
-    await seed(vectors, KB, ROWS)
+    await seed(vectors, KB, aged_rows())
     await vectors.close()
     config = tmp_path / "kb.toml"
     config.write_text(f'[knowledgeBase]\ndataDir = "{tmp_path / "data"}"\n'
@@ -116,9 +124,10 @@ async def test_a_re_ingest_racing_a_retention_delete_loses_nothing(
     # Right before the delete request (the archive on disk), a writer re-ingests k1-a2: a new
     # ingestedAt and document. The band's `ingestedAt <=` bound no longer matches it.
     await upsert_node(graph, "kb-config:keep1", TENANT_CONFIG_LABEL, {"version": 1})
-    await seed(vectors, KB, [r for r in ROWS if r[0].startswith("k1-")])
+    await seed(vectors, KB, [r for r in aged_rows() if r[0].startswith("k1-")])
     real = vectors._call_on_collection
-    fresh = chunk("k1-a2", "keep1", "a", NOW + 1)[1]
+    reingested_at = now_ms() + 1
+    fresh = chunk("k1-a2", "keep1", "a", reingested_at)[1]
 
     def wrapped(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
         if name == KB and method == "delete":
@@ -133,7 +142,7 @@ async def test_a_re_ingest_racing_a_retention_delete_loses_nothing(
     assert (figures["expiredCount"], figures["deletedCount"]) == (2, 1)
     assert await all_ids(vectors) == {"k1-a0", "k1-a2"}
     [kept] = await vectors.get_by_ids(KB, ["k1-a2"], include=("documents", "metadatas"))
-    assert (kept.document, kept.metadata["ingestedAt"]) == ("re-ingested", NOW + 1)
+    assert (kept.document, kept.metadata["ingestedAt"]) == ("re-ingested", reingested_at)
 
 
 async def test_explain_shows_what_retention_would_take_with_the_tenant_override(
@@ -145,14 +154,14 @@ async def test_explain_shows_what_retention_would_take_with_the_tenant_override(
 
     await upsert_node(graph, "kb-config:keep1", TENANT_CONFIG_LABEL,
                       {"version": 1, "reconciliationPolicy": {"gcMaxCount": 1}})
-    await seed(vectors, KB, ROWS)
+    await seed(vectors, KB, aged_rows())
     stores = TickContext(make_settings(tmp_path, gcRetention={"maxCount": 3}), graph, vectors)
     plan = await explain_tenant(stores, "keep1")
     retention = to_json(plan)["retention"]
     assert (retention["retention"], retention["expiredCount"], retention["expiredIds"]) == (
         {"maxAgeMs": None, "maxCount": 1}, 2, ["k1-a2", "k1-a1"])
     assert "retention (maxCount 1): 2 of 3 chunks expired (a 2)" in render_plan(plan)
-    assert await all_ids(vectors) == {r for r, _ in ROWS}
+    assert await all_ids(vectors) == {r for r, _ in aged_rows()}
 
 
 def test_the_reconcile_daemon_schedules_retention_on_its_own_interval_only_when_enabled(
