@@ -14,7 +14,8 @@ import json
 import socket
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,15 @@ from tests.support import make_settings, run_module, seed
 SECRETS = ("PASSWORD", "SECRETPATH", "SECRETQUERY", "alice")
 
 
-@pytest.fixture
-def echoing_receiver() -> Iterator[int]:
-    """A receiver that refuses every alert with a 401 quoting what it was sent: the path,
-    the query and the decoded Basic credentials (some real receivers do)."""
+@contextmanager
+def refusing_receiver(refusal: Callable[[BaseHTTPRequestHandler], str]) -> Iterator[int]:
+    """A real HTTP receiver on 127.0.0.1 that answers every POST with a 401 whose body is
+    `refusal(request)`; yields its port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            auth = self.headers.get("Authorization", "")
-            decoded = base64.b64decode(auth.split()[-1]).decode() if auth else ""
-            body = f"unauthorized: {self.path} as {decoded}".encode()
+            body = refusal(self).encode()
             self.send_response(401)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -68,6 +67,20 @@ def echoing_receiver() -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _quoting_decoded_credentials(request: BaseHTTPRequestHandler) -> str:
+    auth = request.headers.get("Authorization", "")
+    decoded = base64.b64decode(auth.split()[-1]).decode() if auth else ""
+    return f"unauthorized: {request.path} as {decoded}"
+
+
+@pytest.fixture
+def echoing_receiver() -> Iterator[int]:
+    """A receiver that refuses every alert with a 401 quoting what it was sent: the path,
+    the query and the decoded Basic credentials (some real receivers do)."""
+    with refusing_receiver(_quoting_decoded_credentials) as port:
+        yield port
 
 
 def closed_port() -> int:
@@ -243,34 +256,18 @@ def assert_no_planted_form(where: str, text: str | bytes) -> None:
     assert not leaked, f"{leaked} in {where}"
 
 
+def _quoting_the_request(request: BaseHTTPRequestHandler) -> str:
+    return (f"denied {request.headers.get('Authorization', '')} for {request.path} "
+            f"headers={dict(request.headers)}")
+
+
 @pytest.fixture
 def header_echoing_receiver() -> Iterator[int]:
     """A receiver that refuses every alert with a 401 quoting the request as it came: the
     Authorization header first (base64, as httpx sent it), then the path and query, then
     every header."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            body = (f"denied {self.headers.get('Authorization', '')} for {self.path} "
-                    f"headers={dict(self.headers)}").encode()
-            self.send_response(401)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
-                              daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
+    with refusing_receiver(_quoting_the_request) as port:
+        yield port
 
 
 def _config(path: Path, data_dir: str, port: int, **keys: str) -> Path:
