@@ -133,7 +133,7 @@ def test_every_console_script_names_a_command_entry_point() -> None:
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert set(scripts) == {"kb-daemons", "kb-drain", "kb-reconcile", "kb-backfill",
-                            "kb-enqueue", "kb-tenants", "kb-status", "kb-demo"}
+                            "kb-enqueue", "kb-tenants", "kb-status", "kb-demo", "kb-migrate"}
     for target in scripts.values():
         module, _, function = target.partition(":")
         assert callable(getattr(importlib.import_module(module), function)), target
