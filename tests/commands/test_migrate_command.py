@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
+from core.stores.queue_files import new_generation, write_generation
 from core.stores.schema import STATE_TABLES
 from core.stores.state import open_graph
 from tests.postgres_server import PostgresServer
@@ -88,6 +89,8 @@ def test_the_demo_state_moves_to_postgresql_and_the_daemons_carry_on_from_it(
 ) -> None:
     graph_file = demo_state(tmp_path)
     before = sqlite_counts(graph_file)
+    with sqlite3.connect(graph_file) as conn:
+        [(demo_generation,)] = conn.execute("SELECT generation FROM drain_generations")
     url = fresh_database(postgres_server)
 
     done = migrate(tmp_path, "--to", url, "--json")
@@ -125,6 +128,10 @@ def test_the_demo_state_moves_to_postgresql_and_the_daemons_carry_on_from_it(
     attempts = [json.loads(line)["_drain"]["attempts"] for line in
                 queue.read_text().splitlines()]
     assert attempts and set(attempts) == {2}
+    # The demo's generation was migrated as this host's drainer's: its next commit forgot it
+    # (a row tagged as nobody's would stay forever).
+    assert pg(url, f"SELECT count(*) FROM drain_generations "
+                   f"WHERE generation = '{demo_generation}'") == [(0,)]
 
     reconciled = run(tmp_path, "daemons.reconcile", "--tick", "--json", config="pg.toml")
     assert reconciled.returncode == 0, reconciled.stderr
@@ -214,3 +221,43 @@ def test_a_row_the_target_refuses_is_exit_1_naming_the_table_and_the_target_stay
     assert set(pg_counts(url).values()) == {0}
     text = migrate(tmp_path, "--to", url)
     assert text.returncode == 1 and "not migrated: table edges" in text.stdout
+
+
+def test_a_leftover_draining_file_resumes_at_its_copied_offset_on_postgresql(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """A drainer that crashed on SQLite after committing line A of its `.draining` file (its
+    edge and its offset in one transaction) and before line B: after the move, the drain on
+    PostgreSQL applies B only, then forgets the old generation as its own."""
+    graph_file = demo_state(tmp_path)
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    draining = queue.with_name(queue.name + ".draining")
+    with sqlite3.connect(graph_file) as conn:
+        source, target = conn.execute("SELECT source, target FROM edges ORDER BY source, target "
+                                      "LIMIT 1").fetchone()
+    line_a, line_b = (json.dumps({"source": source, "target": target, "relationship": rel})
+                      + "\n" for rel in ("LEFTOVER_A", "LEFTOVER_B"))
+    draining.write_text(line_a + line_b, encoding="utf-8")
+    dead = queue.with_name(queue.name + ".dead.jsonl")
+    generation = new_generation(now_ms=1, dead_letters_size=dead.stat().st_size)
+    write_generation(draining, generation)
+    with sqlite3.connect(graph_file) as conn:
+        conn.execute("INSERT INTO edges(source, target, relationship, weight, properties) "
+                     "VALUES (?, ?, 'LEFTOVER_A', 1.0, '{}')", (source, target))
+        conn.execute("INSERT INTO drain_generations(generation, committed_offset, "
+                     "dead_letters_size, updated_at) VALUES (?, ?, ?, 1)",
+                     (generation.id, len(line_a.encode()), dead.stat().st_size))
+
+    url = fresh_database(postgres_server)
+    done = migrate(tmp_path, "--to", url)
+    assert done.returncode == 0, done.stderr
+    write_config(tmp_path / "pg.toml", stateUrl=url)
+    drained = run(tmp_path, "daemons.drain", "--tick", "--json", config="pg.toml")
+    assert drained.returncode == 0, drained.stderr
+
+    now = weights(url)
+    assert now[(source, target, "LEFTOVER_A")] == 1.0  # not applied a second time
+    assert now[(source, target, "LEFTOVER_B")] == 1.0  # resumed after A
+    assert not draining.exists()
+    assert pg(url, f"SELECT count(*) FROM drain_generations "
+                   f"WHERE generation = '{generation.id}'") == [(0,)]
