@@ -91,6 +91,7 @@ def test_the_demo_state_moves_to_postgresql_and_the_daemons_carry_on_from_it(
     before = sqlite_counts(graph_file)
     with sqlite3.connect(graph_file) as conn:
         [(demo_generation,)] = conn.execute("SELECT generation FROM drain_generations")
+    files = {p.name: p.read_bytes() for p in graph_file.parent.glob("graph.sqlite*")}
     url = fresh_database(postgres_server)
 
     done = migrate(tmp_path, "--to", url, "--json")
@@ -101,7 +102,8 @@ def test_the_demo_state_moves_to_postgresql_and_the_daemons_carry_on_from_it(
     assert all(t["matches"] for t in figures["tables"])
     assert pg_counts(url) == before
     assert before["nodes"] and before["edges"] and before["drain_requeued"]
-    assert sqlite_counts(graph_file) == before  # the source is untouched
+    # The source is untouched, byte for byte (no write, no checkpoint, no new file).
+    assert {p.name: p.read_bytes() for p in graph_file.parent.glob("graph.sqlite*")} == files
 
     # The daemons, pointed at the database, carry on from the copied state.
     write_config(tmp_path / "pg.toml", stateUrl=url, reconciliationEnabled=True)
@@ -146,9 +148,13 @@ def test_the_demo_state_moves_to_postgresql_and_the_daemons_carry_on_from_it(
 def test_a_target_with_rows_is_refused_and_left_as_it_was(
     tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
-    demo_state(tmp_path)
+    nodes_in_source = sqlite_counts(demo_state(tmp_path))["nodes"]
     url = fresh_database(postgres_server)
-    assert migrate(tmp_path, "--to", url).returncode == 0
+    first = migrate(tmp_path, "--to", url)
+    assert first.returncode == 0, first.stderr
+    assert "copied and verified" in first.stdout
+    shown = [line.split()[:2] for line in first.stdout.splitlines()]
+    assert ["nodes", f"{nodes_in_source:,}"] in shown, first.stdout
     nodes = pg(url, "SELECT id, label, properties FROM nodes ORDER BY id")
     counts = pg_counts(url)
 
