@@ -39,7 +39,7 @@ import structlog
 from core.jobs.drain import drainer_lock
 from core.rules.camel_json import omitted_when_none
 from core.rules.config import Settings
-from core.rules.errors import ConfigError
+from core.rules.errors import ConfigError, StoreUnavailable
 from core.rules.state_copy import (
     JSON_COLUMNS,
     CopyPlan,
@@ -131,6 +131,8 @@ async def migrate_state(settings: Settings, *, target_url: str,
     (the config already on PostgreSQL, no source file, a non-empty target, an invalid URL),
     LockHeld / StoreUnavailable (exit 1) when a daemon runs or a store cannot be reached;
     returns figures with `ok` false (exit 1) when a table could not be copied exactly."""
+    if page_rows < 1:
+        raise ValueError(f"page_rows must be at least 1, not {page_rows}")
     url = _checked_target(target_url)
     if settings.state_url:
         raise ConfigError(f"stateUrl is already {settings.state_url}: nothing to migrate from "
@@ -246,6 +248,12 @@ async def _copy_table(snapshot: SqliteSnapshot, load: PostgresLoad, plan: CopyPl
             tally.add(row)
             invalid += any(not is_strict_json(row[i]) for i in json_at)
         await load.copy_page(plan.table, columns, [row + filled for row in page])
+    # The checksums compare what was read with what was written: check that what was read is
+    # the whole table (same snapshot), so a short read cannot verify as a match.
+    expected = await snapshot.row_count(plan.table)
+    if tally.rows != expected:
+        raise StoreUnavailable(f"SQLite {snapshot.path}: read {tally.rows} of the {expected} "
+                               f"rows of {plan.table}; nothing was committed")
     target = await load.columns(plan.table)
     for column in target:
         if column.by_default_identity and column.name in plan.columns:

@@ -233,3 +233,28 @@ async def test_a_source_table_this_version_does_not_know_refuses_the_run(
         conn.execute("CREATE TABLE from_the_future (x)")
     with pytest.raises(ConfigError, match="table from_the_future is not state"):
         await migrate_state(source, target_url=target)
+
+
+async def test_a_write_committed_during_the_copy_is_not_in_it_the_copy_is_one_snapshot(
+    source: Settings, target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sqlite_rows(source, graph_rows(4))
+    real = PostgresLoad.copy_page
+    written: list[str] = []
+
+    async def writer_commits_meanwhile(self: PostgresLoad, table: str, columns: Sequence[str],
+                                       rows: Sequence[Sequence[Any]]) -> None:
+        await real(self, table, columns, rows)
+        if table == "nodes" and not written:  # a writer that ignores the locks, after page 1
+            written.append(table)
+            with sqlite3.connect(source.graph_db_path) as conn:
+                conn.execute(NODE, ("concept:late", "CONCEPT", "{}"))
+                conn.execute(EDGE, ("concept:late", "concept:0", "NEXT", 1.0, "{}"))
+
+    monkeypatch.setattr(PostgresLoad, "copy_page", writer_commits_meanwhile)
+    figures = await migrate_state(source, target_url=target, page_rows=2)
+    assert figures.ok, figures.error
+    assert {t.table: t.rows for t in figures.tables if t.rows} == {"nodes": 4, "edges": 3}
+    assert (await target_counts(target))["nodes"] == 4
+    with sqlite3.connect(source.graph_db_path) as conn:  # the write itself did commit
+        assert conn.execute("SELECT count(*) FROM nodes").fetchone()[0] == 5
