@@ -22,7 +22,8 @@ from core.rules.reconcile import (
 )
 from core.rules.reconcile_outcome import TenantFigures, TenantOutcome
 from core.rules.retention import TenantRetention
-from core.rules.tenant_scan import MalformedChunk, RowVerdict, TenantTally
+from core.rules.scan_verdicts import MalformedChunk, RowVerdict
+from core.rules.tenant_scan import TenantTally
 
 #: Why nothing would be deleted, in the order they are checked.
 WHY_DISABLED = "reconciliationEnabled is false: the daemon idles (explain and --dry-run work)"

@@ -26,7 +26,8 @@ from core.rules.reconcile import (
 )
 from core.rules.reconcile_outcome import TenantOutcome
 from core.rules.rows import ChromaRow
-from core.rules.tenant_scan import ScanRules, TenantTally
+from core.rules.scan_verdicts import ScanRules
+from core.rules.tenant_scan import TenantTally
 
 POLICY = ReconcilePolicy(collection="kb", auto_tombstone=True, orphan_version_gap=2,
                          manifest_grace_ms=0, max_deletes_per_tick=100, max_stale_fraction=0.5,

@@ -1,6 +1,7 @@
 """The pure rules of manifest drift: the original's `diffTenantManifest` cases (its reference list
-numbers them 67-68, with the union case beside them), missing paths, the row-by-row verdict the
-pass and `explain` share, the orphan bands' predicates, and per-tenant policy precedence."""
+numbers them 67-68, with the union case beside them), missing paths, the tally's manifest figures
+and its mismatch guard, and per-tenant policy precedence (the row-by-row verdict is in
+test_scan_verdicts, the orphan bands in test_orphan_bands)."""
 
 from __future__ import annotations
 
@@ -26,21 +27,14 @@ from core.rules.manifests import (
 )
 from core.rules.reconcile import diff_tenant_chunks, manifest_mismatched
 from core.rules.rows import ChromaRow
+from core.rules.scan_verdicts import ScanRules
 from core.rules.tenant_policy import (
     FROM_CONFIG,
     FROM_TENANT,
     policy_patch,
     resolve_tenant_policy,
 )
-from core.rules.tenant_scan import (
-    PATHS_PER_BAND,
-    ScanRules,
-    TenantTally,
-    judge_row,
-    orphan_bands,
-    orphan_rule,
-)
-from core.rules.tombstone_bands import predicate_where
+from core.rules.tenant_scan import TenantTally
 
 
 def row(row_id: str, stamp: Any = 5, **metadata: Any) -> dict[str, Any]:
@@ -211,60 +205,6 @@ def test_a_new_manifest_patch_drops_the_old_revision_and_keeps_other_repos() -> 
     patch = manifest_patch("@acme", RepoManifest("r1", ("a",), 5))
     assert patch == {"tenantId": "acme", "manifests": {"r1": {
         "revision": None, "repoSlug": "r1", "pathsAfterPush": ["a"], "updatedAt": 5}}}
-
-
-RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
-                  read_ms=2_000, max_stale_fraction=1.0)
-
-
-@pytest.mark.parametrize(("metadata", "expected"), [
-    ({"tenantConfigVersion": 5, "sourcePath": "keep.md"}, None),
-    ({"tenantConfigVersion": 4, "sourcePath": "keep.md"}, ("config-stale", False, False)),
-    ({"tenantConfigVersion": 3, "sourcePath": "keep.md"}, ("config-stale", True, False)),
-    ({"tenantConfigVersion": 5, "sourcePath": "gone.md"}, ("manifest-orphan", True, False)),
-    ({"tenantConfigVersion": 1, "sourcePath": "gone.md"},
-     ("config-stale+manifest-orphan", True, False)),
-    ({"tenantConfigVersion": 5, "sourcePath": "gone.md", "ingestedAt": 1_500}, None),
-    # A string ingestedAt is legacy: deleted by id (issue 25), not held; a boolean is held.
-    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "ingestedAt": "x"},
-     ("config-stale", True, False)),
-    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "ingestedAt": True},
-     ("config-stale", True, True)),
-    ({"tenantConfigVersion": 3, "sourcePath": "keep.md", "tenantId": "other"}, None),
-])
-def test_each_row_gets_one_verdict_with_its_reasons(metadata: dict[str, Any],
-                                                     expected: Any) -> None:
-    verdict = judge_row("c", {"tenantId": "t", "repoSlug": "r", "ingestedAt": 900, **metadata},
-                        RULES)
-    if expected is None:
-        assert verdict is None
-    else:
-        assert verdict is not None
-        assert ("+".join(verdict.reasons), verdict.actionable, verdict.held) == expected
-
-
-def test_orphan_bands_name_exactly_their_own_chunks_paths() -> None:
-    pairs = [(1, "a"), (1, "b"), (2, "a"), (3, "c"), (4, "d")]
-    bands = orphan_bands(pairs, band_rows=3)
-    assert [(b.after, b.through, b.extra) for b in bands] == [
-        (None, 2, ({"sourcePath": {"$in": ["a", "b"]}},)),
-        (2, 4, ({"sourcePath": {"$in": ["c", "d"]}},))]
-    manifest = RepoManifest("r", ("keep",), 10)
-    assert predicate_where(({"tenantId": "t"},), bands[1]) == {"$and": [
-        {"tenantId": "t"}, {"sourcePath": {"$in": ["c", "d"]}}, {"ingestedAt": {"$gt": 2}},
-        {"ingestedAt": {"$lte": 4}}]}
-    rule = orphan_rule("t", manifest)
-    assert rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 5})
-    assert not rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 11})
-    assert not rule({"tenantId": "t", "repoSlug": "r", "sourcePath": "keep", "ingestedAt": 5})
-    assert not rule({"tenantId": "u", "repoSlug": "r", "sourcePath": "x", "ingestedAt": 5})
-
-
-def test_a_band_never_names_more_paths_than_one_in_takes() -> None:
-    pairs = [(i, f"p{i}") for i in range(PATHS_PER_BAND * 2 + 3)]
-    bands = orphan_bands(pairs, band_rows=PATHS_PER_BAND * 10)
-    assert max(len(b.extra[0]["sourcePath"]["$in"]) for b in bands) == PATHS_PER_BAND
-    assert sum(b.planned for b in bands) == len(pairs)
 
 
 GLOBAL = {"global_gap": 2, "global_grace_ms": 86_400_000, "global_auto_tombstone": True}

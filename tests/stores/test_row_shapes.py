@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from core.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, RepoManifest
 from core.rules.reconcile import STAMP_KEY, TENANT_KEY
 from core.rules.rows import ChromaRow
-from core.rules.tenant_scan import ScanRules, TenantTally
+from core.rules.scan_verdicts import ScanRules
+from core.rules.tenant_scan import TenantTally
 from core.stores.chroma import VectorStore
 from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest

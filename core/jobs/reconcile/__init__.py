@@ -2,8 +2,9 @@
 vouches for, report them, and (opt-in, guarded, archived first) delete them.
 
 The decisions are pure and live in `core.rules` (`reconcile`: stale, actionable, the guards;
-`tenant_scan`: one tenant's verdicts; `reconcile_groups`: which tenants one read can serve;
-`tombstone_bands`: the predicates a deletion runs by). This package is the I/O around them,
+`scan_verdicts`: each row's verdict; `tenant_scan`: one tenant's tally of them;
+`reconcile_groups`: which tenants one read can serve; `tombstone_bands` and `orphan_bands`:
+the predicates a deletion runs by). This package is the I/O around them,
 one module per job:
 
 - `run_pass`: the pass over every tenant (`reconcile_tick`, the daemon's tick function);

@@ -20,17 +20,13 @@ from core.jobs.reconcile.deletion import (
     run_bands,
 )
 from core.jobs.reconcile.page_loop import until_stopping
+from core.rules.orphan_bands import orphan_bands, orphan_clauses, orphan_rule
 from core.rules.reconcile import ReconcilePolicy, actionable_stamp_ceiling
 from core.rules.reconcile_groups import (
     group_stale_clauses,
 )
 from core.rules.reconcile_outcome import Phase, TenantOutcome
-from core.rules.tenant_scan import (
-    TenantTally,
-    orphan_bands,
-    orphan_clauses,
-    orphan_rule,
-)
+from core.rules.tenant_scan import TenantTally
 from core.rules.tombstone_bands import (
     Number,
     legacy_bands,

@@ -33,11 +33,9 @@ from core.rules.reconcile import (
     stale_fraction_exceeded,
 )
 from core.rules.reconcile_outcome import Phase, TenantOutcome
+from core.rules.scan_verdicts import ScanRules
 from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
-from core.rules.tenant_scan import (
-    ScanRules,
-    TenantTally,
-)
+from core.rules.tenant_scan import TenantTally
 from core.rules.tenants import TenantConfig
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms

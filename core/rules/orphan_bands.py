@@ -1,0 +1,73 @@
+"""How a repo's manifest orphans are deleted (pure): bands over their oldest `ingestedAt`,
+each narrowed to its own chunks' paths so no `$in` grows past what Chroma takes, the clauses
+every band of a repo shares, and the rule a fetched row must pass before it goes.
+
+The tally (`core.rules.tenant_scan`) keeps each repo's oldest orphans in `OldestOrphans`; the
+pass (`core.jobs.reconcile.deletion_plans`) turns them into bands here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from core.rules.manifests import (
+    INGESTED_KEY,
+    PATH_KEY,
+    REPO_KEY,
+    RepoManifest,
+    manifest_orphan,
+)
+from core.rules.reconcile import TENANT_KEY
+from core.rules.tombstone_bands import Band, Number, OldestKeys, plan_bands
+
+#: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
+#: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most
+#: BAND_ROWS chunks names at most that many paths, and this bound keeps it so if bands grow.
+PATHS_PER_BAND: Final = 5_000
+
+
+class OldestOrphans(OldestKeys):
+    """The (`ingestedAt`, id, `sourcePath`) of the oldest `capacity` deletable manifest
+    orphans of one repo (`OldestKeys`: ties go to the smaller id)."""
+
+    def offer(self, ingested_at: Number, path: str, row_id: str = "") -> None:
+        """Keep the chunk if it is among the oldest `capacity` seen."""
+        self.offer_key((ingested_at, row_id, path))
+
+    def sorted(self) -> list[tuple[Number, str]]:
+        """The kept (`ingestedAt`, `sourcePath`) pairs, oldest first."""
+        return [(key[0], key[2]) for key in self.kept()]
+
+
+def orphan_bands(pairs: Sequence[tuple[Number, str]], *, band_rows: int) -> list[Band]:
+    """Bands over sorted (`ingestedAt`, `sourcePath`) pairs, each narrowed to the paths of its
+    own chunks (`sourcePath $in`): every deletable orphan in a band's range is in the pairs
+    (the oldest are kept), so its path is in the band's list."""
+    rows = min(band_rows, PATHS_PER_BAND)
+    bands: list[Band] = []
+    start = 0
+    for band in plan_bands([v for v, _ in pairs], band_rows=rows):
+        paths = sorted({p for _, p in pairs[start:start + band.planned]})
+        if len(paths) > PATHS_PER_BAND:  # a run of equal ingestedAt over many paths
+            raise ValueError(f"a band names {len(paths)} paths, over {PATHS_PER_BAND}")
+        bands.append(Band(band.after, band.through, band.planned,
+                          ({PATH_KEY: {"$in": paths}},)))
+        start += band.planned
+    return bands
+
+
+def orphan_rule(tenant_id: str, manifest: RepoManifest) -> Callable[[Mapping[str, Any]], bool]:
+    """The manifest-orphan rule on one fetched row's metadata: this tenant's, this repo's, and
+    an orphan of its manifest."""
+    manifests = {manifest.repo_slug: manifest}
+    return lambda m: (m.get(TENANT_KEY) == tenant_id and m.get(REPO_KEY) == manifest.repo_slug
+                      and manifest_orphan("", m, manifests) is not None)
+
+
+def orphan_clauses(tenant_id: str, manifest: RepoManifest) -> tuple[dict[str, Any], ...]:
+    """What every orphan band of a repo shares: the tenant, the repo, and the manifest's
+    authority (`ingestedAt <= updatedAt`: a chunk re-ingested after the manifest never
+    matches)."""
+    return ({TENANT_KEY: tenant_id}, {REPO_KEY: manifest.repo_slug},
+            {INGESTED_KEY: {"$lte": manifest.updated_at}})
