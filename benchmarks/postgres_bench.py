@@ -74,6 +74,10 @@ MODULE = "benchmarks.postgres_bench"
 URL_VARIABLE = "KB_BENCH_PG_URL"
 DRAIN_CONTENDERS = ("drainer-sqlite", "drainer", "floor", "pair")
 RECONCILE_CONTENDERS = ("pass-sqlite", "pass", "floor")
+#: The smoke run leaves out the SQLite reference rows (the drain and reconcile benchmarks' own
+#: smoke runs cover them): every child costs seconds of start-up, and the suite runs this.
+SMOKE_DRAIN_CONTENDERS = ("drainer", "floor", "pair")
+SMOKE_RECONCILE_CONTENDERS = ("pass", "floor")
 #: The contenders that run on PostgreSQL (each on its own copy of the seeded database).
 ON_POSTGRES = frozenset({"drainer", "floor", "pair", "pass"})
 #: Issue 27's target: the drainer on PostgreSQL within 1.5x of the PostgreSQL floor.
@@ -205,18 +209,22 @@ def _use_state_url(module: Any, url: str | None) -> None:
     vars(module).update(settings_for=postgres_settings)
 
 
-async def seed_drain_graph(root: Path, url: str, sizes: drain_bench.DrainSizes) -> None:
-    """(child) drain_bench's starting graph, in the database at `url`."""
+async def seed_drain(root: Path, url: str, sizes: drain_bench.DrainSizes) -> dict[str, Any]:
+    """(child) drain_bench's seeded root (Chroma, SQLite graph, queue, floor plan), and the
+    same starting graph in the database at `url`: one child for both, a start-up saved."""
+    seeded = await drain_bench.seed_store(root, sizes)
     await drain_bench.seed_graph(settings_for(root, stateUrl=url),
                                  drain_bench.build_workload(sizes))
+    return seeded
 
 
-async def seed_tenant(root: Path, url: str) -> None:
-    """(child) reconcile_bench's tenant config (version CURRENT_VERSION), in the database at
-    `url` (the chunks are in the copied Chroma store)."""
+async def seed_reconcile(root: Path, url: str, chunks: int) -> dict[str, Any]:
+    """(child) reconcile_bench's store of `chunks` chunks with its tenant config, and the same
+    tenant config (version CURRENT_VERSION) in the database at `url`."""
     from core.stores.state import open_graph
     from core.stores.tenants import set_tenant_config, tenant_version
 
+    seeded = await reconcile_bench.grow_store(root, chunks)
     graph = await open_graph(settings_for(root, stateUrl=url))
     try:
         while await tenant_version(graph, reconcile_bench.TENANT) < \
@@ -225,6 +233,7 @@ async def seed_tenant(root: Path, url: str) -> None:
                                     repo_slug=f"{reconcile_bench.TENANT}/docs")
     finally:
         await graph.close()
+    return seeded
 
 
 async def run_drainer(root: Path, url: str | None, barrier: Path | None) -> dict[str, Any]:
@@ -394,16 +403,20 @@ def run_reconcile_contender(name: str, root: Path, url: str | None) -> dict[str,
 # ------------------------------------------------------------------------------------------
 
 
-def run_postgres_benchmark(sizes: drain_bench.DrainSizes, chunks: int, *,
-                           repeats: int = 1) -> dict[str, Any]:
+def run_postgres_benchmark(sizes: drain_bench.DrainSizes, chunks: int, *, repeats: int = 1,
+                           drain_contenders: Sequence[str] = DRAIN_CONTENDERS,
+                           reconcile_contenders: Sequence[str] = RECONCILE_CONTENDERS
+                           ) -> dict[str, Any]:
     """Seed once per part (SQLite root and a PostgreSQL template database), then run every
-    contender on its own fresh copy of both (best of `repeats`, taken in turns)."""
+    contender on its own fresh copy of both (best of `repeats`, taken in turns). The
+    contenders on PostgreSQL always run; the SQLite reference rows may be left out."""
     workdir = make_workdir("postgres")
     try:
         with postgres() as pg:
             env = child_env(workdir)
-            drain = _drain_part(pg, workdir, env, sizes, repeats)
-            reconcile = _reconcile_part(pg, workdir, env, chunks, repeats)
+            drain = _drain_part(pg, workdir, env, sizes, repeats, drain_contenders)
+            reconcile = _reconcile_part(pg, workdir, env, chunks, repeats,
+                                        reconcile_contenders)
             server = {"source": pg.source, "fsync": pg.fsync,
                       "synchronousCommit": pg.synchronous_commit}
         return {"server": server, "drain": drain, "reconcile": reconcile,
@@ -414,19 +427,19 @@ def run_postgres_benchmark(sizes: drain_bench.DrainSizes, chunks: int, *,
 
 
 def _drain_part(pg: Postgres, workdir: Path, env: dict[str, str],
-                sizes: drain_bench.DrainSizes, repeats: int) -> dict[str, Any]:
+                sizes: drain_bench.DrainSizes, repeats: int,
+                contenders: Sequence[str]) -> dict[str, Any]:
     seed_root = workdir / "drain-seed"
     template = f"{DB_PREFIX}drain_seed"
     progress(f"postgres: seeding the drain ({sizes.lines:,} lines)")
-    seeded = run_child(drain_bench.MODULE, ["--seed", str(seed_root), *sizes.args()], env=env)
     pg.create(template)
-    run_child(MODULE, ["--seed-drain", str(seed_root), "--url", pg.url(template),
-                       *sizes.args()], env=env)
-    runs: dict[str, list[ChildRun]] = {name: [] for name in DRAIN_CONTENDERS}
+    seeded = run_child(MODULE, ["--seed-drain", str(seed_root), "--url", pg.url(template),
+                                *sizes.args()], env=env)
+    runs: dict[str, list[ChildRun]] = {name: [] for name in contenders}
     prints: dict[str, list[dict[str, Any]]] = {"drainer": [], "pair": []}
     try:
         for turn in range(repeats):
-            for name in DRAIN_CONTENDERS:
+            for name in contenders:
                 progress(f"postgres: drain {name} (run {turn + 1}/{repeats})")
                 database = f"{DB_PREFIX}drain_{name.replace('-', '_')}"
                 url = pg.create(database, template=template) if name in ON_POSTGRES else None
@@ -453,8 +466,10 @@ def _drain_part(pg: Postgres, workdir: Path, env: dict[str, str],
     contenders = result["contenders"]
     result["pairOverDrainer"] = round(ratio(float(contenders["pair"]["inProcessS"]),
                                             float(contenders["drainer"]["inProcessS"])), 3)
-    result["pgOverSqlite"] = round(ratio(float(contenders["drainer"]["inProcessS"]),
-                                         float(contenders["drainer-sqlite"]["inProcessS"])), 3)
+    result["pgOverSqlite"] = (
+        round(ratio(float(contenders["drainer"]["inProcessS"]),
+                    float(contenders["drainer-sqlite"]["inProcessS"])), 3)
+        if "drainer-sqlite" in contenders else None)
     result["fingerprints"] = prints
     result["pairSameGraph"] = all(p == prints["drainer"][0]
                                   for p in prints["drainer"] + prints["pair"])
@@ -515,18 +530,18 @@ def _run_pair(root: Path, pair_dir: Path, url: str | None,
 
 
 def _reconcile_part(pg: Postgres, workdir: Path, env: dict[str, str], chunks: int,
-                    repeats: int) -> dict[str, Any]:
+                    repeats: int, contenders: Sequence[str]) -> dict[str, Any]:
     seed_root = workdir / "reconcile-seed"
     template = f"{DB_PREFIX}reconcile_seed"
     progress(f"postgres: seeding the reconcile pass ({chunks:,} chunks)")
-    run_child(reconcile_bench.MODULE, ["--seed", str(seed_root), "--size", str(chunks)],
-              env=env, timeout_s=reconcile_bench.SEED_TIMEOUT_S)
     pg.create(template)
-    run_child(MODULE, ["--seed-tenant", str(seed_root), "--url", pg.url(template)], env=env)
-    runs: dict[str, list[ChildRun]] = {name: [] for name in RECONCILE_CONTENDERS}
+    run_child(MODULE, ["--seed-reconcile", str(seed_root), "--url", pg.url(template),
+                       "--chunks", str(chunks)], env=env,
+              timeout_s=reconcile_bench.SEED_TIMEOUT_S)
+    runs: dict[str, list[ChildRun]] = {name: [] for name in contenders}
     try:
         for turn in range(repeats):
-            for name in RECONCILE_CONTENDERS:
+            for name in contenders:
                 progress(f"postgres: reconcile {name} (run {turn + 1}/{repeats})")
                 database = f"{DB_PREFIX}reconcile_{name.replace('-', '_')}"
                 url = pg.create(database, template=template) if name in ON_POSTGRES else None
@@ -541,24 +556,26 @@ def _reconcile_part(pg: Postgres, workdir: Path, env: dict[str, str], chunks: in
                         pg.drop(database)
     finally:
         pg.drop(template)
-    contenders: dict[str, dict[str, Any]] = {}
+    best_runs: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     stale = reconcile_bench.stale_count(chunks)
     for name, child_runs in runs.items():
         best = min(child_runs, key=lambda r: float(r.report["inProcessS"]))
-        contenders[name] = {**best.report, "wholeProcessS": round(best.wall_s, 3),
+        best_runs[name] = {**best.report, "wholeProcessS": round(best.wall_s, 3),
                             "inProcessRunsS": [float(r.report["inProcessS"])
                                                for r in child_runs]}
         for key, value in {"tombstoned": stale, "remaining": chunks - stale,
                            "failedTenants": 0}.items():
-            if contenders[name].get(key) != value:
-                problems.append(f"{name}: {key} {contenders[name].get(key)} != {value}")
+            if best_runs[name].get(key) != value:
+                problems.append(f"{name}: {key} {best_runs[name].get(key)} != {value}")
 
-    def over(numerator: str, denominator: str) -> float:
-        return round(ratio(float(contenders[numerator]["inProcessS"]),
-                           float(contenders[denominator]["inProcessS"])), 3)
+    def over(numerator: str, denominator: str) -> float | None:
+        if numerator not in best_runs or denominator not in best_runs:
+            return None
+        return round(ratio(float(best_runs[numerator]["inProcessS"]),
+                           float(best_runs[denominator]["inProcessS"])), 3)
 
-    return {"chunks": chunks, "stale": stale, "contenders": contenders,
+    return {"chunks": chunks, "stale": stale, "contenders": best_runs,
             "passOverFloor": over("pass", "floor"), "pgOverSqlite": over("pass", "pass-sqlite"),
             "consistent": not problems, "mismatches": problems}
 
@@ -583,7 +600,7 @@ def table(result: dict[str, Any]) -> str:
         f"consistent (same nodes and edges everywhere): {drain['consistent']}",
         f"drainer / floor on PostgreSQL: {drain['drainerOverFloor']:.2f}x in-process "
         f"(target <= {MAX_OVER_FLOOR}x), {drain['drainerOverFloorCpu']:.2f}x CPU; "
-        f"drainer PostgreSQL / SQLite: {drain['pgOverSqlite']:.2f}x",
+        f"drainer PostgreSQL / SQLite: {_times(drain['pgOverSqlite'])}",
         f"two drainers at once (half the lines each): {pair['inProcessS']:.2f} s first start "
         f"to last end ({', '.join(f'{s:.2f}' for s in pair['drainersS'])} s each), "
         f"{drain['pairOverDrainer']:.2f}x one drainer's time for all of it; same graph as one "
@@ -599,10 +616,23 @@ def table(result: dict[str, Any]) -> str:
                                     "tombstoned", "whole-process s", "peak RSS +MiB"], rows)
     reconcile_tail = [
         f"consistent: {reconcile['consistent']}; pass / floor on PostgreSQL: "
-        f"{reconcile['passOverFloor']:.2f}x; pass PostgreSQL / SQLite: "
-        f"{reconcile['pgOverSqlite']:.2f}x"]
+        f"{_times(reconcile['passOverFloor'])}; pass PostgreSQL / SQLite: "
+        f"{_times(reconcile['pgOverSqlite'])}"]
     return "\n".join([head, drain_table, *drain_tail, "", reconcile_head, reconcile_table,
                       *reconcile_tail])
+
+
+def run_benchmark(*, smoke: bool, repeats: int) -> dict[str, Any]:
+    """The full benchmark, or (`smoke`) tiny sizes and the PostgreSQL contenders only."""
+    if smoke:
+        return run_postgres_benchmark(drain_bench.SMOKE_SIZES, SMOKE_CHUNKS, repeats=repeats,
+                                      drain_contenders=SMOKE_DRAIN_CONTENDERS,
+                                      reconcile_contenders=SMOKE_RECONCILE_CONTENDERS)
+    return run_postgres_benchmark(drain_bench.FULL_SIZES, FULL_CHUNKS, repeats=repeats)
+
+
+def _times(value: float | None) -> str:
+    return "not run" if value is None else f"{value:.2f}x"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -618,9 +648,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", help="(child) the contender's database")
     parser.add_argument("--barrier", type=Path, help="(child) the pair's barrier folder")
     parser.add_argument("--seed-drain", type=Path, metavar="ROOT",
-                        help="(child) seed the drain's graph at --url")
-    parser.add_argument("--seed-tenant", type=Path, metavar="ROOT",
-                        help="(child) seed the reconcile tenant at --url")
+                        help="(child) seed the drain's store, and its graph at --url")
+    parser.add_argument("--seed-reconcile", type=Path, metavar="ROOT",
+                        help="(child) seed the reconcile store, and its tenant at --url")
+    parser.add_argument("--chunks", type=int, default=FULL_CHUNKS, help=argparse.SUPPRESS)
     for flag, default in asdict(drain_bench.FULL_SIZES).items():
         parser.add_argument(f"--{flag}", type=int, default=default, help=argparse.SUPPRESS)
     return parser
@@ -630,17 +661,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Child or parent, by flags."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.seed_drain is not None or args.seed_tenant is not None:
+    if args.seed_drain is not None or args.seed_reconcile is not None:
         if args.url is None:
-            parser.error("--seed-drain / --seed-tenant need --url")
+            parser.error("--seed-drain / --seed-reconcile need --url")
         set_up_child()
         if args.seed_drain is not None:
             sizes = drain_bench.DrainSizes(args.lines, args.memories, args.summaries,
                                            args.concepts)
-            asyncio.run(seed_drain_graph(args.seed_drain, args.url, sizes))
+            emit_report(asyncio.run(seed_drain(args.seed_drain, args.url, sizes)))
         else:
-            asyncio.run(seed_tenant(args.seed_tenant, args.url))
-        emit_report({"seeded": True})
+            emit_report(asyncio.run(seed_reconcile(args.seed_reconcile, args.url,
+                                                   args.chunks)))
         return 0
     if args.contender is not None:
         if args.data is None:
@@ -653,9 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    result = run_postgres_benchmark(
-        drain_bench.SMOKE_SIZES if args.smoke else drain_bench.FULL_SIZES,
-        SMOKE_CHUNKS if args.smoke else FULL_CHUNKS, repeats=args.repeats)
+    result = run_benchmark(smoke=args.smoke, repeats=args.repeats)
     print(table(result))
     emit_report(result)
     return 0
