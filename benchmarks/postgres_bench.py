@@ -198,8 +198,8 @@ def fingerprint(url: str) -> dict[str, Any]:
 
 
 def _use_state_url(module: Any, url: str | None) -> None:
-    """The one seam: the imported benchmark's children look their settings up by the name
-    `settings_for`; with `url` they get `stateUrl` set, everything else unchanged."""
+    """The one seam into reconcile_bench's pass, which looks its settings up by the name
+    `settings_for`: with `url` it gets `stateUrl` set, everything else unchanged."""
     if url is None:
         return
 
@@ -243,8 +243,7 @@ async def run_drainer(root: Path, url: str | None, barrier: Path | None) -> dict
     from core.jobs.drain import drain_queue
     from core.runtime.tick import open_context
 
-    _use_state_url(drain_bench, url)
-    settings = drain_bench.settings_for(root)
+    settings = settings_for(root, **({"stateUrl": url} if url else {}))
     measure = drain_bench.CpuMeasure()
     async with open_context(settings) as stores:
         if barrier is not None:
@@ -463,13 +462,13 @@ def _drain_part(pg: Postgres, workdir: Path, env: dict[str, str],
     finally:
         pg.drop(template)
     result = drain_bench.summarize(sizes, seeded.report["expected"], runs)
-    contenders = result["contenders"]
-    result["pairOverDrainer"] = round(ratio(float(contenders["pair"]["inProcessS"]),
-                                            float(contenders["drainer"]["inProcessS"])), 3)
+    best = result["contenders"]
+    result["pairOverDrainer"] = round(ratio(float(best["pair"]["inProcessS"]),
+                                            float(best["drainer"]["inProcessS"])), 3)
     result["pgOverSqlite"] = (
-        round(ratio(float(contenders["drainer"]["inProcessS"]),
-                    float(contenders["drainer-sqlite"]["inProcessS"])), 3)
-        if "drainer-sqlite" in contenders else None)
+        round(ratio(float(best["drainer"]["inProcessS"]),
+                    float(best["drainer-sqlite"]["inProcessS"])), 3)
+        if "drainer-sqlite" in best else None)
     result["fingerprints"] = prints
     result["pairSameGraph"] = all(p == prints["drainer"][0]
                                   for p in prints["drainer"] + prints["pair"])
