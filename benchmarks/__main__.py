@@ -5,9 +5,10 @@ Prints one table per benchmark and the targets met or missed on stdout, then exa
 object (the last line) with every figure. Progress goes to stderr. Full sizes take several
 minutes (seeding 100,000 chunks alone takes about half a minute); the scale section's
 1,000,000-chunk rows run only with `--scale full` (see README "Performance" for how long each
-part takes); `--smoke` runs tiny sizes in seconds and is what the test suite runs. The
-machine is shared, so timings are noisy: compare runs, and prefer `--repeats 2` or more
-(each contender's best run is reported).
+part takes); the PostgreSQL rows run on `$KB_BENCH_PG_URL` or a throwaway cluster
+(`benchmarks.postgres_bench`); `--smoke` runs tiny sizes in seconds and is what the test
+suite runs. The machine is shared, so timings are noisy: compare runs, and prefer
+`--repeats 2` or more (each contender's best run is reported).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from benchmarks import (
     drain_server_bench,
     idle_bench,
     legacy_bench,
+    postgres_bench,
     reconcile_bench,
     scale_bench,
 )
 from benchmarks.harness import Target, emit_report, machine, progress
 
-BENCHMARKS = ("drain", "drain-server", "reconcile", "legacy", "scale", "idle")
+BENCHMARKS = ("drain", "drain-server", "postgres", "reconcile", "legacy", "scale", "idle")
 
 
 def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
@@ -44,6 +46,8 @@ def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
         "drain-server": (lambda: drain_server_bench.run_server_benchmark(
             drain_bench.SMOKE_SIZES if smoke else drain_bench.FULL_SIZES, repeats=repeats),
             drain_server_bench.table),
+        "postgres": (lambda: postgres_bench.run_benchmark(smoke=smoke, repeats=repeats),
+                     postgres_bench.table),
         "scale": (lambda: scale_bench.run_scale_benchmark(
             scale_bench.SCALES["smoke" if smoke else scale], repeats=repeats),
             scale_bench.table),

@@ -305,16 +305,7 @@ def _malformed_line(n: int) -> bytes:
 
 async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     """(child) Write the workload into `root`: Chroma rows, graph, queue, the floor's plan."""
-    from core.rules.nodes import (
-        NodeRow,
-        memory_node,
-        minimal_session_node,
-        originates_in,
-        session_node,
-    )
     from core.stores.chroma import VectorStore
-    from core.stores.graph import insert_edges_if_absent, upsert_nodes
-    from core.stores.state import open_graph
     from tests.support import seed
 
     workload = build_workload(sizes)
@@ -325,6 +316,25 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
         await seed(vectors, settings.summary_collection, workload.summary_rows)
     finally:
         await vectors.close()
+    await seed_graph(settings, workload)
+    write_queue_file(settings.lazy_edges_queue_path, workload.queue_lines)
+    (root / FLOOR_PLAN_FILE).write_text(json.dumps(asdict(workload.plan)), encoding="utf-8")
+    return {"expected": workload.expected, "sizes": asdict(sizes)}
+
+
+async def seed_graph(settings: Any, workload: Workload) -> None:
+    """(child) The graph the workload starts from (concepts, live memories and sessions, their
+    ORIGINATES_IN edges), in the state store `settings` names (SQLite or PostgreSQL)."""
+    from core.rules.nodes import (
+        NodeRow,
+        memory_node,
+        minimal_session_node,
+        originates_in,
+        session_node,
+    )
+    from core.stores.graph import insert_edges_if_absent, upsert_nodes
+    from core.stores.state import open_graph
+
     summaries = {str(m["sessionId"]): (i, m) for i, m in workload.summary_rows}
     nodes = [NodeRow(c, "CONCEPT", {"name": c.split(":", 1)[1]}) for c in workload.concept_ids]
     nodes += [memory_node(i, m, "liveIngested") for i, m in workload.live_memories]
@@ -343,9 +353,6 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
                 [originates_in(i, str(m["sessionId"])) for i, m in workload.live_memories])
     finally:
         await graph.close()
-    write_queue_file(settings.lazy_edges_queue_path, workload.queue_lines)
-    (root / FLOOR_PLAN_FILE).write_text(json.dumps(asdict(workload.plan)), encoding="utf-8")
-    return {"expected": workload.expected, "sizes": asdict(sizes)}
 
 
 async def run_drainer(root: Path) -> dict[str, Any]:

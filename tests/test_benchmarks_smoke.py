@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks import reconcile_bench
+from benchmarks import postgres_bench, reconcile_bench
 from benchmarks.harness import WORKDIR_PREFIX, repo_root
+from tests.postgres_server import PostgresServer
 
 #: Generous: the smoke run takes ~60 s here, most of it interpreter, Chroma and `chroma run`
 #: start-ups.
@@ -30,14 +31,18 @@ def leftover_workdirs(temp_root: Path) -> set[Path]:
 
 @pytest.fixture(scope="module")
 def smoke_run(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, postgres_server: PostgresServer,
 ) -> tuple[list[str], dict[str, Any], set[Path]]:
     """One smoke run shared by the tests below: stdout lines, the report, and the benchmark
     temp folders it left behind. It runs with a temp root of its own (TMPDIR), so a benchmark
-    another process runs at the same time cannot be taken for this run's leftovers."""
+    another process runs at the same time cannot be taken for this run's leftovers. Its
+    PostgreSQL rows run on the session's server (`$KB_BENCH_PG_URL`, an operator's server as
+    the benchmark sees it), which saves a second cluster's start-up."""
     temp_root = tmp_path_factory.mktemp("bench-tmp")
+    env = {**os.environ, "TMPDIR": str(temp_root),
+           postgres_bench.URL_VARIABLE: postgres_server.url()}
     done = subprocess.run([sys.executable, "-m", "benchmarks", "--smoke"], cwd=repo_root(),
-                          env={**os.environ, "TMPDIR": str(temp_root)},
+                          env=env,
                           capture_output=True, text=True, timeout=SMOKE_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr[-4000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]
@@ -51,7 +56,7 @@ def test_stdout_ends_with_exactly_one_json_object(
     objects = [line for line in lines if line.startswith("{")]
     assert objects == [lines[-1]]
     assert report["mode"] == "smoke"
-    assert {"drain", "drain-server", "reconcile", "scale", "idle", "targets",
+    assert {"drain", "drain-server", "postgres", "reconcile", "scale", "idle", "targets",
             "machine"} <= report.keys()
     assert any(line.startswith("Drain:") for line in lines)
     assert any(line.startswith("Targets") for line in lines)
@@ -133,6 +138,38 @@ def test_the_drain_over_a_server_links_what_the_embedded_drain_links(
     assert server["drainerOverFloor"] > 0
 
 
+def test_the_postgres_rows_drain_and_reconcile_on_the_server_with_two_drainers_alike(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    lines, report = smoke_run[0], smoke_run[1]
+    postgres = report["postgres"]
+    # The session's server, named by $KB_BENCH_PG_URL, runs with fsync off: the report says so.
+    assert postgres["server"]["source"] == f"${postgres_bench.URL_VARIABLE}"
+    assert postgres["server"]["fsync"] == "off"
+    assert any(line.startswith("On PostgreSQL:") and "fsync=off" in line for line in lines)
+    drain = postgres["drain"]
+    assert drain["consistent"], drain["mismatches"]
+    assert drain["expected"] == report["drain"]["expected"]
+    assert set(drain["contenders"]) == set(postgres_bench.SMOKE_DRAIN_CONTENDERS)
+    for contender in drain["contenders"].values():
+        assert contender["linked"] == drain["expected"]["linked"] > 0
+        assert contender["edges"] == drain["expected"]["edgesAfter"]
+    # Two drainers, half the lines each, leave exactly the graph one drainer leaves.
+    pair = drain["contenders"]["pair"]
+    assert len(pair["drainersS"]) == 2 and all(s > 0 for s in pair["drainersS"])
+    assert pair["malformed"] == drain["expected"]["malformed"] > 0
+    assert drain["pairSameGraph"]
+    assert drain["fingerprints"]["pair"] == drain["fingerprints"]["drainer"]
+    assert drain["drainerOverFloor"] > 0 and drain["pairOverDrainer"] > 0
+    reconcile = postgres["reconcile"]
+    assert reconcile["consistent"], reconcile["mismatches"]
+    assert set(reconcile["contenders"]) == set(postgres_bench.SMOKE_RECONCILE_CONTENDERS)
+    for contender in reconcile["contenders"].values():
+        assert contender["tombstoned"] == reconcile["stale"] > 0
+    assert reconcile["contenders"]["floor"]["stateS"] > 0
+    assert any(t["name"].startswith("drain (PostgreSQL):") for t in postgres["targets"])
+
+
 def test_the_idle_daemon_is_measured_and_stops_cleanly(
     smoke_run: tuple[list[str], dict[str, Any], set[Path]],
 ) -> None:
@@ -147,8 +184,8 @@ def test_every_target_is_reported_with_its_verdict(
 ) -> None:
     targets = smoke_run[1]["targets"]
     names = " ".join(t["name"] for t in targets)
-    for part in ("drainer / floor", "baseline", "reconcile dry", "reconcile tombstone",
-                 "time growth", "peak RSS", "idle"):
+    for part in ("drainer / floor", "drain (PostgreSQL)", "baseline", "reconcile dry",
+                 "reconcile tombstone", "time growth", "peak RSS", "idle"):
         assert part in names
     for target in targets:
         assert {"name", "value", "limit", "kind", "met"} <= target.keys()

@@ -102,6 +102,39 @@ async def test_a_batch_of_links_gives_the_graph_of_its_links_one_by_one(
         await one_by_one.close()
 
 
+async def test_a_batch_naming_edges_several_times_applies_each_mention_in_order(
+    graph: GraphDB,
+) -> None:
+    # On PostgreSQL a batch goes as set-based statements, one per round of distinct keys; the
+    # graph must be the one its links give one by one (here: into a twin set of nodes).
+    def links(prefix: str) -> list[EdgeRow]:
+        return [EdgeRow(f"CONCEPT:{prefix}b", "session:s", "MENTIONED_IN", 2.0, {"k": 1}),
+                EdgeRow(f"CONCEPT:{prefix}a", "session:s", "MENTIONED_IN", 1.0, {"k": 9}),
+                EdgeRow(f"CONCEPT:{prefix}b", "session:s", "MENTIONED_IN", 0.5, {"k": 2}),
+                EdgeRow(f"CONCEPT:{prefix}a", "session:t", "MENTIONED_IN", 1.5),
+                EdgeRow(f"CONCEPT:{prefix}b", "session:s", "MENTIONED_IN", 3.0,
+                        {"k": 3, "last": True})]
+
+    for node_id in ("CONCEPT:a", "CONCEPT:b", "CONCEPT:1a", "CONCEPT:1b", "session:s",
+                    "session:t"):
+        await upsert_node(graph, node_id, node_id.split(":")[0].upper())
+    async with graph.write() as tx:
+        await link_edges(tx, links(""))
+    for row in links("1"):
+        async with graph.write() as tx:
+            await link_edges(tx, [row])
+    for source, target in (("b", "s"), ("a", "s"), ("a", "t")):
+        batched = await read_edge(graph, f"CONCEPT:{source}", f"session:{target}",
+                                  "MENTIONED_IN")
+        single = await read_edge(graph, f"CONCEPT:1{source}", f"session:{target}",
+                                 "MENTIONED_IN")
+        assert batched is not None and single is not None
+        assert (batched.weight, batched.properties) == (single.weight, single.properties)
+    edge = await read_edge(graph, "CONCEPT:b", "session:s", "MENTIONED_IN")
+    assert edge is not None and edge.weight == pytest.approx(2.0 + 0.05 + 0.3)
+    assert edge.properties == {"k": 3, "last": True}
+
+
 @pytest.mark.sqlite_only(reason="reads SQLite itself (raw SQL, rowid, pragmas or the file)")
 async def test_existence_is_read_from_sqlite_not_a_cache(graph: GraphDB) -> None:
     # Another writer (a separate connection) adds a node: this store sees it at once.

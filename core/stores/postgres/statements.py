@@ -21,11 +21,10 @@ ON CONFLICT(id) DO UPDATE SET
                                              excluded.properties::jsonb), $4::jsonb)::text
 """
 # As SQLite's: a zero stored weight counts as 1.0, the result is held within
-# [MIN_WEIGHT, MAX_WEIGHT]. One statement per row (executemany), so repeated keys in a batch
-# apply in order (an `unnest ... ON CONFLICT` would refuse to affect a row twice).
-_LINK_EDGE = f"""
-INSERT INTO edges(source, target, relationship, weight, properties)
-VALUES ($1, $2, $3, GREATEST(LEAST($4::float8, {WEIGHT_LIMIT!r}), {MIN_WEIGHT!r}), $5)
+# [MIN_WEIGHT, MAX_WEIGHT]. The set-based form (`unnest … ON CONFLICT`) refuses to affect a
+# row twice, so `core.stores.graph` sends it rounds of distinct keys, in order: repeated keys
+# in a batch still apply in order.
+_REINFORCE = f"""
 ON CONFLICT(source, target, relationship) DO UPDATE SET
     weight = GREATEST(LEAST(COALESCE(NULLIF(edges.weight, 0), 1.0)
                             + excluded.weight * {REINFORCE_FACTOR}, {MAX_WEIGHT}), {MIN_WEIGHT!r}),
@@ -34,6 +33,15 @@ ON CONFLICT(source, target, relationship) DO UPDATE SET
                                          excluded.properties::jsonb)::text
                       ELSE excluded.properties END
 """
+_LINK_EDGE = f"""
+INSERT INTO edges(source, target, relationship, weight, properties)
+VALUES ($1, $2, $3, GREATEST(LEAST($4::float8, {WEIGHT_LIMIT!r}), {MIN_WEIGHT!r}), $5)
+{_REINFORCE}"""
+_LINK_EDGES_COLUMNS = f"""
+INSERT INTO edges(source, target, relationship, weight, properties)
+SELECT s, t, r, GREATEST(LEAST(w, {WEIGHT_LIMIT!r}), {MIN_WEIGHT!r}), p
+FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[]) AS u(s, t, r, w, p)
+{_REINFORCE}"""
 
 
 def _flag(key: str) -> str:
@@ -172,4 +180,11 @@ DO UPDATE SET fired_at = excluded.fired_at
         "ON CONFLICT(tenant_id, repo_slug, metric, severity, channel) "
         "DO UPDATE SET fired_at = GREATEST(alert_cooldowns.fired_at, excluded.fired_at)"),
     drop_cooldowns="DELETE FROM alert_cooldowns WHERE channel = $1",
+    insert_nodes_columns=("INSERT INTO nodes(id, label, properties) "
+                          "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
+                          "ON CONFLICT DO NOTHING"),
+    insert_edges_columns=("INSERT INTO edges(source, target, relationship, weight, properties) "
+                          "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], "
+                          "$4::float8[], $5::text[]) ON CONFLICT DO NOTHING"),
+    link_edges_columns=_LINK_EDGES_COLUMNS,
 )
