@@ -21,9 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
+# pytest exits 5 when it collected nothing: that is a failure here, never a pass. The suite
+# runs on TEST_WORKERS processes (pytest-xdist), each taking whole test files, so a module's
+# fixtures are set up once; each worker starts its own PostgreSQL and Chroma servers.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	@$(BIN)/python -m pytest; status=$$?; \
+	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	exit $$status
 

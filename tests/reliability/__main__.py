@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from core.runtime.logs import configure_logging
+from tests.postgres_server import PostgresServer
 from tests.reliability.harness import crash_trials, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
+from tests.reliability.test_drainers_per_host import two_drainers_killed
 
 LONG = {"crash_trials": 60, "lines_per_trial": 400, "producers": 4, "lines_each": 5000,
-        "reconcile_trials": 40}
+        "reconcile_trials": 40, "drainer_kills": 30}
 QUICK = {"crash_trials": 8, "lines_per_trial": 100, "producers": 4, "lines_each": 300,
-         "reconcile_trials": 5}
+         "reconcile_trials": 5, "drainer_kills": 3}
 
 
 def main(argv: list[str]) -> int:
@@ -40,6 +42,19 @@ def main(argv: list[str]) -> int:
         rows.append({"run": f"{sizes['producers']} producers + daemon", "trials": 1,
                      **concurrent.row(), "seconds": round(time.monotonic() - started, 1)})
         started = time.monotonic()
+        kills = sizes["drainer_kills"]
+        postgres = PostgresServer()
+        postgres.start()
+        try:
+            drainers = two_drainers_killed(
+                root / "drainers", postgres.create_database("drainers"), min_kills=kills,
+                max_rounds=kills * 3)
+        finally:
+            postgres.stop()
+        rows.append({"run": f"2 drainers, 1 PostgreSQL (kills {drainers.kills[0]}"
+                            f"+{drainers.kills[1]})", "trials": drainers.rounds,
+                     **drainers.row(), "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
         safety = reconcile_trials(root / "reconcile", trials=sizes["reconcile_trials"])
         rows.append({"run": "reconcile safety", "trials": safety.trials, **safety.row(),
                      "seconds": round(time.monotonic() - started, 1)})
@@ -53,7 +68,8 @@ def main(argv: list[str]) -> int:
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
-    ok = crash.ok and concurrent.ok and not safety.deleted_outside_plan and not safety.over_cap \
+    ok = crash.ok and concurrent.ok and drainers.ok and min(drainers.kills) >= kills \
+        and not safety.deleted_outside_plan and not safety.over_cap \
         and not safety.not_restored_exactly
     print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes), "runs": rows}))
     return 0 if ok else 1
