@@ -1,5 +1,6 @@
 """`python -m tests.reliability [--quick]` (`make test-reliability`): the long reliability runs
-and their table. Exit 1 unless nothing was lost and nothing was deleted outside the plan."""
+and their table. Exit 1 unless nothing was lost, nothing was deleted outside the plan, and a
+crash child died at every named crash point."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.runtime.logs import configure_logging
-from tests.reliability.harness import crash_trials, producers_and_drainer
+from tests.reliability.harness import crash_trials, points_never_killed, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
 
 LONG = {"crash_trials": 60, "lines_per_trial": 400, "producers": 4, "lines_each": 5000,
@@ -53,9 +54,11 @@ def main(argv: list[str]) -> int:
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
-    ok = crash.ok and concurrent.ok and not safety.deleted_outside_plan and not safety.over_cap \
-        and not safety.not_restored_exactly
-    print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes), "runs": rows}))
+    never_killed = points_never_killed(outcomes)
+    ok = crash.ok and not never_killed and concurrent.ok and not safety.deleted_outside_plan \
+        and not safety.over_cap and not safety.not_restored_exactly
+    print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes),
+                      "crashPointsNeverKilled": never_killed, "runs": rows}))
     return 0 if ok else 1
 
 

@@ -31,7 +31,7 @@ from core.stores.config_file import load_config
 from core.stores.graph import REINFORCE_FACTOR, upsert_node
 from core.stores.queue_files import read_generation
 from core.stores.state import open_graph
-from tests.reliability.crash_child import POINTS
+from tests.reliability.crash_child import POINTS, TARGETS
 from tests.support import child_env, seed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -383,6 +383,15 @@ def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
         assert not (interim.applied_twice or interim.lost or interim.dead_twice), interim
     final_drain(world)
     return audit(world), outcomes
+
+
+def points_never_killed(outcomes: Counter[str]) -> list[str]:
+    """The named crash points `crash_trials` tried at which no child died (each is tried
+    first, on its first pass): a wrapper that is never called would let its trials pass
+    while crashing nowhere."""
+    tried = {key.split(":")[0] for key in outcomes}
+    killed = {key.split(":")[0] for key, n in outcomes.items() if key.endswith(":killed") and n}
+    return [point for point in TARGETS if point in tried and point not in killed]
 
 
 def producers_and_drainer(root: Path, *, producers: int, lines_each: int) -> Audit:
