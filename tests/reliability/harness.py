@@ -415,11 +415,31 @@ def producers_and_drainer(root: Path, *, producers: int, lines_each: int) -> Aud
         world.valid.update(written)
         world.repeats += sum(n - 1 for n in written.values())
     time.sleep(0.5)
+    _wait_for_a_tick(world, daemon)
     daemon.send_signal(signal.SIGTERM)
     _, err = daemon.communicate(timeout=120)
     assert daemon.returncode == 0, err.decode()[-3000:]
     final_drain(world)
     return audit(world)
+
+
+def _wait_for_a_tick(world: World, daemon: subprocess.Popen[bytes], *,
+                     timeout_s: float = 120.0) -> None:
+    """Wait until the daemon has recorded a tick (or exited): on a loaded machine producers
+    can finish while it is still importing, and a SIGTERM then finds no handler yet and kills
+    it (-15) instead of stopping it."""
+    deadline = time.monotonic() + timeout_s
+    while daemon.poll() is None and time.monotonic() < deadline:
+        try:
+            db = sqlite3.connect(f"file:{world.settings.graph_db_path}?mode=ro", uri=True)
+            try:
+                if db.execute("SELECT 1 FROM daemon_ticks WHERE daemon = 'drain'").fetchone():
+                    return
+            finally:
+                db.close()
+        except sqlite3.OperationalError:
+            pass  # the table is created by the daemon's first store open
+        time.sleep(0.1)
 
 
 def two_drainers_at_once(root: Path, *, lines: int) -> tuple[list[int], list[str], Audit]:
