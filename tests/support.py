@@ -4,6 +4,7 @@ that the product does not need."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -171,6 +173,25 @@ def count_commits(monkeypatch: pytest.MonkeyPatch, graph: GraphDB) -> Callable[[
 
     monkeypatch.setattr(graph, "write", counted)
     return lambda: commits
+
+
+def patch_target(owner: object, name: str) -> Any:
+    """`owner`'s attribute `name`, after checking that replacing it changes what the code runs.
+    A class's attribute is looked up on every call; a module's global only by the functions of
+    that module (`from m import f` binds `f` in each importer's globals): patching a module
+    that merely imports or re-exports the name, or one whose code no longer reads it (after a
+    move), would change nothing and a crash point would silently never fire."""
+    if isinstance(owner, ModuleType):
+        source = Path(str(owner.__file__)).read_text(encoding="utf-8")
+        read = any(isinstance(node, ast.Name) and node.id == name
+                   and isinstance(node.ctx, ast.Load)
+                   for function in ast.walk(ast.parse(source))
+                   if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for node in ast.walk(function))
+        if not read:
+            raise AssertionError(f"no function of {owner.__name__} reads {name!r}: a patch "
+                                 f"of {owner.__name__}.{name} would have no effect")
+    return getattr(owner, name)
 
 
 def read_archived_chunks(path: Path) -> Iterator[tuple[ArchiveHeader | None, ArchivedChunk]]:

@@ -96,7 +96,7 @@ def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("module", "imports"), [
-    ("core/jobs/drain.py", "core.jobs.reconcile.deletion"),
+    ("core/jobs/drain/batches.py", "core.jobs.reconcile.deletion"),
     ("core/jobs/reconcile/run_pass.py", "core.jobs.drain"),
 ])
 def test_the_drain_and_the_reconcile_jobs_never_import_each_other(

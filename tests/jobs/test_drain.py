@@ -8,11 +8,13 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-import core.jobs.drain as drain
+import core.jobs.drain.batches as drain_batches
+import core.jobs.drain.tick as drain_tick
 from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue, drainer_lock
 from core.rules.config import Settings
@@ -31,6 +33,7 @@ from tests.support import (
     count_commits,
     count_rows,
     make_settings,
+    patch_target,
     read_edge,
     seed,
 )
@@ -174,11 +177,12 @@ class SimulatedCrash(BaseException):
     """Stands for SIGKILL: not an Exception, so no handler of the drainer takes it."""
 
 
-def crash_on(monkeypatch: pytest.MonkeyPatch, name: str, *, after: bool = False,
-             path_suffix: str | None = None) -> None:
-    """Make `core.jobs.drain.<name>` die (before or after doing its work), optionally only for
-    calls whose first argument is a path ending in `path_suffix`."""
-    real = getattr(drain, name)
+def crash_on(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, *,
+             after: bool = False, path_suffix: str | None = None) -> None:
+    """Make `<module>.<name>`, a function the drain's `module` calls, die (before or after
+    doing its work), optionally only for calls whose first argument is a path ending in
+    `path_suffix`."""
+    real = patch_target(module, name)
 
     def dying(*args: Any, **kwargs: Any) -> Any:
         if path_suffix is not None and not str(args[0]).endswith(path_suffix):
@@ -187,12 +191,12 @@ def crash_on(monkeypatch: pytest.MonkeyPatch, name: str, *, after: bool = False,
             real(*args, **kwargs)
         raise SimulatedCrash(name)
 
-    monkeypatch.setattr(drain, name, dying)
+    monkeypatch.setattr(module, name, dying)
 
 
-async def crashing_drain(stores: TickContext, monkeypatch: pytest.MonkeyPatch, name: str,
-                         **how: Any) -> None:
-    crash_on(monkeypatch, name, **how)
+async def crashing_drain(stores: TickContext, monkeypatch: pytest.MonkeyPatch,
+                         module: ModuleType, name: str, **how: Any) -> None:
+    crash_on(monkeypatch, module, name, **how)
     with pytest.raises(SimulatedCrash):
         await drain_queue(stores)
     monkeypatch.undo()
@@ -231,7 +235,7 @@ async def test_a_crash_after_the_commit_replays_nothing_on_restart(
     same = line("CONCEPT:a", "CONCEPT:b", justification="once")
     write_queue(s.lazy_edges_queue_path, [same, same])
     # Dies after the batch committed, before `.draining` is removed.
-    await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")
+    await crashing_drain(stores, monkeypatch, drain_tick, "hand_back_late_bytes")
     assert s.draining_path.exists()
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.total_lines == 0 and stats.succeeded == 0
@@ -244,8 +248,9 @@ async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")] * 3)
-    monkeypatch.setattr(drain, "DRAIN_BATCH_LINES", 2)
-    real_write = drain._Drainer._write
+    monkeypatch.setattr(drain_tick, "DRAIN_BATCH_LINES", 2)
+    patch_target(drain_tick, "DRAIN_BATCH_LINES")
+    real_write = patch_target(drain_batches.BatchSettler, "_write")
     calls = {"n": 0}
 
     async def dies_on_second_batch(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -254,11 +259,11 @@ async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
             raise SimulatedCrash("before the second commit")
         await real_write(self, *args, **kwargs)
 
-    monkeypatch.setattr(drain._Drainer, "_write", dies_on_second_batch)
+    monkeypatch.setattr(drain_batches.BatchSettler, "_write", dies_on_second_batch)
     with pytest.raises(SimulatedCrash):
         await drain_queue(stores)
     assert await weight(stores) == pytest.approx(1.1), "the first batch (2 lines) committed"
-    monkeypatch.setattr(drain._Drainer, "_write", real_write)
+    monkeypatch.setattr(drain_batches.BatchSettler, "_write", real_write)
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.total_lines == 1
     assert await weight(stores) == pytest.approx(1.2)
@@ -269,7 +274,7 @@ async def test_a_crash_after_the_dead_letters_never_writes_a_second_record(
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [b"{bad", b"{bad", line("CONCEPT:a", "CONCEPT:b")])
-    await crashing_drain(stores, monkeypatch, "append_locked", after=True,
+    await crashing_drain(stores, monkeypatch, drain_batches, "append_locked", after=True,
                          path_suffix=".dead.jsonl")
     assert len(dead_letters(s)) == 2 and await weight(stores) is None
     stats = await drain_queue(stores)
@@ -284,7 +289,7 @@ async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_ski
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
-    await crashing_drain(stores, monkeypatch, "append_locked", after=True,
+    await crashing_drain(stores, monkeypatch, drain_batches, "append_locked", after=True,
                          path_suffix="lazy-edges.jsonl")
     assert len(queued(s)) == 1, "the re-queued copy was written, the commit was not"
     stats = await drain_queue(stores)  # the leftover re-queues it again, then the queue
@@ -562,7 +567,8 @@ async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
 ) -> None:
     s = stores.settings
     write_queue(s.lazy_edges_queue_path, numbered_lines("R", 20))
-    await crashing_drain(stores, monkeypatch, "hand_back_late_bytes")  # committed, not removed
+    # Committed, not removed.
+    await crashing_drain(stores, monkeypatch, drain_tick, "hand_back_late_bytes")
     # Something replaced `.draining` with a shorter file behind the drainer's back.
     s.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
     stats = await drain_queue(stores)

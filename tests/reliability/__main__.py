@@ -1,5 +1,6 @@
 """`python -m tests.reliability [--quick]` (`make test-reliability`): the long reliability runs
-and their table. Exit 1 unless nothing was lost and nothing was deleted outside the plan."""
+and their table. Exit 1 unless nothing was lost, nothing was deleted outside the plan, and a
+crash child died at every named crash point."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from core.runtime.logs import configure_logging
 from tests.postgres_server import PostgresServer
-from tests.reliability.harness import crash_trials, producers_and_drainer
+from tests.reliability.harness import crash_trials, points_never_killed, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
 from tests.reliability.test_drainers_per_host import two_drainers_killed
 
@@ -68,10 +69,12 @@ def main(argv: list[str]) -> int:
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
-    ok = crash.ok and concurrent.ok and drainers.ok and min(drainers.kills) >= kills \
-        and not safety.deleted_outside_plan and not safety.over_cap \
-        and not safety.not_restored_exactly
-    print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes), "runs": rows}))
+    never_killed = points_never_killed(outcomes)
+    ok = crash.ok and not never_killed and concurrent.ok and drainers.ok \
+        and min(drainers.kills) >= kills and not safety.deleted_outside_plan \
+        and not safety.over_cap and not safety.not_restored_exactly
+    print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes),
+                      "crashPointsNeverKilled": never_killed, "runs": rows}))
     return 0 if ok else 1
 
 

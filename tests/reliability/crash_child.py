@@ -17,17 +17,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import core.jobs.drain as drain
+import core.jobs.drain.batches as drain_batches
+import core.jobs.drain.tick as drain_tick
 import core.stores.queue_files as lazy_queue
 import core.stores.queue_reader as queue_reader
 from core.jobs.rem_tick import rem_tick
 from core.runtime.logs import configure_logging
 from core.runtime.tick import open_context, run_tick
 from core.stores.config_file import load_config
+from tests.support import patch_target
 
-POINTS = ("none", "before-rename", "after-sidecar", "after-rename", "after-spill",
-          "mid-transaction", "after-dead-letters", "after-requeue", "after-commit",
-          "before-remove", "after-remove")
+#: Each crash point: the function wrapped (owner, name: patched where the drain looks it up)
+#: and whether the process dies before the call (else after it returns).
+TARGETS: dict[str, tuple[Any, str, bool]] = {
+    "before-rename": (drain_tick, "rotate_queue", True),
+    # the generation's sidecar is written, the queue not renamed
+    "after-sidecar": (lazy_queue, "write_generation", False),
+    "after-rename": (drain_tick, "rotate_queue", False),
+    # an over-limit line's side file is complete
+    "after-spill": (queue_reader._Spill, "finish", False),
+    # edges written, not committed
+    "mid-transaction": (drain_batches, "link_edges", False),
+    # dead letters (re-queued lines) appended and fsynced, not committed
+    "after-dead-letters": (drain_batches, "append_locked", False),
+    "after-requeue": (drain_batches, "append_locked", False),
+    "after-commit": (drain_batches.BatchSettler, "_write", False),
+    "before-remove": (drain_tick, "hand_back_late_bytes", True),
+    # `.draining` unlinked; sidecar and offset row still there
+    "after-remove": (queue_reader.QueueReader, "remove_and_collect_late_bytes", False),
+}
+POINTS = ("none", *TARGETS)
 
 
 def _die() -> None:
@@ -43,7 +62,7 @@ def _arm(point: str, hit: int) -> None:
         return calls["n"] == hit
 
     def around(owner: Any, name: str, *, before: bool) -> None:
-        real: Callable[..., Any] = getattr(owner, name)
+        real: Callable[..., Any] = patch_target(owner, name)
         if asyncio.iscoroutinefunction(real):
             async def wrapped_async(*args: Any, **kwargs: Any) -> Any:
                 if before and due():
@@ -63,18 +82,13 @@ def _arm(point: str, hit: int) -> None:
                 return result
             setattr(owner, name, wrapped)
 
-    if point == "before-rename":
-        around(drain, "rotate_queue", before=True)
-    elif point == "after-sidecar":  # the generation's sidecar is written, the queue not renamed
-        around(lazy_queue, "write_generation", before=False)
-    elif point == "after-rename":
-        around(drain, "rotate_queue", before=False)
-    elif point == "after-spill":  # an over-limit line's side file is complete
-        around(queue_reader._Spill, "finish", before=False)
-    elif point == "mid-transaction":
-        around(drain, "link_edges", before=False)  # edges written, not committed
-    elif point in ("after-dead-letters", "after-requeue"):
-        real_append: Callable[..., int] = getattr(drain, "append_locked")  # noqa: B009
+    if point == "none":
+        return
+    if point not in TARGETS:
+        raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
+    owner, name, before = TARGETS[point]
+    if point in ("after-dead-letters", "after-requeue"):
+        real_append: Callable[..., int] = patch_target(owner, name)
         to_dead_letters = point == "after-dead-letters"  # else: re-queued lines to the queue
 
         def append(path: Path, lines: Any, **kwargs: Any) -> int:
@@ -83,15 +97,9 @@ def _arm(point: str, hit: int) -> None:
                 _die()
             return size
 
-        setattr(drain, "append_locked", append)  # noqa: B010
-    elif point == "after-commit":
-        around(drain._Drainer, "_write", before=False)
-    elif point == "before-remove":
-        around(drain, "hand_back_late_bytes", before=True)
-    elif point == "after-remove":  # `.draining` unlinked; sidecar and offset row still there
-        around(queue_reader.QueueReader, "remove_and_collect_late_bytes", before=False)
-    elif point != "none":
-        raise SystemExit(f"unknown crash point {point!r}; one of {', '.join(POINTS)}")
+        setattr(owner, name, append)
+    else:
+        around(owner, name, before=before)
 
 
 async def _tick(config: str) -> None:
@@ -104,7 +112,8 @@ async def _tick(config: str) -> None:
 def main(argv: list[str]) -> int:
     config, point, hit = argv[0], argv[1], int(argv[2])
     if len(argv) > 3:
-        drain.DRAIN_BATCH_LINES = int(argv[3])
+        patch_target(drain_tick, "DRAIN_BATCH_LINES")
+        drain_tick.DRAIN_BATCH_LINES = int(argv[3])
     _arm(point, hit)
     asyncio.run(_tick(config))
     return 0

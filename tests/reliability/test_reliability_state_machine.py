@@ -20,15 +20,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-import core.jobs.drain as drain
+import core.jobs.drain.batches as drain_batches
+import core.jobs.drain.tick as drain_tick
 from core.jobs.context import TickContext
+from core.jobs.drain import drain_queue
 from core.rules.errors import StoreUnavailable
 from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.queue_reader import QueueReader
 from core.stores.state import open_graph
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
-from tests.support import make_settings, seed
+from tests.support import make_settings, patch_target, seed
 
 CRASH_POINTS = ("rotate", "link_edges", "write", "remove", "append")
 
@@ -59,7 +61,7 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
             try:
                 for (owner, name), replacement in patches.items():
                     setattr(owner, name, replacement)
-                await drain.drain_queue(TickContext(self.world.settings, graph, shared))
+                await drain_queue(TickContext(self.world.settings, graph, shared))
             except (StoreUnavailable, SimulatedCrash):
                 pass
             finally:
@@ -86,13 +88,13 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
         @rule(point=st.sampled_from(CRASH_POINTS), after=st.booleans())
         def crash_mid_drain(self, point: str, after: bool) -> None:
             owner, name = {
-                "rotate": (drain, "rotate_queue"),
-                "link_edges": (drain, "link_edges"),
-                "write": (drain._Drainer, "_write"),
+                "rotate": (drain_tick, "rotate_queue"),
+                "link_edges": (drain_batches, "link_edges"),
+                "write": (drain_batches.BatchSettler, "_write"),
                 "remove": (QueueReader, "remove_and_collect_late_bytes"),
-                "append": (drain, "append_locked"),
+                "append": (drain_batches, "append_locked"),
             }[point]
-            real = getattr(owner, name)
+            real = patch_target(owner, name)
 
             if asyncio.iscoroutinefunction(real):
                 async def crashing_async(*args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-import core.jobs.drain as drain
+import core.jobs.drain.batches as drain_batches
 import core.stores.queue_files as lazy_queue
 from core.jobs.context import TickContext
 from core.jobs.drain import drain_queue
@@ -28,7 +28,14 @@ from core.stores.graph_db import GraphDB
 from core.stores.state import open_graph
 from core.stores.tenants import set_tenant_config
 from tests.chroma_server import ChromaServer
-from tests.support import make_settings, read_archived_chunks, read_edge, run_module, seed
+from tests.support import (
+    make_settings,
+    patch_target,
+    read_archived_chunks,
+    read_edge,
+    run_module,
+    seed,
+)
 
 
 @pytest.fixture
@@ -193,7 +200,8 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         real_append(path, lines, **kwargs)
 
-    monkeypatch.setattr(drain, "append_locked", no_space)
+    patch_target(drain_batches, "append_locked")
+    monkeypatch.setattr(drain_batches, "append_locked", no_space)
     with pytest.raises(StoreUnavailable, match="No space left on device"):
         await drain_queue(TickContext(settings, graph, vectors))
     monkeypatch.undo()
