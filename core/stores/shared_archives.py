@@ -112,8 +112,8 @@ class SharedArchives:
     async def store(self, archives: Sequence[TombstoneArchive]) -> None:
         """Commit what each archive gained since its last copy (its file's bytes, read back
         after they were made durable) as its next part, all in one transaction; return only
-        once committed. Raises (StoreUnavailable, ArchiveError) when the database refuses:
-        the caller must then delete nothing."""
+        once committed. Raises (StoreUnavailable, SharedCopyRefused) when the database
+        refuses: the caller must then delete nothing."""
         parts = [part for part in await asyncio.to_thread(self._read_new_bytes, archives)
                  if part.content]
         if not parts:

@@ -171,6 +171,9 @@ CREATE TABLE IF NOT EXISTS tombstone_archive_parts (
     content BYTEA NOT NULL,
     PRIMARY KEY (name, part)
 );
+-- Stored uncompressed: pglz made the copy several times slower for bytes that barely
+-- compress (embeddings), see docs/beyond-one-machine.md, "Archives".
+ALTER TABLE tombstone_archive_parts ALTER COLUMN content SET STORAGE EXTERNAL;
 """
 
 MIGRATIONS: tuple[str, ...] = (_FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES)
