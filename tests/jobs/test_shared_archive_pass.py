@@ -1,7 +1,7 @@
 """The deletion engine with the state on PostgreSQL (the session's real server) and an
 embedded Chroma: every band's archive rows are in the database before its delete, one part per
-band, whichever plan of the pass wrote them, and a host fenced before its delete has shared its
-archive and deleted nothing."""
+band, whichever plan of the pass wrote them (retention's too), and a host fenced before its
+delete has shared its archive and deleted nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from core.jobs.context import TickContext
 from core.jobs.fencing import fenced
 from core.jobs.reconcile import deletion, reconcile_tick
+from core.jobs.retention import retention_tick
 from core.rules.config import Settings
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import run_tick
@@ -33,9 +34,11 @@ async def seed_acme(graph: GraphDB, vectors: VectorStore, settings: Settings) ->
     await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                       {"version": 3, "repoSlug": "acme/repo"})
     rows: list[tuple[str, dict[str, Any]]] = [
-        (i, {"tenantId": "acme", "tenantConfigVersion": 1, "ingestedAt": 10 + n})
+        (i, {"tenantId": "acme", "repoSlug": "acme/repo", "tenantConfigVersion": 1,
+             "ingestedAt": 10 + n})
         for n, i in enumerate(STALE)]
-    rows += [(i, {"tenantId": "acme", "tenantConfigVersion": 1}) for i in LEGACY]
+    rows += [(i, {"tenantId": "acme", "repoSlug": "acme/repo", "tenantConfigVersion": 1})
+             for i in LEGACY]
     await seed(vectors, settings.knowledge_base_collection, rows)
 
 
@@ -91,4 +94,19 @@ async def test_a_host_fenced_before_its_delete_has_shared_the_archive_and_delete
     assert (figures["tombstonedCount"], figures["failedTenants"]) == (0, 1)
     assert await vectors.count(settings.knowledge_base_collection) == 7
     [archive] = (Path(a) for a in figures["archives"])
+    assert await fetch(graph, archive.name) == archive.read_bytes()
+
+
+async def test_retention_shares_its_archives_too(
+    tmp_path: Path, graph: GraphDB, vectors: VectorStore
+) -> None:
+    settings = make_settings(tmp_path, stateUrl=graph.location, gcEnabled=True,
+                             gcAutoDelete=True, gcRetention={"maxCount": 2})
+    await seed_acme(graph, vectors, settings)
+
+    figures = (await run_tick("gc", TickContext(settings, graph, vectors), retention_tick,
+                              dry_run=False)).json()
+
+    assert figures["deletedCount"] == 3  # the 3 oldest of the 5 with an `ingestedAt`
+    [archive] = (Path(t["archive"]) for t in figures["tenants"] if t.get("archive"))
     assert await fetch(graph, archive.name) == archive.read_bytes()
