@@ -45,6 +45,7 @@ from core.runtime.settings import load_settings
 from core.runtime.tick import Job, open_context
 from core.stores.archives import ensure_archive_file
 from core.stores.chroma import VectorStore
+from core.stores.shared_archives import shared_archive_content
 from daemons._cli import (
     EXIT_OK,
     EXIT_USAGE,
@@ -103,7 +104,9 @@ def build_restore_parser() -> Parser:
     parser.add_argument("archive", metavar="ARCHIVE", type=Path,
                         help="a tombstone archive (.jsonl), at any path: reconcile writes "
                         "them under <dataDir>/tombstones/, and a copy kept elsewhere is "
-                        "accepted as well; each line is checked against the archive's "
+                        "accepted as well; with stateUrl, when no such file exists here, "
+                        "the archive of that file name any host wrote is read from the "
+                        "database; each line is checked against the archive's "
                         "header and checksum, and a refused line is named on stderr while the "
                         "others are restored")
     add_config_flag(parser)
@@ -213,14 +216,20 @@ async def run_restore(args: argparse.Namespace) -> int:
     it finishes the rest: a restore is idempotent)."""
     settings = load_settings(args.config)
     archive: Path = args.archive
-    ensure_archive_file(archive)
+    # A file here is read as today; with the state shared (`stateUrl`) and no such file, the
+    # archive any host wrote is read from the database by its file name.
+    content: bytes | None = None
+    if settings.state_url and not archive.is_file():
+        content = await shared_archive_content(settings, archive)
+    else:
+        ensure_archive_file(archive)
     pass_job = reconcile_daemon(settings).jobs[0]
     with graceful_stop(OneShot()) as run:
         vectors = await VectorStore.open(settings)
         try:
             result = await within(
                 restore_archive(vectors, archive, collection=settings.knowledge_base_collection,
-                                stopping=lambda: run.control.stopping),
+                                stopping=lambda: run.control.stopping, content=content),
                 timeout_s=pass_job.effective_timeout_s, what="the restore")
         finally:
             await vectors.close()

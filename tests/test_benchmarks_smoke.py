@@ -196,3 +196,14 @@ def test_no_temp_data_is_left_behind(
     smoke_run: tuple[list[str], dict[str, Any], set[Path]],
 ) -> None:
     assert smoke_run[2] == set()
+
+
+def test_the_shared_archive_benchmark_measures_both_passes() -> None:
+    """`benchmarks.shared_archive_bench` (docs/beyond-one-machine.md, "Archives") at a toy
+    size: both passes tombstone everything; the one with the copy spends time copying."""
+    from benchmarks.shared_archive_bench import run
+
+    figures = run([(2, 5)], repeats=1)["2x5"]
+    assert figures["tombstoned"] == 10
+    assert figures["copyS"] > 0 and figures["passWithCopyS"] > 0
+    assert figures["passWithoutCopyS"] > 0

@@ -255,6 +255,7 @@ async def restore_archive(
     *,
     collection: str,
     stopping: Callable[[], bool] = lambda: False,
+    content: bytes | None = None,
 ) -> RestoreResult:
     """Put back the archived chunks of `path` that are absent now, into `collection` (the
     knowledge-base collection) only, for the archive's own tenant only; see the module's
@@ -264,10 +265,12 @@ async def restore_archive(
     refusal of a line included, does not stop the others (it is returned with its number and
     reason). When
     `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
-    it again finishes the rest).
+    it again finishes the rest). With `content` (the bytes of a shared archive, read from the
+    state on another host's behalf) those bytes are restored, by the same rules, and `path`
+    only names them.
     """
     state = _Restore(collection)
-    with archive_line_batches(path) as batches:
+    with archive_line_batches(path, content=content) as batches:
         first = True
         while not stopping() and (
                 raw_batch := await asyncio.to_thread(next, batches, None)) is not None:

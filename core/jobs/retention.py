@@ -48,6 +48,7 @@ from core.rules.telemetry import EVENT_TOMBSTONE, MetricRow
 from core.rules.tenants import TenantConfig
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
+from core.stores.shared_archives import shared_archives
 from core.stores.telemetry import insert_metric_rows, new_metric_row
 from core.stores.telemetry_spool import MetricSpool
 from core.stores.tenants import list_tenants
@@ -115,7 +116,7 @@ async def retention_tick(context: TickContext, dry_run: bool
     except CollectionMissing:
         collection_count, tenants = 0, []
     target = DeletionTarget(context.vectors, collection, settings.tombstones_dir,
-                            uuid.uuid4().hex)
+                            uuid.uuid4().hex, shared_archives(settings, context.graph))
     done: list[TenantRetention] = []
     failed = 0
     for tenant in until_stopping(tenants, context.control):

@@ -19,6 +19,7 @@ file cannot be detected.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import re
 import uuid
@@ -42,6 +43,7 @@ from core.stores.files import FilesystemFlush, fsync_dir, write_all
 
 if TYPE_CHECKING:
     from core.rules.rows import ColumnPage
+    from core.stores.shared_archives import SharedCopy
 
 log = structlog.get_logger(__name__)
 
@@ -103,6 +105,10 @@ class TombstoneArchive:
         #: not until `sync_archives`).
         self.durable = True
         self.created_directory = False
+        #: What of the file is copied into the shared state (`stateUrl` only: see
+        #: `core.stores.shared_archives`); kept with the file, so every plan of the pass that
+        #: adds to it continues the same copy.
+        self.shared_copy: SharedCopy | None = None
 
     @classmethod
     async def create(
@@ -276,11 +282,17 @@ def _batches(lines: Iterator[tuple[int, bytes]]) -> Iterator[list[tuple[int, byt
 
 
 @contextmanager
-def archive_line_batches(path: Path) -> Iterator[Iterator[list[tuple[int, bytes]]]]:
+def archive_line_batches(
+    path: Path, *, content: bytes | None = None
+) -> Iterator[Iterator[list[tuple[int, bytes]]]]:
     """The archive's non-blank lines with their 1-based numbers, RESTORE_BATCH_LINES at a
     time, read as bytes (so a crash cutting a character in half spoils only that line).
-    Raises ArchiveError when the file cannot be used at all. Blocking: take each batch
-    through a thread."""
+    With `content` (an archive's bytes from the shared state: `core.stores.shared_archives`)
+    those bytes are read instead of the file, line for line the same way. Raises ArchiveError
+    when the file cannot be used at all. Blocking: take each batch through a thread."""
+    if content is not None:
+        yield _batches(_numbered_lines(io.BytesIO(content)))
+        return
     ensure_archive_file(path)
     try:
         handle = path.open("rb")

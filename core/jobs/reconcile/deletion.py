@@ -96,6 +96,7 @@ from core.stores.files import FilesystemFlush
 if TYPE_CHECKING:
     from core.jobs.context import TickControl
     from core.stores.chroma import VectorStore
+    from core.stores.shared_archives import SharedArchives
 
 log = structlog.get_logger(__name__)
 
@@ -146,6 +147,10 @@ class DeletionTarget:
     collection: str
     tombstones_dir: Path
     pass_id: str
+    #: With the state shared (`stateUrl`): where each band's archives are copied before its
+    #: delete, so that any host can restore them (`core.stores.shared_archives`); None on
+    #: SQLite, where the files are all there is.
+    shared: SharedArchives | None = None
 
 
 @dataclass(slots=True)
@@ -212,11 +217,15 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
         if not archived:
             return
         limit = _band_limit(plan, archived, progress, cap)
+        touched = [archive for t in archived if (archive := progress[t].archive) is not None]
         # Nothing goes that is not on disk: every archive the band touched, in one call.
-        await asyncio.to_thread(sync_archives, [
-            archive for t in archived if (archive := progress[t].archive) is not None], flush)
+        await asyncio.to_thread(sync_archives, touched, flush)
     finally:
         flush.close()
+    if target.shared is not None:
+        # Nor, with the state shared, what is not in the database: committed (or raised, and
+        # nothing of the band deleted) before the fencing check and the delete.
+        await target.shared.store(touched)
     await _delete_band(target, where, archived, progress, limit=limit, ids=ids)
 
 

@@ -34,6 +34,7 @@ from core.rules.tombstone_bands import (
     plan_bands,
     stale_rule,
 )
+from core.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
     from core.jobs.context import TickContext
@@ -109,7 +110,8 @@ def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -
 def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTarget:
     """Where this pass deletes from and archives to."""
     return DeletionTarget(context.vectors, policy.collection,
-                          context.settings.tombstones_dir, policy.pass_id)
+                          context.settings.tombstones_dir, policy.pass_id,
+                          shared_archives(context.settings, context.graph))
 
 
 def legacy_plan(scope: TenantScope, ceiling: int | float,

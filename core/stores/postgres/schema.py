@@ -146,4 +146,34 @@ ALTER TABLE drain_generations ADD COLUMN IF NOT EXISTS drainer TEXT NOT NULL DEF
 CREATE INDEX IF NOT EXISTS drain_generations_drainer ON drain_generations(drainer);
 """
 
-MIGRATIONS: tuple[str, ...] = (_FUNCTIONS + _TABLES, _DRAINER_PER_HOST)
+#: 2 -> 3: archives every host can read (`core.stores.shared_archives`). An archive is a head
+#: row (its identity, and the size and SHA-256 of all its parts together) and its parts in
+#: order, one per band that added rows to it: the bytes of the local file, appended as they
+#: were made durable. PostgreSQL only: SQLite's state has one host, and its file is enough.
+_SHARED_ARCHIVES = """
+CREATE TABLE IF NOT EXISTS tombstone_archives (
+    name TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    collection TEXT NOT NULL,
+    pass_id TEXT NOT NULL,
+    host TEXT NOT NULL,
+    path TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    parts BIGINT NOT NULL,
+    size BIGINT NOT NULL,
+    sha256 TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tombstone_archives_created ON tombstone_archives(created_at);
+CREATE TABLE IF NOT EXISTS tombstone_archive_parts (
+    name TEXT NOT NULL REFERENCES tombstone_archives(name),
+    part BIGINT NOT NULL,
+    content BYTEA NOT NULL,
+    PRIMARY KEY (name, part)
+);
+-- Stored uncompressed: pglz made the copy several times slower for bytes that barely
+-- compress (embeddings), see docs/beyond-one-machine.md, "Archives".
+ALTER TABLE tombstone_archive_parts ALTER COLUMN content SET STORAGE EXTERNAL;
+"""
+
+MIGRATIONS: tuple[str, ...] = (_FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES)
