@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import make_workdir, remove_tree, set_up_child
+from benchmarks.postgres_cluster import PostgresServer
 
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
@@ -118,27 +119,10 @@ async def _one_pass(root: Path, url: str, tenants: int, *, shared: bool) -> dict
             "tombstoned": figures["tombstonedCount"], "sharedMiB": round(int(size) / 2**20, 1)}
 
 
-def _durable_cluster() -> Any:
-    """A throwaway PostgreSQL 15 with fsync and synchronous_commit ON (the tests' cluster
-    turns them off for speed: a copy's commit must wait for the disk here)."""
-    from tests.postgres_server import PG_BIN, PostgresServer
-
-    class DurableServer(PostgresServer):
-        def start(self) -> None:
-            super().start()
-            self._as_server_user(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l",
-                                 str(self.root / "server.log"), "-o",
-                                 f"-p {self.port} -k {self.root} "
-                                 "-c listen_addresses=127.0.0.1 -c fsync=on "
-                                 "-c synchronous_commit=on -c full_page_writes=on", "restart")
-
-    return DurableServer()
-
-
 def run(shapes: Sequence[tuple[int, int]], repeats: int) -> dict[str, Any]:
     """The figures per shape: the median pass with and without the copy, and the copy's
     own time."""
-    server = _durable_cluster()
+    server = PostgresServer(durable=True, prefix="kb-bench-archives-")
     server.start()
     work = make_workdir("shared-archives")
     report: dict[str, Any] = {}
