@@ -126,7 +126,8 @@ class TwoDrainersOutcome:
     rounds: int
     kills: tuple[int, int]
     lines_appended: int
-    mentions_expected: int
+    mentions_in_graph: int
+    dead_lettered: int
     applied_twice: list[str]
     lost: list[str]
     dead_lettered_twice: int
@@ -138,8 +139,10 @@ class TwoDrainersOutcome:
                     or self.dead_letters_not_malformed)
 
     def row(self) -> dict[str, int]:
-        return {"linesAppended": self.lines_appended, "linesInGraph": self.mentions_expected
-                - len(self.lost), "linesLost": len(self.lost),
+        return {"linesAppended": self.lines_appended, "linesInGraph": self.mentions_in_graph,
+                "linesDeadLettered": self.dead_lettered,
+                "linesLost": max(0, self.lines_appended - self.mentions_in_graph
+                                 - self.dead_lettered),
                 "appliedTwice": len(self.applied_twice),
                 "deadLetteredTwice": self.dead_lettered_twice}
 
@@ -199,17 +202,19 @@ def two_drainers_killed(root: Path, url: str, *, min_kills: int = MIN_KILLS,
 
     mentions = asyncio.run(_mentions(url))
     expected = hosts[0].copies + hosts[1].copies
-    dead_twice = not_malformed = 0
+    dead_twice = not_malformed = dead_lettered = 0
     for host in hosts:
         records = [json.loads(raw) for raw in
                    host.settings.dead_letter_path.read_bytes().splitlines()]
+        dead_lettered += len(records)
         dead_twice += sum(n - 1 for n in Counter(r["readAt"] for r in records).values())
         not_malformed += sum(r["reason"] != "malformed" for r in records)
         not_malformed += abs(len(records) - host.malformed)
     return TwoDrainersOutcome(
         rounds=rounds, kills=(kills[0], kills[1]),
         lines_appended=sum(h.copies.total() + h.malformed for h in hosts),
-        mentions_expected=expected.total(),
+        mentions_in_graph=sum(min(mentions[r], n) for r, n in expected.items()),
+        dead_lettered=dead_lettered,
         applied_twice=sorted(r for r in expected if mentions[r] > expected[r]),
         lost=sorted(r for r in expected if mentions[r] < expected[r]),
         dead_lettered_twice=dead_twice, dead_letters_not_malformed=not_malformed)
