@@ -38,7 +38,7 @@ from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
-from core.runtime.metrics import Metrics
+from core.runtime.metrics import Metrics, refresh_drainers
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
@@ -217,7 +217,7 @@ class DaemonRunner:
         leadership = Leadership(
             self.settings.state_url, holder=holder_name(self.spec.name),
             lease_ms=lease_ms_for(j.interval_ms for j in self.spec.jobs),
-            on_acquired=self._carry_on_schedule)
+            on_acquired=self._carry_on_schedule, on_heartbeat=self.metrics.show_leadership)
         return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
 
     async def _carry_on_schedule(self) -> None:
@@ -276,7 +276,7 @@ class DaemonRunner:
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
                 result = await run_tick(job.name, context, job.tick,
-                                        dry_run=self.options.dry_run,
+                                        dry_run=self.options.dry_run, drainer=job.drainer,
                                         tick_number=state.number)
             outcome = "ok" if result.incomplete is None else "incomplete"
             figures = result.figures
@@ -294,6 +294,9 @@ class DaemonRunner:
             state.running_since = None
         self.metrics.observe_tick(job.name, outcome=outcome, duration_s=duration,
                                   figures=figures, finished_ts=time.time())
+        # Every drainer of the state, this one's tick included (another host's drainer shows
+        # within one interval of this daemon's ticks).
+        await refresh_drainers(self.metrics, context.graph)
         self._after_tick(job, state, outcome)
 
     def _after_tick(self, job: Job, state: _JobState, outcome: str) -> None:
