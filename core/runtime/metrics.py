@@ -26,8 +26,8 @@ What is exposed:
   (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
   (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start and after each tick of
   this process (fresh within one interval of its shortest job);
-- with an elected daemon on a PostgreSQL state: whether this process leads the reconcile
-  passes (`kb_reconcile_is_leader`) and who it saw lead at its last heartbeat
+- on a PostgreSQL state only (SQLite has no election): whether this process leads the
+  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who it saw lead at its last heartbeat
   (`kb_reconcile_leader`, 1 with `holder` naming the session, `kb-reconcile@host:pid`, or 0
   with `holder=""` when nobody held the lock).
 
@@ -182,12 +182,14 @@ class Metrics:
         self.drainer_dead = Gauge("kb_drainer_dead_letters", "Lines in the drainer's "
                                   "dead-letter file when its last tick ended.", drainer_labels,
                                   registry=r)
+        # Only on a shared state: with SQLite there is no election to show (one host).
         self.is_leader = Gauge("kb_reconcile_is_leader", "1 while this process leads the "
                                "reconcile passes (PostgreSQL advisory lock), else 0.",
-                               registry=r)
+                               registry=r if settings.state_url else None)
         self.leader = Gauge("kb_reconcile_leader", "1 with holder naming the session that "
                             "leads the reconcile passes, as this process last saw it; 0 with "
-                            "holder=\"\" when nobody held the lock.", ["holder"], registry=r)
+                            "holder=\"\" when nobody held the lock.", ["holder"],
+                            registry=r if settings.state_url else None)
         r.register(_QueueFiles(settings))
         ProcessCollector(registry=r)
         self._guards: dict[str, str] = {}  # each tenant's `guard` label now shown
