@@ -27,9 +27,9 @@ What is exposed:
   (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start and after each tick of
   this process (fresh within one interval of its shortest job);
 - on a PostgreSQL state only (SQLite has no election): whether this process leads the
-  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who it saw lead at its last heartbeat
-  (`kb_reconcile_leader`, 1 with `holder` naming the session, `kb-reconcile@host:pid`, or 0
-  with `holder=""` when nobody held the lock).
+  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who
+  it saw lead at its last heartbeat (`kb_reconcile_leader`, 1 with `holder` naming the
+  session, `kb-reconcile@host:pid`, or 0 with `holder=""` when nobody held the lock).
 
 From the first scrape (`start`, before any tick): every job's series exist, with the last
 success and each tenant's gauges restored from SQLite (`core.rules.restored_metrics` says
