@@ -42,7 +42,9 @@ from core.runtime.metrics import Metrics, refresh_drainers
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
-from core.stores.daemon_state import last_ticks
+from core.stores.daemon_state import TickRecord, last_drainer_ticks, last_ticks
+from core.stores.drainer_queue import local_drainer
+from core.stores.graph_db import GraphDB
 from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
@@ -162,7 +164,8 @@ class DaemonRunner:
             scheduler = AsyncIOScheduler(timezone=UTC)
             for job in jobs:
                 self._states[job.name].control = TickControl()
-                last = previous.get(job.name)
+                last = (await self._own_drainer_tick(graph, previous.get(job.name))
+                        if job.drainer is not None else previous.get(job.name))
                 left = job.work_left is not None and job.work_left(self.settings)
                 resume = left or (last is not None and not last.ok)
                 delay_ms = first_run_delay_ms(last.started_at if last else None,
@@ -207,6 +210,22 @@ class DaemonRunner:
             stop_heartbeat.set()  # after the ticks: a clean stop hands the lead over
             await asyncio.gather(*[t for t in (heartbeat,) if t], return_exceptions=True)
             await graph.close()
+
+    async def _own_drainer_tick(self, graph: GraphDB, shared: TickRecord | None
+                                ) -> TickRecord | None:
+        """The last tick of this host's drainer, to place its first tick: the `drain` row of
+        `daemon_ticks` is the last tick of any drainer of the state, and another host's tick
+        (or its failure) says nothing of this host's queue. A state written before drainers
+        had rows has only that shared row, which is then this drainer's own (a SQLite file,
+        or the upgraded host's drainer that has an id); a drainer with no id has never
+        ticked here."""
+        local = await asyncio.to_thread(local_drainer, self.settings)
+        if local is None:
+            return None
+        for recorded in await last_drainer_ticks(graph):
+            if recorded.queue.drainer == local:
+                return recorded.tick
+        return shared
 
     def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
         """The jobs as this host runs them: gated by a `Leadership` when the daemon is

@@ -268,3 +268,19 @@ def test_status_names_the_reconcile_leader_then_the_next_then_nobody(
     b.stop()
     assert watcher.status_json()["leader"] == {"election": "postgresql", "holder": None}
     assert "Reconcile leader: nobody" in watcher.status_text()
+
+
+def test_a_drain_daemon_places_its_first_tick_by_its_own_drainer_not_another_host_s(
+    hosts: Callable[..., Host],
+) -> None:
+    """Hosts a and b just ticked; host c's drain daemon, interval one hour, has never ticked: its
+    first tick runs at once (b's tick says nothing of c's queue), not an hour after b's."""
+    a, b = _two_drainers_ticked(hosts)
+    c = hosts("c", remIntervalMs=3_600_000)
+    appended = c.run("daemons.enqueue", stdin=UNLINKABLE % (3, 3))
+    assert appended.returncode == 0, appended.stderr
+    c.start("daemons.drain")
+    wait_until(lambda: c.logged("tick.completed"), 60, "c's first tick")
+    drainers = {d["drainer"]: d for d in a.status_json()["drainers"]}
+    assert set(drainers) == {a.drainer_id(), b.drainer_id(), c.drainer_id()}
+    assert drainers[c.drainer_id()]["queueLines"] == 1
