@@ -198,9 +198,14 @@ async def _record(context: TickContext, record: TickRecord,
     """Remember the tick (its figures scrubbed of the configuration's secrets: an error text
     may quote one) and, for a drain job, its drainer's queue figures read now; a failure
     here is logged, never allowed to mask the tick's outcome."""
+    queue = None
+    if drainer is not None:
+        try:
+            queue = await asyncio.to_thread(drainer, context.settings)
+        except Exception:
+            # An unreadable id file or queue: the tick is still recorded, without its row.
+            log.warning("tick.drainer_unread", exc_info=True)
     try:
-        queue = (await asyncio.to_thread(drainer, context.settings)
-                 if drainer is not None else None)
         await record_tick(context.graph, replace(record, figures=scrub_shown(record.figures)),
                           drainer=queue)
     except Exception:
