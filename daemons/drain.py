@@ -16,13 +16,15 @@ from core.rules.config import Settings
 from core.runtime.scheduler import DaemonSpec
 from core.runtime.settings import load_settings
 from core.runtime.tick import Job
+from core.stores.daemon_state import DRAIN_JOB
+from core.stores.drainer_queue import read_drainer_queue
 from core.stores.queue_files import refuse_symlinked_queue
 from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
 from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"
 SCRIPT = "kb-drain"
-DAEMON = "drain"
+DAEMON = DRAIN_JOB
 
 
 def build_parser() -> Parser:
@@ -43,7 +45,7 @@ def drain_spec(settings: Settings) -> DaemonSpec:
     """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it), at
     once after a start that finds a `.draining` file left behind."""
     return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms,
-                                   work_left=draining_left),))
+                                   work_left=draining_left, drainer=read_drainer_queue),))
 
 
 def drain_daemon(settings: Settings) -> DaemonSpec:

@@ -11,8 +11,10 @@ wrong, so it must never make things worse:
 - it reads files as streams of bounded lines, so a queue of millions of lines, or one
   runaway line, costs a read and not the memory to hold it.
 
-Everything it shows comes from what the daemons already record (`daemon_ticks`, telemetry,
-`alerts_fired`, the files), so it is exactly as fresh as the last tick.
+Everything it shows comes from what the daemons already record (`daemon_ticks`, each
+drainer's `drainer_ticks` row, telemetry, `alerts_fired`, the files), so it is exactly as
+fresh as the last tick; the one live question is who leads the reconcile passes on a
+PostgreSQL state, asked of the server's lock table (`current_leader`).
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from core.rules.telemetry import StaleReport
 from core.rules.timestamps import iso_from_ms
 from core.stores.alert_records import recent_alerts
 from core.stores.clock import now_ms
-from core.stores.daemon_state import last_ticks
+from core.stores.daemon_state import DRAIN_JOB, TickRecord, last_drainer_ticks, last_ticks
 from core.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
+from core.stores.drainer_queue import local_drainer
 from core.stores.graph import count_nodes_and_edges, provenance_counts
 from core.stores.graph_db import GraphDB
+from core.stores.postgres.leader_lock import current_leader
 from core.stores.queue_files import QueueFileCounts, describe_queue_file
 from core.stores.state import open_graph, state_location
 from core.stores.telemetry import last_stale_counts
@@ -135,6 +139,41 @@ class TickShown:
 
 
 @dataclass(frozen=True, slots=True)
+class DrainerShown:
+    """One drainer's last tick and the queue figures it recorded with it (a host cannot read
+    another host's queue; this host's queue is read live in `queue`)."""
+
+    #: Its id (`core.stores.drainer_identity`); '' for a SQLite file's one drainer.
+    drainer: str
+    #: The host it ran on at its last tick; None for a tick recorded before drainers had rows.
+    host: str | None
+    #: Whether it is this host's drainer (the id beside this host's queue).
+    local: bool
+    last_tick: TickShown
+    #: Its queue at the end of that tick (None: recorded before drainers had rows).
+    queue_lines: int | None
+    draining: bool | None
+    dead_letters: int | None
+
+
+#: What `leader.election` says: the reconcile passes are elected through PostgreSQL's advisory
+#: lock (`stateUrl`), or there is no election (SQLite: the passes run in whichever process
+#: runs kb-reconcile on this host, its lock file keeping a second one out).
+ELECTED = "postgresql"
+NOT_ELECTED = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderShown:
+    """Who runs the reconcile, retention and alerting passes."""
+
+    election: str
+    #: The leading session's name (`kb-reconcile@host:pid`), None when nobody holds the lock
+    #: (or there is no election).
+    holder: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TenantDrift:
     """A tenant's version and its latest stale report (a clean pass writes none)."""
 
@@ -195,6 +234,9 @@ class StatusReport:
     ticks: dict[str, TickShown] = field(default_factory=dict)
     tenants: tuple[TenantDrift, ...] = ()
     alerts: tuple[RecentAlert, ...] = ()
+    #: Every drainer of the state (one per host on PostgreSQL), by id.
+    drainers: tuple[DrainerShown, ...] = ()
+    leader: LeaderShown = LeaderShown(NOT_ELECTED, None)
 
 
 #: `scheme://user:password@` in free text: what an older version's alerting figures could hold.
@@ -224,14 +266,38 @@ async def _graph_status(graph: GraphDB, tables: set[str], *, path: str) -> Graph
                        Provenance(*by_label.get(SESSION_LABEL, (0, 0, 0, 0))))
 
 
+def _tick_shown(record: TickRecord) -> TickShown:
+    return TickShown(record.started_at, iso_from_ms(record.started_at), record.finished_at,
+                     record.duration_ms, record.ok, without_url_credentials(record.figures))
+
+
 async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, TickShown]:
     if "daemon_ticks" not in tables:
         return {}
-    return {
-        name: TickShown(record.started_at, iso_from_ms(record.started_at), record.finished_at,
-                        record.duration_ms, record.ok, without_url_credentials(record.figures))
-        for name, record in sorted((await last_ticks(graph)).items())
-    }
+    return {name: _tick_shown(record)
+            for name, record in sorted((await last_ticks(graph)).items())}
+
+
+async def _drainers(graph: GraphDB, ticks: dict[str, TickShown], *, local: str | None
+                    ) -> tuple[DrainerShown, ...]:
+    """Every drainer's row; a state written before drainers had rows (a SQLite file of an
+    earlier version) shows its one `drain` tick as its drainer, without queue figures."""
+    rows = await last_drainer_ticks(graph)
+    if rows:
+        return tuple(DrainerShown(r.queue.drainer, r.queue.host, r.queue.drainer == local,
+                                  _tick_shown(r.tick), r.queue.queue_lines, r.queue.draining,
+                                  r.queue.dead_letters) for r in rows)
+    drain = ticks.get(DRAIN_JOB)
+    if drain is None:
+        return ()
+    return (DrainerShown("", None, local == "", drain, None, None, None),)
+
+
+async def _leader(settings: Settings) -> LeaderShown:
+    """Who holds the reconcile leader lock now (a session of its own, which writes nothing)."""
+    if not settings.state_url:
+        return LeaderShown(NOT_ELECTED, None)
+    return LeaderShown(ELECTED, await current_leader(settings.state_url))
 
 
 def _detail_count(report: StaleReport | None, key: str, *, fallback: bool = False
@@ -293,6 +359,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         asyncio.to_thread(count_dead_letters, settings.dead_letter_path),
     )
     report = StatusReport(
+        leader=LeaderShown(ELECTED if settings.state_url else NOT_ELECTED, None),
         generated_at=now if now is not None else now_ms(),
         config=ConfigShown(
             str(settings.source) if settings.source is not None else None,
@@ -310,12 +377,16 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
     graph = await open_graph(settings, read_only=True)
     try:
         tables = await graph.table_names()
+        ticks = await _ticks(graph, tables)
+        local = await asyncio.to_thread(local_drainer, settings)
         return StatusReport(
             report.generated_at, report.config, report.queue, report.draining,
             report.dead_letters,
             graph=await _graph_status(graph, tables, path=report.graph.path),
-            ticks=await _ticks(graph, tables), tenants=await _tenants(graph, tables),
-            alerts=await _alerts(graph, tables))
+            ticks=ticks, tenants=await _tenants(graph, tables),
+            alerts=await _alerts(graph, tables),
+            drainers=await _drainers(graph, ticks, local=local),
+            leader=await _leader(settings))
     finally:
         await graph.close()
 

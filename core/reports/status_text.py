@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.reports.status import QueueFileStatus, StatusReport, TickShown
+from core.reports.status import NOT_ELECTED, QueueFileStatus, StatusReport, TickShown
 from core.reports.tables import DEFAULT_WIDTH, as_text, table
 from core.rules.timestamps import iso_from_ms
 
@@ -154,6 +154,35 @@ def _ticks_part(status: StatusReport, now: int) -> list[Any]:
                     tick_phrase(t.figures)] for name, t in status.ticks.items()])]
 
 
+def _leader_part(status: StatusReport) -> list[Any]:
+    leader = status.leader
+    if leader.election == NOT_ELECTED:
+        return ["Reconcile leader: no election (SQLite state: the passes run where "
+                "kb-reconcile runs, on this host)"]
+    if leader.holder is None:
+        return ["Reconcile leader: nobody (no kb-reconcile daemon holds the PostgreSQL lock)"]
+    return [f"Reconcile leader: {leader.holder} (holds the PostgreSQL lock)"]
+
+
+def _drainers_part(status: StatusReport, now: int) -> list[Any]:
+    """Every drainer's last tick and the queue figures it recorded (a SQLite file has one
+    drainer, this host's; a shared PostgreSQL state has one per host)."""
+    if not status.drainers:
+        return ["Drainers: none has ticked yet"]
+    rows = []
+    for d in status.drainers:
+        name = (d.drainer[:12] or "(single)") + (" (this host)" if d.local else "")
+        rows.append([name, d.host or "-", ago(d.last_tick.started_at, now),
+                     _result(d.last_tick), _took(d.last_tick.duration_ms),
+                     tick_phrase(d.last_tick.figures), d.queue_lines,
+                     None if d.draining is None else ("left" if d.draining else "no"),
+                     d.dead_letters])
+    return [table("Drainers (queue figures as each recorded them at its last tick)",
+                  ["drainer", "host", "last tick", "result", "took", "what it did", "queue lines",
+                   ".draining", "dead letters"],
+                  rows, numeric=["queue lines", "dead letters"])]
+
+
 def _tenants_part(status: StatusReport, now: int) -> list[Any]:
     if not status.tenants:
         return ["Tenants: none configured (kb-tenants set-config TENANT --repo-slug R)"]
@@ -191,6 +220,7 @@ def render_status_text(status: StatusReport, *, header: bool = True,
                   f"{config.source or 'built-in defaults'}; data: {config.data_dir}; "
                   f"chroma: {config.chroma})", ""]
     for section in (_graph_part(status), _queue_part(status, now), _ticks_part(status, now),
+                    _drainers_part(status, now), _leader_part(status),
                     _tenants_part(status, now), _alerts_part(status, now), _files_part(status)):
         parts += [*section, ""]
     return as_text(*parts[:-1], width=width)

@@ -25,6 +25,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
+from typing import Protocol
 
 import structlog
 
@@ -55,23 +56,42 @@ def holder_name(daemon: str) -> str:
     return f"kb-{daemon}@{socket.gethostname()}:{os.getpid()}"
 
 
+class HeartbeatObserver(Protocol):
+    """Told after each heartbeat whether this host leads and who does."""
+
+    def __call__(self, *, leads: bool, holder: str | None) -> None: ...
+
+
 class Leadership:
     """This host's side of the election: whether it leads, and in which term."""
 
     def __init__(self, url: str, *, holder: str, lease_ms: int,
-                 on_acquired: Callable[[], Awaitable[None]] | None = None) -> None:
+                 on_acquired: Callable[[], Awaitable[None]] | None = None,
+                 on_heartbeat: HeartbeatObserver | None = None) -> None:
         self.url = url
         self.holder = holder
         self.lease_ms = lease_ms
         self.heartbeat_s = lease_ms / 3000
         self.on_acquired = on_acquired
+        #: Told after each heartbeat `leads=` and `holder=` (who leads as this host saw it:
+        #: itself, the session holding the lock, or None when nobody held it or the database
+        #: could not be asked): what /metrics shows (`Metrics.show_leadership`).
+        self.on_heartbeat = on_heartbeat
         self.leads = False
         #: Increases each time this host takes the lock: a fence belongs to one term.
         self.term = 0
         self._lock: LeaderLock | None = None
 
     async def step(self) -> None:
-        """One heartbeat: the leader checks its lock; a standby tries for it."""
+        """One heartbeat: the leader checks its lock; a standby tries for it; then says who
+        leads (`on_heartbeat`)."""
+        await self._contend()
+        if self.on_heartbeat is not None:
+            holder = self.holder if self.leads else (
+                await self._lock.holder() if self._lock is not None else None)
+            self.on_heartbeat(leads=self.leads, holder=holder)
+
+    async def _contend(self) -> None:
         if self.leads:
             if not await self._holds():
                 await self._lose("its lock session ended (paused, cut off, or the database "

@@ -19,7 +19,17 @@ What is exposed:
   the manifest no longer lists (`kb_manifest_orphan_chunks`), every orphan once
   (`kb_orphan_chunks`), paths a manifest lists that no chunk carries (`kb_missing_paths`),
   the guard that held the tenant (`kb_tenant_held`, 1 with `guard` naming it, 0 with
-  `guard=""` when none did), and chunks tombstoned (`kb_tombstoned_chunks_total`).
+  `guard=""` when none did), and chunks tombstoned (`kb_tombstoned_chunks_total`);
+- per drainer of the state (`drainer`: its id, '' for a SQLite file's one drainer; `host`),
+  from each drainer's own tick record, so every host's drainer shows on every host: when its
+  last tick finished (`kb_drainer_last_tick_timestamp_seconds`), whether it was ok
+  (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
+  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start and after each tick of
+  this process (fresh within one interval of its shortest job);
+- on a PostgreSQL state only (SQLite has no election): whether this process leads the
+  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who
+  it saw lead at its last heartbeat (`kb_reconcile_leader`, 1 with `holder` naming the
+  session, `kb-reconcile@host:pid`, or 0 with `holder=""` when nobody held the lock).
 
 From the first scrape (`start`, before any tick): every job's series exist, with the last
 success and each tenant's gauges restored from SQLite (`core.rules.restored_metrics` says
@@ -56,8 +66,14 @@ from core.rules.errors import ConfigError
 from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 from core.rules.restored_metrics import RestoredMetrics, restored_metrics
 from core.runtime.tick import Job
-from core.stores.daemon_state import last_success_stamps, last_ticks
+from core.stores.daemon_state import (
+    DrainerTick,
+    last_drainer_ticks,
+    last_success_stamps,
+    last_ticks,
+)
 from core.stores.dead_letter_file import count_dead_letters
+from core.stores.graph_db import GraphDB
 from core.stores.queue_files import count_newlines
 from core.stores.state import open_graph
 
@@ -154,9 +170,31 @@ class Metrics:
                               registry=r)
         self.in_progress = Gauge("kb_tick_in_progress", "1 while a tick of the job runs.",
                                  ["job"], registry=r)
+        drainer_labels = ["drainer", "host"]
+        self.drainer_last_tick = Gauge(
+            "kb_drainer_last_tick_timestamp_seconds", "When each drainer's last tick "
+            "finished (as it recorded it in the shared state), by drainer id and host.",
+            drainer_labels, registry=r)
+        self.drainer_ok = Gauge("kb_drainer_last_tick_ok", "1 when the drainer's last tick "
+                                "completed successfully, else 0.", drainer_labels, registry=r)
+        self.drainer_queue = Gauge("kb_drainer_queue_lines", "Lines in the drainer's queue "
+                                   "when its last tick ended.", drainer_labels, registry=r)
+        self.drainer_dead = Gauge("kb_drainer_dead_letters", "Lines in the drainer's "
+                                  "dead-letter file when its last tick ended.", drainer_labels,
+                                  registry=r)
+        # Only on a shared state: with SQLite there is no election to show (one host).
+        self.is_leader = Gauge("kb_reconcile_is_leader", "1 while this process leads the "
+                               "reconcile passes (PostgreSQL advisory lock), else 0.",
+                               registry=r if settings.state_url else None)
+        self.leader = Gauge("kb_reconcile_leader", "1 with holder naming the session that "
+                            "leads the reconcile passes, as this process last saw it; 0 with "
+                            "holder=\"\" when nobody held the lock.", ["holder"],
+                            registry=r if settings.state_url else None)
         r.register(_QueueFiles(settings))
         ProcessCollector(registry=r)
         self._guards: dict[str, str] = {}  # each tenant's `guard` label now shown
+        self._drainer_hosts: dict[str, str] = {}  # each drainer's `host` label now shown
+        self._leader_shown: str | None = None  # the `holder` label now shown
         self._server: Any = None
 
     def start(self, jobs: Sequence[Job], restored: RestoredMetrics) -> None:
@@ -208,6 +246,33 @@ class Metrics:
         self.held.labels(name, guard).set(1 if guard else 0)
         self._guards[name] = guard
 
+    def show_drainers(self, drainers: Sequence[DrainerTick]) -> None:
+        """Each drainer's gauges from its recorded tick (one series per drainer: a drainer
+        that moved host keeps only its new `host`)."""
+        gauges = (self.drainer_last_tick, self.drainer_ok, self.drainer_queue,
+                  self.drainer_dead)
+        for d in drainers:
+            name, host = d.queue.drainer, d.queue.host
+            shown = self._drainer_hosts.get(name)
+            if shown is not None and shown != host:
+                for gauge in gauges:
+                    gauge.remove(name, shown)
+            self._drainer_hosts[name] = host
+            self.drainer_last_tick.labels(name, host).set(d.tick.finished_at / 1000)
+            self.drainer_ok.labels(name, host).set(1 if d.tick.ok else 0)
+            self.drainer_queue.labels(name, host).set(d.queue.queue_lines)
+            self.drainer_dead.labels(name, host).set(d.queue.dead_letters)
+
+    def show_leadership(self, *, leads: bool, holder: str | None) -> None:
+        """What this process's election saw at its last heartbeat: whether it leads, and
+        who does (None: nobody held the lock). One `kb_reconcile_leader` series at a time."""
+        self.is_leader.set(1 if leads else 0)
+        label = holder or ""
+        if self._leader_shown is not None and self._leader_shown != label:
+            self.leader.remove(self._leader_shown)
+        self.leader.labels(label).set(1 if holder else 0)
+        self._leader_shown = label
+
     def serve(self, port: int) -> None:
         """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
         a thread of the library's. A port that is taken is a configuration error (exit 2)."""
@@ -229,6 +294,33 @@ class Metrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
+    """Show every drainer's recorded tick (best effort: a read that fails is logged and the
+    gauges keep their last values; it never fails the daemon)."""
+    try:
+        drainers = await last_drainer_ticks(graph)
+    except Exception:
+        log.warning("metrics.drainers_unread", exc_info=True)
+        return
+    metrics.show_drainers(drainers)
+
+
+async def restore_drainers(metrics: Metrics, settings: Settings) -> None:
+    """Before the first tick: every drainer's recorded tick, read without writing a byte (a
+    store that does not exist yet has none). Best effort, as `read_restored_metrics`."""
+    if not settings.state_url and not settings.graph_db_path.exists():
+        return
+    try:
+        graph = await open_graph(settings, read_only=True)
+    except Exception:
+        log.warning("metrics.drainers_unread", exc_info=True)
+        return
+    try:
+        await refresh_drainers(metrics, graph)
+    finally:
+        await graph.close()
 
 
 async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> RestoredMetrics:

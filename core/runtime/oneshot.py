@@ -85,7 +85,8 @@ async def within(awaitable: Awaitable[T], *, timeout_s: float, what: str) -> T:
 async def run_job(context: TickContext, job: Job, *, dry_run: bool) -> TickResult[Figures]:
     """One tick of `job`, exactly as the scheduler runs it (`run_tick`), bounded by the
     job's timeout."""
-    return await within(run_tick(job.name, context, job.tick, dry_run=dry_run),
+    return await within(run_tick(job.name, context, job.tick, dry_run=dry_run,
+                                 drainer=job.drainer),
                         timeout_s=job.effective_timeout_s, what=f"the {job.name} tick")
 
 

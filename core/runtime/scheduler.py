@@ -38,11 +38,13 @@ from core.jobs.context import TickContext, TickControl
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
-from core.runtime.metrics import Metrics
+from core.runtime.metrics import Metrics, refresh_drainers
 from core.runtime.tick import Job, run_tick
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
-from core.stores.daemon_state import last_ticks
+from core.stores.daemon_state import TickRecord, last_drainer_ticks, last_ticks
+from core.stores.drainer_queue import local_drainer
+from core.stores.graph_db import GraphDB
 from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
@@ -162,7 +164,8 @@ class DaemonRunner:
             scheduler = AsyncIOScheduler(timezone=UTC)
             for job in jobs:
                 self._states[job.name].control = TickControl()
-                last = previous.get(job.name)
+                last = (await self._own_drainer_tick(graph, previous.get(job.name))
+                        if job.drainer is not None else previous.get(job.name))
                 left = job.work_left is not None and job.work_left(self.settings)
                 resume = left or (last is not None and not last.ok)
                 delay_ms = first_run_delay_ms(last.started_at if last else None,
@@ -208,6 +211,22 @@ class DaemonRunner:
             await asyncio.gather(*[t for t in (heartbeat,) if t], return_exceptions=True)
             await graph.close()
 
+    async def _own_drainer_tick(self, graph: GraphDB, shared: TickRecord | None
+                                ) -> TickRecord | None:
+        """The last tick of this host's drainer, to place its first tick: the `drain` row of
+        `daemon_ticks` is the last tick of any drainer of the state, and another host's tick
+        (or its failure) says nothing of this host's queue. A state written before drainers
+        had rows has only that shared row, which is then this drainer's own (a SQLite file,
+        or the upgraded host's drainer that has an id); a drainer with no id has never
+        ticked here."""
+        local = await asyncio.to_thread(local_drainer, self.settings)
+        if local is None:
+            return None
+        for recorded in await last_drainer_ticks(graph):
+            if recorded.queue.drainer == local:
+                return recorded.tick
+        return shared
+
     def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
         """The jobs as this host runs them: gated by a `Leadership` when the daemon is
         elected on a shared state (none otherwise: one host, as before)."""
@@ -217,7 +236,7 @@ class DaemonRunner:
         leadership = Leadership(
             self.settings.state_url, holder=holder_name(self.spec.name),
             lease_ms=lease_ms_for(j.interval_ms for j in self.spec.jobs),
-            on_acquired=self._carry_on_schedule)
+            on_acquired=self._carry_on_schedule, on_heartbeat=self.metrics.show_leadership)
         return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
 
     async def _carry_on_schedule(self) -> None:
@@ -276,7 +295,7 @@ class DaemonRunner:
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
                 result = await run_tick(job.name, context, job.tick,
-                                        dry_run=self.options.dry_run,
+                                        dry_run=self.options.dry_run, drainer=job.drainer,
                                         tick_number=state.number)
             outcome = "ok" if result.incomplete is None else "incomplete"
             figures = result.figures
@@ -294,6 +313,9 @@ class DaemonRunner:
             state.running_since = None
         self.metrics.observe_tick(job.name, outcome=outcome, duration_s=duration,
                                   figures=figures, finished_ts=time.time())
+        # Every drainer of the state, this one's tick included (another host's drainer shows
+        # within one interval of this daemon's ticks).
+        await refresh_drainers(self.metrics, context.graph)
         self._after_tick(job, state, outcome)
 
     def _after_tick(self, job: Job, state: _JobState, outcome: str) -> None:

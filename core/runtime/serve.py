@@ -29,7 +29,7 @@ import structlog
 
 from core.rules.config import Settings
 from core.rules.errors import LockHeld, StoreUnavailable
-from core.runtime.metrics import Metrics, read_restored_metrics
+from core.runtime.metrics import Metrics, read_restored_metrics, restore_drainers
 from core.runtime.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions, wait_for_stop
 from core.runtime.signals import stop_on_signals
 from core.runtime.store_door import StoreDoor
@@ -122,6 +122,7 @@ async def serve(
     # Before the first scrape: the recorded state, so monitoring is not blind until a tick.
     jobs = [job for spec in specs for job in spec.jobs]
     metrics.start(jobs, await read_restored_metrics(settings, jobs))
+    await restore_drainers(metrics, settings)
     if settings.metrics_port:  # a taken port is a config error before any tick
         metrics.serve(settings.metrics_port)
     try:

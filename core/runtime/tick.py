@@ -34,7 +34,7 @@ from core.rules.reconcile_outcome import ReconcileFigures
 from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
-from core.stores.daemon_state import TickRecord, record_tick
+from core.stores.daemon_state import DrainerQueue, TickRecord, record_tick
 from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
@@ -64,6 +64,9 @@ class Job:
     #: Whether work was left in flight by an earlier run (a `.draining` file): then the first
     #: tick after a start runs at once.
     work_left: Callable[[Settings], bool] | None = None
+    #: A drain job's drainer and queue figures, recorded with each of its ticks
+    #: (`core.stores.drainer_queue.read_drainer_queue`); None for every other job.
+    drainer: Callable[[Settings], DrainerQueue | None] | None = None
 
     @property
     def effective_timeout_s(self) -> float:
@@ -141,9 +144,10 @@ async def run_tick(
     *,
     dry_run: bool,
     tick_number: int = 1,
+    drainer: Callable[[Settings], DrainerQueue | None] | None = None,
 ) -> TickResult[F]:
     """Run one tick and return its figures and duration; re-raises the tick's error after
-    logging and recording it."""
+    logging and recording it (with `drainer`'s figures: a drain job's `Job.drainer`)."""
     started_ms = now_ms()
     started = time.monotonic()
     context.control.progress()
@@ -161,7 +165,8 @@ async def run_tick(
             log.warning("tick.cancelled", durationMs=duration_ms, dryRun=dry_run)
             if not dry_run:
                 await asyncio.shield(_record(context, TickRecord(
-                    daemon, started_ms, now_ms(), duration_ms, False, {"error": "cancelled"})))
+                    daemon, started_ms, now_ms(), duration_ms, False, {"error": "cancelled"}),
+                    drainer))
             raise
         except Exception as exc:
             duration_ms = int((time.monotonic() - started) * 1000)
@@ -176,7 +181,7 @@ async def run_tick(
                 exc.add_note(LOGGED_NOTE)
             if not dry_run:
                 await _record(context, TickRecord(daemon, started_ms, now_ms(), duration_ms,
-                                                 False, {"error": str(exc)}))
+                                                 False, {"error": str(exc)}), drainer)
             raise
         result = TickResult(figures, int((time.monotonic() - started) * 1000),
                             incomplete_reason(figures))
@@ -184,14 +189,24 @@ async def run_tick(
         log.info("tick.completed", **{"dryRun": dry_run, **shown})
         if not dry_run:
             await _record(context, TickRecord(daemon, started_ms, now_ms(), result.duration_ms,
-                                             result.incomplete is None, shown))
+                                             result.incomplete is None, shown), drainer)
     return result
 
 
-async def _record(context: TickContext, record: TickRecord) -> None:
+async def _record(context: TickContext, record: TickRecord,
+                  drainer: Callable[[Settings], DrainerQueue | None] | None) -> None:
     """Remember the tick (its figures scrubbed of the configuration's secrets: an error text
-    may quote one); a failure here is logged, never allowed to mask the tick's outcome."""
+    may quote one) and, for a drain job, its drainer's queue figures read now; a failure
+    here is logged, never allowed to mask the tick's outcome."""
+    queue = None
+    if drainer is not None:
+        try:
+            queue = await asyncio.to_thread(drainer, context.settings)
+        except Exception:
+            # An unreadable id file or queue: the tick is still recorded, without its row.
+            log.warning("tick.drainer_unread", exc_info=True)
     try:
-        await record_tick(context.graph, replace(record, figures=scrub_shown(record.figures)))
+        await record_tick(context.graph, replace(record, figures=scrub_shown(record.figures)),
+                          drainer=queue)
     except Exception:
         log.warning("tick.record_failed", exc_info=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 #: Every table of the state, parents before the tables that refer to them.
 STATE_TABLES: tuple[str, ...] = (
     "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
-    "daemon_ticks", "daemon_state", "alert_cooldowns", "alerts_fired",
+    "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired",
 )
 
 #: The 30-day per-line identity table of earlier versions (identity by content). It is no

@@ -91,6 +91,12 @@ class Statements:
     last_ticks: str
     #: (suffix length, suffix) -> key, value
     values_by_suffix: str
+    #: (drainer, host, started, finished, duration, ok, figures, queue lines, draining,
+    #: dead letters): replace the drainer's last tick
+    record_drainer_tick: str
+    #: () -> drainer, host, started, finished, duration, ok, figures, queue lines, draining,
+    #: dead letters; by drainer
+    drainer_ticks: str
     # ------------------------------------------------------------------------ alerts
     #: (fired at, tenant, repo, metric, value, threshold, severity, channel, subject,
     #: delivered, error)

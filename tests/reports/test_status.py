@@ -215,3 +215,72 @@ def test_the_text_view_after_the_demo_is_a_readable_table(demo_dir: Path) -> Non
     assert "dead letters: 3 (malformed 3)" in done.stdout
     acme = next(line for line in done.stdout.splitlines() if line.strip().startswith("acme"))
     assert acme.split()[:5] == ["acme", "acme/platform", "3", "5", "0"]
+
+
+# --- drainers and the leader on SQLite ---------------------------------------------------------
+
+#: `daemon_ticks` and `daemon_state` as the versions before per-drainer records made them.
+OLD_STATE_DDL = """
+CREATE TABLE daemon_ticks (daemon TEXT PRIMARY KEY, started_at INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL, duration_ms INTEGER NOT NULL, ok INTEGER NOT NULL,
+    figures TEXT NOT NULL);
+CREATE TABLE daemon_state (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at INTEGER NOT NULL);
+"""
+OLD_DRAIN_FIGURES = {"drain": {"totalLines": 3, "succeeded": 2, "requeued": 1,
+                               "deadLettered": 0}, "durationMs": 40}
+#: The keys `status --json` had before drainers and the leader were shown: kept as they were.
+KEYS_BEFORE = {"generatedAt", "config", "queue", "draining", "deadLetters", "graph", "ticks",
+               "tenants", "alerts"}
+
+
+def _old_state_file(folder: Path) -> Path:
+    """A state file of an earlier version: one `drain` and one `reconcile` row in the
+    one-row-per-daemon `daemon_ticks`, no `drainer_ticks`."""
+    import sqlite3
+
+    path = folder / "data/graph.sqlite"
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(OLD_STATE_DDL)
+        db.executemany("INSERT INTO daemon_ticks VALUES (?, ?, ?, ?, ?, ?)", [
+            ("drain", 1_000_000, 1_000_040, 40, 1, json.dumps(OLD_DRAIN_FIGURES)),
+            ("reconcile", 2_000_000, 2_000_500, 500, 1, json.dumps({"tenants": []}))])
+        db.commit()
+    finally:
+        db.close()
+    return path
+
+
+def test_an_old_state_file_carries_on_with_its_drain_tick_shown_as_its_drainer(
+    tmp_path: Path,
+) -> None:
+    write_config(tmp_path)
+    path = _old_state_file(tmp_path)
+    before = path.read_bytes()
+
+    old = status_json(tmp_path)
+    assert path.read_bytes() == before, "status reads an old file without changing it"
+    assert set(old) == KEYS_BEFORE | {"drainers", "leader"}
+    assert old["ticks"]["drain"]["startedAt"] == 1_000_000
+    assert old["drainers"] == [{
+        "drainer": "", "host": None, "local": True, "lastTick": old["ticks"]["drain"],
+        "queueLines": None, "draining": None, "deadLetters": None}]
+    assert old["leader"] == {"election": "none", "holder": None}
+    text = run_command(tmp_path, "daemons.status").stdout
+    assert "3 lines: 2 linked, 1 re-queued, 0 dead-lettered" in text.split("Drainers")[1]
+    assert "Reconcile leader: no election (SQLite" in text
+
+    (tmp_path / "data/memory-core").mkdir(parents=True)
+    (tmp_path / "data/memory-core/lazy-edges.jsonl").write_text("{not json\n")
+    ticked = run_command(tmp_path, "daemons.drain", "--tick", "--json")
+    assert ticked.returncode == 0, ticked.stderr
+
+    after = status_json(tmp_path)
+    assert after["ticks"]["reconcile"] == old["ticks"]["reconcile"], "kept as it was"
+    assert after["ticks"]["drain"]["startedAt"] > 1_000_000, "the drain row carries on"
+    [drainer] = after["drainers"]
+    assert drainer["drainer"] == "" and drainer["local"] is True
+    assert drainer["lastTick"] == after["ticks"]["drain"]
+    assert (drainer["queueLines"], drainer["deadLetters"], drainer["draining"]) == (0, 1, False)
+    assert drainer["host"]

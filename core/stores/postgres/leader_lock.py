@@ -22,6 +22,8 @@ import asyncio
 import asyncpg
 import structlog
 
+from core.rules.errors import StoreUnavailable
+
 log = structlog.get_logger(__name__)
 
 #: The advisory lock's two keys: the project's namespace ("kb") and the lock's number.
@@ -88,13 +90,19 @@ class LeaderLock:
         return bool(count)
 
     async def holder(self) -> str | None:
-        """The `application_name` of the session holding the lock now, or None."""
+        """The `application_name` of the session holding the lock now, or None (also when
+        the server cannot be asked)."""
         try:
-            async with self._busy:
-                name = await self._conn.fetchval(_HOLDER, LOCK_NAMESPACE, self._key,
-                                                 timeout=self._timeout_s)
+            return await self.ask_holder()
         except _ERRORS:
             return None
+
+    async def ask_holder(self) -> str | None:
+        """The `application_name` of the session holding the lock now, or None when no
+        session does; raises the client's error when the server cannot be asked."""
+        async with self._busy:
+            name = await self._conn.fetchval(_HOLDER, LOCK_NAMESPACE, self._key,
+                                             timeout=self._timeout_s)
         return str(name) if name is not None else None
 
     async def close(self) -> None:
@@ -107,9 +115,16 @@ class LeaderLock:
 
 
 async def current_leader(url: str, *, key: int = RECONCILE_LEADER) -> str | None:
-    """Who holds the leader lock now (its session's `application_name`), for status."""
-    lock = await LeaderLock.open(url, holder="kb-status", lease_ms=10_000, key=key)
+    """Who holds the leader lock now (its session's `application_name`), or None when nobody
+    does, for status. A database that cannot be reached or asked is StoreUnavailable (exit
+    1): "nobody" would be a wrong answer, not an unknown one."""
     try:
-        return await lock.holder()
+        lock = await LeaderLock.open(url, holder="kb-status", lease_ms=10_000, key=key)
+    except (*_ERRORS, ValueError) as exc:
+        raise StoreUnavailable(f"PostgreSQL {url}: could not ask who leads: {exc}") from exc
+    try:
+        return await lock.ask_holder()
+    except _ERRORS as exc:
+        raise StoreUnavailable(f"PostgreSQL {url}: could not ask who leads: {exc}") from exc
     finally:
         await lock.close()

@@ -176,4 +176,22 @@ CREATE TABLE IF NOT EXISTS tombstone_archive_parts (
 ALTER TABLE tombstone_archive_parts ALTER COLUMN content SET STORAGE EXTERNAL;
 """
 
-MIGRATIONS: tuple[str, ...] = (_FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES)
+#: 3 -> 4: every drainer's last tick and queue figures, for status and /metrics (as SQLite's
+#: `drainer_ticks`); daemon_ticks keeps its one `drain` row, which the scheduler reads.
+_DRAINER_TICKS = """
+CREATE TABLE IF NOT EXISTS drainer_ticks (
+    drainer TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    started_at BIGINT NOT NULL,
+    finished_at BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    ok BIGINT NOT NULL,
+    figures TEXT NOT NULL,
+    queue_lines BIGINT NOT NULL,
+    draining BIGINT NOT NULL,
+    dead_letters BIGINT NOT NULL
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    _FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES, _DRAINER_TICKS)

@@ -82,6 +82,9 @@ def _rollup(*group: str) -> str:
             f"WHERE {_ROLLUP_WINDOW} GROUP BY {columns} ORDER BY {order}")
 
 
+_DRAINER_TICK_COLUMNS = ("drainer, host, started_at, finished_at, duration_ms, ok, figures, "
+                         "queue_lines, draining, dead_letters")
+
 _IN_JSON = "IN (SELECT jsonb_array_elements_text($1::jsonb))"
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 
@@ -153,6 +156,15 @@ ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offs
         "duration_ms = excluded.duration_ms, ok = excluded.ok, figures = excluded.figures"),
     last_ticks="SELECT daemon, started_at, finished_at, duration_ms, ok, figures FROM daemon_ticks",
     values_by_suffix="SELECT key, value FROM daemon_state WHERE right(key, $1) = $2",
+    record_drainer_tick=(
+        f"INSERT INTO drainer_ticks({_DRAINER_TICK_COLUMNS}) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT(drainer) DO UPDATE SET "
+        "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+        "duration_ms = excluded.duration_ms, ok = excluded.ok, figures = excluded.figures, "
+        "host = excluded.host, queue_lines = excluded.queue_lines, draining = excluded.draining, "
+        "dead_letters = excluded.dead_letters"),
+    drainer_ticks=(f"SELECT {_DRAINER_TICK_COLUMNS} FROM drainer_ticks "
+                   "ORDER BY drainer COLLATE \"C\""),
     insert_fired="""
 INSERT INTO alerts_fired(fired_at, tenant_id, repo_slug, metric, value, threshold, severity,
                          channel, subject, delivered, error)

@@ -82,6 +82,29 @@ CREATE TABLE IF NOT EXISTS daemon_state (
 );
 """
 
+# Each drainer's last completed tick (`core.stores.daemon_state.DrainerTick`), beside the one
+# `drain` row of daemon_ticks that the scheduler reads: several drainers (one per host) may
+# share a PostgreSQL state, and a person needs every one of them, with the queue figures it
+# saw at the end of its tick (no host can read another host's queue file). A new table, not a
+# new key for daemon_ticks: a file of an earlier version gains it at its next writable open
+# (CREATE TABLE IF NOT EXISTS) and keeps its daemon_ticks rows as they were.
+DRAINER_TICKS_DDL = """
+CREATE TABLE IF NOT EXISTS drainer_ticks (
+    -- The drainer's id (`core.stores.drainer_identity`); '' for a SQLite file's one drainer.
+    drainer TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER NOT NULL,
+    duration_ms INTEGER NOT NULL,
+    ok INTEGER NOT NULL,
+    figures TEXT NOT NULL,
+    -- Its queue when the tick ended: lines waiting, a `.draining` file left (0/1), dead letters.
+    queue_lines INTEGER NOT NULL,
+    draining INTEGER NOT NULL,
+    dead_letters INTEGER NOT NULL
+);
+"""
+
 ALERTS_DDL = """
 CREATE TABLE IF NOT EXISTS alert_cooldowns (
     tenant_id TEXT NOT NULL,
@@ -109,4 +132,5 @@ CREATE TABLE IF NOT EXISTS alerts_fired (
 CREATE INDEX IF NOT EXISTS alerts_fired_at ON alerts_fired(fired_at);
 """
 
-ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, DRAIN_DDL, STATE_DDL, ALERTS_DDL)
+ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, DRAIN_DDL, STATE_DDL, DRAINER_TICKS_DDL,
+                            ALERTS_DDL)

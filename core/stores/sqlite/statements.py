@@ -56,6 +56,10 @@ _ROLLUP_COLUMNS = f"""
 _ROLLUP_WINDOW = "timestamp >= ? AND timestamp < ? AND (? IS NULL OR tenant_id = ?)"
 
 
+_DRAINER_TICK_COLUMNS = ("drainer, host, started_at, finished_at, duration_ms, ok, figures, "
+                         "queue_lines, draining, dead_letters")
+
+
 def _rollup(group: str) -> str:
     return (f"SELECT {group}, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
             f"WHERE {_ROLLUP_WINDOW} GROUP BY {group} ORDER BY {group}")
@@ -130,6 +134,15 @@ ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offs
         "duration_ms = excluded.duration_ms, ok = excluded.ok, figures = excluded.figures"),
     last_ticks="SELECT daemon, started_at, finished_at, duration_ms, ok, figures FROM daemon_ticks",
     values_by_suffix="SELECT key, value FROM daemon_state WHERE substr(key, -?) = ?",
+    record_drainer_tick=(
+        f"INSERT INTO drainer_ticks({_DRAINER_TICK_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(drainer) DO UPDATE SET "
+        "started_at = excluded.started_at, finished_at = excluded.finished_at, "
+        "duration_ms = excluded.duration_ms, ok = excluded.ok, figures = excluded.figures, "
+        "host = excluded.host, queue_lines = excluded.queue_lines, draining = excluded.draining, "
+        "dead_letters = excluded.dead_letters"),
+    drainer_ticks=(f"SELECT {_DRAINER_TICK_COLUMNS} FROM drainer_ticks "
+                   "ORDER BY drainer"),
     insert_fired="""
 INSERT INTO alerts_fired(fired_at, tenant_id, repo_slug, metric, value, threshold, severity,
                          channel, subject, delivered, error)
