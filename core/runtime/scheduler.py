@@ -163,31 +163,7 @@ class DaemonRunner:
             previous = await last_ticks(graph)
             scheduler = AsyncIOScheduler(timezone=UTC)
             for job in jobs:
-                self._states[job.name].control = TickControl()
-                last = (await self._own_drainer_tick(graph, previous.get(job.name))
-                        if job.drainer is not None else previous.get(job.name))
-                left = job.work_left is not None and job.work_left(self.settings)
-                resume = left or (last is not None and not last.ok)
-                delay_ms = first_run_delay_ms(last.started_at if last else None,
-                                              job.interval_ms, self.clock(), resume=resume)
-                scheduler.add_job(
-                    self._fire,
-                    trigger="interval",
-                    seconds=job.interval_ms / 1000,
-                    jitter=job.jitter_s or None,
-                    args=(job,),
-                    id=job.name,
-                    name=f"{self.spec.name}:{job.name}",
-                    next_run_time=datetime.now(UTC) + timedelta(milliseconds=delay_ms),
-                    max_instances=1,
-                    coalesce=True,
-                    # A tick that could not start on time still runs within one interval.
-                    misfire_grace_time=max(1, int(job.interval_ms / 1000)),
-                )
-                log.info("job.scheduled", daemon=self.spec.name, job=job.name,
-                         intervalS=job.interval_ms / 1000, firstTickInS=delay_ms / 1000,
-                         lastTickStartedAt=last.started_at if last else None,
-                         resuming=resume)
+                await self._schedule(scheduler, job, graph, previous.get(job.name))
             scheduler.add_listener(self._on_scheduler_event,
                                    EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
             scheduler.start()
@@ -210,6 +186,35 @@ class DaemonRunner:
             stop_heartbeat.set()  # after the ticks: a clean stop hands the lead over
             await asyncio.gather(*[t for t in (heartbeat,) if t], return_exceptions=True)
             await graph.close()
+
+    async def _schedule(self, scheduler: Any, job: Job, graph: GraphDB,
+                        recorded: TickRecord | None) -> None:
+        """Add `job` to `scheduler`: its first tick placed by its last recorded one (at once
+        when that failed or work is left), then every interval, one at a time, coalesced."""
+        self._states[job.name].control = TickControl()
+        last = (await self._own_drainer_tick(graph, recorded)
+                if job.drainer is not None else recorded)
+        left = job.work_left is not None and job.work_left(self.settings)
+        resume = left or (last is not None and not last.ok)
+        delay_ms = first_run_delay_ms(last.started_at if last else None,
+                                      job.interval_ms, self.clock(), resume=resume)
+        scheduler.add_job(
+            self._fire,
+            trigger="interval",
+            seconds=job.interval_ms / 1000,
+            jitter=job.jitter_s or None,
+            args=(job,),
+            id=job.name,
+            name=f"{self.spec.name}:{job.name}",
+            next_run_time=datetime.now(UTC) + timedelta(milliseconds=delay_ms),
+            max_instances=1,
+            coalesce=True,
+            # A tick that could not start on time still runs within one interval.
+            misfire_grace_time=max(1, int(job.interval_ms / 1000)),
+        )
+        log.info("job.scheduled", daemon=self.spec.name, job=job.name,
+                 intervalS=job.interval_ms / 1000, firstTickInS=delay_ms / 1000,
+                 lastTickStartedAt=last.started_at if last else None, resuming=resume)
 
     async def _own_drainer_tick(self, graph: GraphDB, shared: TickRecord | None
                                 ) -> TickRecord | None:
