@@ -13,7 +13,7 @@ import asyncpg
 from core.rules.errors import StoreUnavailable, WriteConflict
 from core.stores.config_file import load_config
 from core.stores.drainer_identity import drainer_id, drainer_id_path
-from core.stores.postgres.connection import _store_error
+from core.stores.postgres.connection import store_error
 from tests.postgres_server import PostgresServer
 from tests.support import run_module
 
@@ -52,6 +52,6 @@ def test_a_drainer_keeps_the_id_it_created_and_refuses_an_unreadable_one(
 def test_a_deadlock_or_serialization_failure_is_a_write_conflict_other_errors_are_not() -> None:
     for error in (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"),
                   asyncpg.exceptions.SerializationError("could not serialize access")):
-        assert isinstance(_store_error("db", "write", error), WriteConflict)
-    other = _store_error("db", "write", asyncpg.exceptions.LockNotAvailableError("timeout"))
+        assert isinstance(store_error("db", "write", error), WriteConflict)
+    other = store_error("db", "write", asyncpg.exceptions.LockNotAvailableError("timeout"))
     assert isinstance(other, StoreUnavailable) and not isinstance(other, WriteConflict)

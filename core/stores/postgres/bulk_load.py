@@ -22,7 +22,12 @@ import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
 from core.stores.graph_db import GraphDataError
-from core.stores.postgres.connection import _ERRORS, WRITE_LOCK_KEY, _migrate, _store_error
+from core.stores.postgres.connection import (
+    CONNECTION_ERRORS,
+    WRITE_LOCK_KEY,
+    apply_schema,
+    store_error,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -67,16 +72,16 @@ class PostgresLoad:
         try:
             conn = await asyncpg.connect(url, timeout=busy_timeout_ms / 1000,
                                          server_settings={"lock_timeout": str(busy_timeout_ms)})
-        except (*_ERRORS, ValueError) as exc:
+        except (*CONNECTION_ERRORS, ValueError) as exc:
             raise StoreUnavailable(f"PostgreSQL {url}: open failed: {exc}") from exc
         try:
-            await _migrate(conn)
+            await apply_schema(conn)
             transaction = conn.transaction()
             await transaction.start()
             await conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
         except BaseException as exc:
             await conn.close()
-            if isinstance(exc, _ERRORS):
+            if isinstance(exc, CONNECTION_ERRORS):
                 raise StoreUnavailable(f"PostgreSQL {url}: schema failed: {exc}") from exc
             raise
         return cls(conn, url, transaction)
@@ -84,13 +89,13 @@ class PostgresLoad:
     def _error(self, action: str, exc: BaseException) -> KbError:
         if isinstance(exc, asyncpg.exceptions.DataError):  # refused by the driver itself
             return GraphDataError(f"PostgreSQL {self.url}: {action} failed: {exc}")
-        return _store_error(self.url, action, exc)
+        return store_error(self.url, action, exc)
 
     async def columns(self, table: str) -> tuple[TargetColumn, ...]:
         """The table's columns in their order (none when the table does not exist)."""
         try:
             rows = await self._conn.fetch(_COLUMNS, table)
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error(f"columns of {table}", exc) from exc
         return tuple(TargetColumn(str(r[0]), bool(r[1]), bool(r[2])) for r in rows)
 
@@ -99,7 +104,7 @@ class PostgresLoad:
         try:
             return bool(await self._conn.fetchval(
                 f"SELECT EXISTS (SELECT 1 FROM {_quoted(table)})"))
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error(f"read of {table}", exc) from exc
 
     async def copy_page(self, table: str, columns: Sequence[str],
@@ -108,7 +113,7 @@ class PostgresLoad:
         driver refuses a value (wrong type, a NUL in text, a broken reference)."""
         try:
             await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error(f"copy into {table}", exc) from exc
 
     async def continue_identity(self, table: str, column: str) -> None:
@@ -119,7 +124,7 @@ class PostgresLoad:
                 f"SELECT setval(pg_get_serial_sequence($1, $2), "
                 f"GREATEST(COALESCE(max({_quoted(column)}), 0), 1), "
                 f"max({_quoted(column)}) IS NOT NULL) FROM {_quoted(table)}", table, column)
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error(f"identity of {table}.{column}", exc) from exc
 
     async def rows(self, table: str, columns: Sequence[str], *,
@@ -131,14 +136,14 @@ class PostgresLoad:
             async for record in self._conn.cursor(f"SELECT {listed} FROM {_quoted(table)}",
                                                   prefetch=page):
                 yield tuple(record)
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error(f"read back of {table}", exc) from exc
 
     async def commit(self) -> None:
         """Make the load visible and durable."""
         try:
             await self._transaction.commit()
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             raise self._error("commit", exc) from exc
         finally:
             self._open = False
@@ -150,7 +155,7 @@ class PostgresLoad:
             self._open = False
             try:
                 await self._transaction.rollback()
-            except _ERRORS:
+            except CONNECTION_ERRORS:
                 # The connection is gone: the server rolls the transaction back itself.
                 log.warning("migrate.rollback_failed", target=self.url, exc_info=True)
         if not self._conn.is_closed():

@@ -37,7 +37,7 @@ _DATA_CLASSES = ("22", "23")
 _CONFLICT_STATES = ("40001", "40P01")
 
 
-def _store_error(where: str, action: str, exc: BaseException) -> KbError:
+def store_error(where: str, action: str, exc: BaseException) -> KbError:
     """GraphDataError for a statement the data made fail (SQLSTATE class 22, data exception,
     or 23, integrity); WriteConflict for a deadlock or serialization failure (the batch is
     tried again); StoreUnavailable for everything else (connection, lock timeout,
@@ -50,7 +50,9 @@ def _store_error(where: str, action: str, exc: BaseException) -> KbError:
     return StoreUnavailable(f"PostgreSQL {where}: {action} failed: {exc}")
 
 
-_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: What a PostgreSQL call raises when the server, the network or the data refused it (the
+#: backend's modules catch these and nothing broader).
+CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
 class PostgresTransaction:
@@ -111,14 +113,14 @@ class PostgresGraph:
         try:
             conn = await asyncpg.connect(url, server_settings=settings,
                                          timeout=busy_timeout_ms / 1000)
-        except (*_ERRORS, ValueError) as exc:
+        except (*CONNECTION_ERRORS, ValueError) as exc:
             raise StoreUnavailable(f"PostgreSQL {url}: open failed: {exc}") from exc
         try:
             if not read_only:
-                await _migrate(conn)
+                await apply_schema(conn)
         except BaseException as exc:
             await conn.close()
-            if isinstance(exc, _ERRORS):
+            if isinstance(exc, CONNECTION_ERRORS):
                 raise StoreUnavailable(f"PostgreSQL {url}: schema failed: {exc}") from exc
             raise
         return cls(conn, url, read_only=read_only)
@@ -139,16 +141,16 @@ class PostgresGraph:
             try:
                 await transaction.start()
                 await self._conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
-            except _ERRORS as exc:
+            except CONNECTION_ERRORS as exc:
                 await _rollback(transaction, self.url)
-                raise _store_error(self.url, "begin write", exc) from exc
+                raise store_error(self.url, "begin write", exc) from exc
             try:
                 yield PostgresTransaction(self._conn)
                 await transaction.commit()
             except BaseException as exc:
                 await _rollback(transaction, self.url)
-                if isinstance(exc, _ERRORS):
-                    raise _store_error(self.url, "write", exc) from exc
+                if isinstance(exc, CONNECTION_ERRORS):
+                    raise store_error(self.url, "write", exc) from exc
                 raise
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -156,8 +158,8 @@ class PostgresGraph:
         try:
             async with self._turn.exclusive():
                 return list(await self._conn.fetch(sql, *params))
-        except _ERRORS as exc:
-            raise _store_error(self.url, "read", exc) from exc
+        except CONNECTION_ERRORS as exc:
+            raise store_error(self.url, "read", exc) from exc
 
     async def table_names(self) -> set[str]:
         """The tables of the state's schema."""
@@ -167,11 +169,11 @@ class PostgresGraph:
 async def _rollback(transaction: Any, where: str) -> None:
     try:
         await transaction.rollback()
-    except (*_ERRORS, asyncpg.exceptions.InterfaceError):
+    except (*CONNECTION_ERRORS, asyncpg.exceptions.InterfaceError):
         log.warning("graph.rollback_failed", location=where, exc_info=True)
 
 
-async def _migrate(conn: asyncpg.Connection) -> None:
+async def apply_schema(conn: asyncpg.Connection) -> None:
     """Apply the migrations the database lacks, one process at a time (a session advisory
     lock held for the whole upgrade: a second process waits, then finds nothing to do)."""
     await conn.execute("SELECT pg_advisory_lock($1)", SCHEMA_LOCK_KEY)

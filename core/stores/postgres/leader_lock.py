@@ -23,6 +23,7 @@ import asyncpg
 import structlog
 
 from core.rules.errors import StoreUnavailable
+from core.stores.postgres.connection import CONNECTION_ERRORS
 
 log = structlog.get_logger(__name__)
 
@@ -42,7 +43,6 @@ WHERE l.locktype = 'advisory' AND l.granted
   AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid AND l.objsubid = 2
 """
 
-_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
 class LeaderLock:
@@ -71,7 +71,7 @@ class LeaderLock:
                 return bool(await self._conn.fetchval(
                     "SELECT pg_try_advisory_lock($1, $2)", LOCK_NAMESPACE, self._key,
                     timeout=self._timeout_s))
-        except _ERRORS:
+        except CONNECTION_ERRORS:
             log.warning("leadership.try_failed", exc_info=True)
             return False
 
@@ -84,7 +84,7 @@ class LeaderLock:
             async with self._busy:
                 count = await self._conn.fetchval(_HOLDS, LOCK_NAMESPACE, self._key,
                                                   timeout=self._timeout_s)
-        except _ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             log.warning("leadership.session_lost", error=f"{type(exc).__name__}: {exc}")
             return False
         return bool(count)
@@ -94,7 +94,7 @@ class LeaderLock:
         the server cannot be asked)."""
         try:
             return await self.ask_holder()
-        except _ERRORS:
+        except CONNECTION_ERRORS:
             return None
 
     async def ask_holder(self) -> str | None:
@@ -110,7 +110,7 @@ class LeaderLock:
         if not self._conn.is_closed():
             try:
                 await asyncio.wait_for(self._conn.close(), self._timeout_s)
-            except _ERRORS:
+            except CONNECTION_ERRORS:
                 self._conn.terminate()
 
 
@@ -120,11 +120,11 @@ async def current_leader(url: str, *, key: int = RECONCILE_LEADER) -> str | None
     1): "nobody" would be a wrong answer, not an unknown one."""
     try:
         lock = await LeaderLock.open(url, holder="kb-status", lease_ms=10_000, key=key)
-    except (*_ERRORS, ValueError) as exc:
+    except (*CONNECTION_ERRORS, ValueError) as exc:
         raise StoreUnavailable(f"PostgreSQL {url}: could not ask who leads: {exc}") from exc
     try:
         return await lock.ask_holder()
-    except _ERRORS as exc:
+    except CONNECTION_ERRORS as exc:
         raise StoreUnavailable(f"PostgreSQL {url}: could not ask who leads: {exc}") from exc
     finally:
         await lock.close()
