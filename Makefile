@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml
 
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass. The suite
 # runs on TEST_WORKERS processes (pytest-xdist), each taking whole test files, so a module's
-# fixtures are set up once; each worker starts its own PostgreSQL and Chroma servers.
-TEST_WORKERS ?= 2
+# fixtures are set up once; each worker starts its own PostgreSQL and Chroma servers. Three
+# on 2 cores: many tests wait on child processes (9 min with 2 workers, 7 with 3).
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	@$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
