@@ -1,16 +1,20 @@
 """`stateUrl`: which PostgreSQL database holds the state (pure).
 
 Only `postgresql://` (or `postgres://`) URLs naming a host and a database are accepted. A
-password in the URL is refused: it would sit in a config file and in every message that names
-the URL; libpq's own sources (`PGPASSWORD`, `PGPASSFILE`) supply it instead. Query parameters
-are libpq's connection options (`sslmode`, `sslrootcert`...) and are kept as given.
+password in the URL is refused, as user-info (`user:pw@`) or as a query parameter libpq and
+asyncpg read as one (`password=`, `sslpassword=`, in any case): it would sit in a config file
+and in every message that names the URL; libpq's own sources (`PGPASSWORD`, `PGPASSFILE`)
+supply it instead. Other query parameters are libpq's connection options (`sslmode`,
+`sslrootcert`...) and are kept as given.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 SCHEMES = ("postgresql", "postgres")
+#: Query parameters that carry a secret (libpq's `password` and `sslpassword`).
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
 
 
 class InvalidStateUrl(ValueError):
@@ -29,6 +33,11 @@ def parse_state_url(value: str) -> str:
         raise InvalidStateUrl("expected postgresql://host[:port]/database")
     if parts.password is not None:
         raise InvalidStateUrl("it holds a password: put it in PGPASSFILE or PGPASSWORD")
+    secrets = sorted({key.lower() for key, _ in parse_qsl(parts.query, keep_blank_values=True)}
+                     & SECRET_PARAMETERS)
+    if secrets:
+        raise InvalidStateUrl(f"its query holds a password ({', '.join(secrets)}=): put it in "
+                              "PGPASSFILE or PGPASSWORD")
     if not parts.hostname:
         raise InvalidStateUrl("it names no host")
     if port == 0:
