@@ -33,8 +33,11 @@ from core.rules.config import Settings, resolve_config
 from core.rules.ids import normalize_graph_node_id
 from core.rules.nodes import NodeRow
 from core.rules.rows import ChromaRow
+from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
+from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB, Transaction
+from core.stores.state import open_graph
 
 DIM = 4
 
@@ -67,6 +70,25 @@ async def seed(
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+async def seed_acme_drift(settings: Settings) -> None:
+    """Tenant `acme` at version 4 (repo `acme/repo`) and four of its chunks stamped 1 to 4
+    (`old1`, `old2`: actionable; `grace`: within the version gap; `now`: current), ingested
+    at 1,001 to 1,004: the drift the command tests tombstone and restore."""
+    graph = await open_graph(settings)
+    try:
+        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
+                          {"version": 4, "repoSlug": "acme/repo"})
+    finally:
+        await graph.close()
+    vectors = await VectorStore.open(settings)
+    try:
+        await seed(vectors, settings.knowledge_base_collection, [
+            (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
+            for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))])
+    finally:
+        await vectors.close()
 
 
 def child_env(home: Path) -> dict[str, str]:

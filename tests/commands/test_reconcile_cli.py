@@ -14,12 +14,10 @@ import pytest
 
 from core.rules.archive_format import ArchiveHeader, seal
 from core.rules.config import Settings
-from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
 from core.stores.state import open_graph
-from tests.support import run_module, seed
+from tests.support import run_module, seed_acme_drift
 
 
 def write_config(tmp_path: Path, **keys: Any) -> Path:
@@ -35,27 +33,9 @@ def settings_of(config: Path) -> Settings:
     return load_config(str(config)).settings
 
 
-async def _prepare(settings: Settings) -> None:
-    """Tenant `acme` at version 4 with two actionable, one within-grace and one current chunk."""
-    graph = await open_graph(settings)
-    try:
-        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
-                                {"version": 4, "repoSlug": "acme/repo"})
-    finally:
-        await graph.close()
-    vectors = await VectorStore.open(settings)
-    try:
-        await seed(vectors, settings.knowledge_base_collection, [
-            (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
-            for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))
-        ])
-    finally:
-        await vectors.close()
-
-
 def prepare(config: Path) -> Settings:
     settings = settings_of(config)
-    asyncio.run(_prepare(settings))
+    asyncio.run(seed_acme_drift(settings))
     return settings
 
 

@@ -15,13 +15,10 @@ from typing import Any
 import pytest
 
 from core.rules.config import Settings
-from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
-from tests.support import run_module, seed
+from tests.support import run_module, seed, seed_acme_drift
 from tests.token_proxy import TokenProxy, token_proxy
 
 TOKEN = "kb-test-token-3f9a1c"
@@ -50,17 +47,9 @@ def write_config(folder: Path, *, url: str, token: str, header: str) -> Path:
 
 async def _prepare(settings: Settings) -> None:
     """Tenant `acme` at version 4, two of its four chunks actionable; one memory row."""
-    graph = await open_graph(settings)
-    try:
-        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
-                          {"version": 4, "repoSlug": "acme/repo"})
-    finally:
-        await graph.close()
+    await seed_acme_drift(settings)
     vectors = await VectorStore.open(settings)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
-            (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
-            for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))])
         await seed(vectors, settings.memory_collection,
                    [("m1", {"sessionId": "s1", "createdAt": 1_000})])
         await seed(vectors, settings.summary_collection,
