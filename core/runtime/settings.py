@@ -11,6 +11,7 @@ from core.rules.config import ConfigWarning, Settings
 from core.rules.secrets import Secrets
 from core.runtime.logs import configure_logging
 from core.stores.config_file import load_config
+from core.stores.data_folders import refuse_open_data_folders
 
 log = structlog.get_logger(__name__)
 
@@ -32,10 +33,12 @@ def settings_secrets(settings: Settings) -> Secrets:
 
 
 def load_settings(config: str | None) -> Settings:
-    """Load the config, set up logging in its format, and log its warnings (once: the
-    settings, alert rules included, are read once per process)."""
+    """Load the config, set up logging in its format, log its warnings (once: the settings,
+    alert rules included, are read once per process), and refuse a data folder other users
+    can reach (ConfigError, exit 2: `core.rules.private_data`) before any store opens."""
     configure_logging("auto")
     loaded = load_config(config)
     configure_logging(loaded.settings.log_format, secrets=settings_secrets(loaded.settings))
     log_config_warnings(loaded.warnings)
+    refuse_open_data_folders(loaded.settings)
     return loaded.settings

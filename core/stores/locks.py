@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from core.rules.errors import LockHeld
+from core.stores.files import create_private_file, make_private_dirs
 
 
 class ProcessLock:
@@ -30,8 +31,8 @@ class ProcessLock:
 
     def acquire(self) -> ProcessLock:
         """Take the lock or raise LockHeld naming the holder's pid."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        make_private_dirs(self.path.parent)
+        fd = create_private_file(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -14,6 +14,8 @@ anywhere else).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -24,6 +26,7 @@ import aiosqlite
 import structlog
 
 from core.rules.errors import KbError, StoreUnavailable
+from core.stores.files import create_private_file, make_private_dirs
 from core.stores.graph_db import ConnectionTurn, GraphDataError
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
@@ -50,6 +53,14 @@ def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     if isinstance(code, int) and code & 0xFF not in _OUTAGE_CODES:
         return GraphDataError(f"SQLite {path}: {action} failed: {exc}")
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
+
+
+def _create_private(path: Path) -> None:
+    """Create the state file owner-only when it does not exist (SQLite would create it with
+    0644 less the umask; its -wal and -shm take the database file's mode, so they follow)."""
+    make_private_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        os.close(create_private_file(path, os.O_WRONLY | os.O_EXCL))
 
 
 class SqliteTransaction:
@@ -115,7 +126,7 @@ class SqliteGraph:
                     timeout=timeout,
                 )
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                _create_private(path)
                 conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
         except (sqlite3.Error, OSError) as exc:
             raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
