@@ -19,6 +19,11 @@ _FAKE_HOME = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
 os.environ["HOME"] = str(_FAKE_HOME)
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 os.environ.pop("KB_CONFIG", None)
+# The suite runs under the umask every command sets and the units give (owner-only data: a
+# data folder a test makes by hand is then one the commands accept); the tests of what is
+# created under another umask set their own (tests/commands/test_owner_only_data.py).
+SESSION_UMASK = 0o077
+os.umask(SESSION_UMASK)
 
 from core.rules.config import Settings  # noqa: E402
 from core.runtime.logs import configure_logging  # noqa: E402
@@ -29,6 +34,15 @@ from tests.postgres_server import PostgresServer  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 
 configure_logging("json")
+
+@pytest.fixture(autouse=True)
+def umask_kept() -> Iterator[None]:
+    """Each test starts with the session's umask, whatever the one before set (a command run
+    in-process sets it, `core.runtime.process`; a test may set another)."""
+    os.umask(SESSION_UMASK)
+    yield
+    os.umask(SESSION_UMASK)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_written_under_home() -> Iterator[None]:

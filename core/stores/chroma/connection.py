@@ -55,11 +55,13 @@ class ChromaConnection:
         self.max_batch = int(client.get_max_batch_size())
 
     @classmethod
-    async def open(cls, settings: Settings, *, via_daemon: bool = True) -> Self:
+    async def open(cls, settings: Settings, *, via_daemon: bool = True,
+                   dry_run: bool = False) -> Self:
         """Connect to the server at `chromaUrl`, or open the embedded store at `chromaPath`
-        under its process lock. When a running daemon holds that lock, the store is reached
-        through the daemon (`core.stores.chroma_door`) unless `via_daemon` is false (a
-        daemon never rides on another one). Raises LockHeld or StoreUnavailable (exit 1)."""
+        under its process lock (for a `dry_run`, taken without writing the lock file).
+        When a running daemon holds that lock, the store is reached through the daemon
+        (`core.stores.chroma_door`) unless `via_daemon` is false (a daemon never rides on
+        another one). Raises LockHeld or StoreUnavailable (exit 1)."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
@@ -73,7 +75,7 @@ class ChromaConnection:
                     hint="an embedded store serves one process; run both daemons in one "
                     "process (python -m daemons) or use server mode (chromaUrl) for separate "
                     "processes",
-                ).acquire()
+                ).acquire(record=not dry_run)
             except LockHeld as held:
                 executor.shutdown(wait=False)
                 if not via_daemon:
@@ -140,9 +142,12 @@ class ChromaConnection:
     async def open_for_dry_run(cls, settings: Settings) -> Self:
         """The store as `open` gives it, except that an embedded store that does not exist is
         not created (a dry run creates nothing: no folder, no lock file, no database): it
-        reads as a store without collections, and any write is refused."""
+        reads as a store without collections, and any write is refused. An embedded store
+        that exists is opened under its lock, whose file is left as it is; what the Chroma
+        client itself writes on opening it is the one exception to "a dry run writes
+        nothing" (docs/reliability.md, "Dry runs")."""
         if settings.server_mode or (settings.chroma_path / EMBEDDED_STORE_FILE).exists():
-            return await cls.open(settings)
+            return await cls.open(settings, dry_run=True)
         description = f"embedded Chroma store {settings.chroma_path} (not created yet)"
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         return cls(AbsentStore(description), executor, description=description)

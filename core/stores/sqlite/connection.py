@@ -2,8 +2,9 @@
 
 Every write happens in a `BEGIN IMMEDIATE` transaction (`GraphDB.write()`), so a writer learns
 about a competing writer at the start, within `busy_timeout`, rather than half-way through.
-WAL lets `status` and other readers run beside a daemon's writes. A dry run opens the file
-`mode=ro`, so not one byte of it can change.
+WAL lets `status` and other readers run beside a daemon's writes. A dry run (and `status`)
+opens the file read-only so that not one byte of it, nor of its `-wal` and `-shm`, changes and
+no side file is created (how: `core.stores.sqlite.read_only`).
 
 This is SQLite's implementation of the store seam (`core.stores.graph_db`): `SqliteGraph`
 and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is SQLite's
@@ -28,6 +29,7 @@ import structlog
 from core.rules.errors import KbError, StoreUnavailable
 from core.stores.files import create_private_file, make_private_dirs
 from core.stores.graph_db import ConnectionTurn, GraphDataError
+from core.stores.sqlite.read_only import ImmutableRead, read_only_uri
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
 from core.stores.statements import Statements
@@ -95,10 +97,13 @@ class SqliteGraph:
 
     sql: Statements = SQLITE
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
+                 immutable: ImmutableRead | None = None) -> None:
         self._conn = conn
         self.path = path
         self.read_only = read_only
+        #: For a read of the file alone: checked after every query (a writer may change it).
+        self._immutable = immutable
         self._turn = ConnectionTurn()
 
     @property
@@ -112,19 +117,20 @@ class SqliteGraph:
     ) -> SqliteGraph:
         """Open (creating when writable) the SQLite file with WAL, busy_timeout and foreign keys.
 
-        `read_only` is for dry runs: the file is opened `mode=ro` so not one byte of it can
-        change; when it does not exist yet, an empty in-memory graph stands in for it.
+        `read_only` is for dry runs: the file is opened so that not one byte of it or of its
+        side files can change and none is created (`core.stores.sqlite.read_only`); when it
+        does not exist yet, an empty in-memory graph stands in for it.
         """
         timeout = busy_timeout_ms / 1000
         in_memory = read_only and not path.exists()
+        immutable: ImmutableRead | None = None
         try:
             if in_memory:
                 conn = await aiosqlite.connect(":memory:", isolation_level=None)
             elif read_only:
-                conn = await aiosqlite.connect(
-                    f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                    timeout=timeout,
-                )
+                uri, immutable = read_only_uri(path)
+                conn = await aiosqlite.connect(uri, uri=True, isolation_level=None,
+                                               timeout=timeout)
             else:
                 _create_private(path)
                 conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
@@ -143,7 +149,7 @@ class SqliteGraph:
             if isinstance(exc, sqlite3.Error):
                 raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
             raise
-        return cls(conn, path, read_only=read_only)
+        return cls(conn, path, read_only=read_only, immutable=immutable)
 
     async def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -182,11 +188,18 @@ class SqliteGraph:
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Every row of one read, in one trip to the connection's thread (a trip per execute,
-        fetch and close cost a thread hand-off each). For `core.stores` modules only."""
+        fetch and close cost a thread hand-off each). For `core.stores` modules only. On a
+        read of the file alone, StoreUnavailable instead when a writer changed the file
+        under the read (`core.stores.sqlite.read_only`)."""
         try:
-            return list(await self._conn.execute_fetchall(sql, params))
+            rows = list(await self._conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
+            if self._immutable is not None:
+                self._immutable.check()  # a writer under the read explains the error
             raise _store_error(self.path, "read", exc) from exc
+        if self._immutable is not None:
+            self._immutable.check()
+        return rows
 
     async def table_names(self) -> set[str]:
         """The tables in the file (a read-only open of an older file may lack some)."""
