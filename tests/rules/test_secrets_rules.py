@@ -4,6 +4,7 @@ receiver's text is scrubbed before it is cut; the alert rules' reprs show no URL
 from __future__ import annotations
 
 import base64
+import json
 from urllib.parse import quote
 
 from core.rules.alert_channels import Channel, parse_channel, scrub_secrets
@@ -11,12 +12,16 @@ from core.rules.alert_rules import AlertRule, SkippedRule, parse_alert_rules
 from core.rules.secrets import (
     HIDDEN,
     MAX_FOREIGN_TEXT_CHARS,
+    MAX_OPAQUE_RUN,
     MIN_SEGMENT_SECRET_CHARS,
+    WITHHELD,
     Secrets,
     basic_auth_forms,
     bearer_forms,
+    foreign_message,
     text_forms,
 )
+from tests.token_proxy import request_echo, secret_encodings_in
 
 USER = "alice"
 PASSWORD = "S3cr3t/P@ss w0rd!"
@@ -129,3 +134,78 @@ def test_the_rules_secrets_cover_valid_and_skipped_rules_only() -> None:
     scrubbed = rules.secrets().scrub(
         f"{PASSWORD} OTHERPASS {b64(f'{USER}:{PASSWORD}')} critical console reconcileEvents")
     assert scrubbed == f"{HIDDEN} {HIDDEN} {HIDDEN} critical console reconcileEvents"
+
+
+CHROMA_TOKEN = "kb-tok_7Qp/x+Z9w=Lm3vR8sT2yU4"
+
+
+def request(prefix: int) -> bytes:
+    """A request that carries the token, its bytes shifted by `prefix`."""
+    return (b"#" * prefix + b"POST /api/v2/collections HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {CHROMA_TOKEN}\r\n\r\n".encode())
+
+
+def test_the_oracle_finds_the_token_in_every_encoding_the_echo_uses() -> None:
+    """The test's own detector (decoding every run at every offset) sees what it must."""
+    assert secret_encodings_in(request_echo(request(0)), CHROMA_TOKEN) != []
+    for prefix in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            assert secret_encodings_in(encode(request(prefix)).decode(), CHROMA_TOKEN)
+    assert secret_encodings_in("ok", CHROMA_TOKEN) == []
+
+
+def test_a_token_is_scrubbed_from_an_echoed_request_in_every_encoding_at_every_alignment(
+) -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    for prefix in range(6):
+        echo = request_echo(request(prefix))
+        scrubbed = secrets.scrub(echo)
+        assert secret_encodings_in(scrubbed, CHROMA_TOKEN) == [], prefix
+        assert "POST /api/v2/collections" in scrubbed, "the rest stays readable"
+
+
+def test_a_password_is_known_in_every_encoding_too() -> None:
+    secrets = Secrets.of_password("pg-S3cret/pw")
+    text = (f"{base64.b64encode(b'xpassword=pg-S3cret/pw;').decode()} "
+            f"{b'pg-S3cret/pw'.hex()} pg-S3cret%2Fpw")
+    assert secret_encodings_in(secrets.scrub(text), "pg-S3cret/pw") == []
+
+
+def test_a_stores_answer_is_reduced_to_its_parsed_message_on_one_line() -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    assert foreign_message('{"error": "NotFoundError", "message": "Collection\\n x missing"}',
+                           secrets) == "Collection x missing"
+    assert foreign_message('{"error": "Unauthorized"}', secrets) == "Unauthorized"
+    assert foreign_message("<html>502 Bad\r\nGateway</html>", secrets) == (
+        "<html>502 Bad Gateway</html>")
+    assert len(foreign_message("x " * 500, secrets)) == MAX_FOREIGN_TEXT_CHARS + len(HIDDEN)
+
+
+def test_a_stores_answer_quoting_the_request_keeps_no_trace_of_the_token() -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    for prefix in range(3):
+        raw = request(prefix)
+        as_json = json.dumps({"error": "x", "message": base64.b64encode(raw).decode()})
+        for body in (request_echo(raw), as_json):
+            shown = foreign_message(body, secrets)
+            assert secret_encodings_in(shown, CHROMA_TOKEN) == [], (prefix, shown)
+
+
+def test_an_answer_with_the_token_split_across_lines_or_spaced_bytes_keeps_no_trace(
+) -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    for prefix in range(0, 80, 3):  # the token falls on every place of the 76-wide lines
+        wrapped = base64.encodebytes(request(prefix)).decode()
+        shown = foreign_message(f"denied: {wrapped}", secrets)
+        assert secret_encodings_in("".join(shown.split()), CHROMA_TOKEN) == [], prefix
+    spaced = " ".join(f"{b:02x}" for b in request(0))
+    assert foreign_message(f"denied: {spaced}", secrets) == WITHHELD
+
+
+def test_an_opaque_run_is_dropped_and_ids_and_digests_are_kept() -> None:
+    digest = "a" * 64
+    uuid = "0b3e4c1e-5f8a-4b8e-9a51-3c3f0e6d2b11"
+    blob = base64.b64encode(bytes(range(90))).decode()
+    assert len(blob) >= MAX_OPAQUE_RUN
+    shown = foreign_message(f"ids {digest} {uuid} dump {blob}", Secrets())
+    assert shown == f"ids {digest} {uuid} dump {HIDDEN}"

@@ -18,13 +18,19 @@ from typing import TYPE_CHECKING, Any, Self
 import structlog
 
 from core.rules.errors import LockHeld
+from core.rules.secrets import NO_SECRETS, Secrets
 from core.stores.chroma.client import (
     EMBEDDED_STORE_FILE,
     STORE_LOCK_NAME,
     AbsentStore,
     make_client,
 )
-from core.stores.chroma.errors import CollectionMissing, VectorStoreError, peer_error
+from core.stores.chroma.errors import (
+    CollectionMissing,
+    VectorStoreError,
+    failure_text,
+    peer_error,
+)
 from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
 from core.stores.locks import ProcessLock
 
@@ -46,10 +52,13 @@ class ChromaConnection:
         *,
         description: str,
         lock: ProcessLock | None = None,
+        secrets: Secrets = NO_SECRETS,
     ) -> None:
         self._client = client
         self._executor = executor
         self._lock = lock
+        #: The token's every form: what the store answers is scrubbed of it (`failure_text`).
+        self._secrets = secrets
         self._collections: dict[str, Any] = {}
         self.description = description
         self.max_batch = int(client.get_max_batch_size())
@@ -81,19 +90,21 @@ class ChromaConnection:
                 if not via_daemon:
                     raise
                 return await cls._open_via_daemon(settings, description, held)
+        token = settings.chroma_token
+        secrets = Secrets.of_token(token.reveal()) if token is not None else NO_SECRETS
         try:
             client = await asyncio.get_running_loop().run_in_executor(
                 executor, make_client, settings
             )
-            return cls(client, executor, description=description, lock=lock)
+            return cls(client, executor, description=description, lock=lock, secrets=secrets)
         except BaseException as exc:
             executor.shutdown(wait=False)
             if lock is not None:
                 lock.release()
             if isinstance(exc, Exception):
-                # One line (the client's messages can span several), the description names
-                # the store; the client never puts the token in its messages.
-                reason = " ".join(str(exc).split()) or type(exc).__name__
+                # One line, the description names the store; a server or proxy refusing the
+                # first request may have quoted it back, token and all (`failure_text`).
+                reason = failure_text(exc, secrets)
                 raise VectorStoreError(f"{description}: cannot open: {reason}") from exc
             raise
 
@@ -185,13 +196,13 @@ class ChromaConnection:
                 # A stale handle and a missing collection look alike; one retry tells them apart.
                 stale = self._collections.pop(name, None) is not None
                 if attempt == 2 or not stale:
+                    failure_text(exc, self._secrets)  # the cause says no more than that
                     raise CollectionMissing(
                         f"collection {name!r} not found in {self.description}"
                     ) from exc
             except Exception as exc:
-                raise VectorStoreError(
-                    f"{self.description}: {method} on {name!r} failed: {exc}"
-                ) from exc
+                raise VectorStoreError(f"{self.description}: {method} on {name!r} failed: "
+                                       f"{failure_text(exc, self._secrets)}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call_on_collection(self, name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
@@ -213,5 +224,6 @@ class ChromaConnection:
                 lambda: self._client.get_or_create_collection(name, embedding_function=None),
             )
         except Exception as exc:
-            raise VectorStoreError(f"{self.description}: create {name!r} failed: {exc}") from exc
+            raise VectorStoreError(f"{self.description}: create {name!r} failed: "
+                                   f"{failure_text(exc, self._secrets)}") from exc
         self._collections[name] = collection
