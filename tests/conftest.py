@@ -44,6 +44,15 @@ def umask_kept() -> Iterator[None]:
     os.umask(SESSION_UMASK)
 
 
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The test, and the commands it starts, run under the usual umask 022 (what an operator's
+    shell has), not the session's."""
+    os.umask(0o022)
+    yield
+    os.umask(SESSION_UMASK)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_written_under_home() -> Iterator[None]:
     """Fails the run if any test (or library it calls) wrote under $HOME."""

@@ -11,23 +11,13 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core.stores.config_file import load_config
+from core.stores.dead_letter_file import spill_dir
 from tests.support import REPO, child_env
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The test and the commands it starts run under the usual umask 022."""
-    previous = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(previous)
 
 
 def run(tmp_path: Path, *args: str, stdin: str | None = None
@@ -86,7 +76,8 @@ def test_commands_and_daemons_under_umask_022_create_only_owner_only_paths(
 ) -> None:
     """The demo seeds the store, the graph and the queue from nothing; the daemons drain it
     (a dead letter, an over-limit line's side file) and tombstone (archives); a pass whose
-    row SQLite refuses spools it; a restore writes chunks back. Nothing is open to others."""
+    rows SQLite refuses spools them; a restore writes chunks back. Nothing is open to
+    others."""
     config = write_config(tmp_path, "reconciliationEnabled = true",
                           "reconciliationAutoTombstone = true",
                           "reconciliationMaxStaleFraction = 1.0",
@@ -102,14 +93,18 @@ def test_commands_and_daemons_under_umask_022_create_only_owner_only_paths(
     archives = sorted(settings.tombstones_dir.iterdir())
     assert archives, "the pass tombstoned nothing"
     assert settings.dead_letter_path.exists()
+    assert list(spill_dir(settings.dead_letter_path).iterdir()), "the over-limit line's bytes"
 
-    holder = sqlite3.connect(settings.graph_db_path, timeout=0)
-    holder.execute("BEGIN IMMEDIATE")
+    # SQLite refuses the pass's telemetry rows (at once: a held lock would cost busy_timeout
+    # per write), so the pass spools them.
+    refusing = sqlite3.connect(settings.graph_db_path, isolation_level=None)
+    refusing.execute("CREATE TRIGGER refuse BEFORE INSERT ON kb_ingestion_metrics "
+                     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
     try:
         spooled = run(tmp_path, "daemons.reconcile", "--tick", "--json", "--config", str(config))
     finally:
-        holder.rollback()
-        holder.close()
+        refusing.execute("DROP TRIGGER refuse")
+        refusing.close()
     assert json.loads(spooled.stdout)["unrecordedRows"] >= 1, spooled.stderr[-3000:]
     assert settings.telemetry_spool_path.exists()
     restored = run(tmp_path, "daemons.reconcile", "restore", str(archives[0]), "--config",

@@ -5,7 +5,6 @@ test_owner_only_data.py); what exists keeps its mode."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,7 @@ from core.stores.queue_files import append_locked
 from core.stores.sqlite.connection import SqliteGraph
 from core.stores.telemetry_spool import MetricSpool
 
-
-@pytest.fixture(autouse=True)
-def umask_022() -> Iterator[None]:
-    previous = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(previous)
+pytestmark = pytest.mark.usefixtures("umask_022")
 
 
 def mode(path: Path) -> int:
