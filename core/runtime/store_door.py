@@ -154,8 +154,9 @@ class StoreDoor:
         while True:
             try:
                 conn, _ = await loop.sock_accept(self._listening.sock)
-            except OSError as exc:  # out of descriptors and the like: wait, then go on
-                self._refusals.note(f"accept failed: {exc.strerror or exc}")
+            except Exception as exc:  # out of descriptors and the like: wait, then go on
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                self._refusals.note(f"accept failed: {reason}")
                 await asyncio.sleep(ACCEPT_BACKOFF_S)
                 continue
             try:

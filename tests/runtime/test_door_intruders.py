@@ -94,7 +94,7 @@ class Daemon:
 
 
 @pytest.fixture(scope="module")
-def daemon(place: Path, intruder: OtherUser) -> Iterator[Daemon]:
+def daemon(place: Path) -> Iterator[Daemon]:
     root = place / "daemon"
     root.mkdir()
     running = Daemon(root)
