@@ -292,15 +292,20 @@ def assert_refused_in_one_line(result: subprocess.CompletedProcess[str], *words:
         assert word in lines[0], lines[0]
 
 
-def squat(intruder: OtherUser, where: Path, held: HeldStore) -> subprocess.Popen[str]:
-    """The other user listens on a Unix socket of its own, then it is moved to `where` (as if
-    that user could write where the door is)."""
+def squat_the_door(intruder: OtherUser, held: HeldStore) -> subprocess.Popen[str]:
+    """The other user listens on a Unix socket of its own, which is then moved into a stale
+    door in place of its socket, with the pid file naming the squatter (as if that user could
+    write where the door is): only the checks of the socket's owner and of the listener's uid
+    stand between it and a command."""
+    held.leave_a_stale_door()
+    door_path(held.chroma).unlink()
     den = held.root / f"den-{time.monotonic_ns()}"
     den.mkdir(mode=0o777)
     den.chmod(0o777)
     squatter = intruder.start("listen", "unix", str(den / "s"))
     assert squatter.stdout is not None and squatter.stdout.readline() == "ready\n"
-    (den / "s").rename(where)
+    (den / "s").rename(door_path(held.chroma))
+    (door_folder(held.chroma) / PID_NAME).write_text(f"{squatter.pid}\n")
     return squatter
 
 
@@ -320,10 +325,7 @@ def test_a_stale_door_and_an_old_tcp_door_file_are_one_line_and_nothing_reaches_
 
 def test_another_users_socket_in_the_door_is_refused_by_its_owner_before_any_connect(
         held: HeldStore, intruder: OtherUser) -> None:
-    held.leave_a_stale_door()
-    door_path(held.chroma).unlink()
-    squatter = squat(intruder, door_path(held.chroma), held)
-    (door_folder(held.chroma) / PID_NAME).write_text(f"{held.holder.pid}\n")
+    squatter = squat_the_door(intruder, held)
     result = held.command()
     report = finish(squatter)
     assert_refused_in_one_line(result, "not to be trusted", f"belongs to uid {intruder.uid}")
@@ -332,9 +334,7 @@ def test_another_users_socket_in_the_door_is_refused_by_its_owner_before_any_con
 
 def test_another_users_listener_behind_a_socket_file_of_ours_gets_a_connect_and_no_byte(
         held: HeldStore, intruder: OtherUser) -> None:
-    held.leave_a_stale_door()
-    door_path(held.chroma).unlink()
-    squatter = squat(intruder, door_path(held.chroma), held)
+    squatter = squat_the_door(intruder, held)
     os.chown(door_path(held.chroma), os.geteuid(), os.getegid(), follow_symlinks=False)
     door_path(held.chroma).chmod(0o600)
     result = held.command()
