@@ -16,7 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +36,20 @@ class OtherUser:
     uid: int
     gid: int
     python: str
+    #: Every intruder started, so none outlives the user (userdel refuses a user whose
+    #: processes run, and would leave it behind).
+    started: list[subprocess.Popen[str]] = field(default_factory=list)
 
     def start(self, *args: str) -> subprocess.Popen[str]:
         """The intruder, run as this user (its own uid and gid, no supplementary groups),
         with `args`; its stdin is a pipe that ends it when closed."""
-        return subprocess.Popen(
+        intruder = subprocess.Popen(
             [self.python, "-I", "-c", INTRUDER.read_text(encoding="utf-8"), *args],
             user=self.uid, group=self.gid, extra_groups=[], cwd="/",
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.started.append(intruder)
+        return intruder
 
 
 def finish(intruder: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
@@ -69,6 +74,7 @@ def other_user() -> Iterator[OtherUser]:
                           capture_output=True, text=True, check=False)
     if made.returncode != 0:
         pytest.skip(f"useradd could not create a second user: {made.stderr.strip()}")
+    started: list[subprocess.Popen[str]] = []
     try:
         import pwd
 
@@ -77,9 +83,14 @@ def other_user() -> Iterator[OtherUser]:
         if python is None:
             pytest.skip(f"no Python interpreter that user {name} may run (tried "
                         f"{', '.join(PYTHONS)})")
-        yield OtherUser(name, entry.pw_uid, entry.pw_gid, python)
+        yield OtherUser(name, entry.pw_uid, entry.pw_gid, python, started)
     finally:
-        subprocess.run([userdel, name], capture_output=True, check=False)
+        for intruder in started:
+            if intruder.poll() is None:
+                intruder.kill()
+            intruder.communicate()
+        removed = subprocess.run([userdel, name], capture_output=True, text=True, check=False)
+    assert removed.returncode == 0, f"user {name} left behind: {removed.stderr.strip()}"
 
 
 def _python_for(uid: int, gid: int) -> str | None:
