@@ -19,10 +19,11 @@ _FAKE_HOME = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
 os.environ["HOME"] = str(_FAKE_HOME)
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 os.environ.pop("KB_CONFIG", None)
-# The suite runs under the umask every command sets and the units give (owner-only data: a
-# data folder a test makes by hand is then one the commands accept); the tests of what is
-# created under another umask set their own (tests/commands/test_owner_only_data.py).
-SESSION_UMASK = 0o077
+# The umask the session started under (an operator's shell has 022): every test starts with
+# it, whatever a command run in-process set (`core.runtime.process` sets 077). The project's
+# own folders and files are owner-only under any umask; a data folder a test makes by hand
+# must be too (`core.stores.files.make_private_dirs`), or the commands refuse it.
+SESSION_UMASK = os.umask(0o022)
 os.umask(SESSION_UMASK)
 
 from core.rules.config import Settings  # noqa: E402
