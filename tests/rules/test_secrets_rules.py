@@ -181,11 +181,13 @@ def test_the_base64_fragments_are_made_of_the_secrets_bits_alone() -> None:
 
 
 def test_a_token_and_a_password_are_known_in_hex_percent_json_and_html() -> None:
-    secrets = Secrets.of_token(CHROMA_TOKEN) | Secrets.of_password("pg-S3cret/pw")
-    text = (f"{CHROMA_TOKEN.encode().hex()} {CHROMA_TOKEN.encode().hex().upper()} "
-            f"{quote(CHROMA_TOKEN, safe='')} {json.dumps(CHROMA_TOKEN)[1:-1].replace('/', chr(92) + '/')} "
-            f"{b'pg-S3cret/pw'.hex()} pg-S3cret%2Fpw")
-    assert secrets.scrub(text) == " ".join([HIDDEN] * 6)
+    password = 'pg-S3cret/pw<"&>'
+    secrets = Secrets.of_token(CHROMA_TOKEN) | Secrets.of_password(password)
+    json_escaped = json.dumps(CHROMA_TOKEN)[1:-1].replace("/", "\\/")
+    shown = [CHROMA_TOKEN.encode().hex(), CHROMA_TOKEN.encode().hex().upper(),
+             quote(CHROMA_TOKEN, safe=""), json_escaped, password.encode().hex(),
+             "pg-S3cret%2Fpw%3C%22%26%3E", "pg-S3cret/pw&lt;&quot;&amp;&gt;"]
+    assert secrets.scrub(" ".join(shown)) == " ".join([HIDDEN] * len(shown))
 
 
 def test_a_stores_answer_is_reduced_to_its_parsed_message_on_one_line() -> None:
