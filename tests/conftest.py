@@ -19,11 +19,11 @@ _FAKE_HOME = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
 os.environ["HOME"] = str(_FAKE_HOME)
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 os.environ.pop("KB_CONFIG", None)
-# The umask the session started under (an operator's shell has 022): every test starts with
-# it, whatever a command run in-process set (`core.runtime.process` sets 077). The project's
-# own folders and files are owner-only under any umask; a data folder a test makes by hand
-# must be too (`core.stores.files.make_private_dirs`), or the commands refuse it.
-SESSION_UMASK = os.umask(0o022)
+# The suite runs under the umask every command sets and the units give, so a data folder a
+# test makes by hand is owner-only, as the commands require (they refuse one others can
+# reach). The tests of what is created under the usual umask 022 ask for it (`umask_022`);
+# a folder another user must pass through is opened to it explicitly (tests/other_user.py).
+SESSION_UMASK = 0o077
 os.umask(SESSION_UMASK)
 
 from core.rules.config import Settings  # noqa: E402
@@ -48,7 +48,7 @@ def umask_kept() -> Iterator[None]:
 @pytest.fixture
 def umask_022() -> Iterator[None]:
     """The test, and the commands it starts, run under the usual umask 022 (what an operator's
-    shell has), not the session's."""
+    shell has), not the session's 077."""
     os.umask(0o022)
     yield
     os.umask(SESSION_UMASK)

@@ -26,7 +26,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.stores.drainer_identity import drainer_id_path
-from core.stores.files import make_private_dirs
 from tests.postgres_server import PostgresServer
 from tests.support import REPO, child_env, run_module
 
@@ -148,7 +147,7 @@ def _two_drainers_ticked(hosts: Callable[..., Host]) -> tuple[Host, Host]:
     a, b = hosts("a"), hosts("b")
     appended = a.run("daemons.enqueue", stdin=UNLINKABLE % (1, 1) + UNLINKABLE % (2, 2))
     assert appended.returncode == 0, appended.stderr
-    make_private_dirs(b.queue.parent)  # a data folder others can reach is refused
+    b.queue.parent.mkdir(parents=True)
     b.queue.write_bytes(b"{not json\n")
     for host in (a, b):
         ticked = host.run("daemons.drain", "--tick", "--json")

@@ -18,7 +18,6 @@ from core.reports.status_text import render_status_text
 from core.rules.dead_letters import UNREADABLE as UNREADABLE_DEAD_LETTER
 from core.rules.queue_lines import MAX_LINE_BYTES
 from core.stores.dead_letter_file import count_dead_letters as read_dead_letters
-from core.stores.files import make_private_dirs
 from core.stores.queue_files import describe_queue_file as read_queue_file
 from daemons.status import main
 from tests.support import child_env, make_settings, run_module
@@ -240,7 +239,7 @@ def _old_state_file(folder: Path) -> Path:
     import sqlite3
 
     path = folder / "data/graph.sqlite"
-    make_private_dirs(path.parent)  # a data folder others can reach is refused
+    path.parent.mkdir(parents=True)
     db = sqlite3.connect(path)
     try:
         db.executescript(OLD_STATE_DDL)
@@ -272,7 +271,7 @@ def test_an_old_state_file_carries_on_with_its_drain_tick_shown_as_its_drainer(
     assert "3 lines: 2 linked, 1 re-queued, 0 dead-lettered" in text.split("Drainers")[1]
     assert "Reconcile leader: no election (SQLite" in text
 
-    make_private_dirs(tmp_path / "data/memory-core")
+    (tmp_path / "data/memory-core").mkdir(parents=True)
     (tmp_path / "data/memory-core/lazy-edges.jsonl").write_text("{not json\n")
     ticked = run_command(tmp_path, "daemons.drain", "--tick", "--json")
     assert ticked.returncode == 0, ticked.stderr

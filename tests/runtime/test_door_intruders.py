@@ -97,6 +97,7 @@ class Daemon:
 def daemon(place: Path) -> Iterator[Daemon]:
     root = place / "daemon"
     root.mkdir()
+    let_traverse(root)  # the data folder inside stays the daemon's own (0700)
     running = Daemon(root)
     yield running
     running.stop()
@@ -278,6 +279,7 @@ class HeldStore:
 def held(place: Path) -> Iterator[HeldStore]:
     root = place / "held"
     root.mkdir()
+    let_traverse(root)  # the other user reaches its den in it; the data folder stays 0700
     store = HeldStore(root)
     yield store
     store.close()
