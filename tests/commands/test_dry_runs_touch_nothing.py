@@ -30,15 +30,16 @@ ACQUIRE_WRITE = "acquire_write"
 UNPERSISTED_INDEX_FILES = frozenset({"data_level0.bin", "length.bin"})
 #: What a persisted Chroma vector index has in its folder.
 PERSISTED_INDEX_MARK = "index_metadata.pickle"
-#: Each dry run, and whether it opens the embedded Chroma store.
-DRY_RUNS = [
-    (("daemons.drain", "--tick", "--dry-run"), True),
-    (("daemons.reconcile", "--tick", "--dry-run"), True),
-    (("daemons.reconcile", "explain", "hooli"), True),
-    (("daemons.reconcile", "gc", "--dry-run"), True),
-    (("daemons.backfill", "--dry-run"), True),
-    (("daemons.status",), False),
-    (("daemons.status", "--health"), False),
+Main = Callable[[list[str]], NoReturn]
+#: Each dry run (its entry point, as typed), and whether it opens the embedded Chroma store.
+DRY_RUNS: list[tuple[Main, list[str], bool]] = [
+    (drain.main, ["--tick", "--dry-run"], True),
+    (reconcile.main, ["--tick", "--dry-run"], True),
+    (reconcile.main, ["explain", "hooli"], True),
+    (reconcile.main, ["gc", "--dry-run"], True),
+    (backfill.main, ["--dry-run"], True),
+    (status.main, [], False),
+    (status.main, ["--health"], False),
 ]
 
 
@@ -94,11 +95,18 @@ def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, check=False)
 
 
+def exit_code(main: Main, argv: list[str]) -> int | str | None:
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    return stopped.value.code
+
+
 def test_every_dry_run_leaves_an_existing_data_folder_as_it_was(tmp_path: Path) -> None:
     """On the demo's data folder (store, graph, queue, dead letters, tenants), each dry run
     leaves every file's bytes and the file set as they were (the graph's -wal and -shm are
     not created); a run that opens the store adds exactly one `acquire_write` row to Chroma's
-    file, and nothing else."""
+    file, and nothing else. (The commands run in-process, one after the other: each closes
+    its client, and the next opens the store afresh, as a process of its own would.)"""
     kb = config(tmp_path)
     seeded = run(tmp_path, "daemons.demo", "--config", str(kb))
     assert seeded.returncode == 0, seeded.stderr[-3000:]
@@ -107,15 +115,15 @@ def test_every_dry_run_leaves_an_existing_data_folder_as_it_was(tmp_path: Path) 
     assert not (data / "graph.sqlite-wal").exists() and not (data / "graph.sqlite-shm").exists()
     assert (data / "memory-core" / "lazy-edges.jsonl.dead.jsonl").exists()
     changed = {}
-    for args, opens_chroma in DRY_RUNS:
+    for main, argv, opens_chroma in DRY_RUNS:
+        name = f"{main.__module__} {' '.join(argv)}"
         before, acquired = snapshot(data), chroma_tables(store_file)[1]
-        done = run(tmp_path, *args, "--config", str(kb))
-        assert done.returncode == 0, (args, done.stderr[-3000:])
+        assert exit_code(main, [*argv, "--config", str(kb)]) == 0, name
         after = snapshot(data)
-        changed[" ".join(args)] = sorted(
-            name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
-        assert chroma_tables(store_file)[1] == acquired + opens_chroma, args
-    assert changed == {" ".join(args): [] for args, _ in DRY_RUNS}
+        changed[name] = sorted(
+            path for path in before.keys() | after.keys() if before.get(path) != after.get(path))
+        assert chroma_tables(store_file)[1] == acquired + opens_chroma, name
+    assert changed == {name: [] for name in changed} and len(changed) == len(DRY_RUNS)
 
 
 @pytest.mark.parametrize(("main", "argv", "code"), [
@@ -125,11 +133,9 @@ def test_every_dry_run_leaves_an_existing_data_folder_as_it_was(tmp_path: Path) 
     (backfill.main, ["--dry-run"], 0), (status.main, [], 0), (status.main, ["--health"], 0),
 ])
 def test_a_dry_run_on_a_data_folder_that_does_not_exist_creates_nothing(
-    tmp_path: Path, main: Callable[[list[str]], NoReturn], argv: list[str], code: int,
+    tmp_path: Path, main: Main, argv: list[str], code: int,
 ) -> None:
     kb = config(tmp_path)
     before = sorted(tmp_path.rglob("*"))
-    with pytest.raises(SystemExit) as stopped:
-        main([*argv, "--config", str(kb)])
-    assert stopped.value.code == code
+    assert exit_code(main, [*argv, "--config", str(kb)]) == code
     assert sorted(tmp_path.rglob("*")) == before
