@@ -67,6 +67,16 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def restartable_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL 15 of the test module's own, which its tests restart, halt and resume (the
+    session's server is shared by every other test of the worker)."""
+    server = PostgresServer(prefix="kb-test-pg-restart-")
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", "sqlite"))
