@@ -28,6 +28,8 @@ class Outage:
         self._clock = clock
         self._since: float | None = None
         self.failures = 0
+        #: The last failure's reason (kept after a recovery, for messages).
+        self.last_error = ""
 
     @property
     def ongoing(self) -> bool:
@@ -37,6 +39,7 @@ class Outage:
     def failed(self, error: str) -> None:
         """One more failed try: the first of an outage is a warning, the others debug lines."""
         self.failures += 1
+        self.last_error = error
         if self._since is None:
             self._since = self._clock()
             log.warning(self.began, error=error, **self.fields)
