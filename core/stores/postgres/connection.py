@@ -54,7 +54,8 @@ def connection_lost(exc: BaseException) -> bool:
     lost it (InterfaceError: "connection is closed", "another operation is in progress"), the
     socket failed or timed out, or the server ended it or is no longer the primary. A
     statement the server refused (a lock timeout, the data) leaves the connection usable."""
-    if isinstance(exc, (asyncpg.InterfaceError, OSError, TimeoutError)):
+    if isinstance(exc, (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError,
+                        OSError, TimeoutError)):
         return True
     state = getattr(exc, "sqlstate", None)
     return isinstance(state, str) and (state[:2] == "08" or state in _LOST_STATES)
@@ -78,8 +79,11 @@ def store_error(where: str, action: str, exc: BaseException) -> KbError:
 
 
 #: What a PostgreSQL call raises when the server, the network or the data refused it (the
-#: backend's modules catch these and nothing broader).
-CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: backend's modules catch these and nothing broader). InternalClientError is what asyncpg
+#: raises when the connection died under a call in progress ("cannot switch to state 11;
+#: another operation (2) is in progress", seen when the server restarted mid-executemany).
+CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError,
+                     asyncpg.exceptions.InternalClientError, OSError, TimeoutError)
 
 
 class PostgresTransaction:
@@ -163,7 +167,8 @@ class PostgresGraph:
             conn = await asyncpg.connect(url, server_settings=settings,
                                          timeout=busy_timeout_ms / 1000)
         except (*CONNECTION_ERRORS, ValueError) as exc:
-            raise StoreUnavailable(f"PostgreSQL {url}: open failed: {exc}") from exc
+            raise StoreUnavailable(f"PostgreSQL {url}: open failed: store unavailable, nothing "
+                                   f"lost ({exc or type(exc).__name__})") from exc
         try:
             if not read_only:
                 await apply_schema(conn)

@@ -166,7 +166,8 @@ class SqliteGraph:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
+            raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
+                                   f"lost ({exc})") from exc
         try:
             if not read_only:
                 await conn.execute("PRAGMA journal_mode=WAL")
