@@ -210,6 +210,10 @@ class Leadership:
             term = self.term
 
             class _TermFence:
+                #: Half a lease: no standby ends this host's session before one lease after
+                #: the renewal the check makes.
+                valid_for_s = self.lease_ms / 2000
+
                 async def lost_reason(_self) -> str | None:
                     return await self.lost_reason_in(term)
 
