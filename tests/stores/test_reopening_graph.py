@@ -12,20 +12,25 @@ import asyncio
 import json
 import os
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from core.jobs.context import TickContext
+from core.jobs.reconcile import reconcile_tick
 from core.rules.errors import ConnectionLost, StoreUnavailable
 from core.rules.nodes import NodeRow
+from core.rules.reconcile_outcome import ReconcileFigures
+from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node, upsert_nodes
 from core.stores.graph_db import GraphDB
 from core.stores.reopening_graph import RETRY_FIRST_S, ReopeningGraph, retry_delay_s
 from core.stores.state import open_graph
+from core.stores.telemetry_spool import MetricSpool
 from tests.postgres_server import PostgresServer
-from tests.support import make_settings, read_node
+from tests.support import count_rows, make_settings, read_node, seed_acme_drift
 
 _databases = iter(range(1, 1_000_000))
 
@@ -210,4 +215,45 @@ async def test_a_read_inside_a_write_goes_on_in_its_transaction_while_the_file_i
         assert await read_node(graph, "CONCEPT:inside") is None, "the new file, after it"
         assert opener.calls == 2
     finally:
+        await graph.close()
+
+
+async def test_a_pass_whose_database_goes_down_spools_its_telemetry_and_the_next_writes_it(
+    tmp_path: Path, restartable_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The telemetry spool through an outage: the database stops while a reconcile pass reads
+    Chroma (the fault: the stop is injected at the pass's first Chroma call); the pass's rows
+    go to the spool and it is not ok; after the server is back, the next pass on the same
+    kept graph (reconnected before it, as the scheduler does) writes them first."""
+    url = restartable_postgres.create_database(f"reopen{next(_databases)}")
+    settings = make_settings(tmp_path, stateUrl=url, reconciliationEnabled=True)
+    await seed_acme_drift(settings)
+    opener = CountedOpener(settings)
+    graph = ReopeningGraph(await opener(), opener, retry_max_s=0.2)
+    vectors = await VectorStore.open(settings)
+    real = vectors._call_on_collection
+    halted: list[bool] = []
+
+    def stop_the_database_first(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
+        if not halted:
+            halted.append(True)
+            restartable_postgres.halt()
+        return real(name, method, kwargs)
+
+    monkeypatch.setattr(vectors, "_call_on_collection", stop_the_database_first)
+    context = TickContext(settings, graph, vectors)
+    try:
+        try:
+            first = await reconcile_tick(context, False)
+        finally:
+            await asyncio.to_thread(restartable_postgres.resume)
+        assert halted and isinstance(first, ReconcileFigures) and first.unrecorded_rows == 1
+        assert MetricSpool(settings.telemetry_spool_path).pending() == 1
+        await graph.reconnect()
+        second = await reconcile_tick(context, False)
+        assert isinstance(second, ReconcileFigures)
+        assert (second.spool_flushed, second.unrecorded_rows) == (1, 0)
+        assert await count_rows(graph, "kb_ingestion_metrics") == 2
+    finally:
+        await vectors.close()
         await graph.close()
