@@ -50,8 +50,9 @@ DRAIN_WAIT_S = 5.0
 #: nothing, and its first statement would otherwise hang until the tick's own time bound.
 PROBE_TIMEOUT_S = 10.0
 
-#: The connection of the write transaction the current task is inside, if any.
-_inside_write: ContextVar[GraphDB | None] = ContextVar("kb_inside_write", default=None)
+#: The kept graph and the connection of the write transaction the current task is inside.
+_inside_write: ContextVar[tuple[object, GraphDB] | None] = ContextVar("kb_inside_write",
+                                                                      default=None)
 
 
 def retry_delay_s(failures: int, *, max_s: float, draw: float) -> float:
@@ -132,7 +133,7 @@ class ReopeningGraph:
         task run in it, even when another task finds the connection lost meanwhile)."""
         graph = await self._usable()
         async with self._lent(graph), graph.write() as transaction:
-            token = _inside_write.set(graph)
+            token = _inside_write.set((self, graph))
             try:
                 yield transaction
             finally:
@@ -151,8 +152,8 @@ class ReopeningGraph:
     async def _usable(self) -> GraphDB:
         """The connection a call runs on: the current one, or a new one when it is lost."""
         held = _inside_write.get()
-        if held is not None and held is self._graph:
-            return held
+        if held is not None and held[0] is self:
+            return held[1]  # its transaction's connection, even one lost or replaced since
         graph = self._graph
         if graph.lost is None:
             return graph

@@ -32,18 +32,10 @@ from core.stores.graph import upsert_node
 from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.postgres_server import PostgresServer
-from tests.support import REPO, child_env, read_archived_chunks, seed
+from tests.support import REPO, child_env, log_events, read_archived_chunks, seed, wait_until
 
 INTERVAL_MS = 3_000
 _databases = iter(range(1, 1_000_000))
-
-
-@pytest.fixture
-def chroma(tmp_path: Path) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "chroma-server", home=tmp_path / "home")
-    server.start()
-    yield server
-    server.stop()
 
 
 class Host:
@@ -70,15 +62,7 @@ class Host:
                 stderr=sink)
 
     def events(self, name: str, **fields: Any) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name and all(event.get(k) == v for k, v in fields.items()):
-                found.append(event)
-        return found
+        return log_events(self.log, name, **fields)
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -103,16 +87,6 @@ def hosts(tmp_path: Path) -> Iterator[Callable[..., Host]]:
     yield make
     for host in made:
         host.stop()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll until `predicate`; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def _seed(config: Path, tenants: int) -> None:

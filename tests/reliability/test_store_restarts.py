@@ -21,23 +21,28 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pytest
 
-from core.rules.nodes import REINFORCE_FACTOR
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
 from core.stores.postgres.connection import WRITE_LOCK_KEY
-from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.postgres_server import PostgresServer
-from tests.support import REPO, child_env, run_module, seed
+from tests.support import (
+    REPO,
+    child_env,
+    edge_mentions,
+    log_events,
+    run_module,
+    seed,
+    seed_concepts,
+    wait_until,
+)
 
 CONCEPTS = 10
 #: Lines of a round whose tick a restart cuts short inside its write transaction.
@@ -50,15 +55,6 @@ def _line(n: int) -> bytes:
                        "target": f"CONCEPT:c{(n * 7 + 1) % CONCEPTS}",
                        "relationship": f"R{n}", "justification": f"line {n}",
                        "timestamp": n}).encode()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class Daemon:
@@ -83,15 +79,7 @@ class Daemon:
                 env=child_env(self.root / "home"), stdout=subprocess.DEVNULL, stderr=sink)
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                found.append(event)
-        return found
+        return log_events(self.log, name)
 
     def stop(self) -> int | None:
         if self.process is None:
@@ -137,15 +125,6 @@ class RestartsOutcome:
                 "linesLost": len(self.lost), "appliedTwice": len(self.applied_twice)}
 
 
-async def _mentions(url: str) -> Counter[str]:
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch("SELECT relationship, weight FROM edges")
-    finally:
-        await conn.close()
-    return Counter({str(r[0]): round((float(r[1]) - 1.0) / REINFORCE_FACTOR) + 1 for r in rows})
-
-
 async def _restart_inside_a_write(server: PostgresServer, url: str, mode: str,
                                   append: Callable[[], None]) -> None:
     """Restart the server while the daemon is inside a write transaction: hold the write lock
@@ -167,15 +146,6 @@ async def _restart_inside_a_write(server: PostgresServer, url: str, mode: str,
         conn.terminate()
 
 
-async def _seed_concepts(settings: Any) -> None:
-    graph = await open_graph(settings)
-    try:
-        for c in range(CONCEPTS):
-            await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
-    finally:
-        await graph.close()
-
-
 def daemon_through_restarts(root: Path, server: PostgresServer, url: str, *,
                             restarts: int) -> RestartsOutcome:
     """A drain daemon (ticks every second) on the database `url` of `server`, through
@@ -183,7 +153,7 @@ def daemon_through_restarts(root: Path, server: PostgresServer, url: str, *,
     transaction (every fourth one crash-like, `immediate`), lines appended before each; then
     until every line is drained. What the graph holds, and how the daemon told it."""
     daemon = Daemon(root, "daemons.drain", stateUrl=url, remIntervalMs=1_000)
-    asyncio.run(_seed_concepts(daemon.settings))
+    asyncio.run(seed_concepts(daemon.settings, CONCEPTS))
     queue = daemon.settings.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
     appended = 0
@@ -218,7 +188,7 @@ def daemon_through_restarts(root: Path, server: PostgresServer, url: str, *,
     finally:
         outcome.daemon_exit = daemon.stop()
     outcome.lines_appended = appended
-    outcome.mentions = asyncio.run(_mentions(url))
+    outcome.mentions = asyncio.run(edge_mentions(url))
     outcome.cut_short = sum("store unavailable, nothing lost" in str(e.get("error"))
                             for e in daemon.events("tick.failed"))
     outcome.reopened = len(daemon.events("store.reopened"))
@@ -244,7 +214,7 @@ def test_a_one_shot_run_during_an_outage_is_exit_1_store_unavailable_nothing_los
     url = restartable_postgres.create_database(f"restarts{next(_databases)}")
     daemon = Daemon(tmp_path / "once", "daemons.drain", stateUrl=url,
                     reconciliationEnabled=True)
-    asyncio.run(_seed_concepts(daemon.settings))
+    asyncio.run(seed_concepts(daemon.settings, CONCEPTS))
     restartable_postgres.halt()
     try:
         for module in ("daemons.drain", "daemons.reconcile"):
@@ -258,14 +228,6 @@ def test_a_one_shot_run_during_an_outage_is_exit_1_store_unavailable_nothing_los
     done = run_module("daemons.drain", "--tick", "--json", "--config", str(daemon.config),
                       home=tmp_path / "home")
     assert done.returncode == 0, done.stderr
-
-
-@pytest.fixture
-def chroma(tmp_path: Path) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "chroma-server", home=tmp_path / "chroma-home")
-    server.start()
-    yield server
-    server.stop()
 
 
 def test_a_daemon_goes_on_after_its_chroma_server_restarts_between_ticks(
