@@ -83,6 +83,10 @@ WRONG_VALUES: tuple[tuple[str, str, str, str | None], ...] = (
      "it holds a password: put it in PGPASSFILE or PGPASSWORD", "Pa55state"),
     ('stateUrl = "postgresql://127.0.0.1:5432"', "stateUrl", "it names no database", None),
     ('stateUrl = "mysql://127.0.0.1/kb"', "stateUrl", "expected postgresql://", None),
+    (SERVER + 'memoryCoreChromaUrl = "http://mc:Pa55mem@127.0.0.1:8001"', "memoryCoreChromaUrl",
+     "user-info (user:password@)", "Pa55mem"),
+    ('memoryCoreChromaUrl = "http://127.0.0.1:8001"', "memoryCoreChromaUrl",
+     "is set but chromaUrl is empty", None),
 )
 
 
