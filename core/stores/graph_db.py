@@ -81,7 +81,8 @@ class GraphDB(Reader, Protocol):
 
     `write()` commits on success and rolls back on any error; an outage surfaces as
     `StoreUnavailable` (the tick fails cleanly, nothing half-written remains), a statement the
-    data made fail as `GraphDataError`. A read-only store (`read_only`, for dry runs) refuses
+    data made fail as `GraphDataError`, a connection that broke under the call as
+    `ConnectionLost` (then `lost` says why). A read-only store (`read_only`, for dry runs) refuses
     `write()` and changes nothing.
     """
 
@@ -93,6 +94,14 @@ class GraphDB(Reader, Protocol):
     @property
     def location(self) -> str:
         """Where the state is, for messages (a file path, or a URL without credentials)."""
+        ...
+
+    @property
+    def lost(self) -> str | None:
+        """Why this connection can no longer be used, or None while it can: a call failed
+        with the connection's own error (`ConnectionLost`), or the backend saw it end (the
+        server closed it, the SQLite file was replaced). A lost connection is never used
+        again; `core.stores.reopening_graph` replaces it."""
         ...
 
     def write(self) -> AbstractAsyncContextManager[Transaction]:

@@ -28,11 +28,10 @@ from typing import Any
 from core.rules.config import Settings
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
-from core.stores.graph import REINFORCE_FACTOR, upsert_node
+from core.stores.graph import REINFORCE_FACTOR
 from core.stores.queue_files import read_generation
-from core.stores.state import open_graph
 from tests.reliability.crash_child import POINTS, TARGETS
-from tests.support import child_env, seed
+from tests.support import child_env, seed, seed_concepts
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Failed tries before a line is dead-lettered in these worlds: small, so that lines to
@@ -146,12 +145,7 @@ def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
                         for j in range(0, SESSIONS, 2)])
         finally:
             await vectors.close()
-        graph = await open_graph(settings)
-        try:
-            for c in range(CONCEPTS):
-                await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
-        finally:
-            await graph.close()
+        await seed_concepts(settings, CONCEPTS)
 
     asyncio.run(seed_stores())
     return World(root, config, settings)

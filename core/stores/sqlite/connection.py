@@ -10,10 +10,15 @@ and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is 
 statements (`core.stores.sqlite.statements`). `query`, `execute` and `executemany` are for the
 modules of `core.stores` only (a test walks the source and fails on SQL text or a call of these
 anywhere else).
+
+A connection that hit an I/O error, or whose file was replaced or removed under it (the file
+at the path is no longer the one it opened), says so in `lost`; a daemon's graph is then
+reopened on its next use (`core.stores.reopening_graph`).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -23,7 +28,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from core.rules.errors import KbError, StoreUnavailable
+from core.rules.errors import ConnectionLost, KbError, StoreUnavailable
 from core.stores.graph_db import ConnectionTurn, GraphDataError
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
@@ -43,13 +48,32 @@ BUSY_TIMEOUT_MS = 5_000
 _OUTAGE_CODES = frozenset({3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 23, 26})
 
 
+#: Primary codes after which this connection is not trusted again: read-only (the file moved
+#: or was replaced under a WAL connection: SQLITE_READONLY_DBMOVED), I/O error, corrupt,
+#: cannot open, not a database. A new connection sees the file the path names now.
+_LOST_CODES = frozenset({8, 10, 11, 14, 26})
+
+
 def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
-    one, to be safe: an outage spends no line's attempts), GraphDataError otherwise."""
+    one, to be safe: an outage spends no line's attempts), ConnectionLost when the
+    connection itself is suspect (_LOST_CODES), GraphDataError otherwise."""
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF not in _OUTAGE_CODES:
         return GraphDataError(f"SQLite {path}: {action} failed: {exc}")
+    if isinstance(code, int) and code & 0xFF in _LOST_CODES:
+        return ConnectionLost(f"SQLite {path}: {action} failed: store unavailable, nothing "
+                              f"lost (connection lost: {exc})")
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the file at `path`, or None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 class SqliteTransaction:
@@ -84,11 +108,35 @@ class SqliteGraph:
 
     sql: Statements = SQLITE
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
+                 in_memory: bool = False) -> None:
         self._conn = conn
         self.path = path
         self.read_only = read_only
         self._turn = ConnectionTurn()
+        self._lost: str | None = None
+        #: The file this connection opened (None for a dry run's in-memory stand-in).
+        self._identity = None if in_memory else _file_identity(path)
+        self._closed = False
+
+    @property
+    def lost(self) -> str | None:
+        """Why this connection can no longer be used (None while it can): a call failed with
+        an I/O-class error (_LOST_CODES), or the path names another file than the one opened
+        (replaced, or removed). One `stat` per look."""
+        if self._lost is None and self._identity is not None:
+            now = _file_identity(self.path)
+            if now != self._identity:
+                self._lost = (f"the file {self.path} was removed" if now is None
+                              else f"the file {self.path} was replaced")
+        return self._lost
+
+    def _failed(self, action: str, exc: sqlite3.Error) -> KbError:
+        """The project's error for a call that raised `exc`; remembers a suspect connection."""
+        error = _store_error(self.path, action, exc)
+        if isinstance(error, ConnectionLost) and self._lost is None:
+            self._lost = f"{action} failed: {exc}"
+        return error
 
     @property
     def location(self) -> str:
@@ -118,7 +166,8 @@ class SqliteGraph:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
+            raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
+                                   f"lost ({exc})") from exc
         try:
             if not read_only:
                 await conn.execute("PRAGMA journal_mode=WAL")
@@ -132,11 +181,34 @@ class SqliteGraph:
             if isinstance(exc, sqlite3.Error):
                 raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
             raise
-        return cls(conn, path, read_only=read_only)
+        return cls(conn, path, read_only=read_only, in_memory=in_memory)
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent). When the file was replaced or removed under a
+        writable connection, its write-ahead log, which still has the path's `-wal` name, is
+        first checkpointed into the file it belongs to and emptied: left as it is, it would
+        overlay the new file at that path, for this daemon and every other opener.
+        StoreUnavailable (the connection stays open) when that cannot be done."""
+        if self._closed:
+            return
+        moved = self._identity is not None and _file_identity(self.path) != self._identity
+        if moved and not self.read_only:
+            await self._empty_moved_log()
         await self._conn.close()
+        self._closed = True
+
+    async def _empty_moved_log(self) -> None:
+        try:
+            rows = list(await self._conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
+            refused: object = rows[0][0] if rows else 0  # 1: another connection was busy
+        except sqlite3.Error as exc:
+            refused = exc
+        if refused:
+            raise StoreUnavailable(
+                f"SQLite {self.path}: the file was replaced while this daemon had it open, "
+                f"and its old write-ahead log could not be emptied ({refused}); stop every "
+                f"process using it, then remove {self.path}-wal and {self.path}-shm (they "
+                "belong to the old file) before starting again")
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[SqliteTransaction]:
@@ -156,7 +228,10 @@ class SqliteGraph:
         try:
             await self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"SQLite {self.path}: begin write failed: {exc}") from exc
+            error = self._failed("begin write", exc)
+            if isinstance(error, GraphDataError):  # BEGIN carries no data: an outage
+                error = StoreUnavailable(str(error))
+            raise error from exc
         try:
             yield SqliteTransaction(self._conn)
             await self._conn.execute("COMMIT")
@@ -166,7 +241,7 @@ class SqliteGraph:
             except sqlite3.Error:
                 log.warning("graph.rollback_failed", path=str(self.path), exc_info=True)
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
-                raise _store_error(self.path, "write", exc) from exc
+                raise self._failed("write", exc) from exc
             raise
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -175,7 +250,7 @@ class SqliteGraph:
         try:
             return list(await self._conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
-            raise _store_error(self.path, "read", exc) from exc
+            raise self._failed("read", exc) from exc
 
     async def table_names(self) -> set[str]:
         """The tables in the file (a read-only open of an older file may lack some)."""
