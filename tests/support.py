@@ -8,6 +8,7 @@ import ast
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -114,6 +115,23 @@ async def edge_mentions(url: str) -> Counter[str]:
     finally:
         await conn.close()
     return Counter({str(r[0]): round((float(r[1]) - 1.0) / REINFORCE_FACTOR) + 1 for r in rows})
+
+
+def unix_socket_to(path: Path, *, blocking: bool = True) -> socket.socket:
+    """A Unix socket connected to `path` through its folder's descriptor, as the product
+    connects (pytest's temp paths can pass the 108-byte socket address). A non-blocking
+    connect that would wait raises BlockingIOError, as `connect` does."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(blocking)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{path.name}")
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(fd)
+    return sock
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
