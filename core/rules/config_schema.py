@@ -31,13 +31,14 @@ from core.rules.chroma_server import (
     ChromaServer,
     parse_chroma_url,
 )
+from core.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.rules.retention import valid_max_age, valid_max_count
 
 TABLE = "knowledgeBase"
 
 KeyType = Literal[
-    "string", "path", "file", "url", "stateurl", "name", "collection", "integer", "number",
-    "boolean", "enum", "rules", "retention"
+    "string", "path", "file", "folder", "url", "stateurl", "name", "collection", "integer",
+    "number", "boolean", "enum", "rules", "retention"
 ]
 
 LOG_FORMATS = ("auto", "json", "console")
@@ -87,6 +88,7 @@ class Key:
             "string": "string",
             "path": "string (path)",
             "file": 'string (path to a file; "" for none)',
+            "folder": 'string (path to a folder; "" for none)',
             "url": 'string ("" or http(s)://host[:port][/prefix])',
             "stateurl": 'string ("" or postgresql://host[:port]/database, no password)',
             "name": 'string ("" for Chroma\'s default, else letters, digits, ".", "_", "~", "-")',
@@ -168,6 +170,12 @@ KEYS: tuple[Key, ...] = (
         under_data_dir="graph.sqlite", locating=True),
     Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
         under_data_dir="memory-core/lazy-edges.jsonl", locating=True),
+    Key("neoRoot", "folder", "", "a neo.mjs checkout: the graph, queue and Chroma server "
+        "default to its layout and its NEO_* variables (a key set here wins); \"\" runs on "
+        "this project's own data folder", locating=True),
+    Key("graphSchema", "enum", SCHEMA_AUTO, "`auto` reads the graph file's schema (a new "
+        "file is `kb`, except with neoRoot); `kb` or `neo` refuses a file of the other",
+        choices=GRAPH_SCHEMAS, locating=True),
     Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection",
         locating=True),
     Key("summaryCollection", "collection", "neo-agent-sessions",
@@ -271,6 +279,10 @@ class Settings:
     state_url: str
     graph_db_path: Path
     lazy_edges_queue_path: Path
+    #: The neo.mjs checkout whose layout the paths default to; None when not set.
+    neo_root: Path | None
+    #: `auto`, `kb` or `neo` (`core.rules.graph_schema`).
+    graph_schema: str
     memory_collection: str
     summary_collection: str
     knowledge_base_collection: str

@@ -83,6 +83,10 @@ WRONG_VALUES: tuple[tuple[str, str, str, str | None], ...] = (
      "it holds a password: put it in PGPASSFILE or PGPASSWORD", "Pa55state"),
     ('stateUrl = "postgresql://127.0.0.1:5432"', "stateUrl", "it names no database", None),
     ('stateUrl = "mysql://127.0.0.1/kb"', "stateUrl", "expected postgresql://", None),
+    ("neoRoot = 5", "neoRoot", "got 5", None),
+    ('neoRoot = "no-such-checkout"', "neoRoot", "not a folder (a neo.mjs checkout)", None),
+    ('neoRoot = "."', "neoRoot", "holds no .neo-ai-data folder", None),
+    ('graphSchema = "Neo"', "graphSchema", '"auto" | "kb" | "neo"', None),
 )
 
 
