@@ -169,13 +169,27 @@ def _neo(nodes: SchemaObject, edges: SchemaObject, tables: Mapping[str, SchemaOb
     version: int | None = None
     if schema_versions is not None and "graph" in schema_versions:
         raw = schema_versions["graph"]
-        if not (isinstance(raw, int) and not isinstance(raw, bool)) or raw != NEO_SCHEMA_VERSION:
+        if _js_number(raw) != NEO_SCHEMA_VERSION:
             return FoundSchema("foreign", f"a neo.mjs graph with SchemaVersion graph = {raw!r} "
                                f"(this version reads {NEO_SCHEMA_VERSION} only)")
-        version = raw
+        version = NEO_SCHEMA_VERSION
     layout = NeoLayout(era, nodes.name, edges.name, node_user_id, "user_id" in edges.columns,
                        log is not None, version, "kb_ingestion_metrics" in tables)
     return FoundSchema("neo", layout.described(), layout)
+
+
+def _js_number(value: object) -> float | None:
+    """`Number(value)` as the original's boot reads the version (None for NaN)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip() or "0")
+        except ValueError:
+            return None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
