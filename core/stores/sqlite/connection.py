@@ -158,8 +158,13 @@ def read_found_schema_sync(path: Path) -> FoundSchema:
     created; a missing file is `new`."""
     if not path.exists():
         return NEW
+    # Without a WAL file beside it nobody has the file open and all of it is in the main file:
+    # read it `immutable`, which creates no -wal/-shm file either (a plain read-only open of a
+    # WAL-mode file would, and leave them). With one, a reader must see the WAL too.
+    wal = path.with_name(path.name + "-wal")
+    immutable = "" if wal.exists() else "&immutable=1"
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True,
                                timeout=BUSY_TIMEOUT_MS / 1000)
     except sqlite3.Error as exc:
         raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
