@@ -56,8 +56,8 @@ def test_stdout_ends_with_exactly_one_json_object(
     objects = [line for line in lines if line.startswith("{")]
     assert objects == [lines[-1]]
     assert report["mode"] == "smoke"
-    assert {"drain", "drain-server", "postgres", "reconcile", "scale", "idle", "targets",
-            "machine"} <= report.keys()
+    assert {"drain", "drain-server", "drain-neo", "postgres", "reconcile", "scale", "idle",
+            "targets", "machine"} <= report.keys()
     assert any(line.startswith("Drain:") for line in lines)
     assert any(line.startswith("Targets") for line in lines)
 
@@ -126,6 +126,17 @@ def test_the_scale_section_runs_every_contender_over_many_tenants(
         for run in runs.values():
             assert run["msPerTenant"] > 0 and run["usPerChunk"] > 0
         assert runs["dry"]["overFloor"] > 0 and runs["tombstone"]["overFloor"] > 0
+
+
+def test_the_drain_on_a_neo_graph_ends_with_the_graph_its_floor_ends_with(
+    smoke_run: tuple[list[str], dict[str, Any], set[Path]],
+) -> None:
+    neo, embedded = smoke_run[1]["drain-neo"], smoke_run[1]["drain"]
+    assert neo["consistent"], neo["mismatches"]
+    assert set(neo["contenders"]) == {"drainer", "floor"}
+    assert neo["expected"] == embedded["expected"]
+    assert neo["contenders"]["drainer"]["edges"] == embedded["expected"]["edgesAfter"]
+    assert neo["drainerOverFloor"] > 0
 
 
 def test_the_drain_over_a_server_links_what_the_embedded_drain_links(

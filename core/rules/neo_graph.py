@@ -69,6 +69,8 @@ def document_json(document: Mapping[str, Any]) -> str:
 
 
 def _js_numbers(value: Any) -> Any:
+    """`value` with every integral float an integer; the very object when it has none (the
+    usual document: strings, integers, booleans), so that no copy is made for nothing."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value
@@ -76,9 +78,21 @@ def _js_numbers(value: Any) -> Any:
         return int(value) if math.isfinite(value) and value.is_integer() \
             and abs(value) < 2 ** 53 else value
     if isinstance(value, Mapping):
-        return {k: _js_numbers(v) for k, v in value.items()}
+        copy: dict[str, Any] | None = None
+        for key, item in value.items():
+            kind = type(item)
+            if kind is str or kind is int or kind is bool or item is None:
+                continue
+            fixed = _js_numbers(item)
+            if fixed is not item:
+                if copy is None:
+                    copy = dict(value)
+                copy[key] = fixed
+        return copy if copy is not None else value
     if isinstance(value, (list, tuple)):
-        return [_js_numbers(v) for v in value]
+        items = [_js_numbers(v) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) \
+            or isinstance(value, tuple) else value
     return value
 
 

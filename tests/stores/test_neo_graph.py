@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from core.rules.alert_evaluation import Alert, Delivery
 from core.rules.config import Settings
 from core.rules.errors import ConfigError
 from core.rules.graph_schema import NeoEra
 from core.rules.nodes import EdgeRow, NodeRow, memory_node, minimal_session_node
-from core.stores.daemon_state import last_ticks
+from core.stores.alert_records import recent_alerts, record_deliveries
+from core.stores.daemon_state import TickRecord, get_value, last_ticks, record_tick, set_value
 from core.stores.graph import (
     existing_ids,
     identity_conflicts,
@@ -30,6 +32,7 @@ from core.stores.graph import (
 from core.stores.graph_db import GraphDB
 from core.stores.neo.tables import original_tables
 from core.stores.state import open_graph
+from core.stores.telemetry import record_ingestion_metric
 from core.stores.tenants import list_tenants, tenant_config
 from tests.neo_graphs import (
     BARE_ERAS,
@@ -359,3 +362,22 @@ async def test_a_node_document_the_original_cannot_parse_is_replaced_not_merged(
     assert json.loads(json.dumps(documents(built)["CONCEPT:c"])) == {
         "id": "CONCEPT:c", "label": "CONCEPT",
         "properties": {"name": "CONCEPT:c", "description": "", "k": 1}}
+
+
+async def test_the_daemons_own_state_lives_in_their_prefixed_tables_of_the_same_file(
+    built: Path, neo: GraphDB,
+) -> None:
+    await record_tick(neo, TickRecord("drain", 1, 2, 1, True, {"n": 1}))
+    await set_value(neo, "drain.watermark", "42", now_ms=3)
+    alert = Alert("acme", "r", "chunksDeleted", 5.0, 1.0, "warn", "log", "wake", "tenant", 9)
+    await record_deliveries(neo, [Delivery(alert, "subject", True)])
+    await record_ingestion_metric(neo, tenant_id="acme", repo_slug="r", event_type="reconcile")
+    assert (await last_ticks(neo))["drain"].figures == {"n": 1}
+    assert await get_value(neo, "drain.watermark") == "42"
+    assert [d.alert.metric for d in await recent_alerts(neo)] == ["chunksDeleted"]
+    with closing(sqlite3.connect(built)) as conn:
+        assert conn.execute("SELECT daemon FROM kb_daemons_daemon_ticks").fetchall() == [
+            ("drain",)]
+        assert conn.execute("SELECT COUNT(*) FROM kb_daemons_alerts_fired").fetchone()[0] == 1
+        assert conn.execute("SELECT event_type FROM kb_ingestion_metrics").fetchall() == [
+            ("reconcile",)]

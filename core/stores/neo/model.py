@@ -26,6 +26,7 @@ from core.rules.neo_graph import (
     document_json,
     ids_to_read,
     js_truthy_user_id,
+    memory_key,
     new_edge_document,
     new_node_document,
     project_node,
@@ -89,6 +90,13 @@ class NeoGraphModel:
         rows = await reader.query(STORED_NODES, (_json_ids(wanted),))
         return {str(r[0]): StoredNode(r[1], bool(r[2])) for r in rows}
 
+    def _memory_ids(self, ids: Iterable[str]) -> list[str]:
+        """The `memory:X` ids among `ids` whose node the era keeps elsewhere (E2/E3: under the
+        bare id); every other id is its own node id."""
+        if not self.layout.era.bare_memory_ids:
+            return []
+        return [i for i in ids if memory_key(i) is not None]
+
     async def resolve(self, reader: Reader, ids: Collection[str]) -> dict[str, Resolution]:
         """Where each of `ids` goes (`core.rules.neo_graph.resolve_endpoint`)."""
         stored = await self._stored(reader, ids)
@@ -97,13 +105,21 @@ class NeoGraphModel:
 
     async def existing_ids(self, reader: Reader, ids: Collection[str]) -> set[str]:
         """Which of `ids` resolve to a node (a `memory:X` to its `AGENT_MEMORY X` in E2/E3)."""
-        return {i for i, r in (await self.resolve(reader, ids)).items() if r.node_id}
+        memory = self._memory_ids(ids)
+        plain = set(ids).difference(memory)
+        found = {str(r[0]) for r in await reader.query(reader.sql.existing_ids,
+                                                        (_json_ids(plain),))} if plain else set()
+        if memory:
+            found.update(i for i, r in (await self.resolve(reader, memory)).items()
+                         if r.node_id is not None)
+        return found
 
     async def identity_conflicts(self, reader: Reader, ids: Collection[str]) -> dict[str, str]:
         """`memory:X` ids whose bare id `X` holds another kind of node (E2/E3)."""
-        if not self.layout.era.bare_memory_ids:
+        memory = self._memory_ids(ids)
+        if not memory:
             return {}
-        return {i: r.conflict for i, r in (await self.resolve(reader, ids)).items()
+        return {i: r.conflict for i, r in (await self.resolve(reader, memory)).items()
                 if r.conflict is not None}
 
     async def nodes_by_id(self, reader: Reader, ids: Collection[str]) -> dict[str, NodeRow]:
@@ -188,14 +204,20 @@ class NeoGraphModel:
     # ------------------------------------------------------------------------------- edges
 
     async def _endpoints(self, tx: Transaction, edges: Sequence[EdgeLike]) -> dict[str, str]:
-        """Each endpoint's node id; GraphDataError for one that does not resolve now (a node
-        removed since the batch was planned: the batch is tried again and re-planned)."""
+        """Each endpoint's node id: its own, or for a raw memory of E2/E3 the node it resolves
+        to now; GraphDataError for one that does not resolve (a node removed since the batch
+        was planned: the batch is tried again and re-planned). Another endpoint that is gone
+        fails the insert on the table's foreign key, with the same effect."""
         ids = {e.source for e in edges} | {e.target for e in edges}
-        resolved = await self.resolve(tx, ids)
-        missing = sorted(i for i, r in resolved.items() if r.node_id is None)
-        if missing:
-            raise GraphDataError(f"edge endpoints not in the graph: {missing[:5]}")
-        return {i: str(r.node_id) for i, r in resolved.items()}
+        endpoints = {i: i for i in ids}
+        memory = self._memory_ids(ids)
+        if memory:
+            resolved = await self.resolve(tx, memory)
+            missing = sorted(i for i, r in resolved.items() if r.node_id is None)
+            if missing:
+                raise GraphDataError(f"edge endpoints not in the graph: {missing[:5]}")
+            endpoints.update((i, str(r.node_id)) for i, r in resolved.items())
+        return endpoints
 
     async def _edges(self, tx: Transaction, keys: Collection[EdgeKey]
                      ) -> dict[EdgeKey, tuple[str, dict[str, Any]]]:
