@@ -2,13 +2,15 @@
 drain it while crashing or competing, and the audit that proves nothing was lost.
 
 Every distinct queue line has its own relationship (`R<n>`), so it maps to exactly one edge,
-and some lines are appended again byte for byte: each copy is one mention. A world's graph is
-this project's file, or (`neo=True`) a neo.mjs graph of the latest era (`tests.neo_graphs`),
-whose edges are the original's `Edges` documents with the weight in `properties.weight`. An edge's weight
+and some lines are appended again byte for byte: each copy is one mention. An edge's weight
 says how many copies took effect (1.0 for one, 1.1 for two, ...: every line has weight 1).
 The audit accepts only two fates for each copy: applied once, or dead-lettered once with a
 reason. Malformed lines (some repeated byte for byte too, some over the 1 MiB limit) must be
 dead letters with reason `malformed`, one record each; no two records may share a `readAt`.
+
+A world's graph is this project's file, or (`neo=True`) a neo.mjs graph of the latest era
+(`tests.neo_graphs`), whose edges are the original's `Edges` documents, the weight in
+`properties.weight`.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from core.rules.config import Settings
+from core.rules.graph_schema import NeoEra
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
 from core.stores.graph import REINFORCE_FACTOR, upsert_node
-from core.stores.queue_files import read_generation
-from core.rules.graph_schema import NeoEra
 from core.stores.neo.schema import OWN_PREFIX
+from core.stores.queue_files import read_generation
 from core.stores.state import open_graph
 from tests.neo_graphs import build_neo_graph
 from tests.reliability.crash_child import POINTS, TARGETS

@@ -290,6 +290,25 @@ async def test_a_dry_run_open_changes_no_byte_of_the_file_and_creates_no_table(
     assert (file_bytes(built), schema_entries(built)) == before
 
 
+async def test_a_dry_run_reads_the_daemons_own_tables_the_file_has_and_stands_in_for_the_rest(
+    tmp_path: Path, built: Path,
+) -> None:
+    graph = await open_graph(neo_settings(tmp_path))
+    await set_value(graph, "kept", "1", now_ms=1)
+    await graph.close()
+    with closing(sqlite3.connect(built)) as conn:
+        conn.execute("DROP TABLE kb_daemons_daemon_ticks")  # its neighbour daemon_state stays
+        conn.commit()
+    before = file_bytes(built)
+    dry = await open_graph(neo_settings(tmp_path), read_only=True)
+    try:
+        assert await last_ticks(dry) == {}
+        assert await get_value(dry, "kept") == "1", "a stand-in never hides a real table"
+    finally:
+        await dry.close()
+    assert file_bytes(built) == before
+
+
 @pytest.mark.parametrize("era", LOGGED, ids=str)
 async def test_the_originals_boot_afterwards_drops_and_breaks_nothing_and_writes_go_on(
     tmp_path: Path, era: NeoEra,

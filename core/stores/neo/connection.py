@@ -23,7 +23,7 @@ from core.rules.errors import StoreUnavailable
 from core.rules.graph_schema import NeoLayout
 from core.stores.graph_db import GraphModel
 from core.stores.neo.model import NeoGraphModel
-from core.stores.neo.schema import NEO_TELEMETRY_DDL, OWN_DDL, OWN_DDL_FIRST_TABLES, OWN_PREFIX
+from core.stores.neo.schema import NEO_TELEMETRY_DDL, OWN_DDL, OWN_PREFIX, own_statements
 from core.stores.neo.statements import NEO
 from core.stores.sqlite.connection import (
     SqliteFile,
@@ -72,16 +72,19 @@ class NeoGraph(SqliteGraph):
         daemons' own tables created (TEMP stand-ins for a dry run), and the original's
         telemetry table when it has none."""
         existing = {str(r[0]) for r in await file.rows(_MAIN_TABLES)}
-        missing = [ddl for ddl, first in zip(OWN_DDL, OWN_DDL_FIRST_TABLES, strict=True)
-                   if first not in existing]
+        script = list(OWN_DDL)
         if not layout.telemetry_table:
-            missing.append(NEO_TELEMETRY_DDL)
+            script.append(NEO_TELEMETRY_DDL)
         if file.read_only:
-            # Stand-ins on this connection only: a dry run finds the tables empty and the file
-            # is never written (its TEMP schema lives in memory).
-            missing = ["PRAGMA temp_store = MEMORY;",
-                       *(_temporary(ddl) for ddl in missing)]
-        await file.prepare(missing)
+            # Stand-ins on this connection only, for the tables the file lacks (one the file
+            # has must not be shadowed): a dry run finds them empty, and the file is never
+            # written (its TEMP schema lives in memory).
+            script = ["PRAGMA temp_store = MEMORY;",
+                      *(_temporary(sql) for table, sql in own_statements()
+                        if table not in existing)]
+            if not layout.telemetry_table:
+                script.append(_temporary(NEO_TELEMETRY_DDL))
+        await file.prepare(script)
         cookie = int((await file.rows(_SCHEMA_COOKIE))[0][0])
         return cls(file, layout, cookie)
 

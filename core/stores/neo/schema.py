@@ -183,11 +183,20 @@ def own_names(sql: str) -> str:
     return _OWN_NAME.sub(lambda found: OWN_PREFIX + found.group(1), sql)
 
 
-#: The daemons' own tables on a neo.mjs graph file: this project's DDL, renamed. Each group
-#: is created in one script; a group whose first table exists is complete.
+#: The daemons' own tables on a neo.mjs graph file: this project's DDL, renamed (every
+#: statement a `CREATE ... IF NOT EXISTS`: running it on a file that has them changes nothing).
 OWN_DDL: tuple[str, ...] = tuple(own_names(ddl) for ddl in (DRAIN_DDL, STATE_DDL,
                                                             DRAINER_TICKS_DDL, ALERTS_DDL))
-#: The first table of each `OWN_DDL` group, by its name on the file.
-OWN_DDL_FIRST_TABLES: tuple[str, ...] = tuple(
-    OWN_PREFIX + name for name in ("drain_generations", "daemon_ticks", "drainer_ticks",
-                                   "alert_cooldowns"))
+_CREATES = re.compile(r"CREATE\s+(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)"
+                      r"(?:\s+ON\s+(\w+))?")
+
+
+def own_statements() -> list[tuple[str, str]]:
+    """Each statement of `OWN_DDL` with the table it creates or indexes, in order."""
+    statements: list[tuple[str, str]] = []
+    for ddl in OWN_DDL:
+        for text in ddl.split(";"):
+            found = _CREATES.search(text)
+            if found is not None:
+                statements.append((found.group(2) or found.group(1), text.strip() + ";"))
+    return statements
