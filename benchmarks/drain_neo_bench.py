@@ -28,17 +28,7 @@ from typing import Any
 
 from benchmarks import drain_bench
 from benchmarks.bare_stores import open_chroma, open_sqlite
-from benchmarks.harness import (
-    ChildRun,
-    child_env,
-    copy_data,
-    emit_report,
-    make_workdir,
-    progress,
-    remove_tree,
-    run_child,
-    set_up_child,
-)
+from benchmarks.harness import emit_report, set_up_child
 
 MODULE = "benchmarks.drain_neo_bench"
 CONTENDERS = ("drainer", "floor")
@@ -147,26 +137,11 @@ def run_contender(name: str, root: Path) -> dict[str, Any]:
 
 def run_neo_benchmark(sizes: drain_bench.DrainSizes, *, repeats: int = 1) -> dict[str, Any]:
     """Seed once, run each contender on its own fresh copy (best of `repeats`), compare."""
-    workdir = make_workdir("drain-neo")
-    try:
-        env = child_env(workdir)
-        seed_root = workdir / "seed"
-        progress(f"drain-neo: seeding {sizes.lines:,} lines into a neo.mjs E3 graph")
-        seeded = run_child(MODULE, ["--seed", str(seed_root), *sizes.args()], env=env)
-        runs: dict[str, list[ChildRun]] = {name: [] for name in CONTENDERS}
-        for turn in range(repeats):
-            for name in CONTENDERS:
-                root = copy_data(seed_root, workdir / f"{name}-{turn}")
-                progress(f"drain-neo: {name} (run {turn + 1}/{repeats})")
-                runs[name].append(run_child(MODULE, ["--contender", name, "--data", str(root)],
-                                            env=env))
-                remove_tree(root)
-        result = drain_bench.summarize(sizes, seeded.report["expected"], runs)
-        for target in result["targets"]:
-            target["name"] = target["name"].replace("drain:", "drain (neo.mjs graph):", 1)
-        return result
-    finally:
-        remove_tree(workdir)
+    result = drain_bench.run_variant(MODULE, "drain-neo", sizes, repeats=repeats,
+                                     contenders=CONTENDERS)
+    for target in result["targets"]:
+        target["name"] = target["name"].replace("drain:", "drain (neo.mjs graph):", 1)
+    return result
 
 
 def table(result: dict[str, Any]) -> str:
