@@ -33,6 +33,7 @@ from core.stores.graph_db import GraphDB
 from core.stores.neo.tables import original_tables
 from core.stores.state import open_graph
 from core.stores.telemetry import record_ingestion_metric
+from core.stores.tenant_manifests import all_manifests, tenant_manifests
 from core.stores.tenants import list_tenants, tenant_config
 from tests.neo_graphs import (
     BARE_ERAS,
@@ -54,6 +55,9 @@ from tests.neo_graphs import (
 )
 from tests.neo_graphs import (
     tenant_config as original_tenant_config,
+)
+from tests.neo_graphs import (
+    tenant_manifest as original_tenant_manifest,
 )
 from tests.support import make_settings
 
@@ -272,6 +276,23 @@ async def test_tenant_configs_in_the_originals_shape_are_read_from_data_properti
         await graph.close()
     assert (listed.tenant_id, listed.version) == ("acme", 4)
     assert config is not None and config.tenant_repos[0]["repoSlug"] == "github.com/acme/repo"
+
+
+async def test_tenant_manifests_in_the_originals_shape_are_read_one_and_all(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "neo.sqlite"
+    build_neo_graph(path, NeoEra.E2, nodes=[
+        original_tenant_manifest("acme", "github.com/acme/repo", ["b.md", "a.md"], 1_000)])
+    graph = await open_graph(neo_settings(tmp_path))
+    try:
+        one = await tenant_manifests(graph, "acme")
+        every = await all_manifests(graph)
+    finally:
+        await graph.close()
+    assert one["github.com/acme/repo"].paths_after_push == ("a.md", "b.md")
+    assert one["github.com/acme/repo"].updated_at == 1_000
+    assert every == {"acme": one}
 
 
 async def test_a_dry_run_open_changes_no_byte_of_the_file_and_creates_no_table(
