@@ -140,8 +140,10 @@ def classify_schema(objects: Collection[SchemaObject],
         if (node_columns >= _NEO_NODE_COLUMNS and "label" not in node_columns
                 and edge_columns >= _NEO_EDGE_COLUMNS):
             return _neo(nodes, edges, tables, schema_versions)
-    if nodes is None and edges is None and set(tables) <= _KB_TABLES:
-        return FoundSchema("kb", "this project's tables, without a graph yet")
+    if set(tables) <= _KB_TABLES and not any(
+            t is not None and "data" in t.columns for t in (nodes, edges)):
+        # This project's tables only, some not created yet (an older or partial state file).
+        return _kb_or_booted(objects, tables)
     return FoundSchema("foreign", "tables " + ", ".join(sorted(o.name for o in tables.values()))
                        + " (neither this project's nodes/edges nor neo.mjs's Nodes/Edges)")
 

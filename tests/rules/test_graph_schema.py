@@ -70,6 +70,8 @@ def test_a_schema_version_other_than_1_is_a_schema_this_version_does_not_know(
 
 def test_this_projects_tables_are_kb_even_without_their_graph_yet() -> None:
     assert classify_schema((KB_NODES, KB_EDGES)).kind == "kb"
+    assert classify_schema((KB_NODES,)).kind == "kb", "a partial state file of ours"
+    assert classify_schema((V0_NODES,)).kind == "foreign", "a partial graph of the original's"
     assert classify_schema((SchemaObject("table", "kb_ingestion_metrics",
                                          "kb_ingestion_metrics", ("id",)),)).kind == "kb"
     assert classify_schema(()) == NEW
