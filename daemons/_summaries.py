@@ -199,7 +199,7 @@ def backfill_summary(figures: EagerBackfillFigures) -> str:
     if isinstance(live, EagerIngestFigures) and live.unparseable_created_at:
         named = ", ".join(str(r.get("rowId")) for r in live.unparseable_rows)
         lines.append(f"  {counted(live.unparseable_created_at, 'summary', 'summaries')} "
-                     f"with an unparseable createdAt were not considered: {named}")
+                     f"without a readable createdAt or timestamp were not considered: {named}")
     lines.append("  " + drain_line(figures.drain, dry_run=figures.dry_run))
     if figures.failure_count:
         lines.append(f"  {counted(figures.failure_count, 'failure')}:")

@@ -69,7 +69,8 @@ def build_parser() -> Parser:
     parser.add_argument("--days", metavar="N", type=positive_days, default=DEFAULT_DAYS,
                         help="window in days, a whole number >= 1 (default "
                         f"{DEFAULT_DAYS}): sessions whose "
-                        "summary createdAt (ISO-8601 or epoch ms/s, compared as a time) is "
+                        "summary createdAt (else its timestamp, as the original's rows "
+                        "carry; ISO-8601 or epoch ms/s, compared as a time) is "
                         "within the last N days are ingested")
     parser.add_argument("--skip-drain", action="store_true",
                         help="do not drain the lazy-edge queue after ingesting")

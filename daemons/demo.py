@@ -80,9 +80,9 @@ async def refuse_foreign_store(context: TickContext, dataset: DemoDataset) -> No
             continue
         if count > len(rows):
             raise ConfigError(
-                f"{context.vectors.description}: collection {name!r} holds {count} rows, more "
-                "than the demo writes; refusing to seed demo data into a store with real data "
-                "(point --config at a fresh dataDir)")
+                f"{context.vectors.description_of(name)}: collection {name!r} holds "
+                f"{count} rows, more than the demo writes; refusing to seed demo data into "
+                "a store with real data (point --config at a fresh dataDir)")
 
 
 def report_only(context: TickContext) -> TickContext:

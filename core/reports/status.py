@@ -28,6 +28,7 @@ from typing import Any
 from core.reports.graph_status import GraphStatus, graph_status
 from core.rules.alert_channels import channel_label, scrub_secrets
 from core.rules.alert_evaluation import Delivery
+from core.rules.camel_json import omitted_when_none
 from core.rules.config import Settings
 from core.rules.telemetry import StaleReport
 from core.rules.timestamps import iso_from_ms
@@ -55,6 +56,8 @@ class ConfigShown:
     source: str | None
     data_dir: str
     chroma: str
+    #: The memory core's own server (`memoryCoreChromaUrl`); omitted when it is `chroma`'s.
+    memory_core_chroma: str | None = field(default=None, metadata=omitted_when_none())
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +332,8 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         config=ConfigShown(
             str(settings.source) if settings.source is not None else None,
             str(settings.data_dir),
-            settings.chroma_url_shown if settings.server_mode else str(settings.chroma_path)),
+            settings.chroma_url_shown if settings.server_mode else str(settings.chroma_path),
+            settings.memory_core_url if settings.memory_core_apart else None),
         queue=QueueFileStatus.of(settings.lazy_edges_queue_path, queue),
         draining=QueueFileStatus.of(settings.draining_path, draining),
         dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),

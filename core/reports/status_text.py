@@ -235,7 +235,9 @@ def render_status_text(status: StatusReport, *, header: bool = True,
     if header:
         parts += [f"kb-daemons status at {iso_from_ms(now)}  (config: "
                   f"{config.source or 'built-in defaults'}; data: {config.data_dir}; "
-                  f"chroma: {config.chroma})", ""]
+                  f"chroma: {config.chroma}"
+                  + (f"; memory core: {config.memory_core_chroma}"
+                     if config.memory_core_chroma else "") + ")", ""]
     for section in (_graph_part(status), _queue_part(status, now), _ticks_part(status, now),
                     _drainers_part(status, now), _leader_part(status),
                     _tenants_part(status, now), _alerts_part(status, now), _files_part(status)):

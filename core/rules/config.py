@@ -230,6 +230,30 @@ def locating_value_message(key: Key, seen: Any) -> str:
             + (f": {problem}" if problem else ""))
 
 
+def memory_core_problem(settings: Settings) -> str | None:
+    """Why the settings cannot place the memory and summary collections, or None (pure).
+
+    `memoryCoreChromaUrl` without `chromaUrl` is refused rather than read as "memories on
+    that server, the knowledge base in the embedded store under dataDir": an operator who set
+    only the memory server most likely forgot the knowledge base's, and a pass over an empty
+    embedded store would report a clean knowledge base. With two servers, a collection name
+    shared by the knowledge base and the memory core could not say which server it is on.
+    Called once the settings are final (a `neoRoot` may supply `chromaUrl`)."""
+    if not settings.memory_core_chroma_url:
+        return None
+    key = f"{TABLE}.memoryCoreChromaUrl"
+    if not settings.server_mode:
+        return (f"{key}: {settings.memory_core_chroma_url} is set but chromaUrl is empty; "
+                "set chromaUrl to the knowledge base's server too (memories on a server "
+                "beside a knowledge base in the embedded store is not a layout this reads)")
+    if settings.memory_core_apart and (settings.knowledge_base_collection
+                                       in settings.memory_core_collections):
+        return (f"{key}: the knowledge base and the memory core are on different servers, "
+                f"so knowledgeBaseCollection {settings.knowledge_base_collection!r} must not "
+                "also be memoryCollection or summaryCollection")
+    return None
+
+
 def _checked_values(
     table: Mapping[str, Any], warnings: list[ConfigWarning]
 ) -> tuple[dict[str, Any], list[str]]:

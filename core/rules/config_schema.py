@@ -151,6 +151,9 @@ KEYS: tuple[Key, ...] = (
         under_data_dir="chroma", locating=True),
     Key("chromaUrl", "url", "", "embedded mode needs no server; set a URL to share one store",
         locating=True),
+    Key("memoryCoreChromaUrl", "url", "", "\"\": memories and summaries on `chromaUrl`; a URL "
+        "when they have a server of their own (the original's older layout: 8001 beside the "
+        "knowledge base's 8000); needs `chromaUrl`", locating=True),
     Key("chromaTenant", "name", "", "Chroma's own default tenant (`default_tenant`) unless a "
         "hosted or shared server gives you one", locating=True),
     Key("chromaDatabase", "name", "", "Chroma's own default database (`default_database`) "
@@ -267,6 +270,8 @@ class Settings:
     chroma_path: Path
     #: The canonical form of a valid `chromaUrl` (`ChromaServer.url`); "" for embedded mode.
     chroma_url: str
+    #: A valid `memoryCoreChromaUrl`, canonical; "" for `chroma_url`'s (`memory_core_url`).
+    memory_core_chroma_url: str
     #: "" for Chroma's default tenant / database.
     chroma_tenant: str
     chroma_database: str
@@ -371,6 +376,21 @@ class Settings:
     def server_mode(self) -> bool:
         """True when a Chroma server is used instead of the embedded store."""
         return self.chroma_url != ""
+
+    @property
+    def memory_core_url(self) -> str:
+        """The memory and summary collections' server: `memoryCoreChromaUrl`, else `chromaUrl`."""
+        return self.memory_core_chroma_url or self.chroma_url
+
+    @property
+    def memory_core_apart(self) -> bool:
+        """True when the memory core has a server of its own, not the knowledge base's."""
+        return self.memory_core_url != self.chroma_url
+
+    @property
+    def memory_core_collections(self) -> frozenset[str]:
+        """The collections that live on the memory core's server (`memory_core_url`)."""
+        return frozenset((self.memory_collection, self.summary_collection))
 
 
 def toml_literal(value: Any) -> str:

@@ -120,6 +120,12 @@ def _entries(tenant_repos: Any) -> Iterable[Mapping[str, Any]]:
             if isinstance(e, Mapping) and isinstance(e.get(REPO_KEY), str) and e[REPO_KEY])
 
 
+def declared_repo_slugs(tenant_repos: Any) -> tuple[str, ...]:
+    """The `repoSlug` of every `tenantRepos` entry that has one (the original's tenant configs
+    name their repos only there: they have no top-level `repoSlug`)."""
+    return tuple(e[REPO_KEY] for e in _entries(tenant_repos))
+
+
 def declared_parsers(tenant_repos: Any) -> dict[str, Stamp]:
     """`{repoSlug: (parserId, parserVersion)}` of the entries with a repo slug and a string
     `parserId` (the original's `fetchTenantDeclaredParsers`); a missing `parserVersion`

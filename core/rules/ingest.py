@@ -25,9 +25,10 @@ from core.rules.nodes import (
     summaries_by_session,
 )
 from core.rules.rows import ChromaRow
-from core.rules.timestamps import epoch_ms_from_created_at
+from core.rules.timestamps import row_time_field, row_time_ms
 
-#: How many rows with an unparseable `createdAt` are named in the log (all are counted).
+#: How many rows without a readable time (`createdAt`, else `timestamp`) are named in the log
+#: (all are counted).
 UNPARSEABLE_NAMED = 20
 
 
@@ -200,21 +201,24 @@ def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow], *,
 def add_to_window(window: SessionWindow, page: Iterable[ChromaRow], *, cutoff_ms: int,
                   seen: set[str]) -> None:
     """Add a page of summary rows (metadatas) to the window: each session with a summary
-    created after `cutoff_ms`, once. A `createdAt` that cannot be parsed is counted and named,
-    not skipped silently: such a session never reaches the graph by this path."""
+    dated after `cutoff_ms`, once. A row is dated by its `createdAt`, else by its `timestamp`
+    (the original's rows have only that: `core.rules.timestamps.row_time_ms`). A row whose
+    time cannot be read is counted and named with the field it was dated by, not skipped
+    silently: such a session never reaches the graph by this path."""
     for row in page:
         window.summaries_scanned += 1
         sid = session_id_of(row.metadata)
         if sid is None:
             window.without_session_id += 1
             continue
-        created = epoch_ms_from_created_at(row.metadata.get("createdAt"))
+        created = row_time_ms(row.metadata)
         if created is None:
             window.unparseable += 1
             if len(window.unparseable_named) < UNPARSEABLE_NAMED:
+                field_name = row_time_field(row.metadata)
                 window.unparseable_named.append(
                     {"rowId": row.id, "sessionId": sid,
-                     "createdAt": row.metadata.get("createdAt")})
+                     field_name: row.metadata.get(field_name)})
         elif created > cutoff_ms and sid not in seen:
             seen.add(sid)
             window.session_ids.append(sid)

@@ -4,6 +4,14 @@ Both pipelines (live ingestion and back-fill) build their nodes here, so the two
 in their provenance marker. The payload hash is SHA-256 of compact, key-sorted JSON (JavaScript
 `JSON.stringify` formatting, so other writers of these nodes compute the same hash) over the
 fields that matter, absent values as "". Equal hashes mean an upsert would change nothing.
+
+A node carries the row fields it mirrors (`createdAt`, `sessionId`, `userId`, a session's
+`title`) only when the row has them, as the original's nodes do (its `JSON.stringify` drops an
+undefined value): the original's rows have no `createdAt` (they carry `timestamp`), so their
+nodes have no `createdAt` key and their hash takes `createdAt` as "". A row's `timestamp` dates
+it for the live window (`core.rules.timestamps.row_time_ms`) but is never put in its node or
+its hash: both stay byte for byte what the original computes for the same row, so neither side
+rewrites the other's node.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import orjson
 from core.rules.ids import memory_node_id, session_node_id
 from core.rules.queue_lines import WEIGHT_LIMIT
 from core.rules.rows import ChromaRow
-from core.rules.timestamps import epoch_ms_from_created_at
+from core.rules.timestamps import row_time_ms
 
 MEMORY_LABEL = "MEMORY"
 SESSION_LABEL = "SESSION"
@@ -161,52 +169,48 @@ def session_payload_hash(metadata: Mapping[str, Any]) -> str:
 
 
 def memory_node(chroma_id: str, metadata: Mapping[str, Any], marker: Marker) -> NodeRow:
-    """The MEMORY node for a memory row."""
-    created, session, user = (_field(metadata, "createdAt"), _field(metadata, "sessionId"),
-                              _field(metadata, "userId"))
-    properties = {
-        "chromaId": chroma_id,
-        "sessionId": session,
-        "createdAt": created,
-        "userId": user,
-        # The same payload as memory_payload_hash's, its fields read once.
-        "payloadHash": payload_hash({"createdAt": created, "sessionId": session,
-                                     "userId": user}),
-        marker: True,
-    }
+    """The MEMORY node for a memory row: `chromaId`, the row's `sessionId`, `createdAt` and
+    `userId` that it has (a missing one is no key, and "" in the hash), `payloadHash`, the
+    marker."""
+    created, session, user = (metadata.get("createdAt"), metadata.get("sessionId"),
+                              metadata.get("userId"))
+    properties: dict[str, Any] = {"chromaId": chroma_id}
+    if session is not None:
+        properties["sessionId"] = session
+    if created is not None:
+        properties["createdAt"] = created
+    if user is not None:
+        properties["userId"] = user
+    # The same payload as memory_payload_hash's, its fields read once.
+    properties["payloadHash"] = payload_hash({
+        "createdAt": "" if created is None else created,
+        "sessionId": "" if session is None else session,
+        "userId": "" if user is None else user})
+    properties[marker] = True
     return NodeRow(memory_node_id(chroma_id), MEMORY_LABEL, properties)
 
 
 def session_node(
     session_id: str, summary_id: str, metadata: Mapping[str, Any], marker: Marker
 ) -> NodeRow:
-    """The SESSION node for a session whose summary row exists."""
+    """The SESSION node for a session whose summary row exists: `chromaId` (the summary's
+    id), `sessionId`, the row's `title`, `createdAt` and `userId` that it has (a missing one
+    is no key, and "" in the hash), `payloadHash`, the marker."""
     fields = {**metadata, "sessionId": session_id}
-    properties = {
-        "chromaId": summary_id,
-        "sessionId": session_id,
-        "title": _field(fields, "title"),
-        "createdAt": _field(fields, "createdAt"),
-        "userId": _field(fields, "userId"),
-        "payloadHash": session_payload_hash(fields),
-        marker: True,
-    }
+    properties: dict[str, Any] = {"chromaId": summary_id, "sessionId": session_id}
+    for name in ("title", "createdAt", "userId"):
+        if (value := fields.get(name)) is not None:
+            properties[name] = value
+    properties["payloadHash"] = session_payload_hash(fields)
+    properties[marker] = True
     return NodeRow(session_node_id(session_id), SESSION_LABEL, properties)
 
 
 def minimal_session_node(session_id: str) -> NodeRow:
-    """A SESSION node for a session that has no summary row: edges can land on it, and a later
-    live ingestion of its summary upgrades it (the hash differs, `minimal` is dropped)."""
-    fields = {"sessionId": session_id}
-    properties = {
-        "sessionId": session_id,
-        "title": "",
-        "createdAt": "",
-        "userId": "",
-        "payloadHash": session_payload_hash(fields),
-        "backfilled": True,
-        "minimal": True,
-    }
+    """A SESSION node for a session that has no summary row, as the original writes it:
+    `sessionId`, `backfilled`, `minimal` and no hash. Edges can land on it, and a later live
+    ingestion of its summary upgrades it (`minimal` is dropped)."""
+    properties = {"sessionId": session_id, "backfilled": True, "minimal": True}
     return NodeRow(session_node_id(session_id), SESSION_LABEL, properties)
 
 
@@ -236,12 +240,12 @@ def summaries_by_session(
 def pick_summary_row(
     rows: Iterable[tuple[str, Mapping[str, Any]]],
 ) -> tuple[str, Mapping[str, Any]] | None:
-    """The summary row that represents a session when there are several: the earliest
-    `createdAt` as a time; rows whose time cannot be parsed come last; ties by row id.
-    Deterministic: never "whichever Chroma returned first"."""
+    """The summary row that represents a session when there are several: the earliest time
+    (`createdAt`, else `timestamp`: `row_time_ms`); rows whose time cannot be read come last;
+    ties by row id. Deterministic: never "whichever Chroma returned first"."""
     best: tuple[tuple[int, int, str], str, Mapping[str, Any]] | None = None
     for row_id, metadata in rows:
-        created = epoch_ms_from_created_at(metadata.get("createdAt"))
+        created = row_time_ms(metadata)
         rank = (0 if created is not None else 1, created or 0, row_id)
         if best is None or rank < best[0]:
             best = (rank, row_id, metadata)

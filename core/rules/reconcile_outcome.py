@@ -29,8 +29,12 @@ class TenantOutcome:
     """One tenant's figures, filled in as its pass proceeds."""
 
     tenant_id: str
+    #: The tenant config's own `repoSlug` (None when it names none, as the original's).
     repo_slug: str | None
     current_version: int
+    #: The smallest repo the tenant's data names (`tenantRepos`, manifests, the chunks read):
+    #: what its telemetry row names when the config names none (`telemetry_repo`).
+    data_repo: str | None = None
     scanned: int = 0
     stale_count: int = 0
     #: Chunks whose path their repo's manifest no longer claims.
@@ -82,6 +86,13 @@ class TenantOutcome:
     def failed(self) -> bool:
         """Whether this tenant's pass could not finish."""
         return self.failed_phase is not None
+
+    @property
+    def telemetry_repo(self) -> str | None:
+        """The repo the tenant's telemetry row names: the config's `repoSlug`, else the
+        smallest repo its data names (None only when nothing names one: the recorder's
+        default then applies)."""
+        return self.repo_slug or self.data_repo
 
     @property
     def missing_path_count(self) -> int:

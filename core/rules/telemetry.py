@@ -8,7 +8,7 @@ name; the rollup query produces them in this order, and `rollup_row` adds `error
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -44,6 +44,23 @@ RollupScope = Literal["repo", "tenant"]
 #: The tenant and repo of an event that does not say (the platform's recorder's defaults).
 DEFAULT_TENANT_ID = "neo-shared"
 DEFAULT_REPO_SLUG = "neo"
+
+def smallest_repo(names: Iterable[Any]) -> str | None:
+    """The repo a tenant's telemetry row names when its config names none (pure): the
+    alphabetically smallest of the non-empty strings in `names` (the repos the tenant's data
+    names: its `tenantRepos`, its manifests, its chunks read by the pass); None when there is
+    none, and the row then takes the recorder's default, DEFAULT_REPO_SLUG.
+
+    The smallest, because that is the repo the original's reconciler names (the first row of
+    its telemetry rollup, `ORDER BY tenant_id, repo_slug`, whose rows name the repos the
+    chunks of the tenant were ingested from): a multi-repo tenant's rows, ours and the
+    original's, land on one repo of the health view's (tenant, repo) rows, pass after pass."""
+    found: str | None = None
+    for name in names:
+        if isinstance(name, str) and name and (found is None or name < found):
+            found = name
+    return found
+
 
 #: Stored instead of a `detail` that cannot be written as JSON (the platform's wording).
 UNSERIALIZABLE_DETAIL: Mapping[str, str] = {"error": "Unserializable Value"}

@@ -81,6 +81,9 @@ class TenantTally:
     legacy_count: int = 0
     #: The tenant's chunks with fields of unexpected types (see the module docstring).
     malformed_count: int = 0
+    #: The alphabetically smallest `repoSlug` (a non-empty string) of the rows read: the repo
+    #: the tenant's telemetry row names when its config names none (`telemetry.smallest_repo`).
+    smallest_repo: str | None = None
     oldest_stale: OldestIngested = field(init=False)
     #: The legacy chunks a capped pass takes, (id, `ingestedAt`), the smallest ids.
     legacy_stale: OldestKeys = field(init=False)
@@ -118,6 +121,10 @@ class TenantTally:
         tenant_id = self.rules.tenant_id
         for row in page:
             metadata = row.metadata
+            slug = metadata.get(REPO_KEY)
+            if type(slug) is str and slug and (self.smallest_repo is None
+                                               or slug < self.smallest_repo):
+                self.smallest_repo = slug
             bad = malformed_fields(metadata)
             if bad and metadata.get(TENANT_KEY) == tenant_id:
                 self.malformed_count += 1

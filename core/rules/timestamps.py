@@ -1,13 +1,17 @@
-"""Parsing the `createdAt` values other programs write, as times rather than strings (pure).
+"""Parsing the times other programs write on Chroma rows, as times rather than strings (pure).
 
 Chroma rows carry `createdAt` as an ISO-8601 string (with or without a zone) or as epoch
-milliseconds; some older writers used epoch seconds. They are compared as times, never as
-strings (which would order "2026-1-5" after "2026-10-01", and numbers not at all).
+milliseconds; some older writers used epoch seconds. The original platform's own memory and
+summary rows carry no `createdAt` at all: they have `timestamp`, epoch milliseconds
+(`Date.now()`; a summary's is its session's last activity). `row_time_ms` reads a row's time
+from the one or the other. Times are compared as times, never as strings (which would order
+"2026-1-5" after "2026-10-01", and numbers not at all).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +48,26 @@ def epoch_ms_from_created_at(value: Any) -> int | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp() * 1000)
+
+
+#: The field that dates a row, and the one that dates it when the first is absent.
+CREATED_AT_KEY = "createdAt"
+TIMESTAMP_KEY = "timestamp"
+
+
+def row_time_field(metadata: Mapping[str, Any]) -> str:
+    """The field a row is dated by: `createdAt` when the row has one (null counts as absent),
+    else `timestamp` (the original's rows). A `createdAt` that is present but unparseable
+    stays the row's time (unparseable): a row is never dated by a field its writer did not
+    mean as its creation time when it has one."""
+    return CREATED_AT_KEY if metadata.get(CREATED_AT_KEY) is not None else TIMESTAMP_KEY
+
+
+def row_time_ms(metadata: Mapping[str, Any]) -> int | None:
+    """A Chroma row's time in epoch ms (its `row_time_field`, parsed as
+    `epoch_ms_from_created_at` parses any time); None when it has neither field or the one it
+    is dated by is unparseable."""
+    return epoch_ms_from_created_at(metadata.get(row_time_field(metadata)))
 
 
 def _epoch_number_to_ms(number: float) -> int | None:

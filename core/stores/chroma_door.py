@@ -1,6 +1,7 @@
 """The door to an embedded Chroma store held by a running daemon: how a command beside the
 daemon reaches the store the daemon has open (the client side, and the wire format both sides
-share; the daemon's side is `core.runtime.store_door`).
+share; the door's socket and its checks are `core.stores.door_socket`, the daemon's side is
+`core.runtime.store_door`).
 
 Why a door: an embedded store admits one process, so `python -m daemons` (what `make
 run-daemons` and the units run) holds it under an exclusive lock for as long as it runs. A
@@ -12,10 +13,15 @@ when it runs alone, so its output and exit codes are the same by construction; o
 Chroma calls run changes.
 
 Why it is safe:
-- **Same user only.** The daemon listens on 127.0.0.1 (never another interface) on a port the
-  kernel picks, and writes the port with a random 256-bit secret into `<chromaPath>/DOOR_NAME`,
-  created with mode 0600. A peer must send that secret first or is disconnected, so only a
-  process that can read the store's own folder as its owner gets in.
+- **Same user only, checked by the kernel both ways.** The door is a Unix socket in an
+  owner-only folder of the store (no TCP port). The daemon accepts only a process of its own
+  uid (SO_PEERCRED) and closes any other before reading a byte; the command checks, before it
+  sends anything, that the folder, pid file and socket are its user's and owner-only and that
+  the listening process is its user's and the pid the door names. There is no secret: the
+  kernel's credentials are what a secret could only stand for, and nothing on disk can leak.
+- **Nothing decoded for a peer not yet let in.** The first thing a command sends is HELLO,
+  fixed bytes the daemon compares; no JSON and no array is built before. After it, frames are
+  bounded (MAX_FRAME_BYTES) and arrays only of plain numeric dtypes (`ARRAY_DTYPES`).
 - **Serialized with the daemon's own work.** The daemon runs a peer's call on its one Chroma
   thread, between its own calls, as the calls of two processes on one Chroma server
   interleave. Nothing a command does goes around the store's own rules: `restore` still adds
@@ -25,49 +31,58 @@ Why it is safe:
   `delete` on a named collection and create a missing one; nothing else of the client (no
   reset, no drop) is reachable.
 - **The daemon's drain is untouched.** The daemon itself keeps its in-process store (no
-  network hop in its own calls); the door costs it one idle listening socket.
+  socket hop in its own calls); the door costs it one idle listening socket, a few peers at
+  most (`core.runtime.store_door`).
 
-A command that finds the lock held and no daemon answering (the holder is another kind of
-process, or a daemon still starting) gets LockHeld: one line, exit 1, nothing done.
+A command that finds the lock held and no daemon it can trust answering (no door, a stale one,
+one of another user, the holder another kind of process, a daemon still starting) gets
+LockHeld: one line, exit 1, nothing sent and nothing done.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-#: The door file inside an embedded store folder: `{"pid", "port", "secret"}`, mode 0600.
-DOOR_NAME = ".kb-daemons.door"
+from core.stores.door_socket import DoorClosed, connect_verified, door_path
+
+__all__ = ["DaemonStoreClient", "DoorClosed", "door_path"]
+
 #: The collection methods a peer may call (reads and the writes the commands make).
 PEER_METHODS = frozenset({"count", "get", "add", "upsert", "delete"})
 #: The pseudo-method that creates a missing collection (`get_or_create_collection`).
 ENSURE_COLLECTION = "ensure_collection"
+#: What a command sends first, once it has verified the daemon: fixed bytes, compared by the
+#: daemon as they are (nothing is decoded before them); the version names this wire format.
+HELLO = b"kb-daemons store door 2\n"
 #: How long a command waits for one call's answer. A peer's call waits behind at most the one
 #: daemon call in progress on the Chroma thread (a page, a batch, a delete: seconds), so ten
 #: minutes means the daemon is stuck; the command then fails (exit 1) rather than hang.
 PEER_CALL_TIMEOUT_S = 600.0
 #: How long a command waits to connect and be let in.
 CONNECT_TIMEOUT_S = 5.0
-#: The largest frame either side accepts (a page of 5,000 rows with their embeddings is tens of
-#: MB); anything larger is a broken or hostile peer.
+#: The largest frame either side accepts once the other is let in (a page of 5,000 rows with
+#: their embeddings is tens of MB); anything larger is a broken peer.
 MAX_FRAME_BYTES = 1 << 30
+#: The largest answer to HELLO (the welcome, or why the daemon turns the command away).
+WELCOME_FRAME_BYTES = 4_096
+#: The only dtypes an array crossing the door may have: plain numbers (what Chroma hands back
+#: for embeddings). Any other dtype string (a subarray shape such as "(9999,9999)f8", a
+#: structured or object dtype) is refused before numpy sees it, so a frame's size bounds the
+#: memory its arrays take.
+ARRAY_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
+                          "uint8", "uint16", "uint32", "uint64", "bool"})
 _LENGTH = struct.Struct(">Q")
 _NDARRAY = "__kbNdarray__"
 
 #: Rebuilds a store error raised in the daemon from the names of its class's MRO and its
 #: message, so the command's VectorStore maps it exactly as it would have mapped the original.
 ErrorRebuilder = Callable[[list[tuple[str, str]], str], Exception]
-
-
-def door_path(chroma_path: Path) -> Path:
-    """The door file of the embedded store at `chroma_path`."""
-    return chroma_path / DOOR_NAME
 
 
 # --------------------------------------------------------------------------------------------
@@ -88,9 +103,12 @@ def _default(value: Any) -> Any:
 
 def _object_hook(value: dict[str, Any]) -> Any:
     if len(value) == 2 and _NDARRAY in value and "dtype" in value:
+        dtype, items = value["dtype"], value[_NDARRAY]
+        if not isinstance(dtype, str) or dtype not in ARRAY_DTYPES or not isinstance(items, list):
+            raise ValueError(f"an array of dtype {str(dtype)[:40]!r} cannot cross the store door")
         import numpy
 
-        return numpy.asarray(value[_NDARRAY], dtype=value["dtype"])
+        return numpy.asarray(items, dtype=dtype)
     return value
 
 
@@ -109,7 +127,8 @@ def frame_length(header: bytes, *, limit: int = MAX_FRAME_BYTES) -> int:
 
 
 def decode_body(body: bytes) -> Any:
-    """A frame's JSON object (numpy arrays restored)."""
+    """A frame's JSON object (numpy arrays of ARRAY_DTYPES restored); ValueError for bad UTF-8,
+    bad JSON or another array, RecursionError for nesting deeper than Python's limit."""
     return json.loads(body.decode("utf-8"), object_hook=_object_hook)
 
 
@@ -127,25 +146,6 @@ def error_payload(exc: BaseException) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class DoorFile:
-    """What the daemon wrote: who it is, where it listens, the secret a peer must send."""
-
-    pid: int
-    port: int
-    secret: str
-
-
-def read_door(path: Path) -> DoorFile:
-    """The door file's content; OSError or ValueError when absent or unreadable."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return DoorFile(int(data["pid"]), int(data["port"]), str(data["secret"]))
-
-
-class DoorClosed(Exception):
-    """No daemon answers at the door (why is the message)."""
-
-
 class DaemonStoreClient:
     """A chromadb client look-alike whose collection calls run in the daemon that holds the
     store (only what `core.stores.chroma.VectorStore` uses of a client)."""
@@ -159,30 +159,30 @@ class DaemonStoreClient:
 
     @classmethod
     def connect(cls, chroma_path: Path, *, rebuild_error: ErrorRebuilder) -> DaemonStoreClient:
-        """Knock at the door of the store at `chroma_path`; DoorClosed saying why when no
-        daemon lets us in (no door file, nothing listening, a wrong secret)."""
-        path = door_path(chroma_path)
+        """Reach the daemon serving the store at `chroma_path` once the door and the process
+        listening at it are verified (`door_socket.connect_verified`: nothing is sent before),
+        then say HELLO; DoorClosed saying why when no daemon to trust lets us in."""
         try:
-            door = read_door(path)
-        except FileNotFoundError:
-            raise DoorClosed(f"no daemon serves it (no {path})") from None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise DoorClosed(f"its door file {path} is unreadable: {exc}") from None
-        try:
-            sock = socket.create_connection(("127.0.0.1", door.port), timeout=CONNECT_TIMEOUT_S)
+            sock, pid = connect_verified(chroma_path, timeout=CONNECT_TIMEOUT_S)
         except OSError as exc:
-            raise DoorClosed(f"no daemon answers at its door (pid {door.pid}, "
-                             f"127.0.0.1:{door.port}: {exc.strerror or exc})") from None
+            raise DoorClosed(f"its door cannot be checked: {exc}; nothing was sent") from None
         try:
-            welcome = _exchange(sock, {"secret": door.secret})
+            # A daemon serving its cap turns us away at accept, before reading HELLO: its
+            # refusal frame is already ours to read, whether or not HELLO could be written.
+            with suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(HELLO)
+            welcome = _receive_frame(sock, limit=WELCOME_FRAME_BYTES)
+            if isinstance(welcome, dict) and isinstance(welcome.get("refused"), str):
+                raise DoorClosed(f"the daemon at its door (pid {pid}) turned us away: "
+                                 f"{welcome['refused']}")
             if not isinstance(welcome, dict) or not isinstance(welcome.get("maxBatch"), int):
-                raise DoorClosed(f"the process at 127.0.0.1:{door.port} is not its daemon")
+                raise DoorClosed(f"the process at its door (pid {pid}) is not its daemon")
             sock.settimeout(PEER_CALL_TIMEOUT_S)
-            return cls(sock, max_batch=welcome["maxBatch"], daemon_pid=door.pid,
+            return cls(sock, max_batch=welcome["maxBatch"], daemon_pid=pid,
                        rebuild_error=rebuild_error)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             sock.close()
-            raise DoorClosed(f"the daemon at its door (pid {door.pid}) did not let us in: "
+            raise DoorClosed(f"the daemon at its door (pid {pid}) did not let us in: "
                              f"{exc}") from None
         except BaseException:
             sock.close()
@@ -192,8 +192,9 @@ class DaemonStoreClient:
         """`collection(name).<method>(**kwargs)` in the daemon: its result, or its error
         rebuilt (a lost connection is a ConnectionError: the store is unavailable)."""
         try:
-            answer = _exchange(self._sock, {"collection": name, "method": method,
-                                            "kwargs": dict(kwargs)})
+            self._sock.sendall(encode_frame({"collection": name, "method": method,
+                                             "kwargs": dict(kwargs)}))
+            answer = _receive_frame(self._sock)
         except (OSError, ValueError) as exc:
             raise ConnectionError(f"the daemon (pid {self.daemon_pid}) holding the store "
                                   f"stopped answering: {exc}") from exc
@@ -229,9 +230,8 @@ class _PeerCollection:
         return lambda **kwargs: self._door.call(self._name, method, kwargs)
 
 
-def _exchange(sock: socket.socket, message: Mapping[str, Any]) -> Any:
-    sock.sendall(encode_frame(message))
-    length = frame_length(_receive(sock, HEADER_BYTES))
+def _receive_frame(sock: socket.socket, *, limit: int = MAX_FRAME_BYTES) -> Any:
+    length = frame_length(_receive(sock, HEADER_BYTES), limit=limit)
     return decode_body(_receive(sock, length))
 
 
@@ -245,17 +245,3 @@ def _receive(sock: socket.socket, size: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
-
-
-def write_private_file(path: Path, text: str) -> None:
-    """Write `text` to `path` readable by its owner only (0600 from creation, then renamed in:
-    no moment where another user could read it, no torn file)."""
-    temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    temporary.unlink(missing_ok=True)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    temporary.replace(path)

@@ -11,7 +11,9 @@ missing or unreadable one is exit 2 naming its key and path rather than a failur
 through a command: the token (`chromaAuthTokenFile`; when that is empty, `$KB_CHROMA_TOKEN`; the
 file wins because it is what the config names, and an inherited environment variable must not
 silently redirect a configured deployment) and the CA bundle (`chromaCaFile`). The token is
-held as a `Secret` and no message here quotes it.
+held as a `Secret` and no message here quotes it. One token and one CA bundle serve both
+servers when `memoryCoreChromaUrl` names a second one (the original reaches both alike), and a
+memory server without `chromaUrl` is exit 2 here too (`memory_core_problem`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from core.rules.chroma_server import TOKEN_ENV_VAR, token_problem
-from core.rules.config import TABLE, ConfigWarning, LoadedConfig, Secret, resolve_config
+from core.rules.config import (
+    TABLE,
+    ConfigWarning,
+    LoadedConfig,
+    Secret,
+    memory_core_problem,
+    resolve_config,
+)
 from core.rules.errors import ConfigError
 from core.stores.neo_layout import with_graph_layout
 
@@ -110,6 +119,9 @@ def with_server_credentials(loaded: LoadedConfig, environ: Mapping[str, str]) ->
     those keys that is set, since nothing uses it."""
     settings = loaded.settings
     where = str(settings.source) if settings.source is not None else "configuration"
+    problem = memory_core_problem(settings)
+    if problem is not None:
+        raise ConfigError(f"{where}: {problem}")
     if not settings.server_mode:
         unused = [ConfigWarning(name, f"{TABLE}.{name} is set but unused: there is no chromaUrl")
                   for name, value in (("chromaAuthTokenFile", settings.chroma_auth_token_file),
@@ -127,7 +139,8 @@ def with_server_credentials(loaded: LoadedConfig, environ: Mapping[str, str]) ->
     warnings = loaded.warnings
     if settings.chroma_ca_file is not None:
         _check_ca_file(settings.chroma_ca_file, where=where)
-        if not settings.chroma_url.startswith("https://"):
+        if not any(url.startswith("https://")
+                   for url in (settings.chroma_url, settings.memory_core_url)):
             warnings = (*warnings, ConfigWarning(
                 "chromaCaFile", f"{TABLE}.chromaCaFile is unused: chromaUrl is not https"))
     secret = Secret(token) if token is not None else None

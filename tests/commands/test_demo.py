@@ -145,7 +145,9 @@ def run_daemons_until_ready_then_stop(folder: Path) -> None:
     daemons = subprocess.Popen([sys.executable, "-m", "daemons", "--config", str(config)],
                                cwd=REPO, env=child_env(folder / "home"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    door = folder / "data" / "chroma" / ".kb-daemons.door"
+    from core.stores.door_socket import door_path
+
+    door = door_path(folder / "data" / "chroma")
     deadline = time.monotonic() + 90
     while not door.exists():
         assert daemons.poll() is None and time.monotonic() < deadline

@@ -22,7 +22,7 @@ from core.rules.nodes import (
     session_node,
     session_payload_hash,
 )
-from core.rules.timestamps import epoch_ms_from_created_at
+from core.rules.timestamps import epoch_ms_from_created_at, row_time_ms
 
 
 @pytest.mark.parametrize(
@@ -151,3 +151,83 @@ def test_the_earliest_summary_represents_a_session_deterministically() -> None:
 )
 def test_created_at_is_parsed_as_a_time(value: object, expected: int | None) -> None:
     assert epoch_ms_from_created_at(value) == expected
+
+
+# --- rows as the original writes them (research/neo-deployment.md §4.2, §5.3) ----------------
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"timestamp": 1767225600000}, 1767225600000),  # the original's rows: no createdAt
+        ({"createdAt": "2026-01-01T00:00:00Z", "timestamp": 5}, 1767225600000),
+        ({"createdAt": None, "timestamp": 1767225600000}, 1767225600000),
+        ({"createdAt": "soon", "timestamp": 1767225600000}, None),  # never replaced
+        ({"timestamp": "2026-01-01T00:00:00Z"}, 1767225600000),
+        ({"timestamp": True}, None),
+        ({}, None),
+    ],
+)
+def test_a_row_is_dated_by_created_at_else_by_its_timestamp(
+    metadata: dict[str, Any], expected: int | None
+) -> None:
+    assert row_time_ms(metadata) == expected
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({}, "7f00e5e56845f024eafd6ff4e62e1037c213968e9895ce9ae7fc8eaef0f0c6fb"),
+        ({"sessionId": "sess-1", "timestamp": 1767225600000, "userId": "tobiu"},
+         "330cbb543d8c5f0da9fe0ff825bb14dd40c54a5e57ad456def7e5c50e1421677"),
+        ({"sessionId": "agent-session-1", "createdAt": "2026-04-21T09:01:00Z",
+          "userId": "tobiu"},
+         "294c2a9e0eabadc5658efa3c62465286fe2a3d15990021205ae3d19bdfdca831"),
+    ],
+)
+def test_a_memory_nodes_hash_is_the_originals_check_value(
+    payload: dict[str, Any], expected: str
+) -> None:
+    assert memory_payload_hash(payload) == expected
+    assert memory_node("m", payload, "liveIngested").properties["payloadHash"] == expected
+
+
+def test_a_session_nodes_hash_is_the_originals_check_value() -> None:
+    meta = {"sessionId": "agent-session-1", "title": "First session",
+            "createdAt": "2026-04-21T09:00:00Z", "userId": "tobiu"}
+    expected = "2f49e5d2b736faaaa1a750f92b5f10f8b910791174966926e9db7baf8fddae2a"
+    assert session_payload_hash(meta) == expected
+    assert session_node("agent-session-1", "summary_agent-session-1", meta,
+                        "backfilled").properties["payloadHash"] == expected
+
+
+def test_a_row_without_created_at_makes_a_node_without_one_and_never_its_timestamp() -> None:
+    meta = {"sessionId": "sess-1", "timestamp": 1767225600000, "userId": "tobiu",
+            "type": "agent-interaction"}
+    memory = memory_node("m", meta, "backfilled").properties
+    session = session_node("sess-1", "summary_sess-1", meta, "liveIngested").properties
+    for properties in (memory, session):
+        assert "createdAt" not in properties and "timestamp" not in properties
+        assert 1767225600000 not in properties.values()
+    assert memory["payloadHash"] == (
+        "330cbb543d8c5f0da9fe0ff825bb14dd40c54a5e57ad456def7e5c50e1421677")
+
+
+def test_a_field_the_row_lacks_is_no_key_of_its_node_as_in_the_original() -> None:
+    memory = memory_node("m", {}, "backfilled").properties
+    assert dict(memory) == {"chromaId": "m", "backfilled": True, "payloadHash": (
+        "7f00e5e56845f024eafd6ff4e62e1037c213968e9895ce9ae7fc8eaef0f0c6fb")}
+    session = session_node("s", "sum", {}, "backfilled").properties
+    assert set(session) == {"chromaId", "sessionId", "payloadHash", "backfilled"}
+    assert dict(minimal_session_node("s").properties) == {
+        "sessionId": "s", "backfilled": True, "minimal": True}
+
+
+def test_the_earliest_summary_is_chosen_by_timestamp_when_rows_have_no_created_at() -> None:
+    rows: list[tuple[str, dict[str, Any]]] = [
+        ("summary_b", {"timestamp": 1767225600001}),
+        ("summary_a", {"timestamp": 1767225600002}),
+        ("summary_c", {"createdAt": "2026-01-01T00:00:00Z", "timestamp": 9_999_999_999_999}),
+    ]
+    assert pick_summary_row(rows) == ("summary_c", rows[2][1])
+    assert pick_summary_row(rows[:2]) == ("summary_b", rows[0][1])

@@ -125,3 +125,55 @@ def test_settings_repr_shows_no_token_and_no_webhook_credentials(tmp_path: Path)
     assert "chroma_url='https://chroma.example:8443/kb'" in shown
     assert "alert_rules=<1 valid, 1 skipped rules>" in shown
     assert "chroma_token=Secret(<redacted>)" in shown
+
+
+# --- memoryCoreChromaUrl: the memory core on a server of its own -----------------------------
+
+
+def test_the_memory_core_is_on_chroma_urls_store_unless_a_server_of_its_own_is_named(
+    tmp_path: Path,
+) -> None:
+    alone = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n')),
+                        environ={}).settings
+    assert alone.memory_core_url == "http://127.0.0.1:8000" and not alone.memory_core_apart
+    # The same server written another way is still one store.
+    same = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n'
+                                           'memoryCoreChromaUrl = "HTTP://127.0.0.1:8000/"\n')),
+                       environ={}).settings
+    assert not same.memory_core_apart
+    split = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n'
+                                            'memoryCoreChromaUrl = "http://127.0.0.1:8001"\n')),
+                        environ={}).settings
+    assert split.memory_core_apart and split.memory_core_url == "http://127.0.0.1:8001"
+    assert split.memory_core_collections == {"neo-agent-memory", "neo-agent-sessions"}
+    embedded = load_config(str(write(tmp_path, "")), environ={}).settings
+    assert embedded.memory_core_url == "" and not embedded.memory_core_apart
+
+
+@pytest.mark.parametrize("written", ["http://u:pw@h:8001", "h:8001", "http://h:8001 ", ""])
+def test_an_invalid_memory_core_url_is_a_configuration_error_naming_the_key(
+    tmp_path: Path, written: str
+) -> None:
+    config = write(tmp_path, f'chromaUrl = "http://h:8000"\nmemoryCoreChromaUrl = "{written}"\n'
+                   if written else 'chromaUrl = "http://h:8000"\nmemoryCoreChromaUrl = 8001\n')
+    with pytest.raises(ConfigError, match=r"knowledgeBase\.memoryCoreChromaUrl: expected") as e:
+        load_config(str(config), environ={})
+    assert str(config.resolve()) in str(e.value) and "pw" not in str(e.value)
+
+
+def test_a_memory_core_server_without_chroma_url_is_refused_not_read_beside_an_embedded_kb(
+    tmp_path: Path,
+) -> None:
+    config = write(tmp_path, 'memoryCoreChromaUrl = "http://127.0.0.1:8001"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(config), environ={})
+    message = str(caught.value)
+    assert message.startswith(f"{config.resolve()}: knowledgeBase.memoryCoreChromaUrl: ")
+    assert "chromaUrl is empty" in message and "\n" not in message
+
+
+def test_with_two_servers_a_collection_name_cannot_be_on_both(tmp_path: Path) -> None:
+    config = write(tmp_path, 'chromaUrl = "http://h:8000"\nmemoryCoreChromaUrl = "http://h:8001"\n'
+                             'knowledgeBaseCollection = "neo-agent-sessions"\n')
+    with pytest.raises(ConfigError, match="must not also be memoryCollection or summaryCollection"):
+        load_config(str(config), environ={})

@@ -21,7 +21,7 @@ import structlog
 from core.jobs.reconcile.deletion_plans import tombstone_tenant
 from core.jobs.reconcile.page_loop import read_pages
 from core.rules.camel_json import to_json
-from core.rules.generations import tenant_signals
+from core.rules.generations import declared_repo_slugs, tenant_signals
 from core.rules.manifests import RepoManifest
 from core.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -34,6 +34,7 @@ from core.rules.reconcile import (
 )
 from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.scan_verdicts import ScanRules
+from core.rules.telemetry import smallest_repo
 from core.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
 from core.rules.tenant_scan import TenantTally
 from core.rules.tenants import TenantConfig
@@ -183,6 +184,8 @@ class TenantScope:
         outcome.manifest_grace_ms = self.tenant_policy.grace_ms
         outcome.auto_tombstone = self.tenant_policy.deletes
         outcome.invalid_policy = self.tenant_policy.invalid_keys
+        outcome.data_repo = smallest_repo(
+            (*declared_repo_slugs(self.tenant.tenant_repos), *self.manifests))
 
 
 async def scan_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
@@ -214,6 +217,7 @@ def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTall
             message="holding these repos' manifest orphans: each manifest would orphan more "
             "than the stale fraction of its repo's chunks; check the folder or list it was "
             "made from (kb-reconcile explain), then set it again")
+    outcome.data_repo = smallest_repo((outcome.data_repo, tally.smallest_repo))
     outcome.scanned = tally.scanned
     outcome.stale_count = tally.stale_count
     outcome.manifest_orphan_count = tally.manifest_orphan_count

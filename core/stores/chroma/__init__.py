@@ -3,8 +3,9 @@ paged or chunked to the limits this Chroma has. `VectorStore` is the project's o
 Chroma, and this package the only code that imports chromadb.
 
 Its modules: `client` builds the chromadb client (server or embedded); `connection` holds it,
-its thread and the store lock, and runs every call (`_run`); `reads` and `writes` are the
-collection calls; `errors` says what a failed call means.
+its thread and the store lock, and runs every call (`_run`); `memory_core` sends the memory
+and summary collections to their own server when `memoryCoreChromaUrl` names one; `reads`
+and `writes` are the collection calls; `errors` says what a failed call means.
 
 Facts this package is built around, about chromadb 1.5.9 (embedded and `chroma run` alike
 unless said otherwise; timings in docs/performance.md, "Notes moved from the code"):
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from core.stores.chroma.client import EMBEDDED_STORE_FILE, STORE_LOCK_NAME
 from core.stores.chroma.errors import CollectionMissing, VectorStoreError, refused_for_its_data
+from core.stores.chroma.memory_core import MemoryCoreServer
 from core.stores.chroma.reads import (
     IDS_PER_GET,
     SCAN_PAGE_ROWS,
@@ -58,6 +60,6 @@ __all__ = [
 ]
 
 
-class VectorStore(ChromaReads, ChromaWrites):
-    """The project's only door to Chroma: the connection (`open`, `close`, the one thread),
-    its reads and its writes."""
+class VectorStore(ChromaReads, ChromaWrites, MemoryCoreServer):
+    """The project's only door to Chroma: the connection (`open`, `close`, the one thread;
+    the memory core's own server beside it when it has one), its reads and its writes."""
