@@ -17,6 +17,7 @@ from core.rules.config import Settings
 from core.rules.errors import ConfigError
 from core.rules.graph_schema import NeoEra
 from core.rules.nodes import EdgeRow, NodeRow, memory_node, minimal_session_node
+from core.rules.tenant_policy import policy_patch, resolve_tenant_policy
 from core.stores.alert_records import recent_alerts, record_deliveries
 from core.stores.daemon_state import TickRecord, get_value, last_ticks, record_tick, set_value
 from core.stores.graph import (
@@ -34,7 +35,7 @@ from core.stores.neo.tables import original_tables
 from core.stores.state import open_graph
 from core.stores.telemetry import record_ingestion_metric
 from core.stores.tenant_manifests import all_manifests, tenant_manifests
-from core.stores.tenants import list_tenants, tenant_config
+from core.stores.tenants import list_tenants, set_tenant_policy, tenant_config
 from tests.neo_graphs import (
     BARE_ERAS,
     ERAS,
@@ -276,6 +277,27 @@ async def test_tenant_configs_in_the_originals_shape_are_read_from_data_properti
         await graph.close()
     assert (listed.tenant_id, listed.version) == ("acme", 4)
     assert config is not None and config.tenant_repos[0]["repoSlug"] == "github.com/acme/repo"
+
+
+async def test_a_policy_set_back_to_inherit_reads_as_inherit_on_a_graph_that_keeps_keys(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "neo.sqlite"
+    build_neo_graph(path, NeoEra.E3, nodes=[original_tenant_config("acme")])
+    graph = await open_graph(neo_settings(tmp_path))
+    try:
+        await set_tenant_policy(graph, "acme", policy_patch(gap=None, grace_ms=None,
+                                                            auto_tombstone="on"))
+        config = await set_tenant_policy(graph, "acme", policy_patch(
+            gap=None, grace_ms=None, auto_tombstone="inherit"))
+    finally:
+        await graph.close()
+    assert documents(path)["kb-config:acme"]["properties"]["reconciliationPolicy"] == {
+        "autoTombstone": None}, "the key stays: the original's merge deletes none"
+    policy = resolve_tenant_policy(config.stored_policy, global_gap=2, global_grace_ms=0,
+                                   global_auto_tombstone=True)
+    assert policy.invalid_keys == () and policy.auto_tombstone_setting == "inherit"
+    assert policy.auto_tombstone.value is True, "inherited from the global switch"
 
 
 async def test_tenant_manifests_in_the_originals_shape_are_read_one_and_all(
