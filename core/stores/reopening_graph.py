@@ -34,7 +34,7 @@ from typing import Any
 import structlog
 
 from core.rules.errors import ConnectionLost, StoreUnavailable
-from core.stores.graph_db import GraphDB, Transaction
+from core.stores.graph_db import GraphDB, GraphModel, Transaction
 from core.stores.outage import Outage
 from core.stores.statements import Statements
 
@@ -88,6 +88,11 @@ class ReopeningGraph:
     def sql(self) -> Statements:
         """The backend's statements."""
         return self._graph.sql
+
+    @property
+    def model(self) -> GraphModel | None:
+        """The current connection's graph model (None for this project's own schema)."""
+        return self._graph.model
 
     @property
     def read_only(self) -> bool:

@@ -39,6 +39,13 @@ def main(argv: list[str]) -> int:
         rows.append({"run": "crash (SIGKILL)", "trials": sizes["crash_trials"], **crash.row(),
                      "seconds": round(time.monotonic() - started, 1)})
         started = time.monotonic()
+        neo_crash, neo_outcomes = crash_trials(root / "crash-neo",
+                                               trials=sizes["crash_trials"],
+                                               lines_per_trial=sizes["lines_per_trial"],
+                                               neo=True)
+        rows.append({"run": "crash (SIGKILL), neo.mjs graph", "trials": sizes["crash_trials"],
+                     **neo_crash.row(), "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
         concurrent = producers_and_drainer(root / "concurrency", producers=sizes["producers"],
                                            lines_each=sizes["lines_each"])
         rows.append({"run": f"{sizes['producers']} producers + daemon", "trials": 1,
@@ -82,8 +89,9 @@ def main(argv: list[str]) -> int:
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
-    never_killed = points_never_killed(outcomes)
-    ok = crash.ok and not never_killed and concurrent.ok and drainers.ok and restarts.ok \
+    never_killed = points_never_killed(outcomes) + points_never_killed(neo_outcomes)
+    ok = crash.ok and neo_crash.ok and not never_killed and concurrent.ok and drainers.ok \
+        and restarts.ok \
         and min(drainers.kills) >= kills and not safety.deleted_outside_plan \
         and not safety.over_cap and not safety.not_restored_exactly
     print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes),

@@ -26,7 +26,7 @@ import asyncpg
 import structlog
 
 from core.rules.errors import ConnectionLost, KbError, StoreUnavailable, WriteConflict
-from core.stores.graph_db import ConnectionTurn, GraphDataError
+from core.stores.graph_db import ConnectionTurn, GraphDataError, GraphModel
 from core.stores.postgres.schema import MIGRATIONS, SCHEMA_LOCK_KEY, VERSION_TABLE
 from core.stores.postgres.statements import POSTGRES
 from core.stores.statements import Statements
@@ -90,6 +90,8 @@ class PostgresTransaction:
     """A write transaction (`PostgresGraph.write()`). For `core.stores` modules only."""
 
     sql: Statements = POSTGRES
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
@@ -118,6 +120,8 @@ class PostgresGraph:
     """
 
     sql: Statements = POSTGRES
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: asyncpg.Connection, url: str, *, read_only: bool) -> None:
         self._conn = conn

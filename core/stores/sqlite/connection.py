@@ -28,8 +28,9 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from core.rules.errors import ConnectionLost, KbError, StoreUnavailable
-from core.stores.graph_db import ConnectionTurn, GraphDataError
+from core.rules.errors import ConfigError, ConnectionLost, KbError, StoreUnavailable
+from core.rules.graph_schema import NEW, FoundSchema, SchemaObject, classify_schema
+from core.stores.graph_db import ConnectionTurn, GraphDataError, GraphModel
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
 from core.stores.statements import Statements
@@ -76,11 +77,173 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+#: SQLite's result code for a file that is not a database (a text file, a truncated one).
+_NOT_A_DATABASE = 26
+#: A file's schema objects, SQLite's own left out (`core.rules.graph_schema`).
+_SCHEMA_OBJECTS = ("SELECT type, name, tbl_name FROM sqlite_master "
+                   "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name")
+_TABLE_COLUMNS = "SELECT name FROM pragma_table_info(?) ORDER BY cid"
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _schema_versions_sql(table: str) -> str:
+    """The `SchemaVersion` rows, read from the table as the file spells its name."""
+    return f"SELECT id, version FROM {_quoted(table)}"
+
+
+class SqliteFile:
+    """An open connection to a graph file whose schema has not been chosen yet: what
+    `core.stores.state.open_graph` reads the schema with before anything is written, then
+    hands to the backend that owns that schema (`SqliteGraph.on_file`, the neo backend)."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
+                 in_memory: bool) -> None:
+        self.conn = conn
+        self.path = path
+        self.read_only = read_only
+        #: A dry run on a file that does not exist: an empty in-memory graph stands in.
+        self.in_memory = in_memory
+
+    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Every row of one read; StoreUnavailable when the file cannot be read."""
+        try:
+            return list(await self.conn.execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite {self.path}: read failed: {exc}") from exc
+
+    async def prepare(self, ddl: Sequence[str]) -> None:
+        """WAL and `synchronous=FULL` when writable, `ddl`, foreign keys on; the connection is
+        closed when any of it fails (StoreUnavailable)."""
+        try:
+            if not self.read_only:
+                await self.conn.execute("PRAGMA journal_mode=WAL")
+                # FULL: a commit survives power loss, so deleting the queue file after it is safe.
+                await self.conn.execute("PRAGMA synchronous=FULL")
+            if ddl:
+                await self.conn.executescript("".join(ddl))
+            await self.conn.execute("PRAGMA foreign_keys=ON")
+        except BaseException as exc:
+            await self.conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreUnavailable(f"SQLite {self.path}: open failed: {exc}") from exc
+            raise
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        await self.conn.close()
+
+
+async def connect_file(path: Path, *, read_only: bool,
+                       busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> SqliteFile:
+    """Connect to the graph file, nothing written yet: `mode=ro` for a dry run (an absent file
+    is an in-memory stand-in, never created), else creating it (and its folder) if absent."""
+    timeout = busy_timeout_ms / 1000
+    in_memory = read_only and not path.exists()
+    try:
+        if in_memory:
+            conn = await aiosqlite.connect(":memory:", isolation_level=None)
+        elif read_only:
+            conn = await aiosqlite.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                timeout=timeout,
+            )
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
+                               f"lost ({exc})") from exc
+    return SqliteFile(conn, path, read_only=read_only, in_memory=in_memory)
+
+
+async def read_found_schema(file: SqliteFile) -> FoundSchema:
+    """The schema of the open file (`core.rules.graph_schema.classify_schema`), read from
+    `sqlite_master`, the tables' columns and a `SchemaVersion` table: reads only."""
+    try:
+        entries = list(await file.conn.execute_fetchall(_SCHEMA_OBJECTS))
+        objects = [SchemaObject(str(t), str(n), str(tb),
+                                tuple(str(c[0]) for c in await file.conn.execute_fetchall(
+                                    _TABLE_COLUMNS, (n,))) if t == "table" else ())
+                   for t, n, tb in entries]
+        versions = None
+        version_table = _version_table(objects)
+        if version_table is not None:
+            versions = await _schema_versions(file.conn.execute_fetchall, version_table)
+    except sqlite3.Error as exc:
+        return _unreadable(file.path, exc)
+    return classify_schema(objects, versions)
+
+
+def read_found_schema_sync(path: Path) -> FoundSchema:
+    """`read_found_schema` without an event loop, for the configuration check every command
+    runs before any store opens (`core.stores.neo_layout`): the file opened `mode=ro`, never
+    created; a missing file is `new`."""
+    if not path.exists():
+        return NEW
+    # Without a WAL file beside it nobody has the file open and all of it is in the main file:
+    # read it `immutable`, which creates no -wal/-shm file either (a plain read-only open of a
+    # WAL-mode file would, and leave them). With one, a reader must see the WAL too.
+    wal = path.with_name(path.name + "-wal")
+    immutable = "" if wal.exists() else "&immutable=1"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True,
+                               timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
+    try:
+        entries = conn.execute(_SCHEMA_OBJECTS).fetchall()
+        objects = [SchemaObject(str(t), str(n), str(tb),
+                                tuple(str(c[0]) for c in conn.execute(_TABLE_COLUMNS, (n,)))
+                                if t == "table" else ())
+                   for t, n, tb in entries]
+        table = _version_table(objects)
+        versions = None
+        if table is not None:
+            try:
+                versions = {str(r[0]): r[1]
+                            for r in conn.execute(_schema_versions_sql(table)).fetchall()}
+            except sqlite3.Error:
+                versions = {"graph": "unreadable"}
+    except sqlite3.Error as exc:
+        return _unreadable(path, exc)
+    finally:
+        conn.close()
+    return classify_schema(objects, versions)
+
+
+def _version_table(objects: Sequence[SchemaObject]) -> str | None:
+    return next((o.name for o in objects
+                 if o.type == "table" and o.name.lower() == "schemaversion"), None)
+
+
+async def _schema_versions(fetch: Any, table: str) -> dict[str, Any]:
+    """The `SchemaVersion` rows by id; one that cannot be read reads as `unreadable` (the
+    original's boot refuses such a file too)."""
+    try:
+        return {str(r[0]): r[1] for r in await fetch(_schema_versions_sql(table))}
+    except sqlite3.Error:
+        return {"graph": "unreadable"}
+
+
+def _unreadable(path: Path, exc: sqlite3.Error) -> FoundSchema:
+    """A file that is not a database is of no schema (a configuration error); any other
+    failure to read it is an outage (StoreUnavailable: the next tick tries again)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int) and code & 0xFF == _NOT_A_DATABASE:
+        return FoundSchema("foreign", "a file that is not a SQLite database")
+    raise StoreUnavailable(f"SQLite {path}: read failed: {exc}") from exc
+
+
 class SqliteTransaction:
     """A write transaction (`SqliteGraph.write()`): statements run in it commit or roll back
     together. For `core.stores` modules only."""
 
     sql: Statements = SQLITE
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
@@ -107,6 +270,7 @@ class SqliteGraph:
     its own writes, and a read never starts a transaction)."""
 
     sql: Statements = SQLITE
+    model: GraphModel | None = None
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
                  in_memory: bool = False) -> None:
@@ -150,38 +314,28 @@ class SqliteGraph:
         """Open (creating when writable) the SQLite file with WAL, busy_timeout and foreign keys.
 
         `read_only` is for dry runs: the file is opened `mode=ro` so not one byte of it can
-        change; when it does not exist yet, an empty in-memory graph stands in for it.
+        change; when it does not exist yet, an empty in-memory graph stands in for it. The
+        file's schema is read before anything is written: one that is not this project's
+        (a neo.mjs graph, anything else) is refused (ConfigError) untouched; open it with
+        `core.stores.state.open_graph`, which chooses the backend.
         """
-        timeout = busy_timeout_ms / 1000
-        in_memory = read_only and not path.exists()
+        file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
         try:
-            if in_memory:
-                conn = await aiosqlite.connect(":memory:", isolation_level=None)
-            elif read_only:
-                conn = await aiosqlite.connect(
-                    f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                    timeout=timeout,
-                )
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
-                                   f"lost ({exc})") from exc
-        try:
-            if not read_only:
-                await conn.execute("PRAGMA journal_mode=WAL")
-                # FULL: a commit survives power loss, so deleting the queue file after it is safe.
-                await conn.execute("PRAGMA synchronous=FULL")
-            if not read_only or in_memory:
-                await conn.executescript("".join(ALL_DDL))
-            await conn.execute("PRAGMA foreign_keys=ON")
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
+            found = await read_found_schema(file)
+            if found.kind not in ("kb", "new"):
+                raise ConfigError(f"{path}: not this project's graph schema: found {found.found}")
+        except BaseException:
+            await file.close()
             raise
-        return cls(conn, path, read_only=read_only, in_memory=in_memory)
+        return await cls.on_file(file)
+
+    @classmethod
+    async def on_file(cls, file: SqliteFile) -> SqliteGraph:
+        """The graph on an open file whose schema is this project's (or that has none yet):
+        WAL and `synchronous=FULL` when writable, this project's DDL, foreign keys."""
+        await file.prepare(ALL_DDL if not file.read_only or file.in_memory else ())
+        return cls(file.conn, file.path, read_only=file.read_only,
+                   in_memory=file.in_memory)
 
     async def close(self) -> None:
         """Close the connection (idempotent). When the file was replaced or removed under a
@@ -233,7 +387,7 @@ class SqliteGraph:
                 error = StoreUnavailable(str(error))
             raise error from exc
         try:
-            yield SqliteTransaction(self._conn)
+            yield self._transaction_on(self._conn)
             await self._conn.execute("COMMIT")
         except BaseException as exc:
             try:
@@ -243,6 +397,10 @@ class SqliteGraph:
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
                 raise self._failed("write", exc) from exc
             raise
+
+    def _transaction_on(self, conn: aiosqlite.Connection) -> SqliteTransaction:
+        """The transaction object a backend on this file runs its statements through."""
+        return SqliteTransaction(conn)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Every row of one read, in one trip to the connection's thread (a trip per execute,
