@@ -20,6 +20,7 @@ from typing import Any
 
 from benchmarks import (
     drain_bench,
+    drain_neo_bench,
     drain_server_bench,
     idle_bench,
     legacy_bench,
@@ -29,7 +30,8 @@ from benchmarks import (
 )
 from benchmarks.harness import Target, emit_report, machine, progress
 
-BENCHMARKS = ("drain", "drain-server", "postgres", "reconcile", "legacy", "scale", "idle")
+BENCHMARKS = ("drain", "drain-server", "drain-neo", "postgres", "reconcile", "legacy", "scale",
+              "idle")
 
 
 def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
@@ -46,6 +48,9 @@ def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
         "drain-server": (lambda: drain_server_bench.run_server_benchmark(
             drain_bench.SMOKE_SIZES if smoke else drain_bench.FULL_SIZES, repeats=repeats),
             drain_server_bench.table),
+        "drain-neo": (lambda: drain_neo_bench.run_neo_benchmark(
+            drain_bench.SMOKE_SIZES if smoke else drain_bench.FULL_SIZES, repeats=repeats),
+            drain_neo_bench.table),
         "postgres": (lambda: postgres_bench.run_benchmark(smoke=smoke, repeats=repeats),
                      postgres_bench.table),
         "scale": (lambda: scale_bench.run_scale_benchmark(

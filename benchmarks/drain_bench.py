@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import random
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -586,20 +588,34 @@ def run_drain_benchmark(sizes: DrainSizes, *, repeats: int = 1,
     """Seed once, run every contender on its own fresh copy (best of `repeats` each, taken in
     turns so that a noisy minute hurts all of them alike), and compare. Leaving a contender
     out (`contenders`, for profiling sessions) leaves its ratios out of the report."""
-    workdir = make_workdir("drain")
+    return run_variant(MODULE, "drain", sizes, repeats=repeats, contenders=contenders)
+
+
+def run_variant(module: str, label: str, sizes: DrainSizes, *, repeats: int,
+                contenders: Sequence[str], seed_module: str | None = None,
+                around: Callable[[Path, Path], AbstractContextManager[list[str]]] | None = None,
+                ) -> dict[str, Any]:
+    """This workload in the variant `module` runs (its `--contender` children; `seed_module`'s
+    `--seed`, `module`'s by default): seeded once, each contender on a fresh copy, best of
+    `repeats`, `summarize`d. `around`, when given, wraps each run (given the copy and the work
+    folder) and yields the extra arguments of its child (a server it started for the run)."""
+    workdir = make_workdir(label)
     try:
         env = child_env(workdir)
         seed_root = workdir / "seed"
-        progress(f"drain: seeding {sizes.lines:,} lines, {sizes.memories:,} memories, "
+        progress(f"{label}: seeding {sizes.lines:,} lines, {sizes.memories:,} memories, "
                  f"{sizes.summaries:,} summaries")
-        seeded = run_child(MODULE, ["--seed", str(seed_root), *sizes.args()], env=env)
+        seeded = run_child(seed_module or module, ["--seed", str(seed_root), *sizes.args()],
+                           env=env)
         runs: dict[str, list[ChildRun]] = {name: [] for name in contenders}
         for turn in range(repeats):
             for name in contenders:
                 root = copy_data(seed_root, workdir / f"{name}-{turn}")
-                progress(f"drain: {name} (run {turn + 1}/{repeats})")
-                runs[name].append(run_child(
-                    MODULE, ["--contender", name, "--data", str(root)], env=env))
+                with (around(root, workdir) if around is not None
+                      else contextlib.nullcontext([])) as extra:
+                    progress(f"{label}: {name} (run {turn + 1}/{repeats})")
+                    runs[name].append(run_child(
+                        module, ["--contender", name, "--data", str(root), *extra], env=env))
                 remove_tree(root)
         return summarize(sizes, seeded.report["expected"], runs)
     finally:

@@ -14,23 +14,14 @@ per endpoint over HTTP would take most of an hour at full size.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from benchmarks import drain_bench
 from benchmarks.bare_stores import settings_for
-from benchmarks.harness import (
-    ChildRun,
-    child_env,
-    copy_data,
-    emit_report,
-    make_workdir,
-    progress,
-    remove_tree,
-    run_child,
-    set_up_child,
-)
+from benchmarks.harness import emit_report, set_up_child
 
 MODULE = "benchmarks.drain_server_bench"
 CONTENDERS = ("drainer", "floor")
@@ -61,33 +52,21 @@ def run_server_benchmark(sizes: drain_bench.DrainSizes, *, repeats: int = 1) -> 
     `chroma run` over its store, the contender, the server stopped."""
     from tests.chroma_server import ChromaServer
 
-    workdir = make_workdir("drain-server")
-    try:
-        env = child_env(workdir)
-        seed_root = workdir / "seed"
-        progress(f"drain-server: seeding {sizes.lines:,} lines")
-        seeded = run_child(drain_bench.MODULE, ["--seed", str(seed_root), *sizes.args()],
-                           env=env)
-        runs: dict[str, list[ChildRun]] = {name: [] for name in CONTENDERS}
-        for turn in range(repeats):
-            for name in CONTENDERS:
-                root = copy_data(seed_root, workdir / f"{name}-{turn}")
-                server = ChromaServer(settings_for(root).chroma_path, home=workdir / "home")
-                server.start()
-                try:
-                    progress(f"drain-server: {name} (run {turn + 1}/{repeats})")
-                    runs[name].append(run_child(MODULE, [
-                        "--contender", name, "--data", str(root), "--url", server.url],
-                        env=env))
-                finally:
-                    server.stop()
-                remove_tree(root)
-        result = drain_bench.summarize(sizes, seeded.report["expected"], runs)
-        for target in result["targets"]:
-            target["name"] = target["name"].replace("drain:", "drain (server):", 1)
-        return result
-    finally:
-        remove_tree(workdir)
+    @contextmanager
+    def server_for(root: Path, workdir: Path) -> Iterator[list[str]]:
+        server = ChromaServer(settings_for(root).chroma_path, home=workdir / "home")
+        server.start()
+        try:
+            yield ["--url", server.url]
+        finally:
+            server.stop()
+
+    result = drain_bench.run_variant(MODULE, "drain-server", sizes, repeats=repeats,
+                                     contenders=CONTENDERS, seed_module=drain_bench.MODULE,
+                                     around=server_for)
+    for target in result["targets"]:
+        target["name"] = target["name"].replace("drain:", "drain (server):", 1)
+    return result
 
 
 def table(result: dict[str, Any]) -> str:

@@ -65,15 +65,35 @@ class PostgresServer:
         steps = [
             [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", PG_USER, "--auth=trust",
              "--no-sync", "--locale=C.UTF-8", "-E", "UTF8"],
-            [str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l",
-             str(self.root / "server.log"), "-o",
-             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-             f"{self.server_settings}", "start"],
+            self._pg_ctl("start"),
         ]
         for step in steps:
-            done = self._as_server_user(*step)
-            if done.returncode != 0:
-                raise RuntimeError(f"{Path(step[0]).name} failed: {done.stdout}{done.stderr}")
+            self._run_step(step)
+
+    def _pg_ctl(self, action: str, *flags: str) -> list[str]:
+        """`pg_ctl ACTION` on this cluster, with its port, socket folder, settings and log."""
+        return [str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "-l",
+                str(self.root / "server.log"), "-o",
+                f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+                f"{self.server_settings}", *flags, action]
+
+    def _run_step(self, step: list[str]) -> None:
+        done = self._as_server_user(*step)
+        if done.returncode != 0:
+            raise RuntimeError(f"{Path(step[0]).name} failed: {done.stdout}{done.stderr}")
+
+    def restart(self, *, mode: str = "fast") -> None:
+        """Restart the server on the same folder and port, as an operator or a failover does:
+        every session ends (`fast`: rolled back; `immediate`: a crash and its recovery)."""
+        self._run_step(self._pg_ctl("restart", "-m", mode))
+
+    def halt(self, *, mode: str = "fast") -> None:
+        """Stop the server, keeping its folder, until `resume`."""
+        self._run_step([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-m", mode, "stop"])
+
+    def resume(self) -> None:
+        """Start the server `halt` stopped, on the same folder and port."""
+        self._run_step(self._pg_ctl("start"))
 
     def url(self, database: str = "postgres") -> str:
         """A URL as an operator writes `stateUrl`: host, port, database, no password."""

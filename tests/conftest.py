@@ -31,6 +31,7 @@ from core.runtime.logs import configure_logging  # noqa: E402
 from core.stores.chroma import VectorStore  # noqa: E402
 from core.stores.graph_db import GraphDB  # noqa: E402
 from core.stores.state import open_graph  # noqa: E402
+from tests.chroma_server import ChromaServer  # noqa: E402
 from tests.postgres_server import PostgresServer  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 
@@ -86,6 +87,25 @@ def postgres_server() -> Iterator[PostgresServer]:
     """One real PostgreSQL 15 for the session, started on first use; failing to start it
     fails the tests that need it (never a skip)."""
     server = PostgresServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def restartable_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL 15 of the test module's own, which its tests restart, halt and resume (the
+    session's server is shared by every other test of the worker)."""
+    server = PostgresServer(prefix="kb-test-pg-restart-")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def chroma(tmp_path: Path) -> Iterator[ChromaServer]:
+    """A real `chroma run` on a folder of the test's own, stopped after the test."""
+    server = ChromaServer(tmp_path / "chroma-server", home=tmp_path / "chroma-home")
     server.start()
     yield server
     server.stop()

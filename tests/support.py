@@ -8,8 +8,11 @@ import ast
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -17,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import asyncpg
 import pytest
 
 from core.rules.archive_format import (
@@ -31,7 +35,7 @@ from core.rules.archive_format import (
 )
 from core.rules.config import Settings, resolve_config
 from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import NodeRow
+from core.rules.nodes import REINFORCE_FACTOR, NodeRow
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
@@ -89,6 +93,69 @@ async def seed_acme_drift(settings: Settings) -> None:
             for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))])
     finally:
         await vectors.close()
+
+
+async def seed_concepts(settings: Settings, count: int) -> None:
+    """Nodes `CONCEPT:c0` ... `CONCEPT:c<count - 1>`: the endpoints of the lines a test
+    appends, present so that every line links."""
+    graph = await open_graph(settings)
+    try:
+        for c in range(count):
+            await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
+    finally:
+        await graph.close()
+
+
+async def edge_mentions(url: str) -> Counter[str]:
+    """Copies applied per relationship, read from the edges of the PostgreSQL state at `url`
+    (an edge's weight is 1.0 for one copy, + REINFORCE_FACTOR for each more)."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows = await conn.fetch("SELECT relationship, weight FROM edges")
+    finally:
+        await conn.close()
+    return Counter({str(r[0]): round((float(r[1]) - 1.0) / REINFORCE_FACTOR) + 1 for r in rows})
+
+
+def unix_socket_to(path: Path, *, blocking: bool = True) -> socket.socket:
+    """A Unix socket connected to `path` through its folder's descriptor, as the product
+    connects (pytest's temp paths can pass the 108-byte socket address). A non-blocking
+    connect that would wait raises BlockingIOError, as `connect` does."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(blocking)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{path.name}")
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(fd)
+    return sock
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll until `predicate`; the monotonic time it became true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def log_events(log: Path, name: str, **fields: Any) -> list[dict[str, Any]]:
+    """The JSON log lines of a daemon's log file whose event is `name` and whose fields have
+    the given values."""
+    found = []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == name and all(event.get(k) == v for k, v in fields.items()):
+            found.append(event)
+    return found
 
 
 def child_env(home: Path) -> dict[str, str]:

@@ -10,6 +10,11 @@ on the lock's own session, whether this host still leads in the term the pass st
 The runtime installs the check for the duration of a tick (`fenced`); outside one (SQLite, dry
 runs, one-shot restore) there is no fence and nothing changes. A pass that ends up fenced fails
 its remaining tenants with `NotLeading`, logged as `leadership.fenced` with the reason.
+
+A check that passes is valid for `Fence.valid_for_s` from its start (half a lease: no standby
+can lead before one lease after it): the delete it allows is not sent later than that
+(`core.stores.fence_deadline`), so a leader paused between its check and its request, for
+longer than that, sends nothing when it resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Protocol
 import structlog
 
 from core.rules.errors import KbError
+from core.stores.fence_deadline import allow_until, clock
 
 log = structlog.get_logger(__name__)
 
@@ -32,6 +38,11 @@ class NotLeading(KbError):
 
 class Fence(Protocol):
     """What a pass asks before a delete."""
+
+    @property
+    def valid_for_s(self) -> float:
+        """How long after its start a check that passed allows the delete to be sent."""
+        ...
 
     async def lost_reason(self) -> str | None:
         """None while this host still leads in the pass's term; else why it does not."""
@@ -49,6 +60,7 @@ def fenced(fence: Fence) -> Iterator[None]:
         yield
     finally:
         _fence.reset(token)
+        allow_until(None)
 
 
 async def ensure_still_leads(action: str) -> None:
@@ -57,8 +69,11 @@ async def ensure_still_leads(action: str) -> None:
     fence = _fence.get()
     if fence is None:
         return
+    started = clock()
     reason = await fence.lost_reason()
-    if reason is not None:
+    if reason is None:
+        allow_until(started + fence.valid_for_s)
+    else:
         log.error("leadership.fenced", action=action, reason=reason,
                   message="this host no longer leads: nothing deleted")
         raise NotLeading(f"{action} not made: this host no longer leads ({reason})")

@@ -27,7 +27,13 @@ from core.rules.ingest import (
 )
 from core.rules.nodes import LIVE_INGEST_DROPS
 from core.stores.chroma import CollectionMissing
-from core.stores.graph import insert_edges_if_absent, nodes_by_id, upsert_nodes
+from core.stores.graph import (
+    insert_edges_if_absent,
+    keeps_every_key,
+    nodes_by_id,
+    upsert_nodes,
+    write_conflicts,
+)
 
 if TYPE_CHECKING:
     from core.rules.config import Settings
@@ -79,7 +85,9 @@ async def _sync_batch(
     batch = build_sync_batch(session_ids, summaries, memories)
     existing = await nodes_by_id(
         graph, [n.id for n in batch.sessions] + [memory_node_id(r.id) for r in memories])
-    to_write = nodes_to_write(batch, existing)
+    to_write = nodes_to_write(
+        batch, existing, keeps_every_key=keeps_every_key(graph),
+        conflicts=write_conflicts(graph, [*batch.sessions, *batch.memories], existing))
     written = {node.id for node in to_write}
     if to_write and not dry_run:
         async with graph.write() as tx:

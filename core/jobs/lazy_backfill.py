@@ -32,6 +32,7 @@ from core.rules.rows import ChromaRow
 from core.stores.chroma import CollectionMissing, VectorStoreError
 from core.stores.graph import (
     existing_ids,
+    identity_conflicts,
     insert_edges_if_absent,
     insert_nodes_if_absent,
     link_nodes,
@@ -55,6 +56,8 @@ async def plan_backfill(
 ) -> BackfillPlan:
     """Resolve many node ids at once (reads only): SQLite once for which exist, Chroma once
     (chunked) for the missing memories and once for the sessions they and the request need.
+    On a neo.mjs graph (E2/E3) a missing `memory:X` whose bare id another kind of node holds
+    is `canonical-label-conflict` before Chroma is asked (one more SQLite query).
     `existing`, when given, is the caller's fresh answer to "which of these exist" and saves
     the first SQLite query.
 
@@ -67,7 +70,10 @@ async def plan_backfill(
         return plan
     present = set(existing) if existing is not None else await existing_ids(
         graph, list(request.row_ids))
-    memory_keys, session_keys = missing_keys(request, present)
+    conflicts = await identity_conflicts(
+        graph, [n for n, (kind, _) in request.row_ids.items()
+                if kind == "memory" and n not in present])
+    memory_keys, session_keys = missing_keys(request, present, conflicts)
     memory_rows = await _fetch_memories(vectors, settings, memory_keys, plan)
     parents = parents_of(memory_rows, present)
     present_parents = await existing_ids(graph, [session_node_id(s) for s in parents])

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.reports.graph_status import GraphStatus, graph_status
 from core.rules.alert_channels import channel_label, scrub_secrets
 from core.rules.alert_evaluation import Delivery
 from core.rules.camel_json import omitted_when_none
 from core.rules.config import Settings
-from core.rules.nodes import MEMORY_LABEL, SESSION_LABEL
 from core.rules.telemetry import StaleReport
 from core.rules.timestamps import iso_from_ms
 from core.stores.alert_records import recent_alerts
@@ -37,7 +37,6 @@ from core.stores.clock import now_ms
 from core.stores.daemon_state import DRAIN_JOB, TickRecord, last_drainer_ticks, last_ticks
 from core.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.stores.drainer_queue import local_drainer
-from core.stores.graph import count_nodes_and_edges, provenance_counts
 from core.stores.graph_db import GraphDB
 from core.stores.postgres.leader_lock import current_leader
 from core.stores.queue_files import QueueFileCounts, describe_queue_file
@@ -101,31 +100,6 @@ class DeadLetterStatus:
         return cls(path, counts.present, counts.total, counts.bytes,
                    dict(sorted(counts.by_reason.items())), counts.last_dead_ms,
                    _iso(counts.last_dead_ms))
-
-
-@dataclass(frozen=True, slots=True)
-class Provenance:
-    """MEMORY or SESSION nodes by provenance marker."""
-
-    total: int = 0
-    backfilled: int = 0
-    live_ingested: int = 0
-    minimal: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class GraphStatus:
-    """The state store: whether it exists, its size in nodes and edges, and provenance.
-
-    `path` is where the state is: the SQLite file, or the `stateUrl` (it holds no password).
-    """
-
-    path: str
-    present: bool
-    nodes: int = 0
-    edges: int = 0
-    memories: Provenance = Provenance()
-    sessions: Provenance = Provenance()
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,15 +234,6 @@ def without_url_credentials(value: Any) -> Any:
     return value
 
 
-async def _graph_status(graph: GraphDB, tables: set[str], *, path: str) -> GraphStatus:
-    """Nodes, edges, and MEMORY / SESSION nodes by provenance marker."""
-    nodes, edges = await count_nodes_and_edges(graph, tables)
-    by_label = await provenance_counts(graph) if "nodes" in tables else {}
-    return GraphStatus(path, True, nodes, edges,
-                       Provenance(*by_label.get(MEMORY_LABEL, (0, 0, 0, 0))),
-                       Provenance(*by_label.get(SESSION_LABEL, (0, 0, 0, 0))))
-
-
 def _tick_shown(record: TickRecord) -> TickShown:
     return TickShown(record.started_at, iso_from_ms(record.started_at), record.finished_at,
                      record.duration_ms, record.ok, without_url_credentials(record.figures))
@@ -386,7 +351,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         return StatusReport(
             report.generated_at, report.config, report.queue, report.draining,
             report.dead_letters,
-            graph=await _graph_status(graph, tables, path=report.graph.path),
+            graph=await graph_status(graph, tables, path=report.graph.path),
             ticks=ticks, tenants=await _tenants(graph, tables),
             alerts=await _alerts(graph, tables),
             drainers=await _drainers(graph, ticks, local=local),

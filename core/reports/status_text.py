@@ -119,9 +119,26 @@ def _graph_part(status: StatusReport) -> list[Any]:
             for kind, p in (("memories", graph.memories), ("sessions", graph.sessions))]
     rows.append(["other nodes (concepts, tenants, ...)", other, None, None, None])
     rows.append(["all nodes", graph.nodes, None, None, None])
-    return [table(f"Graph: {_plural(graph.nodes, 'node')}, {_plural(graph.edges, 'edge')}",
-                  ["nodes", "count", "live-ingested", "back-filled", "of which minimal"],
-                  rows, numeric=["count", "live-ingested", "back-filled", "of which minimal"])]
+    schema = "" if graph.neo is None else f" (neo.mjs graph, {graph.neo.era})"
+    part: list[Any] = [table(
+        f"Graph{schema}: {_plural(graph.nodes, 'node')}, {_plural(graph.edges, 'edge')}",
+        ["nodes", "count", "live-ingested", "back-filled", "of which minimal"],
+        rows, numeric=["count", "live-ingested", "back-filled", "of which minimal"])]
+    return part + _original_tables_part(status)
+
+
+def _original_tables_part(status: StatusReport) -> list[Any]:
+    """A neo.mjs graph's own tables and its nodes by label (nothing for this project's)."""
+    neo = status.graph.neo
+    if neo is None:
+        return []
+    version = f", SchemaVersion {neo.schema_version}" if neo.schema_version is not None else ""
+    log = neo.graph_log if neo.graph_log is not None else "absent"
+    rows: list[list[Any]] = [["Nodes", neo.nodes], ["Edges", neo.edges], ["GraphLog", log]]
+    rows += [[f"  label {label or '(none)'}", count]
+             for label, count in neo.nodes_by_label.items()]
+    return [table(f"neo.mjs tables ({neo.era}{version})", ["table", "rows"], rows,
+                  numeric=["rows"])]
 
 
 def _queue_row(name: str, f: QueueFileStatus, now: int) -> list[Any]:

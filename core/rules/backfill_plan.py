@@ -12,7 +12,7 @@ Chroma failed, the memory is not planned either (`chroma-fetch-failed`) and is r
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -39,7 +39,7 @@ from core.rules.rows import ChromaRow
 
 
 class Reason(StrEnum):
-    """Why a back-fill succeeded or failed (the eight reasons dead letters and results name)."""
+    """Why a back-fill succeeded or failed (the reasons dead letters and results name)."""
 
     UNRECOGNIZED_PREFIX = "unrecognized-prefix"
     ALREADY_EXISTS = "already-exists"
@@ -48,6 +48,9 @@ class Reason(StrEnum):
     NO_COLLECTION = "no-collection"
     CHROMA_FETCH_FAILED = "chroma-fetch-failed"
     CHROMA_ROW_NOT_FOUND = "chroma-row-not-found"
+    #: A neo.mjs graph (E2/E3) whose canonical raw-memory id `X` holds a node of another
+    #: label: the original writes nothing for `memory:X` then, and neither do the daemons.
+    CANONICAL_LABEL_CONFLICT = "canonical-label-conflict"
     ERROR = "error"
 
 
@@ -137,14 +140,19 @@ def sort_request(node_ids: Iterable[Any]) -> Request:
     return Request(plan, row_ids)
 
 
-def missing_keys(request: Request, present: Collection[str]) -> tuple[list[str], list[str]]:
+def missing_keys(request: Request, present: Collection[str],
+                 conflicts: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """The memory and session keys to look up: those not in the graph (the others are
-    `already-exists`)."""
+    `already-exists`), except the ids whose node id another node holds (`conflicts`, with the
+    reason: `canonical-label-conflict`, never looked up, nothing written)."""
     memory_keys: list[str] = []
     session_keys: list[str] = []
     for node_id, (kind, key) in request.row_ids.items():
         if node_id in present:
             request.plan.results[node_id] = BackfillResult.of(Reason.ALREADY_EXISTS, node_id)
+        elif conflicts and node_id in conflicts:
+            request.plan.results[node_id] = BackfillResult.of(
+                Reason.CANONICAL_LABEL_CONFLICT, node_id, conflicts[node_id])
         elif kind == "memory":
             memory_keys.append(key)
         else:

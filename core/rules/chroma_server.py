@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 #: The two ways `chromaAuthHeader` may send the token; `Authorization` sends `Bearer <token>`.
 AUTH_HEADERS = ("Authorization", "X-Chroma-Token")
@@ -162,3 +162,16 @@ def auth_header(header: str, token: str) -> dict[str, str]:
     if header == "Authorization":
         return {"Authorization": f"Bearer {token}"}
     return {header: token}
+
+
+def url_without_user_info(url: str) -> str:
+    """`url` as it may be shown or logged (pure): any `user:password@` left out, so
+    `http://alice:pw@host:8000` shows as `http://host:8000`; a URL that cannot be parsed shows
+    as everything after its last `@` (or as written when it has none)."""
+    try:
+        parts = urlsplit(url)
+        if "@" not in parts.netloc:
+            return url
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    except ValueError:
+        return url.rpartition("@")[2]

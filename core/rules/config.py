@@ -81,12 +81,15 @@ class LoadedConfig:
 
     settings: Settings
     warnings: tuple[ConfigWarning, ...]
+    #: The keys the file set (a default that depends on others, `neoRoot`'s, yields to them).
+    given: frozenset[str] = frozenset()
 
 
 def _type_ok(key: Key, value: Any) -> bool:
     """Whether `value` has the TOML type `key` expects; bool is never a number here."""
     match key.type:
-        case "string" | "path" | "file" | "url" | "stateurl" | "name" | "collection" | "enum":
+        case ("string" | "path" | "file" | "folder" | "url" | "stateurl" | "name"
+              | "collection" | "enum"):
             return isinstance(value, str)
         case "integer":
             return is_whole_number(value)
@@ -109,9 +112,9 @@ def _value_ok(key: Key, value: Any) -> bool:
 def value_problem(key: Key, value: Any) -> str | None:
     """What is wrong with a value of the right type for `key`, or None when it is valid."""
     match key.type:
-        case "path" | "file":
+        case "path" | "file" | "folder":
             if value == "":
-                return None if key.type == "file" else "it is empty"
+                return None if key.type != "path" else "it is empty"
             if value != value.strip():
                 return "it has leading or trailing whitespace; remove it"
             if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
@@ -171,6 +174,7 @@ def resolve_config(
     return LoadedConfig(
         Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),
         tuple(warnings),
+        frozenset(k for k in table if k in KEYS_BY_NAME),
     )
 
 
@@ -288,7 +292,7 @@ def _resolved(
                 value = data_dir / key.under_data_dir
             else:
                 value = _absolute(base_dir, value)
-        elif key.type == "file":
+        elif key.type in ("file", "folder"):
             value = _absolute(base_dir, value) if value else None
         elif key.type == "url":
             value = parse_chroma_url(value).url if value else ""

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from core.rules.alert_rules import AlertRules
 from core.rules.chroma_server import (
@@ -31,13 +30,17 @@ from core.rules.chroma_server import (
     ChromaServer,
     parse_chroma_url,
 )
+from core.rules.chroma_server import (
+    url_without_user_info as url_without_user_info,
+)
+from core.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.rules.retention import valid_max_age, valid_max_count
 
 TABLE = "knowledgeBase"
 
 KeyType = Literal[
-    "string", "path", "file", "url", "stateurl", "name", "collection", "integer", "number",
-    "boolean", "enum", "rules", "retention"
+    "string", "path", "file", "folder", "url", "stateurl", "name", "collection", "integer",
+    "number", "boolean", "enum", "rules", "retention"
 ]
 
 LOG_FORMATS = ("auto", "json", "console")
@@ -87,6 +90,7 @@ class Key:
             "string": "string",
             "path": "string (path)",
             "file": 'string (path to a file; "" for none)',
+            "folder": 'string (path to a folder; "" for none)',
             "url": 'string ("" or http(s)://host[:port][/prefix])',
             "stateurl": 'string ("" or postgresql://host[:port]/database, no password)',
             "name": 'string ("" for Chroma\'s default, else letters, digits, ".", "_", "~", "-")',
@@ -127,19 +131,6 @@ def _fraction(v: float) -> bool:
     return 0 < v <= 1
 
 
-def url_without_user_info(url: str) -> str:
-    """`url` as it may be shown or logged (pure): any `user:password@` left out, so
-    `http://alice:pw@host:8000` shows as `http://host:8000`; a URL that cannot be parsed shows
-    as everything after its last `@` (or as written when it has none)."""
-    try:
-        parts = urlsplit(url)
-        if "@" not in parts.netloc:
-            return url
-        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    except ValueError:
-        return url.rpartition("@")[2]
-
-
 # Every key, in the order the README and the example file list them. Each default is written
 # here once; nothing else in the project spells a default out.
 KEYS: tuple[Key, ...] = (
@@ -171,6 +162,11 @@ KEYS: tuple[Key, ...] = (
         under_data_dir="graph.sqlite", locating=True),
     Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
         under_data_dir="memory-core/lazy-edges.jsonl", locating=True),
+    Key("neoRoot", "folder", "", "a neo.mjs checkout: graph, queue and Chroma server default "
+        "to its layout and NEO_* variables (a key set here wins)", locating=True),
+    Key("graphSchema", "enum", SCHEMA_AUTO, "`auto` reads the graph file's schema (a new "
+        "file is `kb`, except with neoRoot); `kb` or `neo` refuses a file of the other",
+        choices=GRAPH_SCHEMAS, locating=True),
     Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection",
         locating=True),
     Key("summaryCollection", "collection", "neo-agent-sessions",
@@ -276,6 +272,10 @@ class Settings:
     state_url: str
     graph_db_path: Path
     lazy_edges_queue_path: Path
+    #: The neo.mjs checkout whose layout the paths default to; None when not set.
+    neo_root: Path | None
+    #: `auto`, `kb` or `neo` (`core.rules.graph_schema`).
+    graph_schema: str
     memory_collection: str
     summary_collection: str
     knowledge_base_collection: str

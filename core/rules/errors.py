@@ -25,6 +25,13 @@ class StoreUnavailable(KbError):
     exit_code = 1
 
 
+class ConnectionLost(StoreUnavailable):
+    """The connection to a store broke under the call (a database restart or failover, a cut
+    network, an I/O error, the SQLite file replaced): the call's transaction rolled back and
+    nothing was lost; a daemon reopens the connection on its next use
+    (`core.stores.reopening_graph`), a one-shot run ends with exit 1."""
+
+
 class WriteConflict(StoreUnavailable):
     """A write lost to a concurrent one (PostgreSQL: deadlock detected, serialization
     failure): the same transaction may succeed when tried again; if it keeps failing it is an

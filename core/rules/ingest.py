@@ -124,15 +124,20 @@ class LiveIngestSkipped:
     skipped: str
 
 
-def needs_upsert(existing: NodeRow | None, fresh: NodeRow) -> bool:
+def needs_upsert(existing: NodeRow | None, fresh: NodeRow, *,
+                 keeps_every_key: bool = False) -> bool:
     """Whether writing `fresh` would change anything: a new node, a changed payload, or an
-    existing node that is not yet (only) live-ingested."""
+    existing node that is not yet (only) live-ingested. On a graph that keeps every key (the
+    original's: `backfilled` and `minimal` stay), a node already marked live-ingested with the
+    same payload is up to date whatever else it carries."""
     if existing is None:
         return True
     props = existing.properties
     if props.get("payloadHash") != fresh.properties.get("payloadHash"):
         return True
-    return props.get("liveIngested") is not True or any(k in props for k in LIVE_INGEST_DROPS)
+    if props.get("liveIngested") is not True:
+        return True
+    return not keeps_every_key and any(k in props for k in LIVE_INGEST_DROPS)
 
 
 @dataclass(slots=True)
@@ -172,16 +177,24 @@ def build_sync_batch(session_ids: Sequence[str], summaries: Iterable[ChromaRow],
     return batch
 
 
-def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow]) -> list[NodeRow]:
+def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow], *,
+                   keeps_every_key: bool = False,
+                   conflicts: Mapping[str, str] | None = None) -> list[NodeRow]:
     """The batch's nodes that would change the graph (counted as upserted; the others as
-    skipped)."""
-    sessions = [n for n in batch.sessions if needs_upsert(existing.get(n.id), n)]
-    memories = [n for n in batch.memories if needs_upsert(existing.get(n.id), n)]
+    skipped). A node in `conflicts` (its id holds a node it must not be written over) is an
+    error of the batch, named with the reason, and not written."""
+    conflicts = conflicts or {}
+    sessions = [n for n in batch.sessions if n.id not in conflicts
+                and needs_upsert(existing.get(n.id), n, keeps_every_key=keeps_every_key)]
+    memories = [n for n in batch.memories if n.id not in conflicts
+                and needs_upsert(existing.get(n.id), n, keeps_every_key=keeps_every_key)]
+    batch.stats.errors.extend(f"[{node_id}] {reason}" for node_id, reason in conflicts.items())
     stats = batch.stats
     stats.sessions_upserted += len(sessions)
     stats.sessions_skipped += len(batch.sessions) - len(sessions)
     stats.memories_upserted += len(memories)
-    stats.memories_skipped += len(batch.memories) - len(memories)
+    stats.memories_skipped += len(batch.memories) - len(memories) - len(
+        [n for n in batch.memories if n.id in conflicts])
     return sessions + memories
 
 

@@ -120,7 +120,11 @@ def resolve_tenant_policy(
         invalid.append(POLICY_PROPERTY)
     gap = _overridden(policy, GAP_KEY, global_gap, valid_gap, invalid)
     grace = _overridden(policy, GRACE_KEY, global_grace_ms, valid_grace, invalid)
-    setting = policy.get(AUTO_KEY, AUTO_INHERIT)
+    # A null is `inherit` too: what `inherit` leaves on a graph whose merge deletes no key
+    # (the original's, `core.rules.neo_graph`), where it cannot remove the key.
+    setting = policy.get(AUTO_KEY)
+    if setting is None:
+        setting = AUTO_INHERIT
     if setting not in AUTO_CHOICES:
         invalid.append(AUTO_KEY)
         auto = PolicyValue(False, f"{FROM_TENANT} ({FROM_INVALID}: {setting!r})")

@@ -5,14 +5,21 @@ alerting) run on one host at a time: the host whose `Leadership` holds the leade
 (`core.stores.postgres.leader_lock`) on a session of its own. Every host runs the same daemon;
 the others are standbys, whose ticks are skipped (`tick.skipped reason="standby..."`).
 
-- Election: every `heartbeat_s` (a third of the lease) a standby tries for the lock and the
-  leader checks it still holds it. When the leader's session ends (kill -9: at once; a pause or
-  a network cut: one lease later, `idle_session_timeout`), a standby takes it within one
-  heartbeat and schedules its next pass one interval after the last recorded pass started
-  (`daemon_ticks` is shared), so the schedule carries on within one interval.
+- Election: every `heartbeat_s` (a third of the lease) the leader renews its lease (which also
+  checks it still holds the lock) and a standby tries for the lock. When the leader's session
+  ends (kill -9: at once), a standby takes the lock within a heartbeat. When the leader stops
+  answering, however (SIGSTOP, even inside a statement; a hung event loop; a cut network), its
+  lease runs out one lease after its last renewal, by the server's clock, and a standby ends
+  its session and takes the lock at its next heartbeat: within one lease plus one heartbeat
+  of the leader's last word (`leadership.holder_ended`). The new leader schedules its next
+  pass one interval after the last recorded pass started (`daemon_ticks` is shared), so the
+  schedule carries on within one interval.
 - Fencing: a tick runs under a fence of its term (`core.jobs.fencing`); before each delete it
-  asks the server whether this host still holds the lock in that same term, so a leader that
-  was paused and resumed, or lost the lock and took it again mid-pass, deletes nothing.
+  renews the lease, asking the server whether this host still holds the lock in that same
+  term, so a leader that was paused and resumed, or lost the lock and took it again mid-pass,
+  deletes nothing.
+- An unreachable database is logged once per outage (`leadership.unreachable`, then
+  `leadership.reachable`); each heartbeat tries again.
 
 With SQLite (no `stateUrl`) or a dry run there is no election: one host, as before.
 """
@@ -34,7 +41,8 @@ from core.jobs.fencing import fenced
 from core.rules.camel_json import Figures
 from core.rules.errors import LockHeld
 from core.runtime.tick import Job
-from core.stores.postgres.leader_lock import LeaderLock
+from core.stores.outage import Outage
+from core.stores.postgres.leader_lock import TAKEOVER_HINT, InsufficientPrivilege, LeaderLock
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +52,9 @@ log = structlog.get_logger(__name__)
 #: whose event loop is merely busy; a longer one only delays the takeover).
 LEASE_MIN_MS = 1_000
 LEASE_MAX_MS = 30_000
+#: Why a leader lost the lead when its own session answers no more.
+_SESSION_ENDED = ("its lock session ended (a standby ended it after its lease ran out, or it "
+                  "was cut off, or the database restarted)")
 
 
 def lease_ms_for(intervals_ms: Iterable[int]) -> int:
@@ -81,6 +92,9 @@ class Leadership:
         #: Increases each time this host takes the lock: a fence belongs to one term.
         self.term = 0
         self._lock: LeaderLock | None = None
+        self._outage = Outage(began="leadership.unreachable", ended="leadership.reachable",
+                              holder=holder)
+        self._refused = False
 
     async def step(self) -> None:
         """One heartbeat: the leader checks its lock; a standby tries for it; then says who
@@ -94,18 +108,18 @@ class Leadership:
     async def _contend(self) -> None:
         if self.leads:
             if not await self._holds():
-                await self._lose("its lock session ended (paused, cut off, or the database "
-                                 "restarted)")
+                await self._lose(_SESSION_ENDED)
             return
         try:
             if self._lock is None:
                 self._lock = await LeaderLock.open(self.url, holder=self.holder,
                                                    lease_ms=self.lease_ms)
-            acquired = await self._lock.try_acquire()
+            acquired = await self._lock.try_acquire() or await self._take_over(self._lock)
         except Exception as exc:
-            log.warning("leadership.unreachable", error=f"{type(exc).__name__}: {exc}")
-            await self._drop_session()
+            self._outage.failed(f"{type(exc).__name__}: {exc}")
+            await self._drop_session()  # a lock taken by a failed statement goes with it
             return
+        self._outage.recovered()
         if acquired:
             self.leads, self.term = True, self.term + 1
             log.info("leadership.acquired", holder=self.holder, term=self.term,
@@ -113,8 +127,29 @@ class Leadership:
             if self.on_acquired is not None:
                 await self.on_acquired()
 
+    async def _take_over(self, lock: LeaderLock) -> bool:
+        """End the holder's session when its lease ran out, then try for the lock again;
+        whether this host took it. A role that may not end that session waits (said once)."""
+        try:
+            ended = await lock.end_silent_holder()
+        except InsufficientPrivilege as exc:
+            if not self._refused:
+                self._refused = True
+                log.error("leadership.takeover_refused", error=str(exc), hint=TAKEOVER_HINT)
+            return False
+        if ended is None:
+            return False
+        log.warning("leadership.holder_ended", holder=ended.holder, pid=ended.pid,
+                    silentMs=ended.silent_ms, leaseMs=self.lease_ms, ended=ended.ended)
+        return await lock.try_acquire()
+
+    @property
+    def unreachable(self) -> str | None:
+        """Why the last heartbeat could not reach the database (None when it did)."""
+        return self._outage.last_error if self._outage.ongoing else None
+
     async def _holds(self) -> bool:
-        return self._lock is not None and await self._lock.holds()
+        return self._lock is not None and await self._lock.renew()
 
     async def _lose(self, reason: str) -> None:
         if self.leads:
@@ -132,9 +167,8 @@ class Leadership:
         if not self.leads or self.term != term:
             return f"the lead was lost after term {term} began"
         if not await self._holds():
-            reason = "its lock session ended (paused, cut off, or the database restarted)"
-            await self._lose(reason)
-            return reason
+            await self._lose(_SESSION_ENDED)
+            return _SESSION_ENDED
         return None
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -176,6 +210,10 @@ class Leadership:
             term = self.term
 
             class _TermFence:
+                #: Half a lease: no standby ends this host's session before one lease after
+                #: the renewal the check makes.
+                valid_for_s = self.lease_ms / 2000
+
                 async def lost_reason(_self) -> str | None:
                     return await self.lost_reason_in(term)
 

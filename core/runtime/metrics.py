@@ -62,7 +62,7 @@ from prometheus_client.registry import Collector
 
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
-from core.rules.errors import ConfigError
+from core.rules.errors import ConfigError, StoreUnavailable
 from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 from core.rules.restored_metrics import RestoredMetrics, restored_metrics
 from core.runtime.tick import Job
@@ -301,6 +301,9 @@ async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
     gauges keep their last values; it never fails the daemon)."""
     try:
         drainers = await last_drainer_ticks(graph)
+    except StoreUnavailable as exc:  # an outage: the tick's own line said so
+        log.warning("metrics.drainers_unread", error=str(exc))
+        return
     except Exception:
         log.warning("metrics.drainers_unread", exc_info=True)
         return

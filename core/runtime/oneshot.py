@@ -25,7 +25,7 @@ import structlog
 from core.jobs.context import TickContext, TickControl
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
-from core.rules.errors import KbError, LockHeld
+from core.rules.errors import KbError, LockHeld, StoreUnavailable
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
 from core.runtime.signals import stop_on_signals
 from core.runtime.tick import Job, TickResult, open_context, run_tick
@@ -123,6 +123,9 @@ async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: boo
         leadership = Leadership(settings.state_url, holder=holder_name(elected),
                                 lease_ms=lease_ms_for(j.interval_ms for j in jobs))
         async with leadership.running():
+            if leadership.unreachable is not None:
+                raise StoreUnavailable(f"PostgreSQL {settings.state_url}: store unavailable, "
+                                       f"nothing lost ({leadership.unreachable})")
             if not leadership.leads:
                 raise LockHeld(f"another host leads the {elected} passes; this run would "
                                "be a second one (stop that daemon, or run --dry-run)")

@@ -3,7 +3,8 @@ and their graceful stop (`DaemonRunner`); the process around the daemons is
 `core.runtime.serve`.
 
 Each daemon has its own `AsyncIOScheduler`, started inside the running loop, and its own state
-connection; an embedded Chroma store is opened once per process and shared.
+connection, kept open and replaced when lost (`core.stores.reopening_graph`); an embedded
+Chroma store is opened once per process and shared.
 
 What it guarantees:
 - **No lost first pass, no doubled pass.** A job's first run is due one interval after the
@@ -14,6 +15,9 @@ What it guarantees:
 - **Supervision.** A tick that raises is logged with its traceback and the next one still
   runs; repeated failures back off (logged once, and again on recovery). A daemon whose
   scheduler dies is restarted with backoff; the other daemon in the process is unaffected.
+- **Recovery.** A state that does not answer at start is waited for; a state connection lost
+  under a tick (a database restart, a failover, a cut network, a SQLite I/O error) fails that
+  tick as store unavailable, nothing lost, and is replaced before the next one.
 - **Graceful shutdown.** SIGTERM/SIGINT stop scheduling and ask running ticks to return after
   their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
   tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
@@ -35,16 +39,24 @@ from typing import Any
 import structlog
 
 from core.jobs.context import TickContext, TickControl
+from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
 from core.runtime.metrics import Metrics, refresh_drainers
-from core.runtime.tick import Job, run_tick
+from core.runtime.tick import Job, TickFn, run_tick
+from core.runtime.waiting import (
+    backoff_delay_ms,
+    first_run_delay_ms,
+    open_when_reachable,
+    wait_for_stop,
+)
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 from core.stores.daemon_state import TickRecord, last_drainer_ticks, last_ticks
 from core.stores.drainer_queue import local_drainer
 from core.stores.graph_db import GraphDB
+from core.stores.reopening_graph import ReopeningGraph, open_reopening
 from core.stores.state import open_graph
 
 log = structlog.get_logger(__name__)
@@ -56,10 +68,8 @@ SHUTDOWN_GRACE_S = 30.0
 #: and systemd (WatchdogSec=180 in the units) restarts the process. Drain batches and reconcile
 #: pages report progress every second or so, so two minutes of silence is not a slow store.
 STALL_LIMIT_S = 120.0
-#: Repeated failures stretch the wait before the next tick up to this many intervals.
-MAX_BACKOFF_FACTOR = 4
-#: A daemon (or the Chroma connection) that fails to start is retried after 1, 2, 4 ... s,
-#: up to this.
+#: A daemon that fails to start, a store that does not answer at start, and a lost state
+#: connection are retried after 0.5, 1, 2 ... s (jittered), up to this.
 RESTART_BACKOFF_MAX_S = 60.0
 #: How often each daemon checks its scheduler is alive.
 HEALTH_CHECK_S = 1.0
@@ -84,35 +94,6 @@ class RuntimeOptions:
     stall_limit_s: float = STALL_LIMIT_S
     restart_backoff_max_s: float = RESTART_BACKOFF_MAX_S
     health_check_s: float = HEALTH_CHECK_S
-
-
-def first_run_delay_ms(last_started_ms: int | None, interval_ms: int, now: int, *,
-                       resume: bool = False) -> int:
-    """How long to wait before a job's first tick (pure): none without a previous tick, when
-    work must be resumed (the last tick did not complete, or left work in flight), or when one
-    interval has passed since it started; otherwise the remainder, never more than one
-    interval (a clock that went backwards must not postpone the pass indefinitely)."""
-    if last_started_ms is None or resume:
-        return 0
-    return max(0, min(last_started_ms + interval_ms - now, interval_ms))
-
-
-def backoff_delay_ms(consecutive_failures: int, interval_ms: int) -> int | None:
-    """The wait before the next tick after repeated failures (pure): None for the first
-    failure (the normal interval applies), then 2, 4 ... intervals up to MAX_BACKOFF_FACTOR."""
-    if consecutive_failures < 2:
-        return None
-    factor: int = min(2 ** (consecutive_failures - 1), MAX_BACKOFF_FACTOR)
-    return interval_ms * factor
-
-
-async def wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:
-    """Sleep up to `seconds`, waking early when `stop` is set; True when it was."""
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        return False
-    return True
 
 
 @dataclass(slots=True)
@@ -146,6 +127,7 @@ class DaemonRunner:
         self.ready = asyncio.Event()
         self.scheduler: Any = None
         self._context: TickContext | None = None
+        self._graph: ReopeningGraph | None = None
         self._states = {job.name: _JobState() for job in spec.jobs}
         self._running: dict[str, asyncio.Task[None]] = {}
 
@@ -155,10 +137,17 @@ class DaemonRunner:
         from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
-        graph = await open_graph(self.settings, read_only=self.options.dry_run)
+        graph = await open_when_reachable(
+            partial(open_reopening, partial(open_graph, self.settings,
+                                            read_only=self.options.dry_run),
+                    retry_max_s=self.options.restart_backoff_max_s),
+            stop=stop, what=f"{self.spec.name} state", max_s=self.options.restart_backoff_max_s)
+        if graph is None:
+            return  # stopped before the state could be opened
         leadership, jobs = self._elected_jobs()
         heartbeat, stop_heartbeat = None, asyncio.Event()
         try:
+            self._graph = graph
             self._context = TickContext(self.settings, graph, self.vectors)
             previous = await last_ticks(graph)
             scheduler = AsyncIOScheduler(timezone=UTC)
@@ -299,7 +288,7 @@ class DaemonRunner:
         outcome, figures = "failed", None
         try:
             async with asyncio.timeout(job.effective_timeout_s) as deadline:
-                result = await run_tick(job.name, context, job.tick,
+                result = await run_tick(job.name, context, self._reconnected(job.tick),
                                         dry_run=self.options.dry_run, drainer=job.drainer,
                                         tick_number=state.number)
             outcome = "ok" if result.incomplete is None else "incomplete"
@@ -322,6 +311,19 @@ class DaemonRunner:
         # within one interval of this daemon's ticks).
         await refresh_drainers(self.metrics, context.graph)
         self._after_tick(job, state, outcome)
+
+    def _reconnected(self, tick: TickFn) -> TickFn:
+        """`tick`, run on a state connection checked first: a lost one is replaced here (the
+        one place; `ReopeningGraph.reconnect`), so the first tick after an outage succeeds
+        and a tick during one fails as `ConnectionLost` (store unavailable, nothing lost)."""
+        graph = self._graph
+        assert graph is not None
+
+        async def reconnected(context: TickContext, dry_run: bool) -> Figures:
+            await graph.reconnect()
+            return await tick(context, dry_run)
+
+        return reconnected
 
     def _after_tick(self, job: Job, state: _JobState, outcome: str) -> None:
         """Back off after repeated failures; say so once, and again on recovery."""

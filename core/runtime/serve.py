@@ -24,16 +24,17 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import structlog
 
 from core.rules.config import Settings
-from core.rules.errors import LockHeld, StoreUnavailable
 from core.runtime.metrics import Metrics, read_restored_metrics, restore_drainers
-from core.runtime.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions, wait_for_stop
+from core.runtime.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions
 from core.runtime.signals import stop_on_signals
 from core.runtime.store_door import StoreDoor
 from core.runtime.systemd import Notifier
+from core.runtime.waiting import open_when_reachable, wait_for_stop
 from core.stores.chroma import VectorStore
 from core.stores.clock import now_ms
 
@@ -63,17 +64,9 @@ async def _open_vectors(
 ) -> VectorStore | None:
     """Open Chroma, retrying with backoff while a server is unreachable; None if stopped
     first. A held embedded store is fatal (LockHeld): waiting would not free it."""
-    delay = 1.0
-    while not stop.is_set():
-        try:
-            return await VectorStore.open(settings, via_daemon=False)
-        except LockHeld:
-            raise
-        except StoreUnavailable as exc:
-            log.error("store.unavailable", error=str(exc), retryInS=delay)
-            await wait_for_stop(stop, delay)
-            delay = min(delay * 2, options.restart_backoff_max_s)
-    return None
+    return await open_when_reachable(partial(VectorStore.open, settings, via_daemon=False),
+                                     stop=stop, what="chroma",
+                                     max_s=options.restart_backoff_max_s)
 
 
 async def _notify_systemd(notifier: Notifier, runners: Sequence[DaemonRunner],

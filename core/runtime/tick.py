@@ -29,7 +29,7 @@ from core.jobs.context import TickContext, TickControl
 from core.jobs.rem_tick import RemTickFigures
 from core.rules.camel_json import Figures, to_json
 from core.rules.config import Settings
-from core.rules.errors import KbError, LockHeld
+from core.rules.errors import KbError, LockHeld, StoreUnavailable
 from core.rules.reconcile_outcome import ReconcileFigures
 from core.runtime.logs import scrub_shown
 from core.stores.chroma import VectorStore
@@ -208,5 +208,7 @@ async def _record(context: TickContext, record: TickRecord,
     try:
         await record_tick(context.graph, replace(record, figures=scrub_shown(record.figures)),
                           drainer=queue)
+    except StoreUnavailable as exc:  # an outage, already told by the tick's own line
+        log.warning("tick.record_failed", error=str(exc))
     except Exception:
         log.warning("tick.record_failed", exc_info=True)

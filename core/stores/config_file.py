@@ -36,6 +36,7 @@ from core.rules.config import (
     resolve_config,
 )
 from core.rules.errors import ConfigError
+from core.stores.neo_layout import with_graph_layout
 
 DEFAULT_CONFIG_FILE = Path("config/kb.toml")
 CONFIG_ENV_VAR = "KB_CONFIG"
@@ -96,15 +97,15 @@ def load_config(
     environ = os.environ if environ is None else environ
     path = choose_config_file(explicit, environ)
     if path is None:
-        return resolve_config({}, base_dir=Path.cwd())
+        return with_graph_layout(resolve_config({}, base_dir=Path.cwd()), environ)
     document = parse_toml_file(path)
     if document is None:
         named_by = "--config" if explicit else f"${CONFIG_ENV_VAR}"
         raise ConfigError(f"{path}: config file not found (named by {named_by}); create it, "
                           f"or name no file for the built-in defaults")
     base_dir = path.resolve().parent
-    return with_server_credentials(
-        resolve_config(document, base_dir=base_dir, source=path.resolve()), environ)
+    loaded = resolve_config(document, base_dir=base_dir, source=path.resolve())
+    return with_server_credentials(with_graph_layout(loaded, environ), environ)
 
 
 #: The most a token file may hold: a token is a line, not a document (a wrong path that

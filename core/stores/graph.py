@@ -1,5 +1,9 @@
 """The graph's statements: nodes and edges (CONTRACT tables), written in batches.
 
+On a backend with a graph model (the original's `Nodes`/`Edges` on a neo.mjs graph file:
+`core.stores.neo.model`) every read and write below goes to the model instead, with the same
+ids in and out; the callers never know which graph they write.
+
 Existence is always asked of the store: no in-process cache that another writer could make stale.
 Writes take a `Transaction` (the caller's `GraphDB.write()`), so a job decides which writes land
 together. Property objects are stored as JSON that is always valid: orjson refuses what JSON
@@ -59,6 +63,9 @@ async def _write_rows(tx: Transaction, row_sql: str, columns_sql: str,
 
 async def insert_nodes_if_absent(tx: Transaction, nodes: Iterable[NodeRow]) -> None:
     """Create nodes that do not exist; an existing node (say, live-ingested meanwhile) wins."""
+    if tx.model is not None:
+        await tx.model.insert_nodes_if_absent(tx, nodes)
+        return
     await _write_rows(tx, tx.sql.insert_node_if_absent, tx.sql.insert_nodes_columns,
                       [(n.id, n.label, properties_json(n.properties)) for n in nodes],
                       key_width=1)
@@ -67,7 +74,11 @@ async def insert_nodes_if_absent(tx: Transaction, nodes: Iterable[NodeRow]) -> N
 async def upsert_nodes(
     tx: Transaction, nodes: Iterable[NodeRow], *, drop_keys: Sequence[str] = ()
 ) -> None:
-    """Create or merge nodes: new properties overwrite, others are kept, `drop_keys` go."""
+    """Create or merge nodes: new properties overwrite, others are kept, `drop_keys` go
+    (except on a graph that keeps every key: `keeps_every_key`)."""
+    if tx.model is not None:
+        await tx.model.upsert_nodes(tx, nodes)
+        return
     removal = properties_json(dict.fromkeys(drop_keys))
     await tx.executemany(
         tx.sql.upsert_node, [(n.id, n.label, properties_json(n.properties), removal) for n in nodes]
@@ -76,6 +87,9 @@ async def upsert_nodes(
 
 async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
+    if tx.model is not None:
+        await tx.model.insert_edges_if_absent(tx, edges)
+        return
     await _write_rows(
         tx, tx.sql.insert_edge_if_absent, tx.sql.insert_edges_columns,
         [(e.source, e.target, e.relationship, e.weight, properties_json(e.properties))
@@ -97,6 +111,9 @@ async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     0.38 in one batch, 0.29 instead of 0.32 in the drain's three, for a sort of about
     0.015 s (on the source alone: a key of all three columns compares long common prefixes
     and costs what it saves)."""
+    if tx.model is not None:
+        await tx.model.link_edges(tx, edges)
+        return
     dumps = orjson.dumps  # once per batch of thousands of rows, not once per row
     rows = [(e.source, e.target, e.relationship, e.weight,
              dumps(e.properties).decode() if type(e.properties) is dict and e.properties
@@ -147,15 +164,43 @@ async def existing_ids(reader: Reader, ids: Collection[str]) -> set[str]:
     """Which of `ids` are nodes, in one query whatever their number."""
     if not ids:
         return set()
+    if reader.model is not None:
+        return await reader.model.existing_ids(reader, ids)
     return {row[0] for row in await reader.query(reader.sql.existing_ids, (_ids_json(ids),))}
 
 
 async def nodes_by_id(reader: Reader, ids: Collection[str]) -> dict[str, NodeRow]:
-    """Several nodes by id, in one query."""
+    """Several nodes by id, in one query (on a graph model: the node a write of each id
+    lands on, by the id asked)."""
     if not ids:
         return {}
+    if reader.model is not None:
+        return await reader.model.nodes_by_id(reader, ids)
     rows = await reader.query(reader.sql.nodes_by_id, (json.dumps(list(ids)),))
     return {r[0]: NodeRow(r[0], r[1], json.loads(r[2])) for r in rows}
+
+
+async def identity_conflicts(reader: Reader, ids: Collection[str]) -> dict[str, str]:
+    """The ids of `ids` that can never resolve as they are, with the reason (a neo.mjs graph:
+    a `memory:X` whose bare id `X` another kind of node holds); none on this project's graph."""
+    if not ids or reader.model is None:
+        return {}
+    return await reader.model.identity_conflicts(reader, ids)
+
+
+def write_conflicts(reader: Reader, nodes: Sequence[NodeRow],
+                    existing: Mapping[str, NodeRow]) -> dict[str, str]:
+    """The nodes of `nodes` that must not be written over what `existing` (`nodes_by_id`)
+    found, with the reason; none on this project's graph."""
+    if reader.model is None:
+        return {}
+    return reader.model.write_conflicts(nodes, existing)
+
+
+def keeps_every_key(reader: Reader) -> bool:
+    """Whether an upsert keeps every key a node has (the original's merge never deletes one),
+    so that `drop_keys` stay."""
+    return reader.model is not None and reader.model.keeps_every_key
 
 
 async def count_nodes_and_edges(reader: Reader, tables: Collection[str]) -> tuple[int, int]:

@@ -8,16 +8,22 @@ A backend's `sql` is its text of every statement (`core.stores.statements.Statem
 `query`, `Transaction.execute` and `Transaction.executemany` are for the modules of
 `core.stores` only: every SQL statement lives there (a test walks the source and fails on SQL
 text or a call of these anywhere else).
+
+A backend whose graph is not this project's `nodes`/`edges` (the original's `Nodes`/`Edges`
+documents: `core.stores.neo`) has a `model`, a `GraphModel`, that `core.stores.graph` hands
+the graph's reads and writes to; the other backends' `model` is None and their graph is their
+statements.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 from core.rules.errors import KbError
+from core.rules.nodes import EdgeLike, NodeRow
 from core.stores.statements import Statements
 
 
@@ -59,6 +65,11 @@ class Reader(Protocol):
         """The backend's statements."""
         ...
 
+    @property
+    def model(self) -> GraphModel | None:
+        """The backend's graph model, or None when its graph is its statements."""
+        ...
+
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read (rows index by column position)."""
         ...
@@ -81,7 +92,8 @@ class GraphDB(Reader, Protocol):
 
     `write()` commits on success and rolls back on any error; an outage surfaces as
     `StoreUnavailable` (the tick fails cleanly, nothing half-written remains), a statement the
-    data made fail as `GraphDataError`. A read-only store (`read_only`, for dry runs) refuses
+    data made fail as `GraphDataError`, a connection that broke under the call as
+    `ConnectionLost` (then `lost` says why). A read-only store (`read_only`, for dry runs) refuses
     `write()` and changes nothing.
     """
 
@@ -95,6 +107,14 @@ class GraphDB(Reader, Protocol):
         """Where the state is, for messages (a file path, or a URL without credentials)."""
         ...
 
+    @property
+    def lost(self) -> str | None:
+        """Why this connection can no longer be used, or None while it can: a call failed
+        with the connection's own error (`ConnectionLost`), or the backend saw it end (the
+        server closed it, the SQLite file was replaced). A lost connection is never used
+        again; `core.stores.reopening_graph` replaces it."""
+        ...
+
     def write(self) -> AbstractAsyncContextManager[Transaction]:
         """A write transaction."""
         ...
@@ -105,4 +125,49 @@ class GraphDB(Reader, Protocol):
 
     async def close(self) -> None:
         """Close the connection (idempotent)."""
+        ...
+
+
+class GraphModel(Protocol):
+    """A graph kept in another shape than this project's tables: `core.stores.graph`'s reads
+    and writes, done the way that shape's owner does them (`core.stores.neo.model`). Ids in and
+    out are this project's (`memory:X`, `session:S`, ...); where the graph keeps a node under
+    another id (the original's bare-id raw memories), the model maps it."""
+
+    #: Whether an upsert keeps every key a node has (`drop_keys` are not dropped).
+    keeps_every_key: bool
+
+    async def existing_ids(self, reader: Reader, ids: Collection[str]) -> set[str]:
+        """Which of `ids` resolve to a node."""
+        ...
+
+    async def identity_conflicts(self, reader: Reader, ids: Collection[str]) -> dict[str, str]:
+        """The ids of `ids` that can never resolve as they are (another node holds the id a
+        back-fill would create), with the reason."""
+        ...
+
+    async def nodes_by_id(self, reader: Reader, ids: Collection[str]) -> dict[str, NodeRow]:
+        """The nodes a write of each id would land on, by the id asked."""
+        ...
+
+    def write_conflicts(self, nodes: Sequence[NodeRow],
+                        existing: Mapping[str, NodeRow]) -> dict[str, str]:
+        """The nodes of `nodes` that must not be written over what `existing` (`nodes_by_id`)
+        found, with the reason."""
+        ...
+
+    async def insert_nodes_if_absent(self, tx: Transaction, nodes: Iterable[NodeRow]) -> None:
+        """Create nodes that do not exist."""
+        ...
+
+    async def upsert_nodes(self, tx: Transaction, nodes: Iterable[NodeRow]) -> None:
+        """Create nodes or merge properties into them."""
+        ...
+
+    async def insert_edges_if_absent(self, tx: Transaction, edges: Iterable[EdgeLike]) -> None:
+        """Create edges that do not exist, without reinforcing the others."""
+        ...
+
+    async def link_edges(self, tx: Transaction, edges: Iterable[EdgeLike]) -> None:
+        """Create edges or reinforce them, in their order."""
         ...

@@ -87,6 +87,10 @@ WRONG_VALUES: tuple[tuple[str, str, str, str | None], ...] = (
      "user-info (user:password@)", "Pa55mem"),
     ('memoryCoreChromaUrl = "http://127.0.0.1:8001"', "memoryCoreChromaUrl",
      "is set but chromaUrl is empty", None),
+    ("neoRoot = 5", "neoRoot", "got 5", None),
+    ('neoRoot = "no-such-checkout"', "neoRoot", "not a folder (a neo.mjs checkout)", None),
+    ('neoRoot = "."', "neoRoot", "holds no .neo-ai-data folder", None),
+    ('graphSchema = "Neo"', "graphSchema", '"auto" | "kb" | "neo"', None),
 )
 
 

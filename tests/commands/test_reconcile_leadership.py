@@ -3,7 +3,11 @@ folders as two hosts) on one PostgreSQL (the session's) and one `chroma run` ser
 
 Only the leader runs passes; kill -9 of the leader, the standby's pass runs within an interval;
 a leader paused with SIGSTOP mid-pass and resumed after the standby took the lead deletes
-nothing and logs why (`leadership.fenced`)."""
+nothing and logs why (`leadership.fenced`); a leader stopped inside a statement on its lock
+session (a renewal waiting for a row lock the test holds: the session is active, never idle,
+so `idle_session_timeout` cannot end it) is ended by one of two racing standbys within one
+lease and one heartbeat, the standby that leads deletes only as leader, and the old leader,
+resumed, deletes nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from core.rules.tenants import TENANT_CONFIG_LABEL
@@ -27,30 +32,22 @@ from core.stores.graph import upsert_node
 from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.postgres_server import PostgresServer
-from tests.support import REPO, child_env, seed
+from tests.support import REPO, child_env, log_events, read_archived_chunks, seed, wait_until
 
 INTERVAL_MS = 3_000
 _databases = iter(range(1, 1_000_000))
-
-
-@pytest.fixture
-def chroma(tmp_path: Path) -> Iterator[ChromaServer]:
-    server = ChromaServer(tmp_path / "chroma-server", home=tmp_path / "home")
-    server.start()
-    yield server
-    server.stop()
 
 
 class Host:
     """One reconcile daemon in a data folder of its own; its JSON log lines in a file."""
 
     def __init__(self, root: Path, name: str, *, state_url: str, chroma_url: str,
-                 **keys: Any) -> None:
+                 interval_ms: int = INTERVAL_MS, **keys: Any) -> None:
         self.root = root / name
         self.root.mkdir(parents=True)
         lines = ["[knowledgeBase]", 'dataDir = "data"', f"stateUrl = {json.dumps(state_url)}",
                  f"chromaUrl = {json.dumps(chroma_url)}", "reconciliationEnabled = true",
-                 f"reconciliationIntervalMs = {INTERVAL_MS}"]
+                 f"reconciliationIntervalMs = {interval_ms}"]
         lines += [f"{k} = {json.dumps(v)}" for k, v in keys.items()]
         self.config = self.root / "kb.toml"
         self.config.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -65,15 +62,7 @@ class Host:
                 stderr=sink)
 
     def events(self, name: str, **fields: Any) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name and all(event.get(k) == v for k, v in fields.items()):
-                found.append(event)
-        return found
+        return log_events(self.log, name, **fields)
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -98,16 +87,6 @@ def hosts(tmp_path: Path) -> Iterator[Callable[..., Host]]:
     yield make
     for host in made:
         host.stop()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> float:
-    """Poll until `predicate`; the monotonic time it became true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def _seed(config: Path, tenants: int) -> None:
@@ -138,6 +117,20 @@ async def _chunks(config: Path) -> int:
         return await vectors.count(settings.knowledge_base_collection)
     finally:
         await vectors.close()
+
+
+async def _settled_chunks(config: Path) -> int:
+    """The chunks left once a delete request already on the wire when the leader was paused
+    has been applied: the count, once two looks half a second apart agree (a loaded server
+    can take longer than a moment to apply a request)."""
+    left = await _chunks(config)
+    for _ in range(20):
+        await asyncio.sleep(0.5)
+        again = await _chunks(config)
+        if again == left:
+            return left
+        left = again
+    raise AssertionError("the chunk count did not settle")
 
 
 def test_only_the_leader_runs_passes_and_the_standby_takes_over_within_an_interval_of_kill_9(
@@ -175,8 +168,7 @@ def test_a_leader_paused_mid_pass_and_resumed_after_the_standby_leads_deletes_no
     a.start()
     wait_until(lambda: bool(a.events("reconcile.tombstoned_band")), 120, "a's first delete")
     a.signal(signal.SIGSTOP)
-    time.sleep(0.5)  # a delete request already on the wire completes
-    left_at_pause = asyncio.run(_chunks(a.config))
+    left_at_pause = asyncio.run(_settled_chunks(a.config))
     assert 0 < left_at_pause < 400, "the pause did not come mid-pass"
 
     b.start()
@@ -187,3 +179,94 @@ def test_a_leader_paused_mid_pass_and_resumed_after_the_standby_leads_deletes_no
     assert asyncio.run(_chunks(a.config)) == left_at_pause
     fenced = a.events("leadership.fenced")[0]
     assert "no longer leads" in fenced["message"] and fenced["reason"]
+
+
+#: A longer interval for the test of a leader held inside a statement: its lease is 2 s, and
+#: a renewal the test holds waits 1 s on the client before it gives up, time enough to stop it.
+HELD_INTERVAL_MS = 6_000
+#: Tenants of two actionable chunks each: a pass of a band per tenant, long enough to be
+#: stopped in, short enough for the suite.
+HELD_TENANTS = 80
+
+
+def _archived_ids(host: Host) -> set[str]:
+    folder = host.root / "data" / "tombstones"
+    return {chunk.row.id for path in folder.glob("*.jsonl")
+            for _, chunk in read_archived_chunks(path)} if folder.exists() else set()
+
+
+async def _hold_the_lease_while(url: str, holder: str, pause: Callable[[], None],
+                                config: Path) -> tuple[float, int]:
+    """Lock the lease row, so that `holder`'s next renewal waits inside its statement; once it
+    does, `pause()` it (SIGSTOP): its session stays active, never idle. Count the chunks left
+    while no standby can take the lead (its first statement needs the row too), wait until a
+    standby ends the paused session, then let go of the row. (seconds from the pause until
+    the session ended, chunks left at the pause)."""
+    conn = await asyncpg.connect(url)
+    # pg_stat_activity is read once per transaction: the looking is done outside the lock's.
+    look = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute("SELECT * FROM leader_leases FOR UPDATE")
+            session = None
+            deadline = time.monotonic() + 30
+            while session is None:
+                assert time.monotonic() < deadline, "the leader's renewal never waited"
+                session = await look.fetchval(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+                    " AND state = 'active' AND wait_event_type = 'Lock'", holder[:63])
+            pause()
+            paused = time.monotonic()
+            left = await _settled_chunks(config)
+            while await look.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                                      session):
+                assert time.monotonic() - paused < 60, "nobody ended the silent leader"
+                await asyncio.sleep(0.02)
+            return time.monotonic() - paused, left
+    finally:
+        await conn.close()
+        await look.close()
+
+
+def test_a_leader_stopped_inside_a_statement_is_ended_within_a_lease_and_a_heartbeat(
+    postgres_server: PostgresServer, chroma: ChromaServer, hosts: Callable[..., Host]
+) -> None:
+    url = postgres_server.create_database(f"lead{next(_databases)}")
+    keys = {"reconciliationAutoTombstone": True, "reconciliationMaxStaleFraction": 1.0,
+            "interval_ms": HELD_INTERVAL_MS}
+    a, b, c = (hosts(name, state_url=url, chroma_url=chroma.url, **keys) for name in "abc")
+    a.start()
+    wait_until(lambda: bool(a.events("leadership.acquired")), 120, "a to lead")
+    holder = a.events("leadership.acquired")[0]["holder"]
+    lease_ms = a.events("leadership.acquired")[0]["leaseMs"]
+    b.start()
+    c.start()
+    wait_until(lambda: bool(b.events("tick.skipped")) and bool(c.events("tick.skipped")), 120,
+               "two standbys")
+    # The drift arrives once every host runs, so a's pass over it is under way when it is
+    # stopped, however long the standbys took to start.
+    asyncio.run(_seed(a.config, tenants=HELD_TENANTS))
+    wait_until(lambda: bool(a.events("reconcile.tombstoned_band")), 120, "a's first delete")
+
+    ended_after, left = asyncio.run(_hold_the_lease_while(
+        url, holder, lambda: a.signal(signal.SIGSTOP), a.config))
+    assert 0 < left < 2 * HELD_TENANTS, "the pause did not come mid-pass"
+    # The bound: one lease after its last renewal, at a standby's next heartbeat (a third of
+    # a lease); the rest is this loaded machine's slack.
+    assert ended_after < lease_ms / 1000 * (1 + 1 / 3) + 2.0, ended_after
+    wait_until(lambda: bool(b.events("leadership.acquired") or c.events("leadership.acquired")),
+               30, "a standby to take the lead")
+    leader, other = (b, c) if b.events("leadership.acquired") else (c, b)
+    ended = leader.events("leadership.holder_ended") + other.events("leadership.holder_ended")
+    assert ended and ended[0]["holder"] == holder and ended[0]["silentMs"] >= lease_ms
+
+    a.signal(signal.SIGCONT)
+    wait_until(lambda: bool(a.events("leadership.fenced") or a.events("leadership.lost")), 30,
+               "a to hear it no longer leads")
+    wait_until(lambda: asyncio.run(_chunks(a.config)) == 0, 120, "the new leader's deletes")
+    assert other.events("leadership.acquired") == [], "one of two racing standbys leads"
+    assert other.events("reconcile.tombstoned_band") == [], "a standby deletes nothing"
+    # Every chunk that only a's archives hold was deleted by a: none since its pause.
+    only_a = _archived_ids(a) - _archived_ids(leader)
+    assert len(only_a) == 2 * HELD_TENANTS - left
+    assert not a.events("leadership.acquired")[1:], "a never led again"

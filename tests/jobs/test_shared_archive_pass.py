@@ -78,6 +78,8 @@ async def test_every_band_of_every_plan_is_shared_and_the_copy_is_the_file(
 class LostLead:
     """The fault a paused leader meets: another host leads by the time of the delete."""
 
+    valid_for_s = 1.0
+
     async def lost_reason(self) -> str | None:
         return "another host took the lock"
 

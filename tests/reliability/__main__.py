@@ -18,11 +18,12 @@ from tests.postgres_server import PostgresServer
 from tests.reliability.harness import crash_trials, points_never_killed, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
 from tests.reliability.test_drainers_per_host import two_drainers_killed
+from tests.reliability.test_store_restarts import daemon_through_restarts
 
 LONG = {"crash_trials": 60, "lines_per_trial": 400, "producers": 4, "lines_each": 5000,
-        "reconcile_trials": 40, "drainer_kills": 30}
+        "reconcile_trials": 40, "drainer_kills": 30, "state_restarts": 16}
 QUICK = {"crash_trials": 8, "lines_per_trial": 100, "producers": 4, "lines_each": 300,
-         "reconcile_trials": 5, "drainer_kills": 3}
+         "reconcile_trials": 5, "drainer_kills": 3, "state_restarts": 2}
 
 
 def main(argv: list[str]) -> int:
@@ -37,6 +38,13 @@ def main(argv: list[str]) -> int:
                                        lines_per_trial=sizes["lines_per_trial"])
         rows.append({"run": "crash (SIGKILL)", "trials": sizes["crash_trials"], **crash.row(),
                      "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
+        neo_crash, neo_outcomes = crash_trials(root / "crash-neo",
+                                               trials=sizes["crash_trials"],
+                                               lines_per_trial=sizes["lines_per_trial"],
+                                               neo=True)
+        rows.append({"run": "crash (SIGKILL), neo.mjs graph", "trials": sizes["crash_trials"],
+                     **neo_crash.row(), "seconds": round(time.monotonic() - started, 1)})
         started = time.monotonic()
         concurrent = producers_and_drainer(root / "concurrency", producers=sizes["producers"],
                                            lines_each=sizes["lines_each"])
@@ -56,6 +64,18 @@ def main(argv: list[str]) -> int:
                             f"+{drainers.kills[1]})", "trials": drainers.rounds,
                      **drainers.row(), "seconds": round(time.monotonic() - started, 1)})
         started = time.monotonic()
+        postgres = PostgresServer()
+        postgres.start()
+        try:
+            restarts = daemon_through_restarts(
+                root / "restarts", postgres, postgres.create_database("restarts"),
+                restarts=sizes["state_restarts"])
+        finally:
+            postgres.stop()
+        rows.append({"run": f"drain daemon, PostgreSQL restarted {restarts.restarts} times "
+                            f"({restarts.cut_short} ticks cut short)", "trials": 1,
+                     **restarts.row(), "seconds": round(time.monotonic() - started, 1)})
+        started = time.monotonic()
         safety = reconcile_trials(root / "reconcile", trials=sizes["reconcile_trials"])
         rows.append({"run": "reconcile safety", "trials": safety.trials, **safety.row(),
                      "seconds": round(time.monotonic() - started, 1)})
@@ -69,8 +89,9 @@ def main(argv: list[str]) -> int:
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "-")).ljust(widths[c]) for c in columns))
-    never_killed = points_never_killed(outcomes)
-    ok = crash.ok and not never_killed and concurrent.ok and drainers.ok \
+    never_killed = points_never_killed(outcomes) + points_never_killed(neo_outcomes)
+    ok = crash.ok and neo_crash.ok and not never_killed and concurrent.ok and drainers.ok \
+        and restarts.ok \
         and min(drainers.kills) >= kills and not safety.deleted_outside_plan \
         and not safety.over_cap and not safety.not_restored_exactly
     print(json.dumps({"ok": ok, "crashOutcomes": dict(outcomes),

@@ -7,6 +7,10 @@ says how many copies took effect (1.0 for one, 1.1 for two, ...: every line has 
 The audit accepts only two fates for each copy: applied once, or dead-lettered once with a
 reason. Malformed lines (some repeated byte for byte too, some over the 1 MiB limit) must be
 dead letters with reason `malformed`, one record each; no two records may share a `readAt`.
+
+A world's graph is this project's file, or (`neo=True`) a neo.mjs graph of the latest era
+(`tests.neo_graphs`), whose edges are the original's `Edges` documents, the weight in
+`properties.weight`.
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from core.rules.config import Settings
+from core.rules.graph_schema import NeoEra
 from core.stores.chroma import VectorStore
 from core.stores.config_file import load_config
-from core.stores.graph import REINFORCE_FACTOR, upsert_node
+from core.stores.graph import REINFORCE_FACTOR
+from core.stores.neo.schema import OWN_PREFIX
 from core.stores.queue_files import read_generation
-from core.stores.state import open_graph
+from tests.neo_graphs import build_neo_graph
 from tests.reliability.crash_child import POINTS, TARGETS
-from tests.support import child_env, seed
+from tests.support import child_env, seed, seed_concepts
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Failed tries before a line is dead-lettered in these worlds: small, so that lines to
@@ -76,6 +82,12 @@ class World:
     lines: dict[str, bytes] = field(default_factory=dict)
     next_line: int = 0
     rng: random.Random = field(default_factory=lambda: random.Random(7))
+    #: Whether the graph is a neo.mjs one (the original's tables, the daemons' own prefixed).
+    neo: bool = False
+
+    def table(self, name: str) -> str:
+        """One of the daemons' own tables, by its name in this world's file."""
+        return OWN_PREFIX + name if self.neo else name
 
     @property
     def env(self) -> dict[str, str]:
@@ -125,14 +137,19 @@ class World:
             queue.write(b"".join(line + b"\n" for line in lines))
 
 
-def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
+def build_world(root: Path, *, interval_ms: int = 3_600_000, neo: bool = False) -> World:
     """Seed Chroma (memories with sessions, half of them summarized) and the graph (concept
-    nodes), and write the config. Closes every store before returning: children need them."""
+    nodes; with `neo`, in a neo.mjs E3 graph file), and write the config. Closes every store
+    before returning: children need them."""
     root.mkdir(parents=True, exist_ok=True)
     config = root / "kb.toml"
+    neo_keys = ""
+    if neo:
+        build_neo_graph(root / "neo-graph.sqlite", NeoEra.E3, nodes=())
+        neo_keys = 'graphDbPath = "neo-graph.sqlite"\ngraphSchema = "neo"\n'
     config.write_text(
         '[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n'
-        f"lazyEdgeMaxAttempts = {MAX_ATTEMPTS}\nremIntervalMs = {interval_ms}\n")
+        f"lazyEdgeMaxAttempts = {MAX_ATTEMPTS}\nremIntervalMs = {interval_ms}\n{neo_keys}")
     settings = load_config(str(config), environ={}).settings
 
     async def seed_stores() -> None:
@@ -146,15 +163,10 @@ def build_world(root: Path, *, interval_ms: int = 3_600_000) -> World:
                         for j in range(0, SESSIONS, 2)])
         finally:
             await vectors.close()
-        graph = await open_graph(settings)
-        try:
-            for c in range(CONCEPTS):
-                await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
-        finally:
-            await graph.close()
+        await seed_concepts(settings, CONCEPTS)
 
     asyncio.run(seed_stores())
-    return World(root, config, settings)
+    return World(root, config, settings, neo=neo)
 
 
 def run_crash_child(world: World, point: str, hit: int, *, batch_lines: int = 50,
@@ -244,12 +256,13 @@ def _relationship_of(text: str | bytes) -> str | None:
     return rel if isinstance(rel, str) else None
 
 
-def pending_relationships(settings: Settings) -> Counter[str]:
+def pending_relationships(world: World) -> Counter[str]:
     """Copies of valid lines still on disk (queue or `.draining`), by relationship. Lines a
     committed batch already read are skipped, and so are re-queued copies whose token is used
     up (a crash left them; the drainer skips them): neither is pending."""
+    settings = world.settings
     found: Counter[str] = Counter()
-    committed, tokens = _drain_state(settings)
+    committed, tokens = _drain_state(world)
     for path in (settings.lazy_edges_queue_path, settings.draining_path):
         if not path.exists():
             continue
@@ -276,14 +289,17 @@ def pending_relationships(settings: Settings) -> Counter[str]:
     return found
 
 
-def _drain_state(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+def _drain_state(world: World) -> tuple[dict[str, int], dict[str, int]]:
     """Committed offsets by generation, and outstanding re-queue tokens."""
+    settings = world.settings
     if not settings.graph_db_path.exists():
         return {}, {}
     db = sqlite3.connect(f"file:{settings.graph_db_path}?mode=ro", uri=True)
     try:
-        committed = dict(db.execute("SELECT generation, committed_offset FROM drain_generations"))
-        tokens = dict(db.execute("SELECT line_id, attempts FROM drain_requeued"))
+        committed = dict(db.execute("SELECT generation, committed_offset FROM "
+                                    + world.table("drain_generations")))
+        tokens = dict(db.execute("SELECT line_id, attempts FROM "
+                                 + world.table("drain_requeued")))
     except sqlite3.OperationalError:
         return {}, {}
     finally:
@@ -298,9 +314,11 @@ def audit(world: World, *, allow_pending: bool = False) -> Audit:
     unexpected = 0
     if s.graph_db_path.exists():
         db = sqlite3.connect(f"file:{s.graph_db_path}?mode=ro", uri=True)
+        edges = ("SELECT type, json_extract(data, '$.properties.weight') FROM Edges "
+                 "WHERE type != 'ORIGINATES_IN'" if world.neo else
+                 "SELECT relationship, weight FROM edges WHERE relationship != 'ORIGINATES_IN'")
         try:
-            for rel, weight in db.execute(
-                    "SELECT relationship, weight FROM edges WHERE relationship != 'ORIGINATES_IN'"):
+            for rel, weight in db.execute(edges):
                 if rel not in world.valid:
                     unexpected += 1
                     continue
@@ -326,7 +344,7 @@ def audit(world: World, *, allow_pending: bool = False) -> Audit:
             rel = _relationship_of(record.get("line", ""))
             if rel is not None:
                 dead[rel] += 1
-    pending = pending_relationships(s) if allow_pending else Counter()
+    pending = pending_relationships(world) if allow_pending else Counter()
     lost, twice, both = [], [], []
     for rel, copies in sorted(world.valid.items()):
         if applied[rel] + dead[rel] > copies:
@@ -355,11 +373,11 @@ def _spill_matches(folder: Path, record: dict[str, Any]) -> bool:
     return bool(hashlib.sha256(path.read_bytes()).hexdigest() == record["lineSha256"])
 
 
-def crash_trials(root: Path, *, trials: int, lines_per_trial: int,
-                 seed_value: int = 7) -> tuple[Audit, Counter[str]]:
+def crash_trials(root: Path, *, trials: int, lines_per_trial: int, seed_value: int = 7,
+                 neo: bool = False) -> tuple[Audit, Counter[str]]:
     """Append, drain in a child killed at a point (each named point in turn, then random
-    moments), repeat; then drain cleanly and audit."""
-    world = build_world(root)
+    moments), repeat; then drain cleanly and audit (on a neo.mjs graph with `neo`)."""
+    world = build_world(root, neo=neo)
     world.rng = random.Random(seed_value)
     points = [p for p in POINTS if p != "none"]
     per_batch = PER_BATCH_POINTS
@@ -433,7 +451,8 @@ def _wait_for_a_tick(world: World, daemon: subprocess.Popen[bytes], *,
         try:
             db = sqlite3.connect(f"file:{world.settings.graph_db_path}?mode=ro", uri=True)
             try:
-                if db.execute("SELECT 1 FROM daemon_ticks WHERE daemon = 'drain'").fetchone():
+                ticks = world.table("daemon_ticks")
+                if db.execute(f"SELECT 1 FROM {ticks} WHERE daemon = 'drain'").fetchone():
                     return
             finally:
                 db.close()

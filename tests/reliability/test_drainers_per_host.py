@@ -21,16 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
 from core.rules.config import Settings
-from core.rules.nodes import REINFORCE_FACTOR
 from core.stores.config_file import load_config
 from core.stores.drainer_identity import drainer_id_path
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
 from tests.postgres_server import PostgresServer
-from tests.support import REPO, child_env
+from tests.support import REPO, child_env, edge_mentions, seed_concepts
 
 ROOT = REPO
 #: Rounds of appends and killed drains: at least MIN_ROUNDS, then until each drainer was
@@ -101,24 +96,6 @@ def _clean_tick(host: Host) -> None:
     assert done.returncode == 0, done.stderr.decode()[-3000:]
 
 
-async def _seed(settings: Settings) -> None:
-    graph = await open_graph(settings)
-    try:
-        for c in range(CONCEPTS):
-            await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
-    finally:
-        await graph.close()
-
-
-async def _mentions(url: str) -> Counter[str]:
-    conn = await asyncpg.connect(url)
-    try:
-        rows = await conn.fetch("SELECT relationship, weight FROM edges")
-    finally:
-        await conn.close()
-    return Counter({str(r[0]): round((float(r[1]) - 1.0) / REINFORCE_FACTOR) + 1 for r in rows})
-
-
 @dataclass
 class TwoDrainersOutcome:
     """What a run of two drainers killed at random points left in the shared graph."""
@@ -155,7 +132,7 @@ def two_drainers_killed(root: Path, url: str, *, min_kills: int = MIN_KILLS,
     at least `min_rounds` rounds and until each drainer was killed `min_kills` times (at most
     `max_rounds`), then clean ticks; what the shared graph and the dead letters hold."""
     hosts = (_host(root / "a", url), _host(root / "b", url))
-    asyncio.run(_seed(hosts[0].settings))
+    asyncio.run(seed_concepts(hosts[0].settings, CONCEPTS))
     rng = random.Random(seed)
     lines: list[bytes] = []
     kills = Counter[int]()
@@ -200,7 +177,7 @@ def two_drainers_killed(root: Path, url: str, *, min_kills: int = MIN_KILLS,
     ids = {drainer_id_path(h.settings.lazy_edges_queue_path).read_text() for h in hosts}
     assert len(ids) == 2  # two drainers, two identities
 
-    mentions = asyncio.run(_mentions(url))
+    mentions = asyncio.run(edge_mentions(url))
     expected = hosts[0].copies + hosts[1].copies
     dead_twice = not_malformed = dead_lettered = 0
     for host in hosts:

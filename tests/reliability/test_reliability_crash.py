@@ -48,6 +48,20 @@ def test_sigkill_at_every_point_of_a_drain_loses_nothing_and_applies_nothing_twi
     assert points_never_killed(outcomes) == [], outcomes
 
 
+def test_sigkill_at_every_point_of_a_drain_on_a_neo_graph_loses_nothing_and_applies_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    # The original's Edges have no UNIQUE key and the weight lives in the document: every
+    # mention (byte-identical repeats included) must still count once through kill -9.
+    named_points = len(POINTS) - 1
+    result, outcomes = crash_trials(tmp_path, trials=named_points, lines_per_trial=60,
+                                    neo=True)
+    assert result.ok, result
+    assert result.pending == 0 and result.repeats_appended > 0
+    assert result.in_graph + result.dead_lettered + result.malformed_dead == result.appended
+    assert points_never_killed(outcomes) == [], outcomes
+
+
 def test_producers_with_and_without_the_lock_lose_nothing_while_the_daemon_drains(
     tmp_path: Path,
 ) -> None:

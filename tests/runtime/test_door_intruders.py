@@ -31,7 +31,7 @@ import pytest
 from core.stores.chroma_door import ENSURE_COLLECTION, HELLO, encode_frame
 from core.stores.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
 from tests.other_user import OtherUser, finish, let_traverse, other_user
-from tests.support import REPO, child_env, make_settings, run_module
+from tests.support import REPO, child_env, make_settings, run_module, unix_socket_to
 
 #: A generous bound on what the daemon's peak resident memory may grow by during an attack
 #: (the frame decoder of the TCP door allocated ~1 GB for one 200-byte frame).
@@ -115,8 +115,7 @@ def ticks_between(daemon: Daemon, start: float, end: float) -> int:
 def own_session(path: Path) -> socket.socket:
     """A connection of the daemon's own user, past HELLO and the welcome (the test runs as
     that user; it connects by path, as root passes any folder's mode)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(str(path))  # blocking: it waits while a flood fills the accept queue
+    sock = unix_socket_to(path)  # blocking: it waits while a flood fills the accept queue
     sock.settimeout(30)
     sock.sendall(HELLO)
     assert b"maxBatch" in receive_frame(sock)

@@ -20,17 +20,11 @@ import pytest
 from core.jobs.context import TickContext
 from core.rules.config import Settings
 from core.runtime.metrics import Metrics
-from core.runtime.scheduler import (
-    MAX_BACKOFF_FACTOR,
-    DaemonRunner,
-    DaemonSpec,
-    RuntimeOptions,
-    backoff_delay_ms,
-    first_run_delay_ms,
-)
+from core.runtime.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions
 from core.runtime.serve import _supervise, serve
 from core.runtime.systemd import Notifier
 from core.runtime.tick import Job
+from core.runtime.waiting import MAX_BACKOFF_FACTOR, backoff_delay_ms, first_run_delay_ms
 from core.stores.chroma import VectorStore
 from core.stores.daemon_state import TickRecord, last_ticks, record_tick
 from core.stores.state import open_graph

@@ -22,7 +22,7 @@ from core.stores.chroma import VectorStore
 from core.stores.chroma.errors import peer_error
 from core.stores.chroma_door import ENSURE_COLLECTION, HELLO, DaemonStoreClient, decode_body
 from core.stores.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
-from tests.support import make_settings
+from tests.support import make_settings, unix_socket_to
 
 
 @pytest.fixture
@@ -49,9 +49,8 @@ async def in_thread(call: Any, *args: Any) -> Any:
 
 def knock(path: Path, first: bytes) -> bytes:
     """Connect as this user, send `first`, return all the daemon sends before it hangs up."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+    with unix_socket_to(path) as sock:
         sock.settimeout(30)
-        sock.connect(str(path))
         sock.sendall(first)
         received = b""
         while chunk := sock.recv(1 << 16):

@@ -6,7 +6,6 @@ receives nothing. (Another user's listener, through the commands: test_door_intr
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from core.stores.door_socket import (
     door_path,
     open_listening,
 )
+from tests.support import unix_socket_to
 
 
 @pytest.fixture
@@ -137,12 +137,9 @@ def test_a_full_accept_queue_is_waited_for_then_reported_as_unreachable(
     fillers = []
     try:
         for _ in range(64):  # fill the backlog of 4 (the kernel admits a few more)
-            filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            filler.setblocking(False)
             try:
-                filler.connect(str(door_path(chroma_of(listening))))
+                filler = unix_socket_to(door_path(chroma_of(listening)), blocking=False)
             except BlockingIOError:
-                filler.close()
                 break
             fillers.append(filler)
         with pytest.raises(DoorClosed, match="accepts no connection"):

@@ -10,7 +10,7 @@ embedded store, through that daemon (`core.stores.chroma_door`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self
@@ -32,6 +32,7 @@ from core.stores.chroma.errors import (
     peer_error,
 )
 from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
+from core.stores.fence_deadline import FenceExpired, current_deadline, refuse_when_late
 from core.stores.locks import ProcessLock
 
 if TYPE_CHECKING:
@@ -185,11 +186,19 @@ class ChromaConnection:
         import chromadb.errors
 
         loop = asyncio.get_running_loop()
+        # A fenced delete is looked at once more on the Chroma thread, the last step before
+        # its request is sent (`core.stores.fence_deadline`).
+        send_by = current_deadline() if method == "delete" else None
         for attempt in (1, 2):
+            call = partial(self._call_on_collection, name, method, kwargs)
             try:
                 return await loop.run_in_executor(
-                    self._executor, partial(self._call_on_collection, name, method, kwargs)
-                )
+                    self._executor, partial(_unless_late, send_by, f"{method} on {name!r}",
+                                            call))
+            except FenceExpired as exc:
+                log.error("leadership.fenced", action=f"{method} on {name!r}", reason=str(exc),
+                          message="this host no longer leads: nothing deleted")
+                raise
             except CollectionMissing:
                 raise
             except chromadb.errors.NotFoundError as exc:
@@ -227,3 +236,9 @@ class ChromaConnection:
             raise VectorStoreError(f"{self.description}: create {name!r} failed: "
                                    f"{failure_text(exc, self._secrets)}") from exc
         self._collections[name] = collection
+
+
+def _unless_late(send_by: float | None, action: str, call: Callable[[], Any]) -> Any:
+    """`call()`, on the Chroma thread, unless the fencing deadline `send_by` has passed."""
+    refuse_when_late(send_by, action)
+    return call()

@@ -9,10 +9,15 @@ writers run one at a time, as SQLite's `BEGIN IMMEDIATE` makes them: a read-then
 tenant's next version) sees no competing write, and writers never deadlock. The password comes
 from libpq's own sources (`PGPASSWORD`, `PGPASSFILE`; asyncpg reads both), TLS from `sslmode`
 in the URL; the URL never holds a password (the configuration refuses one).
+
+A connection that broke under a call (the server restarted or failed over, the network was cut,
+a statement's answer never came) says so in `lost`; it is never used again: a daemon's graph is
+reopened on its next use (`core.stores.reopening_graph`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,8 +25,8 @@ from typing import Any
 import asyncpg
 import structlog
 
-from core.rules.errors import KbError, StoreUnavailable, WriteConflict
-from core.stores.graph_db import ConnectionTurn, GraphDataError
+from core.rules.errors import ConnectionLost, KbError, StoreUnavailable, WriteConflict
+from core.stores.graph_db import ConnectionTurn, GraphDataError, GraphModel
 from core.stores.postgres.schema import MIGRATIONS, SCHEMA_LOCK_KEY, VERSION_TABLE
 from core.stores.postgres.statements import POSTGRES
 from core.stores.statements import Statements
@@ -30,35 +35,63 @@ log = structlog.get_logger(__name__)
 
 #: The advisory lock every write transaction takes first (see the module docstring).
 WRITE_LOCK_KEY = 0x6B625F7772697465  # "kb_write"
-#: How long a statement may wait for a lock (ms) before the tick gives up: SQLite's
-#: busy_timeout, with the same default (`core.stores.sqlite.BUSY_TIMEOUT_MS`).
+#: SQLSTATE classes of a statement its data made fail: data exception, integrity.
 _DATA_CLASSES = ("22", "23")
+#: How long a clean close may wait for the server before the connection is dropped (s).
+CLOSE_TIMEOUT_S = 5.0
 #: serialization_failure, deadlock_detected: the transaction lost to a concurrent one.
 _CONFLICT_STATES = ("40001", "40P01")
+
+
+#: The server shut down, crashed or is starting (57P01-57P03); a write refused by a server
+#: that is now a standby (25006: the primary failed over, this connection stayed behind).
+#: Class 08 (connection exception) counts as well.
+_LOST_STATES = ("57P01", "57P02", "57P03", "25006")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` says the connection itself can no longer be trusted (pure): the client
+    lost it (InterfaceError: "connection is closed", "another operation is in progress"), the
+    socket failed or timed out, or the server ended it or is no longer the primary. A
+    statement the server refused (a lock timeout, the data) leaves the connection usable."""
+    if isinstance(exc, (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError,
+                        OSError, TimeoutError)):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(state, str) and (state[:2] == "08" or state in _LOST_STATES)
 
 
 def store_error(where: str, action: str, exc: BaseException) -> KbError:
     """GraphDataError for a statement the data made fail (SQLSTATE class 22, data exception,
     or 23, integrity); WriteConflict for a deadlock or serialization failure (the batch is
-    tried again); StoreUnavailable for everything else (connection, lock timeout,
-    shutdown...): an outage spends no line's attempts."""
+    tried again); ConnectionLost when the connection broke (`connection_lost`);
+    StoreUnavailable for everything else (a lock timeout...): an outage spends no line's
+    attempts."""
     state = getattr(exc, "sqlstate", None)
     if isinstance(state, str) and state[:2] in _DATA_CLASSES:
         return GraphDataError(f"PostgreSQL {where}: {action} failed: {exc}")
     if state in _CONFLICT_STATES:
         return WriteConflict(f"PostgreSQL {where}: {action} failed: {exc}")
+    if connection_lost(exc):
+        return ConnectionLost(f"PostgreSQL {where}: {action} failed: store unavailable, "
+                              f"nothing lost (connection lost: {exc or type(exc).__name__})")
     return StoreUnavailable(f"PostgreSQL {where}: {action} failed: {exc}")
 
 
 #: What a PostgreSQL call raises when the server, the network or the data refused it (the
-#: backend's modules catch these and nothing broader).
-CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: backend's modules catch these and nothing broader). InternalClientError is what asyncpg
+#: raises when the connection died under a call in progress ("cannot switch to state 11;
+#: another operation (2) is in progress", seen when the server restarted mid-executemany).
+CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError,
+                     asyncpg.exceptions.InternalClientError, OSError, TimeoutError)
 
 
 class PostgresTransaction:
     """A write transaction (`PostgresGraph.write()`). For `core.stores` modules only."""
 
     sql: Statements = POSTGRES
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: asyncpg.Connection) -> None:
         self._conn = conn
@@ -87,12 +120,36 @@ class PostgresGraph:
     """
 
     sql: Statements = POSTGRES
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: asyncpg.Connection, url: str, *, read_only: bool) -> None:
         self._conn = conn
         self.url = url
         self.read_only = read_only
         self._turn = ConnectionTurn()
+        self._lost: str | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why this connection can no longer be used (None while it can): a call failed with
+        the connection's own error, a statement was cancelled before its answer came, or the
+        client saw the server close it."""
+        if self._lost is None and self._conn.is_closed():
+            self._lost = "the server closed the connection"
+        return self._lost
+
+    def _failed(self, action: str, exc: BaseException) -> KbError:
+        """The project's error for a call that raised `exc`; remembers a broken connection."""
+        if connection_lost(exc) and self._lost is None:
+            self._lost = f"{action} failed: {exc or type(exc).__name__}"
+        return store_error(self.url, action, exc)
+
+    def _cancelled_in_flight(self) -> None:
+        # The answer may still come (or never: a cut network); either way this connection's
+        # protocol state is not known, and a new one costs a few milliseconds.
+        if self._lost is None:
+            self._lost = "a statement was cancelled before its answer came"
 
     @property
     def location(self) -> str:
@@ -114,7 +171,8 @@ class PostgresGraph:
             conn = await asyncpg.connect(url, server_settings=settings,
                                          timeout=busy_timeout_ms / 1000)
         except (*CONNECTION_ERRORS, ValueError) as exc:
-            raise StoreUnavailable(f"PostgreSQL {url}: open failed: {exc}") from exc
+            raise StoreUnavailable(f"PostgreSQL {url}: open failed: store unavailable, nothing "
+                                   f"lost ({exc or type(exc).__name__})") from exc
         try:
             if not read_only:
                 await apply_schema(conn)
@@ -126,9 +184,17 @@ class PostgresGraph:
         return cls(conn, url, read_only=read_only)
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
-        if not self._conn.is_closed():
-            await self._conn.close()
+        """Close the connection (idempotent); a lost one, or one that does not close within
+        the open's time bound, is dropped at once (a cut network never answers Terminate)."""
+        if self._conn.is_closed():
+            return
+        if self._lost is not None:
+            self._conn.terminate()
+            return
+        try:
+            await asyncio.wait_for(self._conn.close(), CLOSE_TIMEOUT_S)
+        except CONNECTION_ERRORS:
+            self._conn.terminate()
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[PostgresTransaction]:
@@ -142,31 +208,41 @@ class PostgresGraph:
                 await transaction.start()
                 await self._conn.execute("SELECT pg_advisory_xact_lock($1)", WRITE_LOCK_KEY)
             except CONNECTION_ERRORS as exc:
-                await _rollback(transaction, self.url)
-                raise store_error(self.url, "begin write", exc) from exc
+                await _rollback(transaction, self._conn, self.url)
+                raise self._failed("begin write", exc) from exc
+            except asyncio.CancelledError:
+                self._cancelled_in_flight()
+                raise
             try:
                 yield PostgresTransaction(self._conn)
                 await transaction.commit()
             except BaseException as exc:
-                await _rollback(transaction, self.url)
+                if isinstance(exc, asyncio.CancelledError):
+                    self._cancelled_in_flight()
+                await _rollback(transaction, self._conn, self.url)
                 if isinstance(exc, CONNECTION_ERRORS):
-                    raise store_error(self.url, "write", exc) from exc
+                    raise self._failed("write", exc) from exc
                 raise
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Every row of one read. For `core.stores` modules only."""
-        try:
-            async with self._turn.exclusive():
+        async with self._turn.exclusive():
+            try:
                 return list(await self._conn.fetch(sql, *params))
-        except CONNECTION_ERRORS as exc:
-            raise store_error(self.url, "read", exc) from exc
+            except CONNECTION_ERRORS as exc:
+                raise self._failed("read", exc) from exc
+            except asyncio.CancelledError:
+                self._cancelled_in_flight()
+                raise
 
     async def table_names(self) -> set[str]:
         """The tables of the state's schema."""
         return {str(r[0]) for r in await self.query(POSTGRES.table_names)}
 
 
-async def _rollback(transaction: Any, where: str) -> None:
+async def _rollback(transaction: Any, conn: asyncpg.Connection, where: str) -> None:
+    if conn.is_closed():  # the server rolled it back when the connection ended
+        return
     try:
         await transaction.rollback()
     except (*CONNECTION_ERRORS, asyncpg.exceptions.InterfaceError):

@@ -193,5 +193,19 @@ CREATE TABLE IF NOT EXISTS drainer_ticks (
 );
 """
 
+#: 4 -> 5: the reconcile leader's lease (`core.stores.postgres.leader_lock`): the holder of the
+#: leader lock renews its row at every heartbeat, stamped with the server's clock, and a
+#: standby ends a holder whose stamp is older than one lease. PostgreSQL only: SQLite's state
+#: has one host and no election.
+_LEADER_LEASES = """
+CREATE TABLE IF NOT EXISTS leader_leases (
+    lock_key BIGINT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    renewed_at TIMESTAMPTZ NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
-    _FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES, _DRAINER_TICKS)
+    _FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES, _DRAINER_TICKS,
+    _LEADER_LEASES)

@@ -4,13 +4,18 @@ Every write happens in a `BEGIN IMMEDIATE` transaction (`GraphDB.write()`), so a
 about a competing writer at the start, within `busy_timeout`, rather than half-way through.
 WAL lets `status` and other readers run beside a daemon's writes. A dry run (and `status`)
 opens the file read-only so that not one byte of it, nor of its `-wal` and `-shm`, changes and
-no side file is created (how: `core.stores.sqlite.read_only`).
+no side file is created (how: `core.stores.sqlite.read_only`). A file this module creates is
+owner-only (`core.rules.private_data`); its `-wal` and `-shm` take its mode.
 
 This is SQLite's implementation of the store seam (`core.stores.graph_db`): `SqliteGraph`
 and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is SQLite's
 statements (`core.stores.sqlite.statements`). `query`, `execute` and `executemany` are for the
 modules of `core.stores` only (a test walks the source and fails on SQL text or a call of these
 anywhere else).
+
+A connection that hit an I/O error, or whose file was replaced or removed under it (the file
+at the path is no longer the one it opened), says so in `lost`; a daemon's graph is then
+reopened on its next use (`core.stores.reopening_graph`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from core.rules.errors import KbError, StoreUnavailable
+from core.rules.errors import ConfigError, ConnectionLost, KbError, StoreUnavailable
 from core.stores.files import create_private_file, make_private_dirs
-from core.stores.graph_db import ConnectionTurn, GraphDataError
+from core.stores.graph_db import ConnectionTurn, GraphDataError, GraphModel
 from core.stores.sqlite.read_only import ImmutableRead, read_only_uri
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
@@ -48,13 +53,81 @@ BUSY_TIMEOUT_MS = 5_000
 _OUTAGE_CODES = frozenset({3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 23, 26})
 
 
+#: Primary codes after which this connection is not trusted again: read-only (the file moved
+#: or was replaced under a WAL connection: SQLITE_READONLY_DBMOVED), I/O error, corrupt,
+#: cannot open, not a database. A new connection sees the file the path names now.
+_LOST_CODES = frozenset({8, 10, 11, 14, 26})
+
+
 def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
     """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
-    one, to be safe: an outage spends no line's attempts), GraphDataError otherwise."""
+    one, to be safe: an outage spends no line's attempts), ConnectionLost when the
+    connection itself is suspect (_LOST_CODES), GraphDataError otherwise."""
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF not in _OUTAGE_CODES:
         return GraphDataError(f"SQLite {path}: {action} failed: {exc}")
+    if isinstance(code, int) and code & 0xFF in _LOST_CODES:
+        return ConnectionLost(f"SQLite {path}: {action} failed: store unavailable, nothing "
+                              f"lost (connection lost: {exc})")
     return StoreUnavailable(f"SQLite {path}: {action} failed: {exc}")
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) of the file at `path`, or None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+
+class SqliteFile:
+    """An open connection to a graph file whose schema has not been chosen yet: what
+    `core.stores.state.open_graph` reads the schema with before anything is written, then
+    hands to the backend that owns that schema (`SqliteGraph.on_file`, the neo backend)."""
+
+    def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
+                 in_memory: bool, immutable: ImmutableRead | None = None) -> None:
+        self.conn = conn
+        self.path = path
+        self.read_only = read_only
+        #: A dry run on a file that does not exist: an empty in-memory graph stands in.
+        self.in_memory = in_memory
+        #: A read of the file alone (`core.stores.sqlite.read_only`): checked after each read.
+        self.immutable = immutable
+
+    async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """Every row of one read; StoreUnavailable when the file cannot be read (or, on a
+        read of the file alone, changed under the read)."""
+        try:
+            rows = list(await self.conn.execute_fetchall(sql, params))
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"SQLite {self.path}: read failed: {exc}") from exc
+        if self.immutable is not None:
+            self.immutable.check()
+        return rows
+
+    async def prepare(self, ddl: Sequence[str]) -> None:
+        """WAL and `synchronous=FULL` when writable, `ddl`, foreign keys on; the connection is
+        closed when any of it fails (StoreUnavailable)."""
+        try:
+            if not self.read_only:
+                await self.conn.execute("PRAGMA journal_mode=WAL")
+                # FULL: a commit survives power loss, so deleting the queue file after it is safe.
+                await self.conn.execute("PRAGMA synchronous=FULL")
+            if ddl:
+                await self.conn.executescript("".join(ddl))
+            await self.conn.execute("PRAGMA foreign_keys=ON")
+        except BaseException as exc:
+            await self.conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreUnavailable(f"SQLite {self.path}: open failed: {exc}") from exc
+            raise
+
+    async def close(self) -> None:
+        """Close the connection (idempotent)."""
+        await self.conn.close()
 
 
 def _create_private(path: Path) -> None:
@@ -65,11 +138,38 @@ def _create_private(path: Path) -> None:
         os.close(create_private_file(path, os.O_WRONLY | os.O_EXCL))
 
 
+async def connect_file(path: Path, *, read_only: bool,
+                       busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> SqliteFile:
+    """Connect to the graph file, nothing written yet: read-only for a dry run with no byte
+    changed and no side file created (`core.stores.sqlite.read_only`; an absent file is an
+    in-memory stand-in, never created), else creating it (owner-only, and its folder) if
+    absent."""
+    timeout = busy_timeout_ms / 1000
+    in_memory = read_only and not path.exists()
+    immutable: ImmutableRead | None = None
+    try:
+        if in_memory:
+            conn = await aiosqlite.connect(":memory:", isolation_level=None)
+        elif read_only:
+            uri, immutable = read_only_uri(path)
+            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=timeout)
+        else:
+            _create_private(path)
+            conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
+                               f"lost ({exc})") from exc
+    return SqliteFile(conn, path, read_only=read_only, in_memory=in_memory,
+                      immutable=immutable)
+
+
 class SqliteTransaction:
     """A write transaction (`SqliteGraph.write()`): statements run in it commit or roll back
     together. For `core.stores` modules only."""
 
     sql: Statements = SQLITE
+    #: The graph's writes are this project's statements (`core.stores.graph`): no model.
+    model: GraphModel | None = None
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self._conn = conn
@@ -96,15 +196,39 @@ class SqliteGraph:
     its own writes, and a read never starts a transaction)."""
 
     sql: Statements = SQLITE
+    model: GraphModel | None = None
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
-                 immutable: ImmutableRead | None = None) -> None:
+                 in_memory: bool = False, immutable: ImmutableRead | None = None) -> None:
         self._conn = conn
         self.path = path
         self.read_only = read_only
         #: For a read of the file alone: checked after every query (a writer may change it).
         self._immutable = immutable
         self._turn = ConnectionTurn()
+        self._lost: str | None = None
+        #: The file this connection opened (None for a dry run's in-memory stand-in).
+        self._identity = None if in_memory else _file_identity(path)
+        self._closed = False
+
+    @property
+    def lost(self) -> str | None:
+        """Why this connection can no longer be used (None while it can): a call failed with
+        an I/O-class error (_LOST_CODES), or the path names another file than the one opened
+        (replaced, or removed). One `stat` per look."""
+        if self._lost is None and self._identity is not None:
+            now = _file_identity(self.path)
+            if now != self._identity:
+                self._lost = (f"the file {self.path} was removed" if now is None
+                              else f"the file {self.path} was replaced")
+        return self._lost
+
+    def _failed(self, action: str, exc: sqlite3.Error) -> KbError:
+        """The project's error for a call that raised `exc`; remembers a suspect connection."""
+        error = _store_error(self.path, action, exc)
+        if isinstance(error, ConnectionLost) and self._lost is None:
+            self._lost = f"{action} failed: {exc}"
+        return error
 
     @property
     def location(self) -> str:
@@ -117,43 +241,58 @@ class SqliteGraph:
     ) -> SqliteGraph:
         """Open (creating when writable) the SQLite file with WAL, busy_timeout and foreign keys.
 
-        `read_only` is for dry runs: the file is opened so that not one byte of it or of its
-        side files can change and none is created (`core.stores.sqlite.read_only`); when it
-        does not exist yet, an empty in-memory graph stands in for it.
+        `read_only` is for dry runs: the file is opened `mode=ro` so not one byte of it can
+        change; when it does not exist yet, an empty in-memory graph stands in for it. The
+        file's schema is read before anything is written: one that is not this project's
+        (a neo.mjs graph, anything else) is refused (ConfigError) untouched; open it with
+        `core.stores.state.open_graph`, which chooses the backend.
         """
-        timeout = busy_timeout_ms / 1000
-        in_memory = read_only and not path.exists()
-        immutable: ImmutableRead | None = None
+        file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
         try:
-            if in_memory:
-                conn = await aiosqlite.connect(":memory:", isolation_level=None)
-            elif read_only:
-                uri, immutable = read_only_uri(path)
-                conn = await aiosqlite.connect(uri, uri=True, isolation_level=None,
-                                               timeout=timeout)
-            else:
-                _create_private(path)
-                conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
-        try:
-            if not read_only:
-                await conn.execute("PRAGMA journal_mode=WAL")
-                # FULL: a commit survives power loss, so deleting the queue file after it is safe.
-                await conn.execute("PRAGMA synchronous=FULL")
-            if not read_only or in_memory:
-                await conn.executescript("".join(ALL_DDL))
-            await conn.execute("PRAGMA foreign_keys=ON")
-        except BaseException as exc:
-            await conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
+            from core.stores.sqlite.found_schema import read_found_schema
+
+            found = await read_found_schema(file)
+            if found.kind not in ("kb", "new"):
+                raise ConfigError(f"{path}: not this project's graph schema: found {found.found}")
+        except BaseException:
+            await file.close()
             raise
-        return cls(conn, path, read_only=read_only, immutable=immutable)
+        return await cls.on_file(file)
+
+    @classmethod
+    async def on_file(cls, file: SqliteFile) -> SqliteGraph:
+        """The graph on an open file whose schema is this project's (or that has none yet):
+        WAL and `synchronous=FULL` when writable, this project's DDL, foreign keys."""
+        await file.prepare(ALL_DDL if not file.read_only or file.in_memory else ())
+        return cls(file.conn, file.path, read_only=file.read_only,
+                   in_memory=file.in_memory, immutable=file.immutable)
 
     async def close(self) -> None:
-        """Close the connection (idempotent)."""
+        """Close the connection (idempotent). When the file was replaced or removed under a
+        writable connection, its write-ahead log, which still has the path's `-wal` name, is
+        first checkpointed into the file it belongs to and emptied: left as it is, it would
+        overlay the new file at that path, for this daemon and every other opener.
+        StoreUnavailable (the connection stays open) when that cannot be done."""
+        if self._closed:
+            return
+        moved = self._identity is not None and _file_identity(self.path) != self._identity
+        if moved and not self.read_only:
+            await self._empty_moved_log()
         await self._conn.close()
+        self._closed = True
+
+    async def _empty_moved_log(self) -> None:
+        try:
+            rows = list(await self._conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)"))
+            refused: object = rows[0][0] if rows else 0  # 1: another connection was busy
+        except sqlite3.Error as exc:
+            refused = exc
+        if refused:
+            raise StoreUnavailable(
+                f"SQLite {self.path}: the file was replaced while this daemon had it open, "
+                f"and its old write-ahead log could not be emptied ({refused}); stop every "
+                f"process using it, then remove {self.path}-wal and {self.path}-shm (they "
+                "belong to the old file) before starting again")
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[SqliteTransaction]:
@@ -173,9 +312,12 @@ class SqliteGraph:
         try:
             await self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"SQLite {self.path}: begin write failed: {exc}") from exc
+            error = self._failed("begin write", exc)
+            if isinstance(error, GraphDataError):  # BEGIN carries no data: an outage
+                error = StoreUnavailable(str(error))
+            raise error from exc
         try:
-            yield SqliteTransaction(self._conn)
+            yield self._transaction_on(self._conn)
             await self._conn.execute("COMMIT")
         except BaseException as exc:
             try:
@@ -183,8 +325,12 @@ class SqliteGraph:
             except sqlite3.Error:
                 log.warning("graph.rollback_failed", path=str(self.path), exc_info=True)
             if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.IntegrityError):
-                raise _store_error(self.path, "write", exc) from exc
+                raise self._failed("write", exc) from exc
             raise
+
+    def _transaction_on(self, conn: aiosqlite.Connection) -> SqliteTransaction:
+        """The transaction object a backend on this file runs its statements through."""
+        return SqliteTransaction(conn)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Every row of one read, in one trip to the connection's thread (a trip per execute,
@@ -196,7 +342,7 @@ class SqliteGraph:
         except sqlite3.Error as exc:
             if self._immutable is not None:
                 self._immutable.check()  # a writer under the read explains the error
-            raise _store_error(self.path, "read", exc) from exc
+            raise self._failed("read", exc) from exc
         if self._immutable is not None:
             self._immutable.check()
         return rows
