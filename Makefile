@@ -73,9 +73,10 @@ run-daemons: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m daemons.demo $(if $(CONFIG),--config $(CONFIG))
 
-# A local Chroma server on loopback for server mode (chromaUrl = "http://127.0.0.1:8000").
+# A local Chroma server on loopback for server mode (chromaUrl = "http://127.0.0.1:8000"), its
+# files owner-only like everything the commands create (umask 077).
 chroma: $(STAMP)
-	$(BIN)/chroma run --host 127.0.0.1 --port 8000 --path .kb-data/chroma-server
+	umask 077 && $(BIN)/chroma run --host 127.0.0.1 --port 8000 --path .kb-data/chroma-server
 
 clean-data:
 	rm -rf .kb-data

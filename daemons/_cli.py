@@ -33,7 +33,7 @@ from core.rules.errors import KbError
 from core.rules.terminal_text import inert, shown_text
 from core.runtime.logs import scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
-from core.runtime.process import limit_malloc_arenas
+from core.runtime.process import limit_malloc_arenas, restrict_umask
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions
 from core.runtime.serve import serve
 from core.runtime.settings import load_settings
@@ -209,8 +209,10 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     """Run a command's coroutine and exit with CONTRACT's code for how it ended; under
     `--json` a run that ends without its object gets `{"ok": false, "error": ...}` (see the
     module docstring). An unexpected exception is logged once with its traceback (no local
-    variables, scrubbed) and ends as one line and exit 1. The process first gets its malloc
-    arena cap (`core.runtime.process`), before any thread or store."""
+    variables, scrubbed) and ends as one line and exit 1. The process first gets its owner-only
+    umask and its malloc arena cap (`core.runtime.process`), before any file, thread or
+    store."""
+    restrict_umask()
     limit_malloc_arenas()
     prog = command_name(prog)
     try:

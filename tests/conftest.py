@@ -19,6 +19,12 @@ _FAKE_HOME = Path(tempfile.mkdtemp(prefix="kb-test-home-"))
 os.environ["HOME"] = str(_FAKE_HOME)
 os.environ["ANONYMIZED_TELEMETRY"] = "False"
 os.environ.pop("KB_CONFIG", None)
+# The suite runs under the umask every command sets and the units give, so a data folder a
+# test makes by hand is owner-only, as the commands require (they refuse one others can
+# reach). The tests of what is created under the usual umask 022 ask for it (`umask_022`);
+# a folder another user must pass through is opened to it explicitly (tests/other_user.py).
+SESSION_UMASK = 0o077
+os.umask(SESSION_UMASK)
 
 from core.rules.config import Settings  # noqa: E402
 from core.runtime.logs import configure_logging  # noqa: E402
@@ -30,6 +36,24 @@ from tests.postgres_server import PostgresServer  # noqa: E402
 from tests.support import make_settings  # noqa: E402
 
 configure_logging("json")
+
+@pytest.fixture(autouse=True)
+def umask_kept() -> Iterator[None]:
+    """Each test starts with the session's umask, whatever the one before set (a command run
+    in-process sets it, `core.runtime.process`; a test may set another)."""
+    os.umask(SESSION_UMASK)
+    yield
+    os.umask(SESSION_UMASK)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The test, and the commands it starts, run under the usual umask 022 (what an operator's
+    shell has), not the session's 077."""
+    os.umask(0o022)
+    yield
+    os.umask(SESSION_UMASK)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def nothing_written_under_home() -> Iterator[None]:

@@ -11,7 +11,23 @@ be shown or stored (log lines, `--json` output, `status`, `alerts_fired.error`) 
   are written encoded, a receiver may echo them decoded);
 - for a URL's user-info, the base64 of `user:password` (standard and URL-safe alphabet, with
   and without padding), of the percent-decoded pair as well (what httpx actually sends);
-- a bearer token as sent (`Bearer <token>`) and bare.
+- a bearer token as sent (`Bearer <token>`) and bare;
+- a token or a password (`encoded_forms`) also as an echo of the request that carried it
+  may hold it inside a longer text: in base64 at each of the three byte alignments it can
+  fall on (standard and URL-safe alphabet, each also percent-encoded), in hex (either case),
+  JSON- and HTML-escaped. A proxy or server that refuses a request often quotes the request
+  back, base64-encoded (an error body with a dump of the request): there the token's bytes
+  start wherever the request puts them, so its base64 is one of three different strings.
+  Of each, only the characters every bit of which is the secret's are searched for, so they
+  match whatever bytes surround it.
+
+What a store answers when it refuses (`foreign_message`) is reduced to its parsed message (a
+JSON body's `message`, or `error`) on one line, scrubbed of every form of every secret, and
+replaced whole (WITHHELD) when a secret is still there once the whitespace is taken out (a
+base64 dump wrapped into lines, a hex dump with a space between bytes); then every run of
+MAX_OPAQUE_RUN or more characters that could be an encoding of anything is dropped (no
+message for a person is one; an echo of a request in an encoding not listed above would be),
+and the rest is cut.
 
 Parts shorter than MIN_SECRET_CHARS are not searched for (a one-letter user name would turn
 every message to confetti, and hides nothing). Free text from outside (a receiver's or a
@@ -22,6 +38,8 @@ leave the first half of a secret behind.
 from __future__ import annotations
 
 import base64
+import html
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -42,7 +60,18 @@ MIN_SEGMENT_SECRET_CHARS: Final = 8
 #: is kept, after scrubbing: enough to read the reason, too little to carry a payload.
 MAX_FOREIGN_TEXT_CHARS: Final = 200
 
+#: Unbroken runs of at least this many characters of the base64, base64url, hex and
+#: percent-escape alphabets are dropped from what a store answers: longer than a chunk id,
+#: a digest or a UUID, shorter than any encoding of a request (`foreign_message`).
+MAX_OPAQUE_RUN: Final = 80
+
+#: What stands for a store's answer that quoted a secret in a form that cannot be cut out.
+WITHHELD: Final = "(the store's answer is not shown: it quoted a credential)"
+
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_WHITESPACE = re.compile(r"\s+")
+_OPAQUE_RUN = re.compile(r"[A-Za-z0-9+/=_%-]{" + str(MAX_OPAQUE_RUN) + ",}")
+_BYTE_ALIGNMENTS = (0, 1, 2)
 
 
 def _lower_escapes(text: str) -> str:
@@ -71,6 +100,34 @@ def _base64_forms(data: str) -> set[str]:
     return found
 
 
+def base64_fragments(secret: str) -> set[str]:
+    """The base64 of `secret` wherever it falls in a longer text that was encoded whole: for
+    each of the three byte alignments, standard and URL-safe alphabet, the characters made
+    of the secret's bits alone (those at either end also carry bits of its neighbours, which
+    differ from one text to the next)."""
+    raw = secret.encode("utf-8")
+    found: set[str] = set()
+    for offset in _BYTE_ALIGNMENTS:
+        first = -(-8 * offset // 6)  # the first character with no bit of the bytes before
+        last = 8 * (offset + len(raw)) // 6  # past the last with no bit of the bytes after
+        padded = b"\0" * offset + raw
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            found.add(encode(padded).decode("ascii")[first:last])
+    return found
+
+
+def encoded_forms(secret: str) -> set[str]:
+    """A token's or a password's every form (see the module docstring): its text forms,
+    JSON- and HTML-escaped, hex, and its base64 at each alignment, raw and percent-encoded."""
+    found = text_forms(secret)
+    found.update({json.dumps(secret)[1:-1], json.dumps(secret)[1:-1].replace("/", "\\/"),
+                  html.escape(secret), secret.encode("utf-8").hex(),
+                  secret.encode("utf-8").hex().upper()})
+    for fragment in base64_fragments(secret):
+        found |= text_forms(fragment)
+    return found
+
+
 def basic_auth_forms(user: str, password: str) -> set[str]:
     """The `Authorization: Basic` credentials of `user:password`: base64 of the pair as
     written and of its percent-decoded form (httpx decodes a URL's user-info before it
@@ -85,7 +142,7 @@ def bearer_forms(token: str) -> set[str]:
     """A token sent as `Authorization: Bearer <token>` (or in a header of its own): the header
     value and the token in every text form."""
     token = token.strip()
-    return {f"Bearer {token}", *text_forms(token)} if token else set()
+    return {f"Bearer {token}", *encoded_forms(token)} if token else set()
 
 
 def url_secret_parts(url: str, *, min_segment: int = MIN_SECRET_CHARS) -> set[str]:
@@ -150,6 +207,11 @@ class Secrets:
         """A bearer token (`bearer_forms`)."""
         return cls.of(bearer_forms(token))
 
+    @classmethod
+    def of_password(cls, password: str) -> Secrets:
+        """A password sent on its own (PostgreSQL's): every encoded form."""
+        return cls.of(encoded_forms(password))
+
     def __or__(self, other: Secrets) -> Secrets:
         return Secrets.of((*self.forms, *other.forms))
 
@@ -190,3 +252,29 @@ class Secrets:
 
 #: No secrets: scrubbing changes nothing.
 NO_SECRETS: Final = Secrets()
+
+
+def parsed_message(body: str) -> str:
+    """The message of an error body: a JSON object's `message` (else its `error`) when it
+    is a string, else the body as it is."""
+    try:
+        parsed = json.loads(body, strict=False)  # a raw newline in a string is still text
+    except ValueError:
+        return body
+    if isinstance(parsed, dict):
+        for key in ("message", "error"):
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return body
+
+
+def foreign_message(body: str, secrets: Secrets, *, limit: int = MAX_FOREIGN_TEXT_CHARS) -> str:
+    """What a store sent back when it refused a request, as it may travel on (an error line,
+    a log, `--json`, a table): its parsed message on one line, scrubbed of every form of
+    `secrets`, every opaque run (MAX_OPAQUE_RUN) dropped, then cut to `limit` characters."""
+    text = secrets.scrub(" ".join(parsed_message(body).split()))
+    compact = _WHITESPACE.sub("", text)
+    if secrets.scrub(compact) != compact:
+        return WITHHELD
+    text = _OPAQUE_RUN.sub(HIDDEN, text)
+    return text if len(text) <= limit else text[:limit] + HIDDEN

@@ -1,4 +1,13 @@
-"""Process-wide settings made once, at the start of every command, before any store opens.
+"""Process-wide settings made once, at the start of every command, before any store opens:
+the umask that keeps everything the process creates owner-only, and the malloc arena cap.
+
+The umask. The project's own code creates its folders and files owner-only explicitly
+(`core.stores.files`), but the libraries it drives create files of their own: the embedded
+Chroma store its `chroma.sqlite3`, its index folders and files, SQLite its journals. Under the
+usual umask 022 those were 0644 in 0755 folders, readable by every local user.
+`restrict_umask` sets PRIVATE_UMASK (`core.rules.private_data`) for the whole process, so
+whatever anything in it creates is its owner's alone; it is called first thing in
+`daemons._cli.run_main`, the one place every command starts.
 
 The malloc arena cap. glibc gives each thread that allocates its own malloc arena, up to eight
 per core, and memory freed in one arena is not reused by another. A daemon has many threads
@@ -19,12 +28,20 @@ import ctypes
 import os
 from typing import Final
 
+from core.rules.private_data import PRIVATE_UMASK
+
 #: glibc's `mallopt` parameter for the arena cap (`M_ARENA_MAX` in malloc.h).
 M_ARENA_MAX: Final = -8
 #: The arenas a daemon's process may have: the main thread's and one for every other thread.
 MALLOC_ARENAS: Final = 2
 #: The environment variable with which glibc reads an operator's own cap at start-up.
 ARENA_ENV: Final = "MALLOC_ARENA_MAX"
+
+
+def restrict_umask() -> int:
+    """Set the process umask to PRIVATE_UMASK (nothing created from here on is open to the
+    group or others) and return the one it replaces. Call it before anything is created."""
+    return os.umask(PRIVATE_UMASK)
 
 
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:

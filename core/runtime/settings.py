@@ -3,7 +3,8 @@ of its warnings logged once, at start."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -11,6 +12,7 @@ from core.rules.config import ConfigWarning, Settings
 from core.rules.secrets import Secrets
 from core.runtime.logs import configure_logging
 from core.stores.config_file import load_config
+from core.stores.data_folders import refuse_open_data_folders
 
 log = structlog.get_logger(__name__)
 
@@ -21,21 +23,32 @@ def log_config_warnings(warnings: Sequence[ConfigWarning]) -> None:
         log.warning("config.warning", key=warning.key or None, message=warning.message)
 
 
-def settings_secrets(settings: Settings) -> Secrets:
+#: libpq's own source of the state database's password, which asyncpg reads (the URL never
+#: holds one); the password file's entries never leave asyncpg's authentication exchange.
+PG_PASSWORD_ENV = "PGPASSWORD"
+
+
+def settings_secrets(settings: Settings, environ: Mapping[str, str] | None = None) -> Secrets:
     """Every secret the settings hold, in every form (see `core.rules.secrets`): the alert
-    rules' webhook URLs (valid rules and skipped ones alike) and the Chroma server token. A
-    new secret-bearing key joins here, and so every log line and printed output hides it."""
+    rules' webhook URLs (valid rules and skipped ones alike), the Chroma server token and,
+    with `stateUrl`, the PostgreSQL password in `$PGPASSWORD`. A new secret-bearing key joins
+    here, and so every log line and printed output hides it."""
+    environ = os.environ if environ is None else environ
     found = settings.alert_rules.secrets()
     if settings.chroma_token is not None:
         found = found | Secrets.of_token(settings.chroma_token.reveal())
+    if settings.state_url and environ.get(PG_PASSWORD_ENV):
+        found = found | Secrets.of_password(environ[PG_PASSWORD_ENV])
     return found
 
 
 def load_settings(config: str | None) -> Settings:
-    """Load the config, set up logging in its format, and log its warnings (once: the
-    settings, alert rules included, are read once per process)."""
+    """Load the config, set up logging in its format, log its warnings (once: the settings,
+    alert rules included, are read once per process), and refuse a data folder other users
+    can reach (ConfigError, exit 2: `core.rules.private_data`) before any store opens."""
     configure_logging("auto")
     loaded = load_config(config)
     configure_logging(loaded.settings.log_format, secrets=settings_secrets(loaded.settings))
     log_config_warnings(loaded.warnings)
+    refuse_open_data_folders(loaded.settings)
     return loaded.settings

@@ -39,7 +39,8 @@ from core.rules.archive_format import (
     seal,
 )
 from core.rules.errors import ConfigError
-from core.stores.files import FilesystemFlush, fsync_dir, write_all
+from core.rules.private_data import PRIVATE_FILE_MODE
+from core.stores.files import FilesystemFlush, fsync_dir, make_private_dirs, write_all
 
 if TYPE_CHECKING:
     from core.rules.rows import ColumnPage
@@ -62,8 +63,8 @@ WRITE_BYTES: Final = 1 << 20
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 _APPEND_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 _SYNC_FLAGS: Final = os.O_WRONLY | os.O_CLOEXEC
-#: What `open(path, "xb")` creates with (the umask applies).
-_FILE_MODE: Final = 0o666
+#: Archives hold the chunks' documents and embeddings: their owner's alone.
+_FILE_MODE: Final = PRIVATE_FILE_MODE
 
 _UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -148,7 +149,7 @@ class TombstoneArchive:
             fd = os.open(path, _CREATE_FLAGS, _FILE_MODE)
         except FileNotFoundError:
             created_directory = not directory.exists()
-            directory.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(directory)
             fd = os.open(path, _CREATE_FLAGS, _FILE_MODE)
         try:
             _write_lines(fd, lines)

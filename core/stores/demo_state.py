@@ -17,6 +17,7 @@ demo starts each run from nothing, but only in a folder it can prove is its own:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from core.rules.config import Settings
 from core.rules.errors import LockHeld
 from core.stores.chroma import STORE_LOCK_NAME
 from core.stores.dead_letter_file import spill_dir
-from core.stores.files import file_size
+from core.stores.files import create_private_file, file_size
 from core.stores.graph import count_nodes_and_edges
 from core.stores.locks import ProcessLock
 from core.stores.state import open_graph
@@ -97,7 +98,9 @@ def remember(settings: Settings, footprint: DemoFootprint) -> None:
     """Write the footprint (atomically: a torn file must not look like a match)."""
     path = _footprint_path(settings)
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(footprint), sort_keys=True) + "\n", encoding="utf-8")
+    with os.fdopen(create_private_file(temporary, os.O_WRONLY | os.O_TRUNC), "w",
+                   encoding="utf-8") as handle:
+        handle.write(json.dumps(asdict(footprint), sort_keys=True) + "\n")
     temporary.replace(path)
 
 

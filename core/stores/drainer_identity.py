@@ -24,7 +24,7 @@ import secrets
 from pathlib import Path
 
 from core.rules.errors import StoreUnavailable
-from core.stores.files import fsync_dir, write_all
+from core.stores.files import create_private_file, fsync_dir, write_all
 
 _ID = re.compile(r"[0-9a-f]{32}")
 
@@ -62,7 +62,7 @@ def drainer_id(queue_path: Path) -> str:
         return existing
     path = drainer_id_path(queue_path)
     temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create_private_file(temp, os.O_WRONLY | os.O_TRUNC)
     try:
         write_all(fd, secrets.token_hex(16).encode() + b"\n")
         os.fsync(fd)

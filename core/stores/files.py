@@ -16,10 +16,37 @@ from typing import IO
 
 import structlog
 
+from core.rules.private_data import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+
 log = structlog.get_logger(__name__)
 
 #: Bytes read per call while skipping an over-long line.
 _SKIP_CHUNK = 1 << 16
+
+
+def make_private_dirs(folder: Path) -> None:
+    """Create `folder` and every missing folder above it with PRIVATE_DIR_MODE (owner-only,
+    whatever the umask); a folder that exists is left exactly as it is (kb-daemons never
+    chmods what it did not create). A folder another process creates at the same moment is
+    taken as it is."""
+    missing: list[Path] = []
+    while not folder.is_dir():
+        missing.append(folder)
+        if folder.parent == folder:
+            break
+        folder = folder.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+
+
+def create_private_file(path: Path, flags: int = os.O_WRONLY) -> int:
+    """`os.open(path, flags | O_CREAT, PRIVATE_FILE_MODE)`: a file this project creates is
+    owner-only whatever the umask (one that exists keeps its mode). The descriptor."""
+    return os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
 
 
 def fsync_dir(path: Path) -> None:
@@ -55,7 +82,7 @@ class FilesystemFlush:
         """(blocking) The handle on `folder`, which is created when missing (durably: its
         parent folder is fsynced)."""
         if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(folder)
             fsync_dir(folder.parent)
         return cls(folder, os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
 

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from core.rules.errors import LockHeld
+from core.stores.files import create_private_file, make_private_dirs
 
 
 class ProcessLock:
@@ -28,10 +29,16 @@ class ProcessLock:
         """Whether this object currently holds the lock."""
         return self._fd is not None
 
-    def acquire(self) -> ProcessLock:
-        """Take the lock or raise LockHeld naming the holder's pid."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def acquire(self, *, record: bool = True) -> ProcessLock:
+        """Take the lock or raise LockHeld naming the holder's pid. With `record` false (a
+        dry run, which writes nothing) an existing lock file is locked as it is, its bytes
+        unchanged (the pid in it stays its last recorder's); a missing one is still created,
+        empty, since the lock is what keeps a daemon from opening the store beside the run."""
+        if not record and self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+        else:
+            make_private_dirs(self.path.parent)
+            fd = create_private_file(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,8 +49,9 @@ class ProcessLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        if record:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 

@@ -19,7 +19,7 @@ from core.rules.config import TABLE, LoadedConfig, Settings
 from core.rules.errors import ConfigError
 from core.rules.graph_schema import SCHEMA_NEO, FoundSchema, choose_schema
 from core.rules.neo_layout import NeoLayoutError, neo_defaults, queue_path
-from core.stores.sqlite.connection import read_found_schema_sync
+from core.stores.sqlite.found_schema import read_found_schema_sync
 
 
 def with_graph_layout(loaded: LoadedConfig, environ: Mapping[str, str]) -> LoadedConfig:

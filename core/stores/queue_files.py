@@ -42,6 +42,7 @@ from pathlib import Path
 import orjson
 
 from core.rules.errors import ConfigError
+from core.rules.private_data import PRIVATE_FILE_MODE
 from core.rules.queue_lines import (
     DRAIN_KEY,
     MAX_LINE_BYTES,
@@ -49,7 +50,13 @@ from core.rules.queue_lines import (
     check_lines,
     line_time,
 )
-from core.stores.files import fsync_dir, open_lines, write_all
+from core.stores.files import (
+    create_private_file,
+    fsync_dir,
+    make_private_dirs,
+    open_lines,
+    write_all,
+)
 
 #: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
 #: enough that the reader's buffer stays a few MiB whatever the line sizes.
@@ -87,7 +94,7 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
     written first, so the torn fragment stays a line of its own instead of corrupting ours; a
     last chunk without a newline gets one.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     # Read-write (not write-only) so that the last byte can be checked through this fd.
     with _locked(path, os.O_RDWR | os.O_APPEND | os.O_CREAT) as held:
         assert held is not None, "O_CREAT: there is always a file to lock"
@@ -123,7 +130,7 @@ def _locked(path: Path, flags: int) -> Iterator[tuple[int, os.stat_result] | Non
     closes the fd, which releases the lock."""
     while True:
         try:
-            fd = os.open(path, flags, 0o644)
+            fd = os.open(path, flags, PRIVATE_FILE_MODE)
         except FileNotFoundError:
             yield None
             return
@@ -189,7 +196,7 @@ def write_generation(draining_path: Path, generation: Generation) -> None:
     payload = orjson.dumps({"generation": generation.id, "rotatedAt": generation.rotated_at_ms,
                             "deadLettersSize": generation.dead_letters_size,
                             "legacy": generation.legacy})
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create_private_file(temp, os.O_WRONLY | os.O_TRUNC)
     try:
         write_all(fd, payload + b"\n")
         os.fsync(fd)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.rules.queue_lines import MAX_LINE_BYTES, ReadLine, SpilledBytes, parsed_size_bound
-from core.stores.files import fsync_dir
+from core.stores.files import create_private_file, fsync_dir, make_private_dirs
 from core.stores.queue_files import READ_CHUNK_BYTES, append_stream_locked
 
 
@@ -39,8 +39,9 @@ class _Spill:
         self.name = name
         self.file: BinaryIO | None = None
         if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
-            self.file = open(folder / name, "wb")  # noqa: SIM115 - closed in finish()/close()
+            make_private_dirs(folder)
+            self.file = os.fdopen(
+                create_private_file(folder / name, os.O_WRONLY | os.O_TRUNC), "wb")
 
     def write(self, data: bytes | memoryview) -> None:
         self.size += len(data)

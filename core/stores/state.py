@@ -16,7 +16,8 @@ from core.stores.graph_db import GraphDB
 from core.stores.neo import NeoGraph
 from core.stores.postgres import PostgresGraph
 from core.stores.sqlite import BUSY_TIMEOUT_MS, SqliteGraph
-from core.stores.sqlite.connection import connect_file, read_found_schema
+from core.stores.sqlite.connection import connect_file
+from core.stores.sqlite.found_schema import read_found_schema
 
 
 async def open_graph(

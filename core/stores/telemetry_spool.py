@@ -16,6 +16,7 @@ import orjson
 import structlog
 
 from core.rules.telemetry import MetricRow
+from core.stores.files import create_private_file, make_private_dirs
 from core.stores.graph_db import GraphDB
 from core.stores.telemetry import insert_metric_rows
 
@@ -42,8 +43,8 @@ class MetricSpool:
 
     def _lock(self) -> IO[str]:
         """Open the lock file and take the exclusive lock (blocking: call in a thread)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = self.lock_path.open("a")
+        make_private_dirs(self.path.parent)
+        handle = os.fdopen(create_private_file(self.lock_path, os.O_WRONLY | os.O_APPEND), "a")
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         return handle
 
@@ -64,7 +65,7 @@ class MetricSpool:
             await asyncio.to_thread(self._unlock, lock)
 
     def _append_durably(self, data: bytes) -> None:
-        with self.path.open("ab") as handle:
+        with os.fdopen(create_private_file(self.path, os.O_WRONLY | os.O_APPEND), "ab") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())

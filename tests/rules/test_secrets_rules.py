@@ -4,6 +4,8 @@ receiver's text is scrubbed before it is cut; the alert rules' reprs show no URL
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 from urllib.parse import quote
 
 from core.rules.alert_channels import Channel, parse_channel, scrub_secrets
@@ -11,10 +13,14 @@ from core.rules.alert_rules import AlertRule, SkippedRule, parse_alert_rules
 from core.rules.secrets import (
     HIDDEN,
     MAX_FOREIGN_TEXT_CHARS,
+    MAX_OPAQUE_RUN,
     MIN_SEGMENT_SECRET_CHARS,
+    WITHHELD,
     Secrets,
+    base64_fragments,
     basic_auth_forms,
     bearer_forms,
+    foreign_message,
     text_forms,
 )
 
@@ -129,3 +135,80 @@ def test_the_rules_secrets_cover_valid_and_skipped_rules_only() -> None:
     scrubbed = rules.secrets().scrub(
         f"{PASSWORD} OTHERPASS {b64(f'{USER}:{PASSWORD}')} critical console reconcileEvents")
     assert scrubbed == f"{HIDDEN} {HIDDEN} {HIDDEN} critical console reconcileEvents"
+
+
+CHROMA_TOKEN = "kb-tok_7Qp/x+Z9w=Lm3vR8sT2yU4"
+
+
+def request(prefix: int) -> bytes:
+    """A request that carries the token, its bytes shifted by `prefix`."""
+    return (b"#" * prefix + b"POST /api/v2/collections HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {CHROMA_TOKEN}\r\n\r\n".encode())
+
+
+def decoded_pieces(text: str) -> list[bytes]:
+    """What each stretch of base64 left between the hidden marks decodes to, from each of its
+    first four characters (whatever alignment it had)."""
+    pieces = []
+    for stretch in text.split(HIDDEN):
+        normalized = stretch.replace("-", "+").replace("_", "/").rstrip("=")
+        for start in range(4):
+            piece = normalized[start:]
+            with contextlib.suppress(ValueError):
+                pieces.append(base64.b64decode(piece[: len(piece) // 4 * 4], validate=True))
+    return pieces
+
+
+def test_a_token_inside_a_base64_encoded_request_is_hidden_at_each_alignment() -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    core = CHROMA_TOKEN.encode()[2:-2]  # all but the bytes that share a character
+    for prefix in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(request(prefix)).decode()
+            assert any(core in piece for piece in decoded_pieces(encoded))
+            scrubbed = secrets.scrub(encoded)
+            assert not any(core in piece for piece in decoded_pieces(scrubbed)), prefix
+            # what surrounds it is the same text, cut at the token alone
+            assert scrubbed.startswith(encoded[:40]) and scrubbed.endswith(encoded[-4:])
+
+
+def test_the_base64_fragments_are_made_of_the_secrets_bits_alone() -> None:
+    fragments = base64_fragments("abcdef")
+    for prefix in (b"", b"x", b"yz", b"\x00\xff\x10"):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(prefix + b"abcdef" + b"!").decode()
+            assert any(fragment in encoded for fragment in fragments), prefix
+
+
+def test_a_token_and_a_password_are_known_in_hex_percent_json_and_html() -> None:
+    password = 'pg-S3cret/pw<"&>'
+    secrets = Secrets.of_token(CHROMA_TOKEN) | Secrets.of_password(password)
+    json_escaped = json.dumps(CHROMA_TOKEN)[1:-1].replace("/", "\\/")
+    shown = [CHROMA_TOKEN.encode().hex(), CHROMA_TOKEN.encode().hex().upper(),
+             quote(CHROMA_TOKEN, safe=""), json_escaped, password.encode().hex(),
+             "pg-S3cret%2Fpw%3C%22%26%3E", "pg-S3cret/pw&lt;&quot;&amp;&gt;"]
+    assert secrets.scrub(" ".join(shown)) == " ".join([HIDDEN] * len(shown))
+
+
+def test_a_stores_answer_is_reduced_to_its_parsed_message_on_one_line() -> None:
+    secrets = Secrets.of_token(CHROMA_TOKEN)
+    assert foreign_message('{"error": "NotFoundError", "message": "Collection\\n x missing"}',
+                           secrets) == "Collection x missing"
+    assert foreign_message('{"error": "Unauthorized"}', secrets) == "Unauthorized"
+    assert foreign_message("<html>502 Bad\r\nGateway</html>", secrets) == (
+        "<html>502 Bad Gateway</html>")
+    assert len(foreign_message("x " * 500, secrets)) == MAX_FOREIGN_TEXT_CHARS + len(HIDDEN)
+
+
+def test_an_answer_with_the_token_spread_over_spaced_bytes_is_withheld() -> None:
+    spaced = " ".join(f"{b:02x}" for b in request(0))
+    assert foreign_message(f"denied: {spaced}", Secrets.of_token(CHROMA_TOKEN)) == WITHHELD
+
+
+def test_an_opaque_run_is_dropped_and_ids_and_digests_are_kept() -> None:
+    digest = "a" * 64
+    uuid = "0b3e4c1e-5f8a-4b8e-9a51-3c3f0e6d2b11"
+    blob = base64.b64encode(bytes(range(90))).decode()
+    assert len(blob) >= MAX_OPAQUE_RUN
+    shown = foreign_message(f"ids {digest} {uuid} dump {blob}", Secrets())
+    assert shown == f"ids {digest} {uuid} dump {HIDDEN}"

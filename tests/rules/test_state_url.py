@@ -37,3 +37,47 @@ def test_a_config_with_a_password_in_state_url_is_an_error_that_never_shows_it(
     with pytest.raises(ConfigError) as raised:
         resolve_config({"knowledgeBase": table}, base_dir=tmp_path)
     assert "stateUrl" in str(raised.value) and "s3cret" not in str(raised.value)
+
+
+@pytest.mark.parametrize("query", [
+    "password =s3cret", " password=s3cret", "PASSWORD=s3cret", "Password=s3cret",
+    "pass%77ord=s3cret", "pass%20word=s3cret", "passwd=s3cret", "pwd=s3cret", "pass=s3cret",
+    "secret=s3cret", "token=s3cret", "SSLPassword=s3cret", "ssl_password=s3cret",
+    "sslmode=require&api_key=s3cret", "sslmode=require&auth=s3cret",
+])
+def test_any_spelling_of_a_credential_in_the_query_is_refused_without_its_value(
+    query: str,
+) -> None:
+    with pytest.raises(InvalidStateUrl) as raised:
+        parse_state_url(f"postgresql://kb@db:5432/kb?{query}")
+    assert "s3cret" not in str(raised.value)
+    assert "PGPASSFILE or PGPASSWORD" in str(raised.value)
+
+
+@pytest.mark.parametrize("query", [
+    "sslmode=verify-full&sslrootcert=/etc/kb/ca.pem", "application_name=kb-drain",
+    "target_session_attrs=read-write", "passfile=/etc/kb/pgpass", "host=/run/postgresql",
+    "sslcert=/etc/kb/c.pem&sslkey=/etc/kb/c.key", "ssl_min_protocol_version=TLSv1.3",
+    "sslmod%65=require",
+])
+def test_the_libpq_parameters_that_carry_no_secret_are_kept_as_given(query: str) -> None:
+    url = f"postgresql://kb@db:5432/kb?{query}"
+    assert parse_state_url(url) == url
+
+
+def test_any_other_parameter_is_refused_naming_it_and_the_allowed_ones() -> None:
+    with pytest.raises(InvalidStateUrl) as raised:
+        parse_state_url("postgresql://db/kb?sslmod=require")
+    assert "'sslmod', which is not one of the libpq connection parameters" in str(raised.value)
+    assert "sslmode" in str(raised.value) and "require" not in str(raised.value)
+    with pytest.raises(InvalidStateUrl, match="lower-case"):
+        parse_state_url("postgresql://db/kb?SSLMODE=require")
+    with pytest.raises(InvalidStateUrl, match="not key=value pairs"):
+        parse_state_url("postgresql://db/kb?sslmode")
+
+
+def test_a_key_shaped_like_a_value_is_never_quoted() -> None:
+    blob = "Zm9vYmFyMTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkwMTIz"
+    with pytest.raises(InvalidStateUrl) as raised:
+        parse_state_url(f"postgresql://db/kb?{blob}=")
+    assert blob not in str(raised.value) and "names a parameter" in str(raised.value)

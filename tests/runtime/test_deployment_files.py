@@ -60,6 +60,15 @@ def test_the_chroma_unit_listens_on_loopback_without_telemetry() -> None:
     assert unit["StateDirectory"] == "kb-chroma"
 
 
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_every_unit_keeps_its_state_owner_only(unit: Path) -> None:
+    """The daemons refuse a data folder other users can reach (core.rules.private_data): the
+    units make the state folder the service user's alone and everything created in it too."""
+    settings = unit_settings(unit)
+    assert settings["StateDirectoryMode"] == "0700"
+    assert settings["UMask"] == "0077"
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
 def test_units_pass_systemd_analyze_verify() -> None:
     result = subprocess.run(["systemd-analyze", "verify", *map(str, UNITS)],

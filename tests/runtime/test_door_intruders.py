@@ -97,6 +97,7 @@ class Daemon:
 def daemon(place: Path) -> Iterator[Daemon]:
     root = place / "daemon"
     root.mkdir()
+    let_traverse(root)  # the data folder inside stays the daemon's own (0700)
     running = Daemon(root)
     yield running
     running.stop()
@@ -160,7 +161,8 @@ def test_another_users_flood_of_crafted_frames_is_closed_unread_while_the_ticks_
         peak = daemon.status_mib("VmHWM")
     finally:
         sock_path.chmod(0o600)
-        folder.chmod(0o700)
+        for traversed in (folder, daemon.chroma, daemon.chroma.parent):
+            traversed.chmod(0o700)  # the commands refuse a data folder others can reach
     assert report["connected"] > 50, report  # it reached the socket: the uid check refused it
     assert report["received"] == 0, report
     assert answers == [{"result": None}, {"result": 0}], answers
@@ -276,6 +278,7 @@ class HeldStore:
 def held(place: Path) -> Iterator[HeldStore]:
     root = place / "held"
     root.mkdir()
+    let_traverse(root)  # the other user reaches its den in it; the data folder stays 0700
     store = HeldStore(root)
     yield store
     store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -59,3 +60,21 @@ def test_every_form_of_a_registered_secret_is_scrubbed_from_log_lines(
         assert leaked not in err
     assert "echo" in err and "ValueError" in err
     assert PASSWORD not in scrub_shown({"error": f"pw {PASSWORD}"})["error"]
+
+
+def test_the_state_databases_password_from_its_environment_is_a_secret_in_every_form(
+    tmp_path: Path,
+) -> None:
+    from core.runtime.settings import settings_secrets
+    from tests.support import make_settings
+    from tests.token_proxy import secret_encodings_in
+
+    password = "pg-Sup3r/s3cret"
+    shared = make_settings(tmp_path, stateUrl="postgresql://kb@db:5432/kb")
+    secrets = settings_secrets(shared, {"PGPASSWORD": password})
+    echoed = " ".join(base64.b64encode(b"x" * shift + f"password={password}".encode()).decode()
+                      for shift in range(3)) + f" {password.encode().hex()} {password}"
+    assert secret_encodings_in(echoed, password) != []
+    assert secret_encodings_in(secrets.scrub(echoed), password) == []
+    local = make_settings(tmp_path)  # SQLite: no database password to know
+    assert settings_secrets(local, {"PGPASSWORD": password}) == settings_secrets(local, {})

@@ -16,6 +16,7 @@ import structlog
 
 from core.rules.chroma_server import auth_header
 from core.stores.chroma.errors import CollectionMissing, VectorStoreError
+from core.stores.files import make_private_dirs
 
 if TYPE_CHECKING:
     from core.rules.config import Settings
@@ -82,7 +83,7 @@ def make_client(settings: Settings) -> Any:
         )
     else:
         chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
-        settings.chroma_path.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(settings.chroma_path)
         client = chromadb.PersistentClient(path=str(settings.chroma_path),
                                            settings=chroma_settings, tenant=tenant,
                                            database=database)

@@ -18,13 +18,19 @@ from typing import TYPE_CHECKING, Any, Self
 import structlog
 
 from core.rules.errors import LockHeld
+from core.rules.secrets import NO_SECRETS, Secrets
 from core.stores.chroma.client import (
     EMBEDDED_STORE_FILE,
     STORE_LOCK_NAME,
     AbsentStore,
     make_client,
 )
-from core.stores.chroma.errors import CollectionMissing, VectorStoreError, peer_error
+from core.stores.chroma.errors import (
+    CollectionMissing,
+    VectorStoreError,
+    failure_text,
+    peer_error,
+)
 from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
 from core.stores.fence_deadline import FenceExpired, current_deadline, refuse_when_late
 from core.stores.locks import ProcessLock
@@ -47,20 +53,25 @@ class ChromaConnection:
         *,
         description: str,
         lock: ProcessLock | None = None,
+        secrets: Secrets = NO_SECRETS,
     ) -> None:
         self._client = client
         self._executor = executor
         self._lock = lock
+        #: The token's every form: what the store answers is scrubbed of it (`failure_text`).
+        self._secrets = secrets
         self._collections: dict[str, Any] = {}
         self.description = description
         self.max_batch = int(client.get_max_batch_size())
 
     @classmethod
-    async def open(cls, settings: Settings, *, via_daemon: bool = True) -> Self:
+    async def open(cls, settings: Settings, *, via_daemon: bool = True,
+                   dry_run: bool = False) -> Self:
         """Connect to the server at `chromaUrl`, or open the embedded store at `chromaPath`
-        under its process lock. When a running daemon holds that lock, the store is reached
-        through the daemon (`core.stores.chroma_door`) unless `via_daemon` is false (a
-        daemon never rides on another one). Raises LockHeld or StoreUnavailable (exit 1)."""
+        under its process lock (for a `dry_run`, taken without writing the lock file).
+        When a running daemon holds that lock, the store is reached through the daemon
+        (`core.stores.chroma_door`) unless `via_daemon` is false (a daemon never rides on
+        another one). Raises LockHeld or StoreUnavailable (exit 1)."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
@@ -74,25 +85,27 @@ class ChromaConnection:
                     hint="an embedded store serves one process; run both daemons in one "
                     "process (python -m daemons) or use server mode (chromaUrl) for separate "
                     "processes",
-                ).acquire()
+                ).acquire(record=not dry_run)
             except LockHeld as held:
                 executor.shutdown(wait=False)
                 if not via_daemon:
                     raise
                 return await cls._open_via_daemon(settings, description, held)
+        token = settings.chroma_token
+        secrets = Secrets.of_token(token.reveal()) if token is not None else NO_SECRETS
         try:
             client = await asyncio.get_running_loop().run_in_executor(
                 executor, make_client, settings
             )
-            return cls(client, executor, description=description, lock=lock)
+            return cls(client, executor, description=description, lock=lock, secrets=secrets)
         except BaseException as exc:
             executor.shutdown(wait=False)
             if lock is not None:
                 lock.release()
             if isinstance(exc, Exception):
-                # One line (the client's messages can span several), the description names
-                # the store; the client never puts the token in its messages.
-                reason = " ".join(str(exc).split()) or type(exc).__name__
+                # One line, the description names the store; a server or proxy refusing the
+                # first request may have quoted it back, token and all (`failure_text`).
+                reason = failure_text(exc, secrets)
                 raise VectorStoreError(f"{description}: cannot open: {reason}") from exc
             raise
 
@@ -141,9 +154,12 @@ class ChromaConnection:
     async def open_for_dry_run(cls, settings: Settings) -> Self:
         """The store as `open` gives it, except that an embedded store that does not exist is
         not created (a dry run creates nothing: no folder, no lock file, no database): it
-        reads as a store without collections, and any write is refused."""
+        reads as a store without collections, and any write is refused. An embedded store
+        that exists is opened under its lock, whose file is left as it is; what the Chroma
+        client itself writes on opening it is the one exception to "a dry run writes
+        nothing" (docs/reliability.md, "Dry runs")."""
         if settings.server_mode or (settings.chroma_path / EMBEDDED_STORE_FILE).exists():
-            return await cls.open(settings)
+            return await cls.open(settings, dry_run=True)
         description = f"embedded Chroma store {settings.chroma_path} (not created yet)"
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         return cls(AbsentStore(description), executor, description=description)
@@ -189,13 +205,13 @@ class ChromaConnection:
                 # A stale handle and a missing collection look alike; one retry tells them apart.
                 stale = self._collections.pop(name, None) is not None
                 if attempt == 2 or not stale:
+                    failure_text(exc, self._secrets)  # the cause says no more than that
                     raise CollectionMissing(
                         f"collection {name!r} not found in {self.description}"
                     ) from exc
             except Exception as exc:
-                raise VectorStoreError(
-                    f"{self.description}: {method} on {name!r} failed: {exc}"
-                ) from exc
+                raise VectorStoreError(f"{self.description}: {method} on {name!r} failed: "
+                                       f"{failure_text(exc, self._secrets)}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call_on_collection(self, name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
@@ -217,7 +233,8 @@ class ChromaConnection:
                 lambda: self._client.get_or_create_collection(name, embedding_function=None),
             )
         except Exception as exc:
-            raise VectorStoreError(f"{self.description}: create {name!r} failed: {exc}") from exc
+            raise VectorStoreError(f"{self.description}: create {name!r} failed: "
+                                   f"{failure_text(exc, self._secrets)}") from exc
         self._collections[name] = collection
 
 

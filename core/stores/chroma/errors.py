@@ -1,6 +1,7 @@
-"""What a failed Chroma call means to the project: the two errors callers catch, whether a
-refusal was for the request's data or an outage, and a daemon's store error rebuilt for the
-command beside it (`core.stores.chroma_door`).
+"""What a failed Chroma call means to the project: the two errors callers catch, what its
+text may say (`failure_text`: the store's answer, reduced and scrubbed), whether a refusal was
+for the request's data or an outage, and a daemon's store error rebuilt for the command beside
+it (`core.stores.chroma_door`).
 
 chromadb is imported inside the functions that need it, so that importing the errors (every
 job does) costs nothing: `import chromadb` costs seconds that commands such as `enqueue` and
@@ -10,6 +11,7 @@ job does) costs nothing: `import chromadb` costs seconds that commands such as `
 from __future__ import annotations
 
 from core.rules.errors import KbError, StoreUnavailable
+from core.rules.secrets import Secrets, foreign_message
 
 
 class CollectionMissing(KbError):
@@ -18,6 +20,19 @@ class CollectionMissing(KbError):
 
 class VectorStoreError(StoreUnavailable):
     """A Chroma call failed (server down, store error); the caller's work is retried later."""
+
+
+def failure_text(exc: BaseException, secrets: Secrets) -> str:
+    """What a failed Chroma call says, as it may travel on (an error line, a log, `--json`,
+    `daemon_ticks`): the store's answer reduced to its parsed message, scrubbed of every form
+    of the token and of anything opaque, and cut (`core.rules.secrets.foreign_message`); the
+    exception's own type name when that leaves nothing. A server or a proxy that refuses a
+    request may quote it back, the token in it, in any encoding: this is the one place where
+    such an answer is read. The exception is made to say only this too (its `args`
+    replaced), so that a logged traceback or a chained cause carries nothing more."""
+    text = foreign_message(str(exc), secrets) or type(exc).__name__
+    exc.args = (text,)
+    return text
 
 
 def refused_for_its_data(error: VectorStoreError) -> bool:

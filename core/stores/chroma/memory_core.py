@@ -49,10 +49,11 @@ class MemoryCoreServer(ChromaConnection):
     _memory_core_opening: asyncio.Lock | None = None
 
     @classmethod
-    async def open(cls, settings: Settings, *, via_daemon: bool = True) -> Self:
+    async def open(cls, settings: Settings, *, via_daemon: bool = True,
+                   dry_run: bool = False) -> Self:
         """The knowledge base's store as `ChromaConnection.open` opens it, knowing where the
         memory core's collections are when they have a server of their own."""
-        store = await super().open(settings, via_daemon=via_daemon)
+        store = await super().open(settings, via_daemon=via_daemon, dry_run=dry_run)
         if settings.memory_core_apart:
             store._memory_core_settings = memory_core_settings(settings)
             store._memory_core_names = settings.memory_core_collections

@@ -25,12 +25,8 @@ from core.stores.graph_db import GraphModel
 from core.stores.neo.model import NeoGraphModel
 from core.stores.neo.schema import NEO_TELEMETRY_DDL, OWN_DDL, OWN_PREFIX, own_statements
 from core.stores.neo.statements import NEO
-from core.stores.sqlite.connection import (
-    SqliteFile,
-    SqliteGraph,
-    SqliteTransaction,
-    read_found_schema,
-)
+from core.stores.sqlite.connection import SqliteFile, SqliteGraph, SqliteTransaction
+from core.stores.sqlite.found_schema import read_found_schema
 from core.stores.statements import Statements
 
 #: The file's schema cookie (SQLite raises it on every DDL, whoever runs it).
@@ -55,7 +51,7 @@ class NeoGraph(SqliteGraph):
 
     def __init__(self, file: SqliteFile, layout: NeoLayout, cookie: int) -> None:
         super().__init__(file.conn, file.path, read_only=file.read_only,
-                         in_memory=file.in_memory)
+                         in_memory=file.in_memory, immutable=file.immutable)
         self._file = file
         self._model = NeoGraphModel(layout)
         #: The original's graph (`core.stores.neo.model`).

@@ -2,8 +2,10 @@
 
 Every write happens in a `BEGIN IMMEDIATE` transaction (`GraphDB.write()`), so a writer learns
 about a competing writer at the start, within `busy_timeout`, rather than half-way through.
-WAL lets `status` and other readers run beside a daemon's writes. A dry run opens the file
-`mode=ro`, so not one byte of it can change.
+WAL lets `status` and other readers run beside a daemon's writes. A dry run (and `status`)
+opens the file read-only so that not one byte of it, nor of its `-wal` and `-shm`, changes and
+no side file is created (how: `core.stores.sqlite.read_only`). A file this module creates is
+owner-only (`core.rules.private_data`); its `-wal` and `-shm` take its mode.
 
 This is SQLite's implementation of the store seam (`core.stores.graph_db`): `SqliteGraph`
 and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is SQLite's
@@ -18,6 +20,7 @@ reopened on its next use (`core.stores.reopening_graph`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -29,8 +32,9 @@ import aiosqlite
 import structlog
 
 from core.rules.errors import ConfigError, ConnectionLost, KbError, StoreUnavailable
-from core.rules.graph_schema import NEW, FoundSchema, SchemaObject, classify_schema
+from core.stores.files import create_private_file, make_private_dirs
 from core.stores.graph_db import ConnectionTurn, GraphDataError, GraphModel
+from core.stores.sqlite.read_only import ImmutableRead, read_only_uri
 from core.stores.sqlite.schema import ALL_DDL
 from core.stores.sqlite.statements import SQLITE
 from core.stores.statements import Statements
@@ -77,22 +81,6 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-#: SQLite's result code for a file that is not a database (a text file, a truncated one).
-_NOT_A_DATABASE = 26
-#: A file's schema objects, SQLite's own left out (`core.rules.graph_schema`).
-_SCHEMA_OBJECTS = ("SELECT type, name, tbl_name FROM sqlite_master "
-                   "WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY type, name")
-_TABLE_COLUMNS = "SELECT name FROM pragma_table_info(?) ORDER BY cid"
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _schema_versions_sql(table: str) -> str:
-    """The `SchemaVersion` rows, read from the table as the file spells its name."""
-    return f"SELECT id, version FROM {_quoted(table)}"
-
 
 class SqliteFile:
     """An open connection to a graph file whose schema has not been chosen yet: what
@@ -100,19 +88,25 @@ class SqliteFile:
     hands to the backend that owns that schema (`SqliteGraph.on_file`, the neo backend)."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
-                 in_memory: bool) -> None:
+                 in_memory: bool, immutable: ImmutableRead | None = None) -> None:
         self.conn = conn
         self.path = path
         self.read_only = read_only
         #: A dry run on a file that does not exist: an empty in-memory graph stands in.
         self.in_memory = in_memory
+        #: A read of the file alone (`core.stores.sqlite.read_only`): checked after each read.
+        self.immutable = immutable
 
     async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Every row of one read; StoreUnavailable when the file cannot be read."""
+        """Every row of one read; StoreUnavailable when the file cannot be read (or, on a
+        read of the file alone, changed under the read)."""
         try:
-            return list(await self.conn.execute_fetchall(sql, params))
+            rows = list(await self.conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite {self.path}: read failed: {exc}") from exc
+        if self.immutable is not None:
+            self.immutable.check()
+        return rows
 
     async def prepare(self, ddl: Sequence[str]) -> None:
         """WAL and `synchronous=FULL` when writable, `ddl`, foreign keys on; the connection is
@@ -136,105 +130,37 @@ class SqliteFile:
         await self.conn.close()
 
 
+def _create_private(path: Path) -> None:
+    """Create the state file owner-only when it does not exist (SQLite would create it with
+    0644 less the umask; its -wal and -shm take the database file's mode, so they follow)."""
+    make_private_dirs(path.parent)
+    with contextlib.suppress(FileExistsError):
+        os.close(create_private_file(path, os.O_WRONLY | os.O_EXCL))
+
+
 async def connect_file(path: Path, *, read_only: bool,
                        busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> SqliteFile:
-    """Connect to the graph file, nothing written yet: `mode=ro` for a dry run (an absent file
-    is an in-memory stand-in, never created), else creating it (and its folder) if absent."""
+    """Connect to the graph file, nothing written yet: read-only for a dry run with no byte
+    changed and no side file created (`core.stores.sqlite.read_only`; an absent file is an
+    in-memory stand-in, never created), else creating it (owner-only, and its folder) if
+    absent."""
     timeout = busy_timeout_ms / 1000
     in_memory = read_only and not path.exists()
+    immutable: ImmutableRead | None = None
     try:
         if in_memory:
             conn = await aiosqlite.connect(":memory:", isolation_level=None)
         elif read_only:
-            conn = await aiosqlite.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
-                timeout=timeout,
-            )
+            uri, immutable = read_only_uri(path)
+            conn = await aiosqlite.connect(uri, uri=True, isolation_level=None, timeout=timeout)
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
             conn = await aiosqlite.connect(str(path), isolation_level=None, timeout=timeout)
     except (sqlite3.Error, OSError) as exc:
         raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
                                f"lost ({exc})") from exc
-    return SqliteFile(conn, path, read_only=read_only, in_memory=in_memory)
-
-
-async def read_found_schema(file: SqliteFile) -> FoundSchema:
-    """The schema of the open file (`core.rules.graph_schema.classify_schema`), read from
-    `sqlite_master`, the tables' columns and a `SchemaVersion` table: reads only."""
-    try:
-        entries = list(await file.conn.execute_fetchall(_SCHEMA_OBJECTS))
-        objects = [SchemaObject(str(t), str(n), str(tb),
-                                tuple(str(c[0]) for c in await file.conn.execute_fetchall(
-                                    _TABLE_COLUMNS, (n,))) if t == "table" else ())
-                   for t, n, tb in entries]
-        versions = None
-        version_table = _version_table(objects)
-        if version_table is not None:
-            versions = await _schema_versions(file.conn.execute_fetchall, version_table)
-    except sqlite3.Error as exc:
-        return _unreadable(file.path, exc)
-    return classify_schema(objects, versions)
-
-
-def read_found_schema_sync(path: Path) -> FoundSchema:
-    """`read_found_schema` without an event loop, for the configuration check every command
-    runs before any store opens (`core.stores.neo_layout`): the file opened `mode=ro`, never
-    created; a missing file is `new`."""
-    if not path.exists():
-        return NEW
-    # Without a WAL file beside it nobody has the file open and all of it is in the main file:
-    # read it `immutable`, which creates no -wal/-shm file either (a plain read-only open of a
-    # WAL-mode file would, and leave them). With one, a reader must see the WAL too.
-    wal = path.with_name(path.name + "-wal")
-    immutable = "" if wal.exists() else "&immutable=1"
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro{immutable}", uri=True,
-                               timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.Error as exc:
-        raise StoreUnavailable(f"SQLite {path}: open failed: {exc}") from exc
-    try:
-        entries = conn.execute(_SCHEMA_OBJECTS).fetchall()
-        objects = [SchemaObject(str(t), str(n), str(tb),
-                                tuple(str(c[0]) for c in conn.execute(_TABLE_COLUMNS, (n,)))
-                                if t == "table" else ())
-                   for t, n, tb in entries]
-        table = _version_table(objects)
-        versions = None
-        if table is not None:
-            try:
-                versions = {str(r[0]): r[1]
-                            for r in conn.execute(_schema_versions_sql(table)).fetchall()}
-            except sqlite3.Error:
-                versions = {"graph": "unreadable"}
-    except sqlite3.Error as exc:
-        return _unreadable(path, exc)
-    finally:
-        conn.close()
-    return classify_schema(objects, versions)
-
-
-def _version_table(objects: Sequence[SchemaObject]) -> str | None:
-    return next((o.name for o in objects
-                 if o.type == "table" and o.name.lower() == "schemaversion"), None)
-
-
-async def _schema_versions(fetch: Any, table: str) -> dict[str, Any]:
-    """The `SchemaVersion` rows by id; one that cannot be read reads as `unreadable` (the
-    original's boot refuses such a file too)."""
-    try:
-        return {str(r[0]): r[1] for r in await fetch(_schema_versions_sql(table))}
-    except sqlite3.Error:
-        return {"graph": "unreadable"}
-
-
-def _unreadable(path: Path, exc: sqlite3.Error) -> FoundSchema:
-    """A file that is not a database is of no schema (a configuration error); any other
-    failure to read it is an outage (StoreUnavailable: the next tick tries again)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int) and code & 0xFF == _NOT_A_DATABASE:
-        return FoundSchema("foreign", "a file that is not a SQLite database")
-    raise StoreUnavailable(f"SQLite {path}: read failed: {exc}") from exc
+    return SqliteFile(conn, path, read_only=read_only, in_memory=in_memory,
+                      immutable=immutable)
 
 
 class SqliteTransaction:
@@ -273,10 +199,12 @@ class SqliteGraph:
     model: GraphModel | None = None
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
-                 in_memory: bool = False) -> None:
+                 in_memory: bool = False, immutable: ImmutableRead | None = None) -> None:
         self._conn = conn
         self.path = path
         self.read_only = read_only
+        #: For a read of the file alone: checked after every query (a writer may change it).
+        self._immutable = immutable
         self._turn = ConnectionTurn()
         self._lost: str | None = None
         #: The file this connection opened (None for a dry run's in-memory stand-in).
@@ -321,6 +249,8 @@ class SqliteGraph:
         """
         file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
         try:
+            from core.stores.sqlite.found_schema import read_found_schema
+
             found = await read_found_schema(file)
             if found.kind not in ("kb", "new"):
                 raise ConfigError(f"{path}: not this project's graph schema: found {found.found}")
@@ -335,7 +265,7 @@ class SqliteGraph:
         WAL and `synchronous=FULL` when writable, this project's DDL, foreign keys."""
         await file.prepare(ALL_DDL if not file.read_only or file.in_memory else ())
         return cls(file.conn, file.path, read_only=file.read_only,
-                   in_memory=file.in_memory)
+                   in_memory=file.in_memory, immutable=file.immutable)
 
     async def close(self) -> None:
         """Close the connection (idempotent). When the file was replaced or removed under a
@@ -404,11 +334,18 @@ class SqliteGraph:
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """Every row of one read, in one trip to the connection's thread (a trip per execute,
-        fetch and close cost a thread hand-off each). For `core.stores` modules only."""
+        fetch and close cost a thread hand-off each). For `core.stores` modules only. On a
+        read of the file alone, StoreUnavailable instead when a writer changed the file
+        under the read (`core.stores.sqlite.read_only`)."""
         try:
-            return list(await self._conn.execute_fetchall(sql, params))
+            rows = list(await self._conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
+            if self._immutable is not None:
+                self._immutable.check()  # a writer under the read explains the error
             raise self._failed("read", exc) from exc
+        if self._immutable is not None:
+            self._immutable.check()
+        return rows
 
     async def table_names(self) -> set[str]:
         """The tables in the file (a read-only open of an older file may lack some)."""
