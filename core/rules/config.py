@@ -184,12 +184,18 @@ def _knowledge_base_table(
     """The `[knowledgeBase]` table ({} when absent), warning about every key it should not
     have. A near-miss table (`[knowledgebase]`, `[knowledge_base]`...) is an error when there
     is no `[knowledgeBase]` (its keys would be silently unread and everything run on
-    defaults), a warning beside a real one; a `knowledgeBase` that is not a table is an error."""
+    defaults), a warning beside a real one; a `knowledgeBase` that is not a table is an error,
+    and so is a `[knowledgeBase]` key at the file's top level (unread, it would run a default)."""
     near_misses = [name for name in document
                    if name != TABLE and _folded(name) == _folded(TABLE)]
     if near_misses and TABLE not in document:
         raise ConfigError(f"{where}: table [{near_misses[0]}] is not read: the table must be "
                           f"spelled [{TABLE}] (table names are case-sensitive)")
+    stray = [name for name in document if name in KEYS_BY_NAME]
+    if stray:
+        raise ConfigError(f"{where}: {', '.join(stray)} at the top level of the file, not read: "
+                          f"put {'it' if len(stray) == 1 else 'them'} under [{TABLE}] (a key "
+                          f"above the [{TABLE}] line is outside it)")
     warnings.extend(
         ConfigWarning(name, f"table [{name}] ignored: did you mean [{TABLE}]? "
                             "(table names are case-sensitive)")

@@ -239,6 +239,25 @@ def test_knowledge_base_that_is_not_a_table_is_a_config_error(tmp_path: Path) ->
         resolve_config({"knowledgeBase": 3}, base_dir=tmp_path, source=tmp_path / "kb.toml")
 
 
+@pytest.mark.parametrize("text", [
+    'dataDir = "/srv/kb"\nreconciliationEnabled = true\n',
+    'dataDir = "/srv/kb"\n\n[knowledgeBase]\nremIntervalMs = 60000\n',
+])
+def test_knowledge_base_keys_at_the_top_level_stop_a_command_with_exit_2_naming_them(
+        tmp_path: Path, text: str) -> None:
+    # Unread, `dataDir` would put every store in ./.kb-data, away from the data the file meant
+    # (a key written above the `[knowledgeBase]` line is outside the table, in TOML).
+    config = write(tmp_path / "kb.toml", text)
+    with pytest.raises(ConfigError, match=r"kb\.toml: dataDir(, reconciliationEnabled)? at the "
+                                          r"top level of the file, not read: put (it|them) "
+                                          r"under \[knowledgeBase\]"):
+        load_config(str(config), environ={})
+    done = run_module("daemons.drain", "--tick", "--config", str(config), home=tmp_path / "home")
+    assert done.returncode == 2, done.stderr
+    assert "dataDir" in done.stderr and "top level" in done.stderr
+    assert not list(tmp_path.rglob(".kb-data")), "nothing was created on the defaults"
+
+
 def test_other_tables_in_the_file_are_left_alone(tmp_path: Path) -> None:
     loaded = resolve_config({"other": {"x": 1}, "knowledgeBase": {}}, base_dir=tmp_path)
     assert loaded.warnings == ()
