@@ -20,9 +20,11 @@ reopened on its next use (`core.stores.reopening_graph`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -45,6 +47,8 @@ log = structlog.get_logger(__name__)
 #: out a neighbour's batch commit (tens of ms), short enough that a stuck writer fails the tick
 #: instead of hanging it.
 BUSY_TIMEOUT_MS = 5_000
+#: Between tries of the switch to WAL while another opener has a new file busy.
+WAL_RETRY_S = 0.02
 #: SQLite primary result codes that say the database cannot be used right now (permission,
 #: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
 #: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
@@ -88,8 +92,10 @@ class SqliteFile:
     hands to the backend that owns that schema (`SqliteGraph.on_file`, the neo backend)."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
-                 in_memory: bool, immutable: ImmutableRead | None = None) -> None:
+                 in_memory: bool, immutable: ImmutableRead | None = None,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.conn = conn
+        self.busy_timeout_ms = busy_timeout_ms
         self.path = path
         self.read_only = read_only
         #: A dry run on a file that does not exist: an empty in-memory graph stands in.
@@ -110,14 +116,21 @@ class SqliteFile:
 
     async def prepare(self, ddl: Sequence[str]) -> None:
         """WAL and `synchronous=FULL` when writable, `ddl`, foreign keys on; the connection is
-        closed when any of it fails (StoreUnavailable)."""
+        closed when any of it fails (StoreUnavailable).
+
+        Two openers of a new file at once (both daemons of `make run-daemons` on a fresh
+        clone) must both succeed: the DDL runs in one `BEGIN IMMEDIATE` transaction, so the
+        write lock is taken first and waited for within `busy_timeout` (statement by statement
+        in autocommit, a read lock upgraded while the other opener writes is refused at once,
+        busy timeout or not), and the switch to WAL, which SQLite refuses at once while
+        another connection uses the file, is tried again within the same timeout."""
         try:
             if not self.read_only:
-                await self.conn.execute("PRAGMA journal_mode=WAL")
+                await self._switch_to_wal()
                 # FULL: a commit survives power loss, so deleting the queue file after it is safe.
                 await self.conn.execute("PRAGMA synchronous=FULL")
             if ddl:
-                await self.conn.executescript("".join(ddl))
+                await self.conn.executescript("BEGIN IMMEDIATE;" + "".join(ddl) + "COMMIT;")
             await self.conn.execute("PRAGMA foreign_keys=ON")
         except BaseException as exc:
             await self.conn.close()
@@ -125,9 +138,30 @@ class SqliteFile:
                 raise StoreUnavailable(f"SQLite {self.path}: open failed: {exc}") from exc
             raise
 
+    async def _switch_to_wal(self) -> None:
+        """`journal_mode=WAL` (kept in the file once set), tried again while SQLite answers
+        that another connection has the file busy, until `busy_timeout` has passed."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                await self.conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            await asyncio.sleep(WAL_RETRY_S)
+
     async def close(self) -> None:
         """Close the connection (idempotent)."""
         await self.conn.close()
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused for another connection's lock (SQLITE_BUSY / SQLITE_LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _create_private(path: Path) -> None:
@@ -160,7 +194,7 @@ async def connect_file(path: Path, *, read_only: bool,
         raise StoreUnavailable(f"SQLite {path}: open failed: store unavailable, nothing "
                                f"lost ({exc})") from exc
     return SqliteFile(conn, path, read_only=read_only, in_memory=in_memory,
-                      immutable=immutable)
+                      immutable=immutable, busy_timeout_ms=busy_timeout_ms)
 
 
 class SqliteTransaction:
