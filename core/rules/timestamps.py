@@ -81,3 +81,16 @@ def iso_from_ms(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat(timespec="seconds").replace(
         "+00:00", "Z"
     )
+
+
+def span_in_words(seconds: float) -> str:
+    """A span as a person reads it: `3 s`, `4 min 12 s`, `58 min 49 s`, `2 h 5 min`, `3 d 4 h`
+    (two units at most, rounded down)."""
+    whole = max(0, int(seconds))
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")]
+    first = next((i for i, (value, _) in enumerate(parts) if value), len(parts) - 1)
+    shown = [f"{value} {unit}" for value, unit in parts[first:first + 2] if value]
+    return " ".join(shown) or "0 s"

@@ -42,6 +42,7 @@ from core.jobs.context import TickContext, TickControl
 from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import LockHeld
+from core.rules.timestamps import iso_from_ms, span_in_words
 from core.runtime.leadership import Leadership, holder_name, lease_ms_for, needs_election
 from core.runtime.metrics import Metrics, refresh_drainers
 from core.runtime.tick import Job, TickFn, run_tick
@@ -201,9 +202,11 @@ class DaemonRunner:
             # A tick that could not start on time still runs within one interval.
             misfire_grace_time=max(1, int(job.interval_ms / 1000)),
         )
-        log.info("job.scheduled", daemon=self.spec.name, job=job.name,
+        first_at = iso_from_ms(self.clock() + delay_ms)
+        log.info("job.scheduled", daemon=self.spec.name, job=job.name, firstTickAt=first_at,
                  intervalS=job.interval_ms / 1000, firstTickInS=delay_ms / 1000,
-                 lastTickStartedAt=last.started_at if last else None, resuming=resume)
+                 lastTickStartedAt=last.started_at if last else None, resuming=resume,
+                 message=f"first tick in {span_in_words(delay_ms / 1000)} (at {first_at})")
 
     async def _own_drainer_tick(self, graph: GraphDB, shared: TickRecord | None
                                 ) -> TickRecord | None:

@@ -22,7 +22,7 @@ from core.rules.nodes import (
     session_node,
     session_payload_hash,
 )
-from core.rules.timestamps import epoch_ms_from_created_at, row_time_ms
+from core.rules.timestamps import epoch_ms_from_created_at, row_time_ms, span_in_words
 
 
 @pytest.mark.parametrize(
@@ -231,3 +231,11 @@ def test_the_earliest_summary_is_chosen_by_timestamp_when_rows_have_no_created_a
     ]
     assert pick_summary_row(rows) == ("summary_c", rows[2][1])
     assert pick_summary_row(rows[:2]) == ("summary_b", rows[0][1])
+
+
+@pytest.mark.parametrize(("seconds", "words"), [
+    (0, "0 s"), (3.9, "3 s"), (252, "4 min 12 s"), (3528.592, "58 min 48 s"),
+    (7_500, "2 h 5 min"), (3_600, "1 h"), (273_600, "3 d 4 h"), (-5, "0 s"),
+])
+def test_a_span_reads_in_at_most_two_units(seconds: float, words: str) -> None:
+    assert span_in_words(seconds) == words

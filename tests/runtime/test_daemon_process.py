@@ -84,6 +84,7 @@ def test_sigterm_during_a_long_drain_exits_0_and_loses_no_line(tmp_path: Path) -
     scheduled = [json.loads(x) for x in err.decode().splitlines()
                  if x.startswith("{") and '"job.scheduled"' in x]
     assert scheduled[0]["firstTickInS"] == 0 and scheduled[0]["resuming"] is True
+    assert scheduled[0]["message"] == f"first tick in 0 s (at {scheduled[0]['firstTickAt']})"
     graph = sqlite3.connect(data / "graph.sqlite")
     weights = graph.execute("SELECT COUNT(*), MIN(weight), MAX(weight) FROM edges").fetchone()
     graph.close()
