@@ -41,8 +41,11 @@ def _action(chunk: ChunkLine) -> str:
 
 
 def _guards(guards: GuardCheck) -> list[str]:
-    share = (f"{guards.actionable_count:,} of {guards.total_chunks:,}"
-             f"{'' if guards.total_complete else '+'} chunks"
+    # An incomplete count stopped once the stale-fraction guard could no longer trip.
+    share = (f"{guards.actionable_count:,} of {guards.total_chunks:,} chunks"
+             if guards.total_chunks is not None and guards.total_complete else
+             f"{guards.actionable_count:,} of at least {guards.total_chunks:,} chunks (counted "
+             "until the stale-fraction guard could no longer hold the pass)"
              if guards.total_chunks is not None else f"{guards.actionable_count:,} chunks")
     out = [f"  guard: {guards.guard or 'none would hold the pass'}  (actionable {share}; "
            f"max stale fraction {guards.max_stale_fraction:g}; "
