@@ -29,7 +29,9 @@ from core.rules.tenants import TenantConfig
 
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
-TENANTS_NAMED = 2
+TENANTS_NAMED = 5
+#: Archives a pass's summary names (`--json` lists every one).
+ARCHIVES_NAMED = 3
 
 
 def counted(number: int, noun: str, plural: str | None = None) -> str:
@@ -115,6 +117,20 @@ def _tenant_line(tenant: TenantFigures) -> str:
     return line
 
 
+def _clean(tenant: TenantFigures) -> bool:
+    """Nothing to say of the tenant: no drift, no hold, nothing deleted."""
+    return not (tenant.stale_count or tenant.total_orphan_count or tenant.missing_path_count
+                or tenant.malformed_count or tenant.tombstoned_count or tenant.held_count
+                or tenant.guard)
+
+
+def _most_drifted_first(tenant: TenantFigures) -> tuple[bool, int, str]:
+    """Guarded tenants first, then the most chunks to act on, then by id."""
+    return (tenant.guard is None,
+            -(tenant.stale_count + tenant.total_orphan_count + tenant.missing_path_count
+              + tenant.malformed_count), tenant.tenant_id)
+
+
 def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     if not figures.tenants and not figures.stopped:
         return ["reconcile pass" + (DRY_RUN_NOTE if dry_run else "")
@@ -132,9 +148,18 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
              + f"{figures.tombstoned_count:,} tombstoned"
              + (f", {counted(figures.failed_tenants, 'tenant')} failed (see the log)"
                 if figures.failed_tenants else "")]
-    lines += [_tenant_line(t) for t in figures.tenants[:TENANTS_NAMED]]
-    if len(figures.tenants) > TENANTS_NAMED:
-        lines[-1] += f"; and {len(figures.tenants) - TENANTS_NAMED} more (kb-status)"
+    drifted = sorted((t for t in figures.tenants if not _clean(t)), key=_most_drifted_first)
+    lines += [_tenant_line(t) for t in drifted[:TENANTS_NAMED]]
+    more = len(drifted) - TENANTS_NAMED
+    clean = len(figures.tenants) - len(drifted)
+    if more > 0 or clean:
+        lines.append("  " + "; ".join(
+            ([f"and {counted(more, 'more tenant')} with drift (kb-status)"] if more > 0 else [])
+            + ([f"{counted(clean, 'tenant')} clean"] if clean else [])))
+    lines += [f"  archive: {path}" for path in figures.archives[:ARCHIVES_NAMED]]
+    if len(figures.archives) > ARCHIVES_NAMED:
+        lines.append(f"  and {counted(len(figures.archives) - ARCHIVES_NAMED, 'more archive')} "
+                     "(the --json output lists every one)")
     if figures.stopped:
         lines.append("stopped between tenants: the next start runs a full pass at once")
     elif figures.unrecorded_rows:
@@ -143,9 +168,14 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     elif figures.tombstoned_count:
         lines.append("tombstoned chunks are archived under tombstones/ first (kb-reconcile "
                      "restore ARCHIVE puts them back); kb-status shows each tenant's drift")
-    elif figures.stale_count and not figures.auto_tombstone:
-        lines.append(f"left: {counted(figures.stale_count, 'stale chunk')} stay until "
-                     "reconciliationAutoTombstone = true; kb-status shows each tenant's drift")
+    elif (figures.stale_count or figures.total_orphan_count) and not figures.auto_tombstone:
+        # total_orphan_count is every reason's union: a chunk stale and orphaned counts once.
+        kinds = [f"{figures.stale_count:,} stale"] if figures.stale_count else []
+        if figures.manifest_orphan_count:
+            kinds.append(f"{figures.manifest_orphan_count:,} orphaned by path")
+        lines.append(f"left: {counted(figures.total_orphan_count, 'chunk')} "
+                     f"({', '.join(kinds)}) stay until reconciliationAutoTombstone = true; "
+                     "kb-status shows each tenant's drift")
     else:
         lines.append("kb-status shows each tenant's drift")
     return lines
