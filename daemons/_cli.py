@@ -31,7 +31,7 @@ from core.rules.camel_json import Figures
 from core.rules.config import Settings
 from core.rules.errors import KbError
 from core.rules.terminal_text import inert, shown_text
-from core.runtime.logs import scrub_shown
+from core.runtime.logs import quiet_on_terminal, scrub_shown
 from core.runtime.oneshot import OneShot, run_jobs_once
 from core.runtime.process import limit_malloc_arenas, restrict_umask
 from core.runtime.scheduler import DaemonSpec, RuntimeOptions
@@ -106,6 +106,7 @@ class Parser(argparse.ArgumentParser):
             _output.parsing -= 1
         if _output.parsing == 0:
             _output.requested = bool(getattr(parsed, "json", False)) or asks_for_json(extras)
+            quiet_on_terminal(verbose=bool(getattr(parsed, "verbose", False)))
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
@@ -151,12 +152,18 @@ def agreed_config(parser: argparse.ArgumentParser, before: str | None,
 
 
 def add_config_flag(parser: argparse.ArgumentParser) -> None:
-    """`--config F` (every command takes it, before or after a subcommand)."""
+    """`--config F` and `--verbose` (every command takes them, before or after a
+    subcommand)."""
     parser.add_argument(
         "--config",
         metavar="F",
         help="TOML file with a [knowledgeBase] table "
         "(default: $KB_CONFIG, else config/kb.toml when present, else built-in defaults)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="on a terminal, log every event (by default a command there logs only warnings "
+        "and errors before its summary; off a terminal every event is logged)",
     )
 
 
@@ -285,6 +292,7 @@ def serve_main(
     """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
 
     async def main() -> int:
+        quiet_on_terminal(verbose=True)  # a daemon's log is its record, on a terminal too
         settings = load_settings(config)
         return await serve(settings, build_specs(settings),
                            options=RuntimeOptions(dry_run=dry_run))

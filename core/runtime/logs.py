@@ -91,11 +91,26 @@ def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     return not (hasattr(stream, "isatty") and stream.isatty())
 
 
+#: The level this process logs at: INFO, but WARNING for a one-shot command on a terminal
+#: (`quiet_on_terminal`), whose few summary lines are the answer.
+_level = logging.INFO
+
+
+def quiet_on_terminal(*, verbose: bool) -> None:
+    """A one-shot command run on a terminal logs its warnings and errors only, unless
+    `--verbose`: its summary comes first, not after a screen of info events. Off a terminal (a
+    pipe, a unit, a CI log) every event is still written; a daemon never calls this."""
+    global _level
+    on_terminal = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    _level = logging.WARNING if on_terminal and not verbose else logging.INFO
+
+
 def configure_logging(
-    log_format: str = "auto", *, level: int = logging.INFO, secrets: Secrets | None = None
+    log_format: str = "auto", *, level: int | None = None, secrets: Secrets | None = None
 ) -> None:
     """Set up structlog and the stdlib root logger (idempotent; call again after the config
-    is read to switch format and register its `secrets`; None keeps those registered)."""
+    is read to switch format and register its `secrets`; None keeps those registered). The
+    level is the process's (`quiet_on_terminal`) unless given."""
     global _secrets
     if secrets is not None:
         _secrets = secrets
@@ -139,6 +154,6 @@ def configure_logging(
     handler = _StderrHandler()
     handler.setFormatter(formatter)
     root.addHandler(handler)
-    root.setLevel(level)
+    root.setLevel(_level if level is None else level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
