@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from datetime import UTC, datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number

@@ -39,14 +39,20 @@ from core.stores.chroma import VectorStore
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
-from tests.support import embedding_for, make_settings, read_archived_chunks, seed
+from tests.support import (
+    embedding_for,
+    make_settings,
+    patch_target,
+    read_archived_chunks,
+    seed,
+)
 
 KB = "neo-knowledge-base"
 REPO = "r"
 MANIFEST_AT = int(time.time() * 1000) - 3_600_000
 BASE = MANIFEST_AT - 10_000
-OLD_PARSER = {"parserId": "p", "parserVersion": "1.0.0"}
-NEW_PARSER = {"parserId": "p", "parserVersion": "1.1.0"}
+OLD_PARSER: dict[str, Any] = {"parserId": "p", "parserVersion": "1.0.0"}
+NEW_PARSER: dict[str, Any] = {"parserId": "p", "parserVersion": "1.1.0"}
 #: An ISO `ingestedAt` before every numeric one, and its epoch ms.
 ISO = "2024-01-01T00:00:00Z"
 
@@ -156,7 +162,7 @@ def pause_before_delete(monkeypatch: pytest.MonkeyPatch,
                         during: Callable[[], Awaitable[None]]) -> None:
     """Run `during()` once, where the engine has made its archives durable and is about to
     delete (the test hook the module docstring names)."""
-    real = deletion.ensure_still_leads
+    real = patch_target(deletion, "ensure_still_leads")
     done: list[bool] = []
 
     async def paused(action: str) -> None:
