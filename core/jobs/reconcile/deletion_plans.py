@@ -103,6 +103,7 @@ def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -
     """The tenant's figures from what its tombstoning did so far."""
     outcome.tombstoned_count = progress.tombstoned
     outcome.archived_count = progress.archived
+    outcome.rewritten_kept_count = progress.withdrawn
     outcome.refused_bands = progress.bands_refused
     outcome.archive = str(progress.archive.path) if progress.archive else None
 
