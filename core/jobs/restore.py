@@ -44,7 +44,7 @@ from core.rules.archive_format import (
     unseal,
     withdrawn_ids,
 )
-from core.rules.camel_json import json_name
+from core.rules.camel_json import json_name, omitted_when_none
 from core.rules.rows import ChromaRow
 from core.rules.terminal_text import shown_text
 from core.stores.archives import ArchiveError, archive_line_batches
@@ -99,7 +99,7 @@ class RestoreResult:
             self.path, self.collection, self.tenant_id, self.format, self.restored,
             self.kept_live, len(self.refused), len(self.unreadable),
             tuple(sorted((*self.unreadable, *self.refused), key=lambda p: p.line_number)),
-            self.warnings, self.withdrawn)
+            self.warnings, self.withdrawn or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,8 @@ class RestoreFigures:
     unreadable: int
     problems: tuple[LineProblem, ...]
     warnings: tuple[str, ...]
-    withdrawn: int = 0
+    #: Chunk lines withdrawn by the archive (archived, not deleted): written only when some.
+    withdrawn: int | None = field(default=None, metadata=omitted_when_none())
 
 
 @dataclass(slots=True)
