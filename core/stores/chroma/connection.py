@@ -228,7 +228,8 @@ class ChromaConnection:
         if method == DELETE_UNCHANGED and not isinstance(self._client, DaemonStoreClient):
             # The compound runs here, on this store's one thread (through the door, in the
             # daemon, on its one thread): `ChromaWrites.delete_unchanged`.
-            return delete_unchanged_on(collection, **kwargs)
+            # An embedded store (held under its process lock) runs nothing else meanwhile.
+            return delete_unchanged_on(collection, **kwargs, atomic=self._lock is not None)
         return getattr(collection, method)(**kwargs)
 
 
