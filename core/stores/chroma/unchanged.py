@@ -11,6 +11,10 @@ from typing import Any
 
 from core.rules.rows import ColumnPage, content_digests
 
+#: Rows re-read whole per `get` inside the compound (as the archive's reads: the client's
+#: conversion buffers grow with a read, not with the band).
+READ_ROWS = 1_000
+
 
 @dataclass(frozen=True, slots=True)
 class UnchangedDelete:
@@ -27,9 +31,11 @@ def delete_unchanged_on(collection: Any, *, ids: Sequence[str], digests: Sequenc
     """(blocking, on the one Chroma thread) The compound of `delete_unchanged` on a Chroma
     collection: read the rows whole by id, compare each with its expected digest
     (`content_digests`), and delete by id (with `where`) only those identical."""
-    got = _whole_rows(collection.get(ids=list(ids),
-                                     include=["metadatas", "documents", "embeddings"]))
-    now = content_digests(got)
+    now: dict[str, str] = {}
+    for start in range(0, len(ids), READ_ROWS):  # bounded buffers, still one call
+        now.update(content_digests(_whole_rows(collection.get(
+            ids=list(ids[start:start + READ_ROWS]),
+            include=["metadatas", "documents", "embeddings"]))))
     expected = dict(zip(ids, digests, strict=True))
     same = [i for i in ids if now.get(i) == expected[i]]
     deleted: Any = 0
