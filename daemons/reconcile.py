@@ -257,9 +257,11 @@ def restore_problems(result: RestoreResult) -> str:
 
 def restore_summary(result: RestoreResult) -> str:
     """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`."""
+    withdrawn = (f", withdrawn {result.withdrawn} (archived, not deleted: never put back)"
+                 if result.withdrawn else "")
     return (f"restored {result.restored}, kept live {result.kept_live}, refused "
-            f"{len(result.refused)}, unreadable {len(result.unreadable)} (chunks of tenant "
-            f"{result.tenant_id}) from {result.path}")
+            f"{len(result.refused)}, unreadable {len(result.unreadable)}{withdrawn} (chunks "
+            f"of tenant {result.tenant_id}) from {result.path}")
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:

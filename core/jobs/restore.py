@@ -1,5 +1,7 @@
 """Restoring a tombstone archive, preserve-live: only absent ids come back, only into the
-knowledge-base collection, only for the archive's own tenant.
+knowledge-base collection, only for the archive's own tenant, and never a chunk line a later
+withdrawn line of the archive withdraws (archived but not deleted: rewritten since, or gone
+already; `core.rules.archive_format`).
 
 Lines are checked against the archive's header (`core.rules.archive_format.refusal`) and then
 against the store, a batch at a time. Absent ids are added back with Chroma `add`, which leaves
@@ -24,6 +26,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -32,14 +35,16 @@ from core.rules.archive_format import (
     LEGACY_FORMAT,
     LEGACY_WARNING,
     TENANT_KEY,
+    WITHDRAWN_MARK,
     ArchivedChunk,
     json_object,
     parse_chunk,
     parse_header,
     refusal,
     unseal,
+    withdrawn_ids,
 )
-from core.rules.camel_json import json_name
+from core.rules.camel_json import json_name, omitted_when_none
 from core.rules.rows import ChromaRow
 from core.rules.terminal_text import shown_text
 from core.stores.archives import ArchiveError, archive_line_batches
@@ -72,6 +77,9 @@ class RestoreResult:
     format: int | None
     restored: int = 0
     kept_live: int = 0
+    #: Chunk lines a later withdrawn line of the archive withdraws (archived, not deleted):
+    #: never put back.
+    withdrawn: int = 0
     #: Well-formed lines that do not belong (another tenant, collection, pass, owner), or
     #: that the store refused (another embedding dimension, metadata it cannot hold).
     refused: tuple[LineProblem, ...] = ()
@@ -91,7 +99,7 @@ class RestoreResult:
             self.path, self.collection, self.tenant_id, self.format, self.restored,
             self.kept_live, len(self.refused), len(self.unreadable),
             tuple(sorted((*self.unreadable, *self.refused), key=lambda p: p.line_number)),
-            self.warnings)
+            self.warnings, self.withdrawn or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +116,8 @@ class RestoreFigures:
     unreadable: int
     problems: tuple[LineProblem, ...]
     warnings: tuple[str, ...]
+    #: Chunk lines withdrawn by the archive (archived, not deleted): written only when some.
+    withdrawn: int | None = field(default=None, metadata=omitted_when_none())
 
 
 @dataclass(slots=True)
@@ -120,6 +130,11 @@ class _Restore:
     pass_id: str | None = None
     restored: int = 0
     kept_live: int = 0
+    withdrawn: int = 0
+    #: The archive's withdrawn lines (line number, record), read before the chunk lines.
+    withdrawals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: Per withdrawn id, the last line withdrawing it: chunk lines above it are skipped.
+    withdrawn_until: dict[str, int] = field(default_factory=dict)
     refused: list[LineProblem] = field(default_factory=list)
     unreadable: list[LineProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -138,6 +153,7 @@ class _Restore:
                     f"knowledge-base collection {self.collection!r}; nothing restored")
             self.format, self.tenant_id, self.pass_id = (ARCHIVE_FORMAT, header.tenant_id,
                                                          header.pass_id)
+            self.read_withdrawals()
             return True
         try:
             legacy = parse_chunk(json_object(raw), expected_format=LEGACY_FORMAT)
@@ -150,8 +166,24 @@ class _Restore:
         log.warning("tombstones.legacy_archive", path=str(path), message=LEGACY_WARNING)
         return False
 
+    def read_withdrawals(self) -> None:
+        """Which chunk lines the archive's withdrawn lines withdraw (`withdrawn_until`); a
+        malformed withdrawn line is unreadable."""
+        assert self.tenant_id is not None
+        for number, record in self.withdrawals:
+            try:
+                ids = withdrawn_ids(record, tenant_id=self.tenant_id, pass_id=self.pass_id)
+            except ValueError as exc:
+                self.unreadable.append(LineProblem(number, str(exc)))
+                continue
+            for row_id in ids or ():
+                self.withdrawn_until[row_id] = max(number, self.withdrawn_until.get(row_id, 0))
+
     def parse(self, number: int, raw: bytes) -> ArchivedChunk | None:
-        """A line that may be applied, or None (recorded as unreadable or refused)."""
+        """A line that may be applied, or None (recorded as unreadable, refused or
+        withdrawn; a withdrawn line itself was read before: `read_withdrawals`)."""
+        if self.withdrawals and number in {n for n, _ in self.withdrawals}:
+            return None
         try:
             record = unseal(raw) if self.format == ARCHIVE_FORMAT else json_object(raw)
             chunk = parse_chunk(record, expected_format=self.format or ARCHIVE_FORMAT)
@@ -163,6 +195,9 @@ class _Restore:
                          pass_id=self.pass_id)
         if reason is not None:
             self.refused.append(LineProblem(number, reason, chunk.row.id))
+            return None
+        if number < self.withdrawn_until.get(chunk.row.id, 0):
+            self.withdrawn += 1
             return None
         return chunk
 
@@ -238,8 +273,23 @@ class _Restore:
             return tuple(sorted(problems, key=lambda p: p.line_number))
 
         return RestoreResult(path, self.collection, self.tenant_id, self.format, self.restored,
-                             self.kept_live, in_file_order(self.refused),
+                             self.kept_live, self.withdrawn, in_file_order(self.refused),
                              in_file_order(self.unreadable), tuple(self.warnings))
+
+
+def _withdrawals(path: Path, content: bytes | None) -> list[tuple[int, dict[str, Any]]]:
+    """(blocking) The archive's sealed withdrawn lines, (line number, record): one read of
+    the file before the restore's own, unsealing only the lines that say they are one."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    with archive_line_batches(path, content=content) as batches:
+        for batch in batches:
+            for number, raw in batch:
+                if WITHDRAWN_MARK in raw:
+                    try:
+                        found.append((number, unseal(raw)))
+                    except ValueError:
+                        continue  # the restore's own read reports it
+    return found
 
 
 def store_reason(error: VectorStoreError) -> str:
@@ -270,6 +320,7 @@ async def restore_archive(
     only names them.
     """
     state = _Restore(collection)
+    state.withdrawals = await asyncio.to_thread(_withdrawals, path, content)
     with archive_line_batches(path, content=content) as batches:
         first = True
         while not stopping() and (

@@ -5,7 +5,12 @@ An archive is a JSON-lines file, one per tenant per pass:
 - line 1, the **header**: `{"format": 2, "kind": "header", "collection", "tenantId",
   "passId", "createdAt"}`;
 - then one **chunk** line per archived row: `{"format": 2, "kind": "chunk", "collection",
-  "tenantId", "passId", "archivedAt", "id", "metadata", "document", "embedding"}`.
+  "tenantId", "passId", "archivedAt", "id", "metadata", "document", "embedding"}`;
+- and, after the chunk lines of a band, a **withdrawn** line when some of them were not
+  deleted (rewritten after they were archived, or gone already): `{"format": 2, "kind":
+  "withdrawn", "collection", "tenantId", "passId", "withdrawnAt", "ids"}`. It withdraws the
+  chunk lines of those ids above it: they are not a version this pass deleted, and restore
+  skips them (`withdrawn_ids`).
 
 Every line ends with `"sha256"`: the SHA-256 of the line's own bytes without that key (the
 exact bytes written, so checking needs no re-serialization). A line cut short by a crash or
@@ -38,6 +43,10 @@ LEGACY_FORMAT: Final = 1
 ARCHIVE_SUFFIX: Final = ".jsonl"
 KIND_HEADER: Final = "header"
 KIND_CHUNK: Final = "chunk"
+KIND_WITHDRAWN: Final = "withdrawn"
+#: How a withdrawn line starts its kind, as `seal` writes it (compact JSON): restore looks
+#: for these bytes before unsealing a line, so it unseals only the withdrawn lines twice.
+WITHDRAWN_MARK: Final = b'"kind":"withdrawn"'
 #: The metadata key that names a chunk's tenant (CONTRACT's knowledge-base fields).
 TENANT_KEY: Final = "tenantId"
 _CHECKSUM_SUFFIX = re.compile(rb',"sha256":"([0-9a-f]{64})"\}\s*$')
@@ -141,6 +150,27 @@ def chunk_lines(
             "document": page.documents[i], "embedding": embeddings[i],
         }))
     return lines
+
+
+def withdrawn_line(header: ArchiveHeader, ids: list[str], *, withdrawn_at_ms: int) -> bytes:
+    """The sealed line withdrawing these ids' chunk lines above it (pure)."""
+    return seal({"format": ARCHIVE_FORMAT, "kind": KIND_WITHDRAWN,
+                 "collection": header.collection, "tenantId": header.tenant_id,
+                 "passId": header.pass_id, "withdrawnAt": withdrawn_at_ms, "ids": ids})
+
+
+def withdrawn_ids(record: Mapping[str, Any], *, tenant_id: str,
+                  pass_id: str | None) -> list[str] | None:
+    """The ids an unsealed line withdraws, or None when it is no withdrawn line of this
+    archive's tenant and pass (pure); ValueError for a withdrawn line that is malformed."""
+    if record.get("kind") != KIND_WITHDRAWN or record.get("format") != ARCHIVE_FORMAT:
+        return None
+    ids = record.get("ids")
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise ValueError("a withdrawn line's ids must be a list of strings")
+    if record.get("tenantId") != tenant_id or record.get("passId") != pass_id:
+        raise ValueError("a withdrawn line of another tenant or pass")
+    return ids
 
 
 def _require_string(record: Mapping[str, Any], name: str) -> str:

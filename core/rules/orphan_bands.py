@@ -1,6 +1,6 @@
-"""How a repo's manifest orphans are deleted (pure): bands over their oldest `ingestedAt`,
-each narrowed to its own chunks' paths so no `$in` grows past what Chroma takes, the clauses
-every band of a repo shares, and the rule a fetched row must pass before it goes.
+"""How a repo's manifest orphans are deleted (pure): bands of the chosen orphans' ids, each
+narrowed to its own chunks' paths, the clauses every band of a repo shares, and the rule a
+fetched row must pass before it goes.
 
 The tally (`core.rules.tenant_scan`) keeps each repo's oldest orphans in `OldestOrphans`; the
 pass (`core.jobs.reconcile.deletion_plans`) turns them into bands here.
@@ -19,11 +19,11 @@ from core.rules.manifests import (
     manifest_orphan,
 )
 from core.rules.reconcile import TENANT_KEY
-from core.rules.tombstone_bands import Band, Number, OldestKeys, plan_bands
+from core.rules.tombstone_bands import Band, Number, OldestKeys, id_bands
 
-#: The most `sourcePath` values one band's `$in` carries. Chroma 1.5.9 takes 10,000 values in
-#: one `$in` and fails at 50,000 (measured in the reconcile-safety issue); a band of at most
-#: BAND_ROWS chunks names at most that many paths, and this bound keeps it so if bands grow.
+#: The most chunks (so ids, and `sourcePath` values) one orphan band carries. Chroma 1.5.9
+#: takes 10,000 values in one `$in` and fails at 50,000 (measured in the reconcile-safety
+#: issue); this bound keeps a band under it if BAND_ROWS grows.
 PATHS_PER_BAND: Final = 5_000
 
 
@@ -40,21 +40,17 @@ class OldestOrphans(OldestKeys):
         return [(key[0], key[2]) for key in self.kept()]
 
 
-def orphan_bands(pairs: Sequence[tuple[Number, str]], *, band_rows: int) -> list[Band]:
-    """Bands over sorted (`ingestedAt`, `sourcePath`) pairs, each narrowed to the paths of its
-    own chunks (`sourcePath $in`): every deletable orphan in a band's range is in the pairs
-    (the oldest are kept), so its path is in the band's list."""
-    rows = min(band_rows, PATHS_PER_BAND)
-    bands: list[Band] = []
-    start = 0
-    for band in plan_bands([v for v, _ in pairs], band_rows=rows):
-        paths = sorted({p for _, p in pairs[start:start + band.planned]})
-        if len(paths) > PATHS_PER_BAND:  # a run of equal ingestedAt over many paths
-            raise ValueError(f"a band names {len(paths)} paths, over {PATHS_PER_BAND}")
-        bands.append(Band(band.after, band.through, band.planned,
-                          ({PATH_KEY: {"$in": paths}},)))
-        start += band.planned
-    return bands
+def orphan_bands(chunks: Sequence[tuple[Number, str, str]], *, band_rows: int) -> list[Band]:
+    """Bands over chosen orphans, (`ingestedAt`, id, `sourcePath`) in deletion order: each
+    names its ids (`id_bands`) and is narrowed to its own chunks' paths (`sourcePath $in`),
+    so a chunk moved to another path since the read no longer matches."""
+    def paths(part: Sequence[tuple[Number, str]]) -> tuple[dict[str, Any], ...]:
+        names = sorted({path_of[row_id] for _, row_id in part})
+        return ({PATH_KEY: {"$in": names}},)
+
+    path_of = {row_id: path for _, row_id, path in chunks}
+    return id_bands([(value, row_id) for value, row_id, _ in chunks],
+                    band_rows=min(band_rows, PATHS_PER_BAND), extra=paths)
 
 
 def orphan_rule(tenant_id: str, manifest: RepoManifest) -> Callable[[Mapping[str, Any]], bool]:

@@ -62,8 +62,11 @@ class TenantOutcome:
     total_chunks: int | None = None
     total_complete: bool = True
     archive: str | None = None
-    #: Chunks archived (a capped last band can archive more than it deletes).
+    #: Chunks the archive holds as deleted (those withdrawn are not counted).
     archived_count: int = 0
+    #: Chunks archived, then found rewritten (or gone) at the delete: kept, and withdrawn
+    #: from the archive (`core.jobs.reconcile.deletion`).
+    rewritten_kept_count: int = 0
     #: Bands left alone because the store and the rule disagreed, or the band kept changing.
     refused_bands: int = 0
     #: What the tenant's pass is doing now (scanning, counting for the guard, tombstoning).
@@ -113,7 +116,8 @@ class TenantOutcome:
                              self.guard, self.malformed_count,
                              self.parser_orphan_count or None,
                              self.extraction_orphan_count or None,
-                             self.legacy_tombstoned_count or None)
+                             self.legacy_tombstoned_count or None,
+                             self.rewritten_kept_count or None)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
@@ -180,6 +184,9 @@ class TenantFigures:
     extraction_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
     #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id, counted apart.
     legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Chosen chunks rewritten (or gone) between their archive and their delete: kept, their
+    #: archive lines withdrawn; written only when there are some.
+    rewritten_kept_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
 

@@ -1,14 +1,19 @@
 """Rows of a vector collection as plain data, so that rules can be about them without a store.
 
 `ChromaRow` is one row (embeddings as lists of floats, never numpy); `ColumnPage` is a page of
-whole rows column by column, as the tombstone archive writes them.
+whole rows column by column, as the tombstone archive writes them; `content_digests` says
+whether a row is still the one read (the deletion engine deletes only rows whose content is
+what their archive holds).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,3 +50,21 @@ def id_and_metadata(row: Any) -> tuple[Any, Any]:
     if isinstance(row, Mapping):
         return row.get("id"), row.get("metadata")
     return getattr(row, "id", None), getattr(row, "metadata", None)
+
+
+def content_digests(page: ColumnPage) -> dict[str, str]:
+    """Per row id of a page of whole rows, a SHA-256 of its content (pure): document,
+    metadata (keys sorted; a bool, an int and a float stay apart) and embedding (as float32,
+    what Chroma stores, so the float64 copy a client hands back digests alike). Two reads of
+    a row digest alike exactly when its document, metadata and embedding are the same."""
+    import numpy as np
+
+    digests: dict[str, str] = {}
+    embeddings = None if page.embeddings is None else np.asarray(page.embeddings,
+                                                                 dtype=np.float32)
+    for i, row_id in enumerate(page.ids):
+        digest = hashlib.sha256(orjson.dumps([page.documents[i], dict(page.metadatas[i])],
+                                             option=orjson.OPT_SORT_KEYS))
+        digest.update(b"\0" if embeddings is None else embeddings[i].tobytes())
+        digests[row_id] = digest.hexdigest()
+    return digests

@@ -37,26 +37,32 @@ from core.rules.scan_verdicts import (
     judge_row,
     malformed_fields,
 )
-from core.rules.tombstone_bands import Number, OldestIngested, OldestKeys
+from core.rules.tombstone_bands import Number, OldestIngested, OldestKeys, legacy_order
 
 
 @dataclass(frozen=True, slots=True)
 class FirstToGo:
-    """What a capped pass deletes, reason by reason: the config-stale chunks first, then every
-    other reason's (manifest orphans of every repo, generation orphans) by the oldest
-    `ingestedAt`, then the smaller id, up to the cap in all (CONTRACT "Tombstones")."""
+    """What a capped pass deletes: ONE selection across every reason (config-stale, legacy,
+    manifest orphans of every repo, generation orphans), the oldest `ingestedAt` first, then
+    the smaller id, up to the cap in all (CONTRACT "Tombstones"); a legacy chunk sorts at
+    `legacy_order` of its `ingestedAt`. `explain` marks exactly `ids`, and the pass's bands
+    name exactly these ids (`core.rules.tombstone_bands.id_bands`), reason by reason."""
 
-    #: The legacy config-stale chunks' (id, `ingestedAt` as read), by id: deleted first (they
-    #: predate every numeric stamp).
+    #: The chosen legacy config-stale chunks' (id, `ingestedAt` as read), in the order.
     legacy: list[tuple[str, Any]]
-    #: The config-stale chunks' sorted `ingestedAt`.
-    stale: list[Number]
-    #: Per repo: its manifest orphans' sorted (`ingestedAt`, `sourcePath`).
-    orphans: dict[str, list[tuple[Number, str]]]
-    #: Per generation job: its chunks' sorted (`ingestedAt`, `sourcePath`).
-    generations: dict[Any, list[tuple[Number, str]]]
-    #: Every chosen chunk's id (what `explain` marks).
-    ids: frozenset[str]
+    #: The chosen config-stale chunks' (`ingestedAt`, id), in the order.
+    stale: list[tuple[Number, str]]
+    #: Per repo: its chosen manifest orphans' (`ingestedAt`, id, `sourcePath`), in the order.
+    orphans: dict[str, list[tuple[Number, str, str]]]
+    #: Per generation job: its chosen chunks' (`ingestedAt`, id, `sourcePath`), in the order.
+    generations: dict[Any, list[tuple[Number, str, str]]]
+    #: Every chosen chunk's id, in the one order (what `explain` marks, and the pass deletes).
+    order: tuple[str, ...]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        """The chosen ids (`explain`'s marks)."""
+        return frozenset(self.order)
 
 
 @dataclass(slots=True)
@@ -85,7 +91,7 @@ class TenantTally:
     #: the tenant's telemetry row names when its config names none (`telemetry.smallest_repo`).
     smallest_repo: str | None = None
     oldest_stale: OldestIngested = field(init=False)
-    #: The legacy chunks a capped pass takes, (id, `ingestedAt`), the smallest ids.
+    #: The legacy chunks a capped pass may take, (`legacy_order`, id, `ingestedAt`), the first.
     legacy_stale: OldestKeys = field(init=False)
     oldest_orphans: dict[str, OldestOrphans] = field(init=False)
     coverage: PathCoverage = field(init=False)
@@ -165,7 +171,8 @@ class TenantTally:
             self.rows.append(verdict)
         if verdict.legacy:
             self.legacy_count += 1
-            self.legacy_stale.offer_key((verdict.id, metadata.get(INGESTED_KEY)))
+            value = metadata.get(INGESTED_KEY)
+            self.legacy_stale.offer_key((legacy_order(value), verdict.id, value))
             return
         if verdict.held or not verdict.actionable:
             return
@@ -211,30 +218,33 @@ class TenantTally:
                      if v.orphan and v.repo_slug in held else v for v in self.rows]
 
     def first_to_go(self) -> FirstToGo:
-        """What a pass capped at `cap` deletes once settled (`FirstToGo`): the oldest
-        config-stale chunks first, then the oldest of every other reason together, ties by
-        id; each reason's keep holds its own oldest `cap`, so the merge is exact."""
+        """What a pass capped at `cap` deletes once settled (`FirstToGo`): every reason's
+        chunks in one order, oldest `ingestedAt` first, then the smaller id; each reason's
+        keep holds its own first `cap` in that order, so the merge is exact."""
         self.settle()
-        legacy = [(str(i), v) for i, v in self.legacy_stale.kept()]
-        stale = self.oldest_stale.kept()[:max(0, self.cap - len(legacy))]
-        others: list[tuple[Number, str, str, Any]] = [
-            (value, row_id, path, ("orphan", slug))
-            for slug, oldest in self.oldest_orphans.items()
-            for value, row_id, path in oldest.kept()]
+        candidates: list[tuple[Number, str, Any]] = [
+            (order, str(row_id), ("legacy", value))
+            for order, row_id, value in self.legacy_stale.kept()]
+        candidates += [(value, str(row_id), ("stale", None))
+                       for value, row_id in self.oldest_stale.kept()]
+        candidates += [(value, row_id, ("orphan", slug, path))
+                       for slug, oldest in self.oldest_orphans.items()
+                       for value, row_id, path in oldest.kept()]
         if self.generations is not None:
-            others += [(value, row_id, path, ("generation", job))
-                       for job, chunks in self.generations.deletable.items()
-                       for value, row_id, path in chunks]
-        others.sort(key=lambda chunk: (chunk[0], chunk[1]))
-        taken = others[:max(0, self.cap - len(legacy) - len(stale))]
-        orphans: dict[str, list[tuple[Number, str]]] = {}
-        generations: dict[Any, list[tuple[Number, str]]] = {}
-        for value, _row_id, path, (kind, key) in taken:
-            (orphans if kind == "orphan" else generations).setdefault(key, []).append(
-                (value, path))
-        return FirstToGo(legacy, [key[0] for key in stale], orphans, generations,
-                         frozenset([i for i, _ in legacy] + [str(key[1]) for key in stale]
-                                   + [chunk[1] for chunk in taken]))
+            candidates += [(value, row_id, ("generation", job, path))
+                           for job, chunks in self.generations.deletable.items()
+                           for value, row_id, path in chunks]
+        candidates.sort(key=lambda chunk: (chunk[0], chunk[1]))
+        chosen = FirstToGo([], [], {}, {}, tuple(c[1] for c in candidates[:max(0, self.cap)]))
+        for value, row_id, why in candidates[:max(0, self.cap)]:
+            if why[0] == "legacy":
+                chosen.legacy.append((row_id, why[1]))
+            elif why[0] == "stale":
+                chosen.stale.append((value, row_id))
+            else:
+                into = chosen.orphans if why[0] == "orphan" else chosen.generations
+                into.setdefault(why[1], []).append((value, row_id, why[2]))
+        return chosen
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:
         """Per repo, the manifest paths no scanned chunk carries."""

@@ -1,12 +1,15 @@
-"""The bands a tenant's tombstoning deletes by (pure): each is a predicate the store evaluates
-at delete time, so a chunk re-stamped or re-written after the pass read it is never deleted.
+"""The bands a tenant's tombstoning deletes by (pure): each names the ids of the selection it
+deletes and carries the reason's `where`, which the store evaluates at delete time, so only
+chunks the plan (`explain`) chose can go, and a chunk re-stamped or re-ingested after the pass
+read it no longer matches.
 
-A band is `tenantId = T AND tenantConfigVersion <= ceiling AND after < ingestedAt <= through`.
-A re-stamped chunk no longer matches the stamp; a re-ingested one carries a later `ingestedAt`
-(CONTRACT: epoch ms of its ingestion) than `through`, which is always an `ingestedAt` the pass
-itself read, never later than the moment it started reading. An actionable chunk without a
-numeric `ingestedAt`, or with one later than the pass's read, cannot match `$lte through` and
-is held (never deleted): nothing would tell a rewrite of it from the archived content.
+A band is `ids = [...] AND tenantId = T AND <the reason's clauses> AND ingestedAt <= newest`
+(`id_bands`): a re-stamped chunk no longer matches the stamp; a re-ingested one carries a later
+`ingestedAt` (CONTRACT: epoch ms of its ingestion) than the newest the band read. A rewrite
+that keeps both is caught by the engine's content check before the delete
+(`core.jobs.reconcile.deletion`). An actionable chunk with a numeric `ingestedAt` later than
+the pass's read is held (never deleted); a legacy one (absent or an ISO string) is deleted by
+id in a legacy band (`legacy_bands`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from core.rules.numbers import is_real_number
@@ -103,8 +107,11 @@ class Band:
     through: Number
     planned: int
     extra: tuple[Mapping[str, Any], ...] = ()
-    #: A legacy band (`legacy_bands`): exactly these ids, no `ingestedAt` range.
+    #: Exactly these ids (`id_bands`, `legacy_bands`): the delete request names them beside
+    #: the `where`, so nothing outside the selection can go.
     ids: tuple[str, ...] = ()
+    #: A legacy band (`legacy_bands`): its rows carry no numeric `ingestedAt`.
+    legacy: bool = False
 
 
 def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
@@ -130,6 +137,41 @@ def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
         bands.append(Band(values[start - 1] if start else None, values[end - 1], end - start))
         start = end
     return bands
+
+
+def id_bands(chunks: Sequence[tuple[Number, str]], *, band_rows: int,
+             extra: Callable[[Sequence[tuple[Number, str]]], tuple[Mapping[str, Any], ...]]
+             = lambda _part: ()) -> list[Band]:
+    """Bands of selected chunks, (`ingestedAt`, id) in deletion order, `band_rows` at most
+    each (pure): each names its ids, and is bounded by `ingestedAt <= ` the newest value it
+    read (`store_bound`), which the store evaluates at delete time, so a chunk re-ingested
+    since the read (a later `ingestedAt`) no longer matches. `extra(part)`: more clauses of
+    the band's own. Only the named ids can go, so a chunk that entered a range since the scan
+    is never swept in (it was not in the plan `explain` showed)."""
+    bands: list[Band] = []
+    for start in range(0, len(chunks), band_rows):
+        part = chunks[start:start + band_rows]
+        newest = max(value for value, _ in part)
+        bands.append(Band(None, newest, len(part),
+                          ({INGESTED_KEY: {"$lte": store_bound(newest)}}, *extra(part)),
+                          tuple(row_id for _, row_id in part)))
+    return bands
+
+
+def legacy_order(value: Any) -> float:
+    """Where a legacy chunk (no numeric `ingestedAt`) sorts among the others in the one
+    deletion order (`TenantTally.first_to_go`, and so `explain`): an ISO-8601 string at its
+    time in epoch ms (a zone-less one read as UTC), anything else (absent, or a string that
+    is no date) first of all, at minus infinity."""
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip())
+        except ValueError:
+            return -math.inf
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return moment.timestamp() * 1000
+    return -math.inf
 
 
 def stale_clauses(tenant_id: str, ceiling: Number) -> tuple[dict[str, Any], ...]:
@@ -162,7 +204,7 @@ def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[st
     `ingestedAt` range (`ingested_range`). Numeric operands are exact against float values
     (up to the slack) and, for operands >= 0, against integer ones (Chroma truncates a
     fractional operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
-    if band.ids:  # a legacy band: its ids go with the request (`legacy_bands`)
+    if band.ids:  # a band of named ids: they go with the request (`id_bands`)
         return {"$and": [*clauses, *band.extra]}
     return {"$and": [*clauses, *band.extra, *ingested_range(band)]}
 
@@ -175,7 +217,7 @@ def is_legacy_ingested(value: Any) -> bool:
 
 
 def legacy_bands(chunks: Sequence[tuple[str, Any]], *, band_rows: int) -> list[Band]:
-    """Bands of legacy chunks, (id, `ingestedAt` as read) sorted by id: each names its ids
+    """Bands of legacy chunks, (id, `ingestedAt` as read) in deletion order: each names its ids
     (the delete request carries them, beside the reason's `where`, which the store evaluates
     at delete time: a chunk re-stamped since the read no longer matches). The chunks with an
     ISO string come first, each band of them narrowed to `ingestedAt $in` the strings read,
@@ -190,7 +232,7 @@ def legacy_bands(chunks: Sequence[tuple[str, Any]], *, band_rows: int) -> list[B
             part = group[start:start + band_rows]
             extra = ({INGESTED_KEY: {"$in": sorted({str(v) for _, v in part})}},) \
                 if narrowed else ()
-            bands.append(Band(None, 0, len(part), extra, tuple(i for i, _ in part)))
+            bands.append(Band(None, 0, len(part), extra, tuple(i for i, _ in part), True))
     return bands
 
 
@@ -207,7 +249,7 @@ def rows_refused(
     no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
     band's `where` matched these rows a moment before, so each has changed since, or shows
     that the store and the rule disagree (the caller finds out which)."""
-    if by_id:  # a band of named ids: its plan's rule says what `ingestedAt` it may carry
+    if by_id:  # a legacy band: its plan's rule says what `ingestedAt` it may carry
         return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
                 if not may_delete(metadata)]
     return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)

@@ -2,8 +2,10 @@
 
 Every chunk is on disk, with the content it had, before it is deleted: each band's pages are
 written, then made durable (each file fsynced, or many at once by one `syncfs`, and a new
-file's folder fsynced: `sync_archives`) BEFORE its delete is sent. The lines' format and
-checksums are `core.rules.archive_format`'s.
+file's folder fsynced: `sync_archives`) BEFORE its delete is sent. A chunk archived but not
+deleted (rewritten since, or gone already) is withdrawn after the delete by a withdrawn line
+(`TombstoneArchive.withdraw`), which restore honours. The lines' format and checksums are
+`core.rules.archive_format`'s.
 
 **Restore is preserve-live** (`restore_archive`): lines are checked against the header and
 then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which
@@ -37,6 +39,7 @@ from core.rules.archive_format import (
     ArchiveHeader,
     chunk_lines,
     seal,
+    withdrawn_line,
 )
 from core.rules.errors import ConfigError
 from core.rules.private_data import PRIVATE_FILE_MODE
@@ -159,6 +162,16 @@ class TombstoneArchive:
         archive.durable, archive.created_directory = False, created_directory
         archive.rows_written = len(lines) - 1
         return archive
+
+    def withdraw(self, ids: list[str], *, withdrawn_at_ms: int) -> None:
+        """(blocking) Append a withdrawn line naming these ids (chunk lines above it that are
+        not a version this pass deleted: restore skips them), and make it durable."""
+        fd = os.open(self.path, _APPEND_FLAGS)
+        try:
+            _write_lines(fd, [withdrawn_line(self.header, ids, withdrawn_at_ms=withdrawn_at_ms)])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def write_page(self, page: ColumnPage, *, archived_at_ms: int) -> None:
         """(blocking) `append` without its thread, for a caller already on one."""

@@ -27,9 +27,11 @@ Why it is safe:
   interleave. Nothing a command does goes around the store's own rules: `restore` still adds
   only absent ids (preserve-live, decided by the store), and a pass still deletes only what
   its `where` matches when the delete runs.
-- **Only collection reads and writes.** A peer may call `count`, `get`, `add`, `upsert` and
-  `delete` on a named collection and create a missing one; nothing else of the client (no
-  reset, no drop) is reachable.
+- **Only collection reads and writes.** A peer may call `count`, `get`, `add`, `upsert`,
+  `delete` and the pass's compound `delete_unchanged` (read by id, compare, delete the
+  identical rows: one call on the daemon's thread, so nothing else writes between) on a named
+  collection and create a missing one; nothing else of the client (no reset, no drop) is
+  reachable.
 - **The daemon's drain is untouched.** The daemon itself keeps its in-process store (no
   socket hop in its own calls); the door costs it one idle listening socket, a few peers at
   most (`core.runtime.store_door`).
@@ -53,8 +55,11 @@ from core.stores.door_socket import DoorClosed, connect_verified, door_path
 
 __all__ = ["DaemonStoreClient", "DoorClosed", "door_path"]
 
+#: The compound a pass deletes by (`ChromaWrites.delete_unchanged`): read by id, compare,
+#: delete the identical rows, run by the daemon as one call on its one Chroma thread.
+DELETE_UNCHANGED = "delete_unchanged"
 #: The collection methods a peer may call (reads and the writes the commands make).
-PEER_METHODS = frozenset({"count", "get", "add", "upsert", "delete"})
+PEER_METHODS = frozenset({"count", "get", "add", "upsert", "delete", DELETE_UNCHANGED})
 #: The pseudo-method that creates a missing collection (`get_or_create_collection`).
 ENSURE_COLLECTION = "ensure_collection"
 #: What a command sends first, once it has verified the daemon: fixed bytes, compared by the

@@ -1,7 +1,7 @@
-"""Under the delete cap the oldest go first, across every reason (CONTRACT "Tombstones"):
-config-stale chunks first, then the oldest `ingestedAt` of every other reason together (manifest
-orphans of every repo), then the smaller id; and `reconcile explain` marks beforehand exactly
-the chunks the pass then deletes. Real SQLite, embedded Chroma."""
+"""Under the delete cap the oldest go first, across every reason (issue 31): one order, the
+oldest `ingestedAt` of every reason together (config-stale chunks, manifest orphans of every
+repo), then the smaller id; and `reconcile explain` marks beforehand exactly the chunks the
+pass then deletes. Real SQLite, embedded Chroma."""
 
 from __future__ import annotations
 
@@ -45,10 +45,12 @@ ORPHANS = ([chunk(f"r#{i:02}", repo="r", path=f"gone-r{i}.md", ingested=BASE + a
               for i, at in enumerate(S_AT)])
 LIVE = [chunk("live-r", repo="r", path="keep.md", ingested=BASE),
         chunk("live-s", repo="s", path="keep.md", ingested=BASE)]
-FIRST_11 = {*(r for r, _ in STALE), "r#00", "s#00", "r#01", "s#01", "r#02", "r#03"}
+#: The 11 oldest of the 20: the config-stale ones are the newest, so none of them.
+FIRST_11 = {"r#00", "s#00", "r#01", "s#01", "r#02", "r#03", "s#02", "s#03", "r#04", "s#04",
+            "r#05"}
 
 
-async def test_a_capped_pass_deletes_stale_first_then_the_oldest_of_every_repo_by_id(
+async def test_a_capped_pass_deletes_the_oldest_of_every_reason_then_by_id(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,

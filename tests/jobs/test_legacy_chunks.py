@@ -19,6 +19,7 @@ from core.rules.config import Settings
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
+from core.stores.chroma_door import DELETE_UNCHANGED
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
 from tests.support import DIM, make_settings, read_archived_chunks, run_module, seed
@@ -95,7 +96,7 @@ async def test_a_legacy_chunk_re_stamped_or_rewritten_after_the_read_is_never_de
                 "iso#1": legacy("iso#1", 1_700_000_000_000)[1]}
 
     def wrapped(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-        if name == KB and method == "delete":
+        if name == KB and method == DELETE_UNCHANGED:
             real(name, "upsert", {"ids": list(rewrites), "metadatas": list(rewrites.values()),
                                   "documents": ["rewritten"] * 2,
                                   "embeddings": [[0.5] * DIM] * 2})

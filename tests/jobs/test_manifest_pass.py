@@ -21,6 +21,7 @@ from core.rules.tenant_policy import policy_patch
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
+from core.stores.chroma_door import DELETE_UNCHANGED
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
 from core.stores.tenant_manifests import set_tenant_manifest
@@ -126,7 +127,7 @@ async def test_a_chunk_re_ingested_between_the_read_and_the_delete_is_never_dele
     fresh = dict(chunk("gone#1", "gone.md", ingested=NOW - 5)[1])
 
     def wrapped(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-        if name == KB and method == "delete":
+        if name == KB and method == DELETE_UNCHANGED:
             real(name, "upsert", {"ids": ["gone#1"], "metadatas": [fresh],
                                   "documents": ["rewritten"], "embeddings": [[0.5] * DIM]})
         return real(name, method, kwargs)

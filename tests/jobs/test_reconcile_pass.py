@@ -23,6 +23,7 @@ from core.rules.telemetry import EVENT_RECONCILE
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import open_context, run_tick
 from core.stores.chroma import Include, VectorStore
+from core.stores.chroma_door import DELETE_UNCHANGED
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
 from tests.support import count_rows, make_settings, read_archived_chunks, seed
@@ -298,7 +299,7 @@ async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went
     collection = stores.settings.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(4)])
-    chroma_fault(collection, "delete")
+    chroma_fault(collection, DELETE_UNCHANGED)
     figures = await one_pass(stores)
     assert figures["failedTenants"] == 1
     assert len(await ids_in(vectors, collection)) == 4

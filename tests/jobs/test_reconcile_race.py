@@ -44,6 +44,7 @@ from core.rules.config import Settings
 from core.rules.rows import ChromaRow
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.stores.chroma import VectorStore
+from core.stores.chroma_door import DELETE_UNCHANGED
 from core.stores.graph import upsert_node
 from core.stores.state import open_graph
 from tests.chroma_server import ChromaServer
@@ -216,7 +217,7 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
         fence = Fence(fenced)
 
         def timed(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-            if method != "delete":
+            if method != DELETE_UNCHANGED:
                 return real(name, method, kwargs)
             with fence.delete():
                 started = time.monotonic_ns()

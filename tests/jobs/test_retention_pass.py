@@ -19,6 +19,7 @@ from core.rules.config import Settings
 from core.rules.tenants import TENANT_CONFIG_LABEL
 from core.runtime.tick import run_tick
 from core.stores.chroma import VectorStore
+from core.stores.chroma_door import DELETE_UNCHANGED
 from core.stores.graph import upsert_node
 from core.stores.graph_db import GraphDB
 from tests.support import DIM, make_settings, read_archived_chunks, run_module, seed
@@ -130,7 +131,7 @@ async def test_a_re_ingest_racing_a_retention_delete_loses_nothing(
     fresh = chunk("k1-a2", "keep1", "a", reingested_at)[1]
 
     def wrapped(name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-        if name == KB and method == "delete":
+        if name == KB and method == DELETE_UNCHANGED:
             real(name, "upsert", {"ids": ["k1-a2"], "metadatas": [fresh],
                                   "documents": ["re-ingested"], "embeddings": [[0.5] * DIM]})
         return real(name, method, kwargs)

@@ -121,18 +121,18 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
     settings = kb.settings
     # Three bands, three delete requests.
     monkeypatch.setattr("core.jobs.reconcile.deletion.BAND_ROWS", 1_000)
-    real_delete = VectorStore.delete_where
+    real_delete = VectorStore.delete_unchanged
     requests = {"n": 0}
 
-    async def delete_then_die(self: VectorStore, name: str, **kwargs: Any) -> int:
+    async def delete_then_die(self: VectorStore, name: str, **kwargs: Any) -> Any:
         requests["n"] += 1
         if requests["n"] == 2:
             server.kill()  # the fault: the server dies between two delete requests (bands)
         return await real_delete(self, name, **kwargs)
 
-    monkeypatch.setattr(VectorStore, "delete_where", delete_then_die)
+    monkeypatch.setattr(VectorStore, "delete_unchanged", delete_then_die)
     figures = to_json(await reconcile_tick(kb, False))
-    monkeypatch.setattr(VectorStore, "delete_where", real_delete)
+    monkeypatch.setattr(VectorStore, "delete_unchanged", real_delete)
     [t1] = figures["tenants"]
     assert figures["failedTenants"] == 1
     first_pass_deleted = t1["tombstonedCount"]

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from core.rules.errors import StoreUnavailable
+from core.rules.errors import LockHeld, StoreUnavailable
+from core.rules.rows import ChromaRow, content_digests
 from core.runtime.store_door import RefusalLog, StoreDoor
 from core.stores.chroma import VectorStore
 from core.stores.chroma.errors import peer_error
@@ -162,3 +163,29 @@ def test_an_array_of_any_dtype_but_plain_numbers_is_refused_before_numpy_allocat
     with pytest.raises(ValueError, match="cannot cross the store door"):
         decode_body(b'{"__kbNdarray__": [1], "dtype": "(1000000,1000000)f8"}')
     assert decode_body(b'{"__kbNdarray__": [[1.5]], "dtype": "float32"}').dtype == "float32"
+
+
+async def test_a_command_s_compare_then_delete_runs_in_the_daemon_and_keeps_a_rewritten_row(
+        tmp_path: Path) -> None:
+    # A pass beside the daemon deletes through the door: the compound (re-read, compare,
+    # delete the identical rows) runs in the daemon as one call on its one Chroma thread.
+    settings = make_settings(tmp_path)
+    store = await VectorStore.open(settings)
+    door = await StoreDoor.open(store, settings.chroma_path)
+    peer = await VectorStore._open_via_daemon(settings, "peer", LockHeld("held"))
+    try:
+        rows = [ChromaRow(i, {"tenantId": "t"}, f"doc {i}", [0.5, 0.25]) for i in ("a", "b")]
+        await store.upsert("kb-door", rows, create=True)
+        page = await peer.get_page("kb-door", ids=["a", "b"])
+        digests = content_digests(page)
+        await store.upsert("kb-door", [ChromaRow("b", {"tenantId": "t"}, "corrected", [0.5, 0.25])])
+        done = await peer.delete_unchanged("kb-door", ids=["a", "b", "c"],
+                                           digests=[digests["a"], digests["b"], "0" * 64],
+                                           where={"tenantId": "t"})
+        assert (done.deleted, done.changed, done.missing) == (1, ("b",), ("c",))
+        [left] = await store.get_by_ids("kb-door", ["a", "b"], include=("documents",))
+        assert (left.id, left.document) == ("b", "corrected")
+    finally:
+        await peer.close()
+        await door.close()
+        await store.close()

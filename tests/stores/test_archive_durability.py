@@ -74,9 +74,9 @@ def events(monkeypatch: pytest.MonkeyPatch, vectors: VectorStore) -> Iterator[li
         seen.append("syncfs")
         return real_syncfs(fd)
 
-    real_delete = vectors.delete_where
+    real_delete = vectors.delete_unchanged
 
-    async def delete_where(name: str, **kwargs: Any) -> int:
+    async def delete_unchanged(name: str, **kwargs: Any) -> Any:
         seen.append("delete")
         return await real_delete(name, **kwargs)
 
@@ -95,7 +95,7 @@ def events(monkeypatch: pytest.MonkeyPatch, vectors: VectorStore) -> Iterator[li
     monkeypatch.setattr(os, "write", write)
     monkeypatch.setattr(files, "_syncfs", lambda: syncfs)
     monkeypatch.setattr(files.FilesystemFlush, "open", open_flush)
-    vectors.delete_where = delete_where  # type: ignore[method-assign]
+    vectors.delete_unchanged = delete_unchanged  # type: ignore[method-assign]
     yield seen
 
 

@@ -1,51 +1,52 @@
-"""The one deletion engine: archive exactly what a band's predicate matches, make the archives
-durable, then let the store delete by that same predicate, so the store decides at delete time.
-Every chunk deletion goes through `run_bands`; one tenant is a plan of one tenant.
+"""The one deletion engine: archive exactly the chosen chunks a band names, make the archives
+durable, then delete only those whose content is still what was archived. Every chunk deletion
+goes through `run_bands`; one tenant is a plan of one tenant.
 
-The rule this module keeps: **every chunk that is deleted is in its tenant's archive with the
-content it had when it was deleted, and a chunk written or re-stamped after the pass read it is
-never deleted.**
-
-How:
+The rules this module keeps: **the chunks a pass deletes are the ones its plan chose (what
+`explain` marks); every chunk deleted is in its tenant's archive with the content it had when
+it was deleted; a chunk rewritten or re-stamped after the pass read it is never deleted, and
+the archive never claims a version that was not deleted.** How:
 
 - **A plan** (`DeletionPlan`) is one reason to delete (config-stale, a repo's manifest
-  orphans, ...) for one or more tenants: the `where` clauses every band shares (which tenants,
-  which stamps or paths), the rule each fetched row must pass for its tenant, and the bands.
-- **The predicate** of a band is the plan's clauses plus the band's own (`predicate_where`:
-  `after < ingestedAt <= through`, and e.g. `sourcePath $in [...]`), sent as the `where` of one
-  delete request and evaluated by Chroma when that request runs. A chunk re-stamped at the
-  current version no longer matches. A chunk rewritten by a re-ingest carries a new
-  `ingestedAt` (CONTRACT: epoch ms of its ingestion), later than `through`, which is always an
-  `ingestedAt` the pass itself read and never later than the moment the pass started reading;
-  so it no longer matches either, whatever stamp the writer gave it.
-- **Held chunks.** An actionable chunk with no numeric `ingestedAt`, or one later than the
-  pass's read, cannot match `$lte through` (a missing key, a string or a bool never matches a
-  numeric comparison in Chroma). A legacy one (absent or an ISO string, actionable by
-  version) goes in a **legacy band** instead (`legacy_bands`): the band names its ids, the
-  delete request carries them with the staleness `where`, so a chunk re-stamped since the
-  read no longer matches, and a string band adds `ingestedAt $in` the strings read, so one
-  rewritten with a numeric `ingestedAt` no longer matches either; its rule refuses a fetched
-  row that gained a number. The others are never deleted; the pass reports how many it
-  held.
-- **Per band**: one ids-only read of everything the band's `where` matches (a snapshot, never
-  paged, so no row can slip between pages); those rows fetched whole by id, a page at a time,
-  split by tenant, each checked against its tenant's rule (an actionable stamp or orphan, a
-  numeric `ingestedAt` not after the pass's read) and appended to its tenant's own archive;
-  every archive the band touched made durable (`sync_archives`: one `syncfs` through a handle
-  opened before the band's first write when many, else an fsync each); then one
-  `delete(where=band)`, whose reply says how many went.
-- **The cap.** A plan of one tenant may end with a band holding more chunks than the cap leaves
-  (equal `ingestedAt` values past the cap): it is archived whole and deleted with `limit`, so
-  the store removes at most the cap's remainder, and whichever it picks is archived. A plan of
-  many tenants never uses a `limit` (the store's choice under one could not be held to each
-  tenant's cap): its tenants are each under the cap when planned, and a band in which a
-  tenant's share would pass it (chunks entered since the scan) is refused.
-- **What went** is attributed per tenant: from the delete's reply when the band held one
-  tenant or the reply equals what was archived, else by reading which archived ids are gone
-  (`_count_gone`), and never more than can be known (0 when that read fails).
+  orphans, a generation job, legacy chunks, retention) for one or more tenants: the `where`
+  clauses every band shares, the rule each fetched row must pass for its tenant, and the
+  bands. The chunks come from ONE selection (`TenantTally.first_to_go`: the oldest
+  `ingestedAt` of every reason, then the id, up to the cap; retention's own `select_expired`
+  in a `gc` pass), which `explain` shows.
+- **A band** names its ids (at most BAND_ROWS, `core.rules.tombstone_bands.id_bands`) and
+  carries the plan's clauses and its own (`ingestedAt <= ` the newest it read, a manifest
+  band's paths): the store evaluates them at delete time, so a re-stamped or re-ingested
+  chunk no longer matches, and a chunk that entered a range since the scan is never swept in.
+  No request carries a `limit`: the store never chooses.
+- **Per band**: the named rows fetched whole by id, a page at a time, split by tenant, each
+  checked against its tenant's rule (one that fails it changed since the scan and stays)
+  and appended to its tenant's own archive, its content digest kept (`content_digests`); every
+  archive the band touched made durable (`sync_archives`: one `syncfs` when many, else an
+  fsync each), copied to the shared state with `stateUrl`; the fencing check; then one
+  compound call (`VectorStore.delete_unchanged`): the rows re-read whole by id, compared
+  with the digests of what was archived, and only the identical ones deleted (by id; on a
+  server with the `where` too). The others stay: counted (`TombstoneProgress.withdrawn`), logged
+  (`reconcile.rewritten_kept`), and **withdrawn** from the archive by a durable withdrawn
+  line naming them (`TombstoneArchive.withdraw`), which restore honours: it never puts back a
+  version that was not deleted. (Writing the archive only after the compare would leave a
+  chunk deleted before it is on disk; withdrawing after the delete keeps "archived first".)
+- **Atomic against our own writers** on the embedded store: the compound runs as one call on
+  the store's one thread, which serves this process and every command through the door
+  (`core.stores.chroma_door`), so nothing of ours writes between the re-read and the delete.
+  On a Chroma server another process may write in that round trip (docs/reliability.md); a
+  row the `where` then keeps is found and withdrawn too. A crash between the delete and the
+  withdrawn line leaves the archive holding the old version of a row that stayed live
+  (restore is preserve-live: it keeps the live one).
+- **The cap** is the selection's: a band never holds more than its tenants' remainder (a
+  band that would is refused, a last check). A plan of many tenants (`tombstone_group`)
+  names the ids of them all in its bands; each tenant keeps its own archive.
+- **What went** per tenant: from the compound's answer; after a failed delete, by reading
+  which archived ids are gone (`_count_gone`, 0 when that read fails).
 
-**The failure policy (one, for every plan):** a fetched row its rule refuses has either changed
-since the snapshot or shows that the store and the rule disagree. The band's `where` is read
+**The failure policy (one, for every plan):** in a band of named ids, a fetched row its rule
+refuses changed since the scan and simply stays. In a range band (none is planned now), such
+a row has either changed since the snapshot or shows that the store and the rule disagree.
+The band's `where` is read
 again (up to BAND_VERIFY_ROUNDS times): rows that left the predicate cannot be deleted by it,
 rows that entered it are archived too; if the store still matches a refused row, or the band
 keeps changing, the band is **refused**: nothing of it is deleted, each of its tenants counts a
@@ -53,25 +54,11 @@ refused band, and the runner goes on with the next band. Any other error (a read
 write or fsync, the delete request) ends the run and is raised, after counting what went; the
 pass fails the tenant of a one-tenant plan, and runs each tenant of a failed many-tenant plan
 as a plan of its own (so one tenant's broken part cannot fail the others); the next pass
-starts over. Why this
-one: it decides by the store at delete time like everything else here, a concurrent re-stamp
-(the common case) costs one more ids-only read rather than the whole plan, and a real
-disagreement costs one band, never a deletion outside the rule. (Before, shared bands
-abandoned the whole group to the one-tenant path on any refusal: a second policy for the same
-guarantee.)
+starts over.
 
-How to add a deletion reason: write its pure parts in `core.rules` (the shared clauses, the
-per-row rule, how its bands are cut, as `orphan_clauses` / `orphan_rule` / `orphan_bands` do),
-build a `DeletionPlan` from them where the pass decides that reason applies, and hand it to
-`run_bands`. Nothing else deletes: tests/test_structure.py checks that this is the only module
-of `core.jobs` that calls the vector store's delete.
-
-What no client can close: an upsert whose request overlaps a where-delete request in time can
-still be lost inside a Chroma server (docs/performance.md, "Notes moved from the code", has the
-race-test figures). What the predicate cannot see: a writer that rewrites a chunk's document but
-keeps both its old stamp and its old `ingestedAt`, between the band's read and its delete; and a
-chunk that enters a band in that window with an old stamp and an old `ingestedAt` (a restore of
-another archive: it is then in that archive).
+To add a deletion reason: its pure parts in `core.rules` (clauses, rule, bands over chosen
+ids, as `orphan_clauses` / `orphan_rule` / `orphan_bands`), its chunks in the one selection,
+a `DeletionPlan` handed to `run_bands`. Nothing else deletes (tests/test_structure.py).
 """
 
 from __future__ import annotations
@@ -87,7 +74,7 @@ import structlog
 from core.jobs.fencing import ensure_still_leads
 from core.jobs.reconcile.page_loop import until_stopping
 from core.rules.reconcile_groups import split_page
-from core.rules.rows import ColumnPage
+from core.rules.rows import ColumnPage, content_digests
 from core.rules.tombstone_bands import Band, predicate_where, rows_refused
 from core.stores.archives import TombstoneArchive, sync_archives
 from core.stores.clock import now_ms
@@ -159,7 +146,10 @@ class TombstoneProgress:
     truth); shared by every plan of the tenant in a pass, so the cap counts them all."""
 
     tombstoned: int = 0
+    #: Rows the archive holds as deleted (those withdrawn are not counted).
     archived: int = 0
+    #: Rows archived but not deleted (rewritten since the read, or gone already), withdrawn.
+    withdrawn: int = 0
     bands_done: int = 0
     bands_refused: int = 0
     archive: TombstoneArchive | None = None
@@ -203,20 +193,29 @@ async def run_bands(
 async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, cap: int,
                     progress: Mapping[str, TombstoneProgress]) -> None:
     where = predicate_where(plan.clauses, band)
-    ids = band.ids or None
-    matched = await target.vectors.ids_where(target.collection, where=where, ids=ids)
+    # A band of named ids is read by id alone (its rule checks each row): a `get` by ids
+    # and `where` costs ~13 ms per id on chromadb 1.5.9 against ~7 us by ids alone.
+    matched = (list(band.ids) if band.ids
+               else await target.vectors.ids_where(target.collection, where=where))
     if not matched:
         return
     # Opened before the band's first archive write: see FilesystemFlush.
     flush = await asyncio.to_thread(FilesystemFlush.open, target.tombstones_dir)
     try:
         archived: dict[str, list[str]] = {}
-        refused = await _archive_rows(target, plan, band, matched, archived, progress)
-        if refused:
-            await _settle_refused_rows(target, plan, band, where, refused, archived, progress)
+        digests: dict[str, str] = {}
+        refused = await _archive_rows(target, plan, band, matched, archived, digests, progress)
+        if refused and band.ids:
+            # Chosen rows that no longer pass their rule changed since the scan: they stay
+            # (nothing else can enter a band of named ids).
+            log.info("reconcile.band_rows_changed", reason=plan.reason, changed=len(refused),
+                     message="chosen chunks changed since the scan; they are not deleted")
+        elif refused:
+            await _settle_refused_rows(target, plan, band, where, refused, archived, digests,
+                                       progress)
         if not archived:
             return
-        limit = _band_limit(plan, archived, progress, cap)
+        _refuse_past_cap(archived, progress, cap)
         touched = [archive for t in archived if (archive := progress[t].archive) is not None]
         # Nothing goes that is not on disk: every archive the band touched, in one call.
         await asyncio.to_thread(sync_archives, touched, flush)
@@ -226,60 +225,83 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
         # Nor, with the state shared, what is not in the database: committed (or raised, and
         # nothing of the band deleted) before the fencing check and the delete.
         await target.shared.store(touched)
-    await _delete_band(target, where, archived, progress, limit=limit, ids=ids)
+    withdrawn = await _delete_band(target, where, archived, digests, progress)
+    if withdrawn:
+        await _withdraw(target, archived, withdrawn, progress, touched)
 
 
-def _band_limit(plan: DeletionPlan, archived: Mapping[str, list[str]],
-                progress: Mapping[str, TombstoneProgress], cap: int) -> int | None:
-    """The band's delete `limit`: the cap's remainder when a one-tenant plan archived more
-    than it, else none; BandRefused when a tenant of a many-tenant plan would pass the cap."""
+def _refuse_past_cap(archived: Mapping[str, list[str]],
+                     progress: Mapping[str, TombstoneProgress], cap: int) -> None:
+    """BandRefused when a tenant's share of the band would pass the cap. A band names only
+    chosen ids, all within the cap, so this is a last check, never a choice of which go."""
     over = [t for t, ids in archived.items() if progress[t].tombstoned + len(ids) > cap]
-    if not over:
-        return None
-    if len(plan.rules) == 1:
-        return cap - progress[over[0]].tombstoned
-    raise BandRefused(f"tenant {over[0]!r}'s share of the band would pass the delete cap "
-                      "(chunks entered since the scan)")
+    if over:
+        raise BandRefused(f"tenant {over[0]!r}'s share of the band would pass the delete cap")
 
 
 async def _delete_band(target: DeletionTarget, where: dict[str, Any],
-                       archived: Mapping[str, list[str]],
-                       progress: Mapping[str, TombstoneProgress], *, limit: int | None,
-                       ids: Sequence[str] | None = None) -> None:
-    """The band's one delete request, and what went attributed to each tenant."""
-    total = sum(len(ids) for ids in archived.values())
+                       archived: Mapping[str, list[str]], digests: Mapping[str, str],
+                       progress: Mapping[str, TombstoneProgress]) -> set[str]:
+    """The band's one compound delete (read whole by id, compare with what was archived,
+    delete the identical rows by id with `where`: `VectorStore.delete_unchanged`), what went
+    attributed to each tenant; returns the archived ids that did not go (to withdraw)."""
+    ids = [i for tenant_ids in archived.values() for i in tenant_ids]
     # A host that no longer leads (state on PostgreSQL: `core.jobs.fencing`) deletes nothing;
     # the check is the last step before the request, after the archives are on disk.
-    await ensure_still_leads(f"delete of a band of {total} chunks of {len(archived)} tenant(s)")
+    await ensure_still_leads(f"delete of a band of {len(ids)} chunks of {len(archived)} "
+                             "tenant(s)")
     try:
-        deleted = await target.vectors.delete_where(target.collection, where=where, limit=limit,
-                                                    ids=ids)
+        done = await target.vectors.delete_unchanged(
+            target.collection, ids=ids, digests=[digests[i] for i in ids], where=where)
     except Exception as exc:
         gone = await _count_gone(target, archived, progress)
         raise TombstoneFailed(
-            f"delete of a band of {total} chunks failed ({gone} went): {exc}") from exc
-    if len(archived) == 1:
-        [tenant_id] = archived
-        progress[tenant_id].tombstoned += deleted
-    elif deleted == total:
-        for tenant_id, ids in archived.items():
-            progress[tenant_id].tombstoned += len(ids)
-    else:
-        await _count_gone(target, archived, progress)
-    for tenant_id in archived:
+            f"delete of a band of {len(ids)} chunks failed ({gone} went): {exc}") from exc
+    kept = {*done.changed, *done.missing}
+    if done.deleted != len(ids) - len(kept):
+        # The store's `where` kept some identical rows (changed in the round trip to a
+        # server): which ones is read, and they are withdrawn too.
+        live = await target.vectors.get_by_ids(
+            target.collection, [i for i in ids if i not in kept], include=())
+        kept |= {row.id for row in live}
+    for tenant_id, tenant_ids in archived.items():
+        progress[tenant_id].tombstoned += sum(1 for i in tenant_ids if i not in kept)
         progress[tenant_id].bands_done += 1
-    log.info("reconcile.tombstoned_band", deleted=deleted, archived=total, limit=limit,
+    log.info("reconcile.tombstoned_band", deleted=done.deleted, archived=len(ids),
              tenants=len(archived))
+    if kept:
+        log.warning("reconcile.rewritten_kept", kept=len(kept), changed=len(done.changed),
+                    missing=len(done.missing), first=sorted(kept)[0],
+                    message="archived chunks rewritten (or gone) since they were read were "
+                    "not deleted; their archive lines are withdrawn, restore skips them")
+    return kept
+
+
+async def _withdraw(target: DeletionTarget, archived: Mapping[str, list[str]],
+                    withdrawn: set[str], progress: Mapping[str, TombstoneProgress],
+                    touched: list[TombstoneArchive]) -> None:
+    """Withdraw from each tenant's archive the ids archived but not deleted (a withdrawn
+    line, durable; copied to the shared state too), so the archive claims only what went."""
+    at = now_ms()
+    for tenant_id, tenant_ids in archived.items():
+        mine = [i for i in tenant_ids if i in withdrawn]
+        done = progress[tenant_id]
+        if mine and done.archive is not None:
+            await asyncio.to_thread(done.archive.withdraw, mine, withdrawn_at_ms=at)
+            done.archived -= len(mine)
+            done.withdrawn += len(mine)
+    if target.shared is not None:
+        await target.shared.store(touched)
 
 
 async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
-                        ids: Sequence[str],
-                        archived: dict[str, list[str]],
+                        ids: Sequence[str], archived: dict[str, list[str]],
+                        digests: dict[str, str],
                         progress: Mapping[str, TombstoneProgress]) -> list[str]:
     """Fetch these rows whole, ARCHIVE_READ_ROWS at a time, and append every one its tenant's
-    rule allows to that tenant's archive (`archived` gains their ids); returns the ids the
-    rules refused (changed since they matched, or the store and the rule disagree: the caller
-    finds out which)."""
+    rule allows to that tenant's archive (`archived` gains their ids, `digests` the digest of
+    the content archived); returns the ids the rules refused (changed since they matched, or
+    the store and the rule disagree: the caller finds out which)."""
     refused: list[str] = []
     for start in range(0, len(ids), ARCHIVE_READ_ROWS):
         page = await target.vectors.get_page(target.collection,
@@ -291,7 +313,7 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
                 refused.extend(rows.ids)
                 continue
             bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms,
-                               by_id=bool(band.ids))
+                               by_id=band.legacy)
             refused.extend(bad)
             kept = _only(rows, set(rows.ids) - set(bad))
             if len(kept):
@@ -300,21 +322,21 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
             await asyncio.to_thread(_write_pages, target, allowed, progress, now_ms())
             for tenant_id, rows in allowed.items():
                 archived.setdefault(tenant_id, []).extend(rows.ids)
+                digests.update(content_digests(rows))
     return refused
 
 
 async def _settle_refused_rows(
     target: DeletionTarget, plan: DeletionPlan, band: Band, where: dict[str, Any],
-    refused: list[str],
-    archived: dict[str, list[str]], progress: Mapping[str, TombstoneProgress],
+    refused: list[str], archived: dict[str, list[str]], digests: dict[str, str],
+    progress: Mapping[str, TombstoneProgress],
 ) -> None:
     """Some rows the band's `where` matched failed their rule when fetched. If the store still
     matches any of them, the store and the rule disagree (or the row keeps changing), and the
     band must not go (BandRefused). Rows that entered the band meanwhile are archived too, so
     that the delete cannot take a row the archives lack."""
     for _round in range(BAND_VERIFY_ROUNDS):
-        now = await target.vectors.ids_where(target.collection, where=where,
-                                             ids=band.ids or None)
+        now = await target.vectors.ids_where(target.collection, where=where)
         still = set(now) & set(refused)
         if still:
             raise BandRefused(f"the store matches {len(still)} chunks the rule would keep "
@@ -326,7 +348,8 @@ async def _settle_refused_rows(
         entered = [i for i in now if i not in done]
         if not entered:
             return
-        refused = await _archive_rows(target, plan, band, entered, archived, progress)
+        refused = await _archive_rows(target, plan, band, entered, archived, digests,
+                                      progress)
     raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
 
 

@@ -29,9 +29,9 @@ from core.rules.reconcile_outcome import Phase, TenantOutcome
 from core.rules.tenant_scan import TenantTally
 from core.rules.tombstone_bands import (
     Number,
+    id_bands,
     legacy_bands,
     legacy_stale_rule,
-    plan_bands,
     stale_rule,
 )
 from core.stores.shared_archives import shared_archives
@@ -46,11 +46,11 @@ log = structlog.get_logger(__name__)
 
 async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
                      progress: TombstoneProgress | None = None) -> None:
-    """Archive and delete, band by band, exactly the chunks a capped pass takes first
-    (`TenantTally.first_to_go`: the config-stale ones, then the oldest of every other reason,
-    ties by id), each reason as a plan of the one engine (one archive for the tenant; the cap
-    counts them all). `progress`: what an earlier plan of this pass already did for the
-    tenant."""
+    """Archive and delete, band by band, exactly the chunks `explain` marks
+    (`TenantTally.first_to_go`: one selection, the oldest `ingestedAt` of every reason first,
+    ties by id, up to the cap), each reason's share as a plan of the one engine whose bands
+    name those ids (one archive for the tenant; the cap counts them all). `progress`: what
+    an earlier plan of this pass already did for the tenant."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
     outcome.phase = Phase.TOMBSTONE
     progress = progress or TombstoneProgress()
@@ -82,7 +82,7 @@ async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: Te
 
 
 async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
-                                 chosen: Mapping[Any, list[tuple[Number, str]]],
+                                 chosen: Mapping[Any, list[tuple[Number, str, str]]],
                                  run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
     """Each generation job (one tier of one old stamp of one repo, `core.rules.generations`)
     with chunks among the first to go, as one more plan of the same engine: archived first,
@@ -91,7 +91,7 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
     if generations is None:
         return
     tenant_id = scope.tenant.tenant_id
-    jobs = sorted(chosen.items(), key=lambda job: job[1][0])
+    jobs = sorted(chosen.items(), key=lambda job: job[1][0][:2])
     for key, chunks in until_stopping(jobs, scope.context.control):
         await run(DeletionPlan(
             "generation-orphan", generations.clauses(key),
@@ -103,6 +103,7 @@ def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -
     """The tenant's figures from what its tombstoning did so far."""
     outcome.tombstoned_count = progress.tombstoned
     outcome.archived_count = progress.archived
+    outcome.rewritten_kept_count = progress.withdrawn
     outcome.refused_bands = progress.bands_refused
     outcome.archive = str(progress.archive.path) if progress.archive else None
 
@@ -127,16 +128,17 @@ def legacy_plan(scope: TenantScope, ceiling: int | float,
 
 
 def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
-                values: Sequence[int | float]) -> DeletionPlan:
+               chunks: Sequence[tuple[Number, str]]) -> DeletionPlan:
     """The config-stale plan of these tenants (stamps at or below `ceiling`, one shared by
-    them all), over the sorted `ingestedAt` of their oldest deletable chunks."""
+    them all), whose bands name the chosen chunks, (`ingestedAt`, id) in deletion order
+    (`id_bands`): ids of many tenants may share a band."""
     ids = [s.tenant.tenant_id for s in scopes]
     return DeletionPlan(
         "stale", group_stale_clauses(ids, ceiling),
         {s.tenant.tenant_id: TenantRule(stale_rule(s.tenant.tenant_id,
                                                    s.rules.stale_actionable), s.rules.read_ms)
          for s in scopes},
-        plan_bands(values, band_rows=deletion.BAND_ROWS))
+        id_bands(chunks, band_rows=deletion.BAND_ROWS))
 
 
 async def tombstone_group(context: TickContext, read: GroupRead, policy: ReconcilePolicy,
@@ -153,10 +155,10 @@ async def tombstone_group(context: TickContext, read: GroupRead, policy: Reconci
                 for s in scopes if s.rules.gap is not None}
     if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
         return False
-    values = sorted(v for t in tenant_ids for v in read.tallies[t].oldest_stale.sorted())
+    chunks = sorted(c for t in tenant_ids for c in read.tallies[t].first_to_go().stale)
     try:
         await run_bands(deletion_target(context, policy),
-                        stale_plan(scopes, ceilings.pop(), values), cap=policy.max_deletes_per_tick,
+                        stale_plan(scopes, ceilings.pop(), chunks), cap=policy.max_deletes_per_tick,
                         progress={t: progress[t] for t in tenant_ids}, control=context.control)
     except Exception as exc:
         log.warning("reconcile.shared_plan_failed", tenants=len(tenant_ids),

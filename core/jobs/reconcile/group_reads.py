@@ -155,8 +155,10 @@ async def finish_group(context: TickContext, read: GroupRead,
         await run_isolated(outcome, policy, guard_read_tenant(read, tenant_id))
         done.append(outcome)
         if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
-            # Legacy chunks go by id, in the tenant's own plans (`tombstone_tenant`).
-            sharable = within_cap(outcome, policy) and not read.tallies[tenant_id].legacy_count
+            # A shared plan deletes config-stale chunks only: a tenant whose selection holds
+            # any other reason's (legacy ones included) runs its own plans (`tombstone_tenant`).
+            chosen = read.tallies[tenant_id].first_to_go()
+            sharable = (within_cap(outcome, policy) and len(chosen.stale) == len(chosen.order))
             (shared if sharable else alone).append(tenant_id)
     if len(shared) < 2:
         shared, alone = [], alone + shared

@@ -31,7 +31,13 @@ from core.stores.chroma.errors import (
     failure_text,
     peer_error,
 )
-from core.stores.chroma_door import ENSURE_COLLECTION, DaemonStoreClient, DoorClosed
+from core.stores.chroma.unchanged import delete_unchanged_on
+from core.stores.chroma_door import (
+    DELETE_UNCHANGED,
+    ENSURE_COLLECTION,
+    DaemonStoreClient,
+    DoorClosed,
+)
 from core.stores.fence_deadline import FenceExpired, current_deadline, refuse_when_late
 from core.stores.locks import ProcessLock
 
@@ -188,7 +194,7 @@ class ChromaConnection:
         loop = asyncio.get_running_loop()
         # A fenced delete is looked at once more on the Chroma thread, the last step before
         # its request is sent (`core.stores.fence_deadline`).
-        send_by = current_deadline() if method == "delete" else None
+        send_by = current_deadline() if method in ("delete", DELETE_UNCHANGED) else None
         for attempt in (1, 2):
             call = partial(self._call_on_collection, name, method, kwargs)
             try:
@@ -219,6 +225,11 @@ class ChromaConnection:
         if collection is None:
             collection = self._client.get_collection(name, embedding_function=None)
             self._collections[name] = collection
+        if method == DELETE_UNCHANGED and not isinstance(self._client, DaemonStoreClient):
+            # The compound runs here, on this store's one thread (through the door, in the
+            # daemon, on its one thread): `ChromaWrites.delete_unchanged`.
+            # An embedded store (held under its process lock) runs nothing else meanwhile.
+            return delete_unchanged_on(collection, **kwargs, atomic=self._lock is not None)
         return getattr(collection, method)(**kwargs)
 
 

@@ -12,6 +12,8 @@ from core.rules.rows import ChromaRow
 from core.stores.chroma.connection import ChromaConnection
 from core.stores.chroma.errors import VectorStoreError
 from core.stores.chroma.reads import chunks
+from core.stores.chroma.unchanged import UnchangedDelete
+from core.stores.chroma_door import DELETE_UNCHANGED
 
 
 class ChromaWrites(ChromaConnection):
@@ -40,6 +42,29 @@ class ChromaWrites(ChromaConnection):
                 f"{self.description}: delete on {name!r} did not say how many rows went"
             )
         return deleted
+
+    async def delete_unchanged(self, name: str, *, ids: Sequence[str], digests: Sequence[str],
+                               where: Mapping[str, Any]) -> UnchangedDelete:
+        """Delete those of `ids` whose content (document, metadata, embedding) still has the
+        expected digest (`content_digests`, one per id) and that `where` matches, in one call
+        on the store's one thread: the rows are read whole by id, compared, and the identical
+        ones deleted by id with `where`. The others stay, reported as changed or missing.
+
+        On an embedded store nothing of this process writes between that read and the
+        delete: every call of the process, and every call a command sends through the door
+        (`core.stores.chroma_door`), runs on the same one thread, one call after another. On a
+        Chroma server another process may still write in the read-to-delete round trip
+        (docs/reliability.md)."""
+        if not ids:
+            return UnchangedDelete(0, (), ())
+        result = await self._run(name, DELETE_UNCHANGED, ids=list(ids), digests=list(digests),
+                                 where=dict(where))
+        deleted = result.get("deleted") if isinstance(result, Mapping) else None
+        if not isinstance(deleted, int):
+            raise VectorStoreError(
+                f"{self.description}: delete on {name!r} did not say how many rows went")
+        return UnchangedDelete(deleted, tuple(result.get("changed") or ()),
+                               tuple(result.get("missing") or ()))
 
     async def add(self, name: str, rows: Sequence[ChromaRow]) -> None:
         """Insert rows whose ids are absent, leaving every existing id's row untouched (Chroma
