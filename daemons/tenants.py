@@ -204,6 +204,8 @@ async def run_set_config(args: argparse.Namespace) -> int:
     graph = await open_graph(settings)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
+    except ValueError as exc:  # --repo-slug on a neo.mjs graph: nothing was written
+        raise ConfigError(f"argument --repo-slug: {exc}") from None
     finally:
         await graph.close()
     if args.json:
