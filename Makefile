@@ -11,7 +11,7 @@ CONFIG ?=
 export ANONYMIZED_TELEMETRY := False
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install test test-reliability bench lint typecheck check docs run-daemons demo chroma clean-data clean
+.PHONY: install test test-reliability bench lint typecheck check docs run-daemons demo demo-neo chroma clean-data clean
 
 install: $(STAMP)
 
@@ -73,13 +73,19 @@ run-daemons: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m daemons.demo $(if $(CONFIG),--config $(CONFIG))
 
+# The same story on a neo.mjs deployment's own graph: a made-up checkout in .kb-neo-demo/ (the
+# original's latest schema, its tenant nodes and telemetry), rebuilt on every run; a folder of
+# that name the demo did not make is exit 2, never written into.
+demo-neo: $(STAMP)
+	$(BIN)/python -m daemons.demo --neo
+
 # A local Chroma server on loopback for server mode (chromaUrl = "http://127.0.0.1:8000"), its
 # files owner-only like everything the commands create (umask 077).
 chroma: $(STAMP)
 	umask 077 && $(BIN)/chroma run --host 127.0.0.1 --port 8000 --path .kb-data/chroma-server
 
 clean-data:
-	rm -rf .kb-data
+	rm -rf .kb-data .kb-neo-demo
 
 clean: clean-data
 	rm -rf $(VENV) *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

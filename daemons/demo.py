@@ -16,6 +16,11 @@ what is there and says so.
 
 The demo writes only into a store that holds nothing but its own rows: pointed at a store with
 other data it refuses (exit 2) rather than mix made-up sessions into real ones.
+
+`--neo [DIR]` tells the same story on a neo.mjs deployment's own graph: a made-up checkout in
+a folder of the demo's own (default `.kb-neo-demo`; `core.jobs.demo_neo`), whose graph is the
+original's latest schema holding what the platform would (its frontier, tenant configs and
+telemetry), rebuilt on every run; a folder the demo did not make is exit 2, never written.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from core.jobs.context import TickContext
 from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
+from core.jobs.demo_neo import CONFIG, NEO_DEMO_FOLDER, claim_neo_demo, seed_platform
 from core.jobs.rem_tick import RemTickFigures
 from core.reports.status import gather_status
 from core.reports.status_text import render_status_text
@@ -42,6 +49,7 @@ from core.runtime.settings import load_settings
 from core.stores import demo_state
 from core.stores.chroma import CollectionMissing
 from core.stores.clock import now_ms
+from core.stores.neo.demo_folder import MARKER
 from daemons._cli import Parser, add_config_flag, emit_json, exit_code, run_main, write_text
 from daemons._summaries import counted
 from daemons.drain import drain_spec
@@ -61,6 +69,10 @@ def build_parser() -> Parser:
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object (what was seeded, the drain tick's "
                         "and the pass's figures, the status) instead of the story")
+    parser.add_argument("--neo", nargs="?", const=NEO_DEMO_FOLDER, metavar="DIR",
+                        help="the same story on the original's own graph: a made-up neo.mjs "
+                        f"checkout in DIR (default {NEO_DEMO_FOLDER}), a folder of the demo's "
+                        "own, rebuilt on every run (not with --config)")
     return parser
 
 
@@ -92,15 +104,20 @@ def report_only(context: TickContext) -> TickContext:
     return dataclasses.replace(context, settings=settings)
 
 
-async def run_demo(config: str | None, *, as_json: bool = False) -> int:
+async def run_demo(config: str | None, *, as_json: bool = False,
+                   neo: str | None = None) -> int:
     """Seed, tick, reconcile, show: the drain tick and the reconcile pass are the daemons'
-    own jobs, run once through the runtime's one-shot path (its bound, its graceful stop)."""
-    settings = load_settings(config)
+    own jobs, run once through the runtime's one-shot path (its bound, its graceful stop).
+    With `neo`, on a made-up neo.mjs checkout in that folder (see the module docstring)."""
     started = time.monotonic()
+    if neo is not None:
+        config = str(await prepare_neo_demo(Path(neo)))
+    settings = load_settings(config)
     dataset = build_demo_dataset(now_ms=now_ms())
     drained: Figures | None = None
     reconciled: Figures | None = None
-    claim = await claim_data_dir(settings)
+    # The neo folder is rebuilt on every run: always the demo's own, never footprinted.
+    claim = None if neo is not None else await claim_data_dir(settings)
     own = claim is None
     async with one_shot(settings) as (context, run):
         await refuse_foreign_store(context, dataset)
@@ -112,7 +129,7 @@ async def run_demo(config: str | None, *, as_json: bool = False) -> int:
             reporting = report_only(context)
             reconciled = (await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
                                         dry_run=False)).figures
-    if own and not run.control.stopping:
+    if own and neo is None and not run.control.stopping:
         demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
     if as_json:
@@ -123,7 +140,8 @@ async def run_demo(config: str | None, *, as_json: bool = False) -> int:
                    "status": to_json(status)})
         return exit_code(ok=True, run=run)
     write_text(render_story(seeded, drained=drained, reconciled=reconciled,
-                            config=config, own=own))
+                            config=config, own=own,
+                            again="make demo" if neo is None else "make demo-neo"))
     if claim is not None:
         write_text(f"\n(not a fresh run: {settings.data_dir} {claim}, so it ran on what "
                    "is there; point --config at a fresh dataDir for the story from the "
@@ -131,6 +149,23 @@ async def run_demo(config: str | None, *, as_json: bool = False) -> int:
     write_text("\nStatus now\n" + render_status_text(status, header=False))
     write_text(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return exit_code(ok=True, run=run)
+
+
+async def prepare_neo_demo(folder: Path) -> Path:
+    """The neo demo's folder claimed and its platform graph built; its config's path. A
+    folder the demo made that running daemons use is exit 2 (emptying it would pull their
+    store from under them)."""
+    config = folder / CONFIG
+    if config.is_file() and (folder / MARKER).is_file():
+        try:
+            earlier = load_settings(str(config))
+        except ConfigError:  # an earlier run stopped before its graph: no daemon runs on it
+            earlier = None
+        if earlier is not None and demo_state.store_in_use(earlier):
+            raise ConfigError(f"{folder}: {NOT_OURS_IN_USE}")
+    path = await claim_neo_demo(folder)
+    await seed_platform(load_settings(str(path)))
+    return path
 
 
 #: Why a folder is not the demo's own, as the demo's last line says it.
@@ -162,7 +197,7 @@ async def claim_data_dir(settings: Settings) -> str | None:
 
 
 def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures | None,
-                 config: str | None, own: bool = True) -> str:
+                 config: str | None, own: bool = True, again: str = "make demo") -> str:
     """What just happened, in the order it happened, with the figures that show it (a step a
     stop signal skipped shows zeros); each kind of tenant seeded with what the pass found in
     it; hints that hold in this folder (`make demo` tells the same story again only in a
@@ -197,7 +232,7 @@ def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures
         f"  .venv/bin/kb-reconcile explain {FORCE_PUSHED}{flag}  # one tenant's plan, chunk "
         "by chunk",
         f"  .venv/bin/kb-backfill --days 30 --dry-run{flag} # an eager back-fill, counted",
-        "  make demo                                  # again: the same story from the start"
+        f"  {again:<42} # again: the same story from the start"
         if own else "  (make demo with a fresh dataDir tells the story from the start)",
     ]
     return "\n".join(lines) + "\n"
@@ -226,8 +261,11 @@ def _tenant_lines(reconciled: Figures | None) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Entry point."""
-    args = build_parser().parse_args(argv)
-    run_main(PROG, lambda: run_demo(args.config, as_json=args.json))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.neo is not None and args.config is not None:
+        parser.error("--neo: not with --config (the neo demo writes its own config)")
+    run_main(PROG, lambda: run_demo(args.config, as_json=args.json, neo=args.neo))
 
 
 if __name__ == "__main__":

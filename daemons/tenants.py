@@ -20,6 +20,9 @@ older version becomes stale for reconciliation. `set-manifest` records a repo's 
 it names at least one chunk the repo has (the only command here that reads Chroma);
 `set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
 exit 2 with one line, and changes nothing. The others open only the graph, so they are quick.
+On a neo.mjs graph every node is written in the original's shape (`core.rules.tenants`):
+`--repo-slug` of `set-config`, and `set-repo` of a repo the platform has not declared, are
+exit 2 there.
 """
 
 from __future__ import annotations
@@ -146,7 +149,8 @@ def _add_generation_parsers(commands: argparse._SubParsersAction[Parser]) -> Non
         "Declare the generation a repo's chunks should carry now (tenantRepos): chunks with "
         "another parserId/parserVersion or extractionIdentity become generation orphans, "
         "deleted only once replaced or no longer yielded. A --parser-id without "
-        "--parser-version declares 1.0.0. The tenant's version does not change.")
+        "--parser-version declares 1.0.0. The tenant's version does not change. On a neo.mjs "
+        "graph the repo must be one the platform declared (its tenantRepos entry).")
     repo.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
                       help="the repository this declaration is for")
     repo.add_argument("--parser-id", metavar="P", help="the parser that produces its chunks")
@@ -181,7 +185,8 @@ def build_parser() -> Parser:
         "Raise a tenant's config version by one (the first call gives 1): its chunks stamped "
         "with an older version become stale.")
     set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
-                            help="the repository the tenant's chunks come from")
+                            help="the repository the tenant's chunks come from (not on a "
+                            "neo.mjs graph, which keeps a tenant's repos in tenantRepos)")
     listing = commands.add_parser("list", help="every configured tenant and its version",
                                   description="Every configured tenant, its config version "
                                   "and repo.")
@@ -204,6 +209,8 @@ async def run_set_config(args: argparse.Namespace) -> int:
     graph = await open_graph(settings)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
+    except ValueError as exc:  # --repo-slug on a neo.mjs graph: nothing was written
+        raise ConfigError(f"argument --repo-slug: {exc}") from None
     finally:
         await graph.close()
     if args.json:

@@ -41,7 +41,7 @@ from core.rules.rows import ChromaRow
 from core.rules.timestamps import iso_from_ms
 from core.stores import clock
 from core.stores.daemon_state import get_value, set_value
-from core.stores.graph import upsert_nodes
+from core.stores.graph import original_tenants, upsert_nodes
 from core.stores.queue_files import append_locked
 from core.stores.tenant_manifests import set_tenant_manifest
 from core.stores.tenants import set_tenant_config, tenant_version
@@ -333,8 +333,11 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
     for tenant in dataset.tenants:
         version = await tenant_version(context.graph, tenant.tenant_id)
         while version < tenant.version:
+            # On a neo.mjs graph the repo is in the platform's `tenantRepos`, never a
+            # top-level `repoSlug` (`core.jobs.demo_neo` wrote the platform's nodes).
+            slug = None if original_tenants(context.graph) else tenant.repo_slug
             version = (await set_tenant_config(context.graph, tenant.tenant_id,
-                                               repo_slug=tenant.repo_slug)).version
+                                               repo_slug=slug)).version
         versions[tenant.tenant_id] = version
     for tenant_id, manifest in dataset.manifests:
         await set_tenant_manifest(context.graph, tenant_id, manifest)

@@ -113,6 +113,29 @@ def replaced_repos(stored: Any, slug: str, entry: RepoGeneration | None) -> list
     return kept if entry is None else [*kept, entry.stored()]
 
 
+#: The keys of a `tenantRepos` entry that declare its generation (the rest, on a neo.mjs graph
+#: `cloneUrl`, `credentialRef`, `branchRef`, ..., are the platform's).
+GENERATION_KEYS: Final = (PARSER_ID_KEY, PARSER_VERSION_KEY, EXTRACTION_KEY)
+
+
+def declared_in_place(stored: Any, slug: str, entry: RepoGeneration | None) -> list[Any]:
+    """The `tenantRepos` list as `set-repo` leaves it on a neo.mjs graph: each entry of `slug`
+    keeps its own keys (the platform's clone URL and credential reference), its generation
+    keys replaced by `entry`'s (removed with None); the other entries as stored. LookupError
+    when no entry names `slug`: the original requires a `cloneUrl` and a `credentialRef` of
+    every entry (its `normalizeTenantRepoConfig` throws on one without, stopping its
+    repository sync), which only the platform can give."""
+    repos = stored if isinstance(stored, list) else []
+    if not any(isinstance(e, Mapping) and e.get(REPO_KEY) == slug for e in repos):
+        raise LookupError(f"repo {slug!r} is not in the tenant's tenantRepos; on a neo.mjs "
+                          "graph the platform declares a repo (its cloneUrl and "
+                          "credentialRef), set-repo only gives it a generation")
+    declared = {} if entry is None else {k: v for k, v in entry.stored().items()
+                                         if k in GENERATION_KEYS}
+    return [{**{k: v for k, v in e.items() if k not in GENERATION_KEYS}, **declared}
+            if isinstance(e, Mapping) and e.get(REPO_KEY) == slug else e for e in repos]
+
+
 def _entries(tenant_repos: Any) -> Iterable[Mapping[str, Any]]:
     if not isinstance(tenant_repos, list):
         return ()

@@ -30,7 +30,7 @@ from typing import Any, Final
 from core.rules.extraction_snapshot import ExtractionSnapshot, snapshot_from
 from core.rules.numbers import is_real_number
 from core.rules.rows import id_and_metadata
-from core.rules.tenants import normalize_tenant_id
+from core.rules.tenants import normalize_tenant_id, team_visible
 from core.rules.terminal_text import inert
 
 MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
@@ -241,6 +241,29 @@ def manifest_patch(tenant_id: str, manifest: RepoManifest) -> dict[str, Any]:
     entry: dict[str, Any] = {"revision": None, **manifest.stored()}
     return {"tenantId": normalize_tenant_id(tenant_id),
             MANIFESTS_PROPERTY: {manifest.repo_slug: entry}}
+
+
+def original_manifest_patch(tenant_id: str, manifest: RepoManifest,
+                            stored_properties: Any) -> dict[str, Any]:
+    """What `set-manifest` merges into the node on a neo.mjs graph, as the original's
+    `setTenantManifest` writes it: `tenantId`, the repo's entry `{repoSlug, pathsAfterPush,
+    updatedAt[, revision]}` (the other repos' entries, and the entry's other keys such as its
+    `extractionSnapshot`, kept by the merge), the node's `updatedAt` (the entry's) and
+    `visibility: "team"`. The merge deletes no key, so a stale `revision` is overwritten with
+    null, and only when the stored entry has one (the original's entries have none)."""
+    entry = manifest.stored()
+    if manifest.revision is None and _stored_entry(stored_properties,
+                                                   manifest.repo_slug).get("revision"):
+        entry["revision"] = None
+    return team_visible({"tenantId": normalize_tenant_id(tenant_id),
+                         MANIFESTS_PROPERTY: {manifest.repo_slug: entry},
+                         "updatedAt": manifest.updated_at})
+
+
+def _stored_entry(properties: Any, repo_slug: str) -> Mapping[str, Any]:
+    by_repo = properties.get(MANIFESTS_PROPERTY) if isinstance(properties, Mapping) else None
+    entry = by_repo.get(repo_slug) if isinstance(by_repo, Mapping) else None
+    return entry if isinstance(entry, Mapping) else {}
 
 
 @dataclass(frozen=True, slots=True)

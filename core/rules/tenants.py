@@ -8,11 +8,20 @@ integer >= 1); a tenant with no node is at version 0, which means "nothing to re
 
 Tenant ids are normalized: surrounding whitespace and one leading `@` go, so `@alice` and
 `alice` are the same tenant everywhere (graph, Chroma `where`, telemetry).
+
+On a neo.mjs graph the node is written as the original's `IngestionService.setTenantConfig`
+writes it (`research/neo-deployment.md` §6): `tenantId`, `version`, `visibility: "team"` (its
+row-filtered reads then find the node without a request context), the repos in
+`tenantRepos` and no top-level `repoSlug`; a new node also gets the defaults the original
+gives one (`original_config_properties`).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +32,17 @@ TENANT_CONFIG_LABEL = "KnowledgeBaseTenantConfig"
 TENANT_CONFIG_PREFIX = "kb-config:"
 #: The version of a tenant without a configuration node: nothing of it can be stale.
 NO_CONFIG_VERSION = 0
+#: The `visibility` of the original's tenant nodes (its PR #11717): its row-filtered read
+#: (`... OR json_extract(data, '$.properties.visibility') = 'team'`) finds such a node with
+#: no request context, whatever its `user_id`.
+TEAM_VISIBILITY = "team"
+VISIBILITY_KEY = "visibility"
+#: What the original's `setTenantConfig` writes into a config it creates from an empty
+#: payload (`normalizeTenantRepoConfig({})`): written on a neo.mjs graph only when the node
+#: is created, so a config the platform wrote keeps its own sources, parsers and repos.
+ORIGINAL_CONFIG_DEFAULTS: dict[str, Any] = {
+    "useDefaultSources": True, "rawRepoSource": False, "useDefaultParsers": True,
+    "customSources": [], "customParsers": [], "sourcePaths": {}, "tenantRepos": []}
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,3 +157,40 @@ def next_config_properties(
     config = TenantConfig(tenant_id, version,
                           properties.get("repoSlug", repo_slug_from(old_properties)))
     return properties, config
+
+
+def original_config_properties(
+    node_id: str, old_properties: Any, *, exists: bool
+) -> tuple[dict[str, Any], TenantConfig]:
+    """The properties `set-config` writes on a neo.mjs graph, as the original's
+    `setTenantConfig` does: `tenantId`, the version raised by one from the stored one (as
+    `(existing?.properties?.version || 0) + 1`; an unreadable one counts as 0), `visibility:
+    "team"`, and, only for a node not yet there (`exists` False), the original's defaults.
+    No `repoSlug` and no `updatedAt`: the original writes neither. The merge that writes them
+    keeps every other key of a stored node (its `tenantRepos` included)."""
+    version = version_from_properties(old_properties) + 1
+    tenant_id = node_id[len(TENANT_CONFIG_PREFIX):]
+    properties: dict[str, Any] = {"tenantId": tenant_id}
+    if not exists:
+        properties.update(copy.deepcopy(ORIGINAL_CONFIG_DEFAULTS))
+    properties.update({"version": version, VISIBILITY_KEY: TEAM_VISIBILITY})
+    old = old_properties if isinstance(old_properties, dict) else {}
+    return properties, TenantConfig(tenant_id, version, repo_slug_from(old_properties),
+                                    tenant_repos=old.get("tenantRepos",
+                                                         properties.get("tenantRepos")))
+
+
+def team_visible(patch: dict[str, Any]) -> dict[str, Any]:
+    """`patch` with `visibility: "team"`: a write of a tenant node on a neo.mjs graph leaves
+    it readable by the original's row-filtered reads (research §2.2)."""
+    return {**patch, VISIBILITY_KEY: TEAM_VISIBILITY}
+
+
+def named_as_recorded(tenants: Sequence[TenantConfig],
+                      recorded: Mapping[str, str]) -> list[TenantConfig]:
+    """The tenants with the repo the original names their telemetry by (neo.mjs graph): the
+    smallest repo of each tenant's recorded events (`recorded`), which the original's
+    reconciler takes before anything else (it never reads a config's `repoSlug`); a tenant
+    without events keeps its own (and then the repos its data names: `TenantOutcome`)."""
+    return [dataclasses.replace(t, repo_slug=recorded[t.tenant_id])
+            if recorded.get(t.tenant_id) else t for t in tenants]

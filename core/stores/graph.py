@@ -217,3 +217,9 @@ async def provenance_counts(reader: Reader) -> dict[str, tuple[int, int, int, in
     return {str(label): (int(total), int(backfilled or 0), int(live or 0), int(minimal or 0))
             for label, total, backfilled, live, minimal
             in await reader.query(reader.sql.provenance_counts)}
+
+
+def original_tenants(reader: Reader) -> bool:
+    """Whether the tenant nodes are read and written in the original's shape (a neo.mjs
+    graph: `core.rules.tenants`, `core.rules.manifests`)."""
+    return reader.model is not None and reader.model.original_tenants

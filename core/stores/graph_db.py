@@ -136,6 +136,9 @@ class GraphModel(Protocol):
 
     #: Whether an upsert keeps every key a node has (`drop_keys` are not dropped).
     keeps_every_key: bool
+    #: Whether the tenant nodes are the original's (`core.rules.tenants`: written with its
+    #: defaults and `visibility`, no top-level `repoSlug`; telemetry names its repo).
+    original_tenants: bool
 
     async def existing_ids(self, reader: Reader, ids: Collection[str]) -> set[str]:
         """Which of `ids` resolve to a node."""

@@ -59,6 +59,10 @@ class Statements:
     #: (since) -> tenant, repo, KNOWN_METRICS figures: every event at or after `since`, no
     #: upper bound (the original's health view), by tenant then repo
     health_by_repo: str
+    #: () -> tenant, the smallest non-empty repo of its events: the repo the original's
+    #: reconciler names a tenant's telemetry by (the first row of its rollup, all-time,
+    #: `ORDER BY tenant_id, repo_slug`)
+    first_repo_by_tenant: str
     #: (event, event) -> tenant, repo, timestamp, total, deleted, detail: each tenant's latest
     last_reconcile: str
     # ------------------------------------------------------------------- drain state

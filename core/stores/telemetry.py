@@ -113,3 +113,11 @@ async def last_stale_counts(graph: GraphDB) -> dict[str, StaleReport]:
             detail=parsed if isinstance(parsed, dict) else {},
         )
     return reports
+
+
+async def recorded_repos(graph: GraphDB) -> dict[str, str]:
+    """Each tenant's smallest repo among its recorded events, by tenant id: the repo the
+    original's reconciler names the tenant's telemetry by (its rollup's first row). Tenants
+    without an event are absent. A failing read raises (StoreUnavailable)."""
+    rows = await graph.query(graph.sql.first_repo_by_tenant)
+    return {str(tenant): str(repo) for tenant, repo in rows if repo is not None}

@@ -14,10 +14,11 @@ from core.rules.manifests import (
     manifest_node_id,
     manifest_patch,
     manifests_from_properties,
+    original_manifest_patch,
 )
 from core.rules.nodes import NodeRow
 from core.rules.tenants import properties_or_empty
-from core.stores.graph import upsert_nodes
+from core.stores.graph import original_tenants, upsert_nodes
 from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
@@ -41,10 +42,17 @@ async def all_manifests(graph: GraphDB) -> dict[str, dict[str, RepoManifest]]:
 
 
 async def set_tenant_manifest(graph: GraphDB, tenant_id: str, manifest: RepoManifest) -> None:
-    """Replace one repo's manifest (the other repos' are kept), in one transaction."""
+    """Replace one repo's manifest (the other repos' are kept), in one transaction; on a
+    neo.mjs graph as the original writes it (`core.rules.manifests.original_manifest_patch`)."""
+    node_id = manifest_node_id(tenant_id)
     async with graph.write() as tx:
-        await upsert_nodes(tx, [NodeRow(manifest_node_id(tenant_id), MANIFEST_LABEL,
-                                        manifest_patch(tenant_id, manifest))])
+        if original_tenants(tx):
+            rows = await tx.query(tx.sql.node_properties, (node_id,))
+            patch = original_manifest_patch(
+                tenant_id, manifest, properties_or_empty(rows[0][0]) if rows else {})
+        else:
+            patch = manifest_patch(tenant_id, manifest)
+        await upsert_nodes(tx, [NodeRow(node_id, MANIFEST_LABEL, patch)])
     log.info("tenants.manifest_set", tenant=tenant_id, repoSlug=manifest.repo_slug,
              paths=len(manifest.paths_after_push), revision=manifest.revision,
              updatedAt=manifest.updated_at)

@@ -18,11 +18,13 @@ from core.rules.tenants import (
     TenantConfig,
     config_from_row,
     next_config_properties,
+    original_config_properties,
     properties_or_empty,
+    team_visible,
     tenant_config_node_id,
 )
 from core.stores.clock import now_ms
-from core.stores.graph import upsert_nodes
+from core.stores.graph import original_tenants, upsert_nodes
 from core.stores.graph_db import GraphDB
 
 log = structlog.get_logger(__name__)
@@ -59,16 +61,25 @@ async def set_tenant_config(
     The read of the old version and the write of the new one share one `BEGIN IMMEDIATE`
     transaction, so two concurrent `set-config` calls give two distinct versions instead of
     both writing the same one. Other properties of the node (written by the platform) are
-    kept; `repoSlug` changes only when given.
+    kept; `repoSlug` changes only when given. On a neo.mjs graph the node is written as the
+    original writes it (`core.rules.tenants.original_config_properties`); a `repo_slug` is
+    then a ValueError, since the original keeps a tenant's repos in `tenantRepos` only.
     """
     node_id = tenant_config_node_id(tenant_id)
     if repo_slug is not None and not repo_slug.strip():
         raise ValueError("repo slug is empty")
+    if repo_slug is not None and original_tenants(graph):
+        raise ValueError("a neo.mjs graph keeps a tenant's repos in tenantRepos, never in a "
+                         "top-level repoSlug: set-config without --repo-slug")
     async with graph.write() as tx:
         rows = await tx.query(tx.sql.node_properties, (node_id,))
         old_properties = properties_or_empty(rows[0][0]) if rows else {}
-        properties, config = next_config_properties(node_id, old_properties,
-                                                    repo_slug=repo_slug, now_ms=now_ms())
+        if original_tenants(tx):
+            properties, config = original_config_properties(node_id, old_properties,
+                                                            exists=bool(rows))
+        else:
+            properties, config = next_config_properties(node_id, old_properties,
+                                                        repo_slug=repo_slug, now_ms=now_ms())
         await upsert_nodes(tx, [NodeRow(node_id, TENANT_CONFIG_LABEL, properties)])
     log.info("tenants.config_set", tenant=config.tenant_id, version=config.version,
              repoSlug=config.repo_slug)
@@ -93,12 +104,16 @@ async def set_tenant_policy(graph: GraphDB, tenant_id: str, patch: dict[str, Any
     configuration node, in one transaction; the version is never raised (a policy changes what
     is done about stale chunks, not which chunks are stale). Raises LookupError for a tenant
     without a configuration node: a policy on a tenant the pass never visits would do nothing.
+    On a neo.mjs graph the write also keeps the node `visibility: "team"` (the original's
+    row-filtered reads find it).
     """
     node_id = tenant_config_node_id(tenant_id)
     async with graph.write() as tx:
         rows = await tx.query(tx.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))
         if not rows:
             raise LookupError(f"tenant {tenant_id!r} has no configuration (run set-config first)")
+        if original_tenants(tx):
+            patch = team_visible(patch)
         await upsert_nodes(tx, [NodeRow(node_id, TENANT_CONFIG_LABEL, patch)])
         rows = await tx.query(tx.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))
     config = config_from_row(rows[0][0], rows[0][1]).config

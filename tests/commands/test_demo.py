@@ -6,13 +6,21 @@ import json
 import re
 import sqlite3
 import subprocess
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from core.jobs.demo import build_demo_dataset, synthetic_embedding
+from core.rules.graph_schema import NeoEra
 from core.rules.manifests import PathCoverage, diff_tenant_manifest
 from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.stores.chroma import VectorStore
+from tests.neo_graphs import (
+    assert_original_schema_unchanged,
+    build_neo_graph,
+    documents,
+    original_entries,
+)
 from tests.support import make_settings, run_module, seed
 
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}
@@ -213,3 +221,58 @@ def test_the_demo_json_is_one_object_with_every_tenant_kind(tmp_path: Path) -> N
     assert shown["drain"]["drain"]["succeeded"] > 0
     assert {t["tenantId"] for t in shown["reconcile"]["tenants"]} == {
         "acme", "globex", "hooli", "initech"}
+
+
+def run_neo_demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_module("daemons.demo", *args, home=tmp_path / "home", timeout=180)
+
+
+def neo_story(shown: dict[str, Any]) -> tuple[Any, ...]:
+    """What a run of the demo found, without its clock."""
+    drain = shown["drain"]["drain"]
+    return (drain["succeeded"], drain["requeued"], drain["deadLettered"],
+            shown["drain"]["liveIngest"]["sessionsUpserted"], shown["reconcile"]["staleCount"],
+            shown["reconcile"]["manifestOrphanCount"], shown["reconcile"]["tombstonedCount"],
+            shown["status"]["graph"]["neo"]["nodes"], shown["status"]["graph"]["neo"]["edges"])
+
+
+def test_the_neo_demo_tells_the_story_on_the_originals_graph_in_a_folder_of_its_own(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "neo-demo"
+    first = run_neo_demo(tmp_path, "--neo", str(folder), "--json")
+    assert first.returncode == 0, first.stderr[-3000:]
+    shown = json.loads(first.stdout)
+    graph = folder / "neo/.neo-ai-data/sqlite/memory-core-graph.sqlite"
+    assert shown["ok"] and shown["fresh"]
+    assert (shown["status"]["graph"]["schema"], shown["status"]["graph"]["neo"]["era"]) == (
+        "neo", "E3")
+    assert neo_story(shown)[:7] == (8, 2, 3, 3, 6, 3, 0), "one tick and a report-only pass"
+    build_neo_graph(tmp_path / "fresh.sqlite", NeoEra.E3, nodes=())
+    # The original's schema as its boot leaves it, and its telemetry table as it makes it.
+    assert_original_schema_unchanged(original_entries(tmp_path / "fresh.sqlite"), graph)
+    nodes = documents(graph)
+    assert nodes["demo-m-s01-1"]["label"] == "AGENT_MEMORY"
+    acme = nodes["kb-config:acme"]["properties"]
+    assert (acme["version"], acme["visibility"], "repoSlug" in acme) == (3, "team", False)
+    assert acme["tenantRepos"][0]["repoSlug"] == "acme/platform"
+    with closing(sqlite3.connect(graph)) as conn:
+        named = dict(conn.execute("SELECT tenant_id, repo_slug FROM kb_ingestion_metrics "
+                                  "WHERE event_type = 'reconcile'"))
+    assert named["acme"] == "acme/platform", "named as the original's reconciler names it"
+
+    again = run_neo_demo(tmp_path, "--neo", str(folder), "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert neo_story(json.loads(again.stdout)) == neo_story(shown), "the same story again"
+
+
+def test_the_neo_demo_never_writes_into_a_folder_it_did_not_make(tmp_path: Path) -> None:
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    (folder / "kb.toml").write_text("mine\n")
+    refused = run_neo_demo(tmp_path, "--neo", str(folder))
+    assert refused.returncode == 2 and "not made by the neo demo" in refused.stderr
+    assert [p.name for p in folder.iterdir()] == ["kb.toml"]
+    assert (folder / "kb.toml").read_text() == "mine\n"
+    both = run_neo_demo(tmp_path, "--neo", str(folder), "--config", str(folder / "kb.toml"))
+    assert both.returncode == 2 and "not with --config" in both.stderr

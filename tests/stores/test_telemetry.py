@@ -30,6 +30,7 @@ from core.stores.telemetry import (
     last_stale_counts,
     new_metric_row,
     record_ingestion_metric,
+    recorded_repos,
 )
 from core.stores.telemetry_spool import MetricSpool
 
@@ -259,3 +260,14 @@ async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
     assert spool.pending() == 1
     assert await spool.flush(graph) == 1
     await graph.close()
+
+
+async def test_recorded_repos_name_each_tenants_smallest_repo_in_byte_order(
+    graph: GraphDB,
+) -> None:
+    """The original's reconciler names a tenant by the first row of its rollup, ordered by
+    SQLite's byte order: `B` before `a`, whatever the server's collation."""
+    for tenant, repo in (("acme", "github.com/a"), ("acme", "Github.com/B"), ("acme", ""),
+                         ("beta", "neo"), ("beta", "neo")):
+        await record_ingestion_metric(graph, tenant_id=tenant, repo_slug=repo)
+    assert await recorded_repos(graph) == {"acme": "Github.com/B", "beta": "neo"}

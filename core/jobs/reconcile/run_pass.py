@@ -22,7 +22,9 @@ from core.rules.manifests import RepoManifest
 from core.rules.reconcile import ReconcilePolicy
 from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures, TenantOutcome
 from core.rules.tenant_policy import TenantPolicy
-from core.rules.tenants import TenantConfig
+from core.rules.tenants import TenantConfig, named_as_recorded
+from core.stores.graph import original_tenants
+from core.stores.telemetry import recorded_repos
 from core.stores.telemetry_spool import MetricSpool
 from core.stores.tenant_manifests import all_manifests
 from core.stores.tenants import list_tenants
@@ -70,6 +72,8 @@ async def reconcile_tick(
     if not dry_run:
         await recorder.flush_spool()
     tenants = await list_tenants(context.graph)
+    if original_tenants(context.graph):  # the original's reconciler names the repo so
+        tenants = named_as_recorded(tenants, await recorded_repos(context.graph))
     manifests = await all_manifests(context.graph)
     outcomes = await reconcile_all_tenants(context, tenants, policy, manifests, recorder)
     return ReconcileFigures.of(

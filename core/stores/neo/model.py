@@ -78,6 +78,7 @@ class NeoGraphModel:
     layout (`NeoLayout`: era, `user_id` columns) the connection keeps current."""
 
     keeps_every_key = True
+    original_tenants = True
 
     def __init__(self, layout: NeoLayout) -> None:
         self.layout = layout

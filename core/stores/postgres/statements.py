@@ -117,6 +117,8 @@ INSERT INTO kb_ingestion_metrics(
     health_by_repo=(f"SELECT tenant_id, repo_slug, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
                     "WHERE timestamp >= $1 GROUP BY tenant_id, repo_slug "
                     'ORDER BY tenant_id COLLATE "C", repo_slug COLLATE "C"'),
+    first_repo_by_tenant=('SELECT tenant_id, MIN(repo_slug COLLATE "C") '
+                          "FROM kb_ingestion_metrics WHERE repo_slug <> '' GROUP BY tenant_id"),
     last_reconcile=(
         "SELECT DISTINCT ON (tenant_id COLLATE \"C\") tenant_id, repo_slug, timestamp, "
         "chunks_total, chunks_deleted, detail FROM kb_ingestion_metrics "

@@ -95,6 +95,8 @@ INSERT OR IGNORE INTO kb_ingestion_metrics(
     health_by_repo=(f"SELECT tenant_id, repo_slug, {_ROLLUP_COLUMNS} FROM kb_ingestion_metrics "
                     "WHERE timestamp >= ? GROUP BY tenant_id, repo_slug "
                     "ORDER BY tenant_id, repo_slug"),
+    first_repo_by_tenant=("SELECT tenant_id, MIN(repo_slug) FROM kb_ingestion_metrics "
+                          "WHERE repo_slug <> '' GROUP BY tenant_id"),
     last_reconcile=(
         "SELECT tenant_id, repo_slug, timestamp, chunks_total, chunks_deleted, detail "
         "FROM kb_ingestion_metrics AS m WHERE event_type = ? AND id = ("
