@@ -119,24 +119,36 @@ class SqliteFile:
         closed when any of it fails (StoreUnavailable).
 
         Two openers of a new file at once (both daemons of `make run-daemons` on a fresh
-        clone) must both succeed: the DDL runs in one `BEGIN IMMEDIATE` transaction, so the
-        write lock is taken first and waited for within `busy_timeout` (statement by statement
-        in autocommit, a read lock upgraded while the other opener writes is refused at once,
-        busy timeout or not), and the switch to WAL, which SQLite refuses at once while
-        another connection uses the file, is tried again within the same timeout."""
+        clone) must both succeed: DDL refused at once while the other opener writes (a read
+        lock upgraded in autocommit is, busy timeout or not) runs again in one `BEGIN
+        IMMEDIATE` transaction, which waits (`_create_schema`), and the switch to WAL, which
+        SQLite refuses at once while another connection uses the file, is tried again within
+        the same timeout."""
         try:
             if not self.read_only:
                 await self._switch_to_wal()
                 # FULL: a commit survives power loss, so deleting the queue file after it is safe.
                 await self.conn.execute("PRAGMA synchronous=FULL")
             if ddl:
-                await self.conn.executescript("BEGIN IMMEDIATE;" + "".join(ddl) + "COMMIT;")
+                await self._create_schema("".join(ddl))
             await self.conn.execute("PRAGMA foreign_keys=ON")
         except BaseException as exc:
             await self.conn.close()
             if isinstance(exc, sqlite3.Error):
                 raise StoreUnavailable(f"SQLite {self.path}: open failed: {exc}") from exc
             raise
+
+    async def _create_schema(self, script: str) -> None:
+        """The (idempotent) DDL, in autocommit as on every open: on a file whose schema is
+        complete it changes nothing and takes no write lock. Refused at once because another
+        opener is writing a new file's schema, it runs again in one `BEGIN IMMEDIATE`
+        transaction, which waits for that opener within `busy_timeout`."""
+        try:
+            await self.conn.executescript(script)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            await self.conn.executescript("BEGIN IMMEDIATE;" + script + "COMMIT;")
 
     async def _switch_to_wal(self) -> None:
         """`journal_mode=WAL` (kept in the file once set), tried again while SQLite answers
