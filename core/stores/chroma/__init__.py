@@ -18,8 +18,9 @@ unless said otherwise; timings in docs/performance.md, "Notes moved from the cod
   evaluated by the store when it runs, and returns how many rows it removed; with `limit` it
   removes at most that many of the matching rows (never used: the store would choose).
   `delete(ids=..., where=...)` (and a `get` by ids and `where`) costs ~13 ms per id whatever
-  the `where`, against microseconds by ids alone: only a band's delete on a Chroma server
-  sends it (inside `delete_unchanged`); the embedded store's deletes go by ids alone;
+  the `where`, against microseconds by ids alone: only a band's delete sends it (inside
+  `delete_unchanged`, on every store: a writer outside this process can re-stamp a row
+  between the compare and the delete, another client of the same embedded store included);
 - a numeric `$lt`/`$lte`/`$gt` never matches a row whose key is missing, a string or a bool
   (a bool operand is refused); an integer value is compared with a fractional operand
   truncated toward zero (`$lte 2.5` matches int 2, `$lt 1000.5` does not match int 1000);

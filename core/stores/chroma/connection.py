@@ -229,7 +229,7 @@ class ChromaConnection:
             # The compound runs here, on this store's one thread (through the door, in the
             # daemon, on its one thread): `ChromaWrites.delete_unchanged`.
             # An embedded store (held under its process lock) runs nothing else meanwhile.
-            return delete_unchanged_on(collection, **kwargs, atomic=self._lock is not None)
+            return delete_unchanged_on(collection, **kwargs)
         return getattr(collection, method)(**kwargs)
 
 

@@ -27,7 +27,7 @@ class UnchangedDelete:
 
 
 def delete_unchanged_on(collection: Any, *, ids: Sequence[str], digests: Sequence[str],
-                        where: Mapping[str, Any], atomic: bool) -> dict[str, Any]:
+                        where: Mapping[str, Any]) -> dict[str, Any]:
     """(blocking, on the one Chroma thread) The compound of `delete_unchanged` on a Chroma
     collection: read the rows whole by id, compare each with its expected digest
     (`content_digests`), and delete by id (with `where`) only those identical."""
@@ -40,8 +40,10 @@ def delete_unchanged_on(collection: Any, *, ids: Sequence[str], digests: Sequenc
     same = [i for i in ids if now.get(i) == expected[i]]
     deleted: Any = 0
     if same:
-        result = (collection.delete(ids=same) if atomic
-                  else collection.delete(ids=same, where=dict(where)))
+        # The `where` as well, on every store: a writer that does not go through this process
+        # (another client of the same embedded store, a server's other clients) may re-stamp
+        # or re-ingest a row between the compare and the delete; the store then refuses it.
+        result = collection.delete(ids=same, where=dict(where))
         deleted = result.get("deleted") if isinstance(result, Mapping) else None
     return {"deleted": deleted, "changed": [i for i in ids if i in now and i not in same],
             "missing": [i for i in ids if i not in now]}

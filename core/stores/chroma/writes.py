@@ -52,9 +52,11 @@ class ChromaWrites(ChromaConnection):
 
         On an embedded store nothing of this process writes between that read and the
         delete: every call of the process, and every call a command sends through the door
-        (`core.stores.chroma_door`), runs on the same one thread, one call after another. On a
-        Chroma server another process may still write in the read-to-delete round trip
-        (docs/reliability.md)."""
+        (`core.stores.chroma_door`), runs on the same one thread, one call after another. A
+        writer outside this process (a server's other clients, another client of the same
+        embedded store) may still write between the read and the delete: the delete's
+        `where` then refuses a row re-stamped or re-ingested since, and only a rewrite that
+        keeps its stamp and `ingestedAt` in that window is not seen (docs/reliability.md)."""
         if not ids:
             return UnchangedDelete(0, (), ())
         result = await self._run(name, DELETE_UNCHANGED, ids=list(ids), digests=list(digests),
