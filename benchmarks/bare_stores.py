@@ -33,7 +33,7 @@ def settings_for(root: Path, **overrides: Any) -> Any:
 def open_sqlite(path: Path) -> sqlite3.Connection:
     """The graph file with the project's durability settings, in autocommit mode (callers
     issue their own BEGIN IMMEDIATE / COMMIT)."""
-    from core.stores.sqlite import BUSY_TIMEOUT_MS
+    from core.base.state.sqlite import BUSY_TIMEOUT_MS
 
     conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -58,7 +58,7 @@ def scan_picking(collection: Any, where: dict[str, Any] | None,
     """The floors' read: ONE bare paged scan of `where`'s rows (None: the whole collection),
     metadatas only, at the pass's page size. Returns how many rows it read and the ids of
     those `pick(metadata)` picks (none when `pick` is None)."""
-    from core.stores.chroma import SCAN_PAGE_ROWS
+    from core.base.chroma import SCAN_PAGE_ROWS
 
     picked: list[str] = []
     scanned = offset = 0

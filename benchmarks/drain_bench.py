@@ -10,7 +10,7 @@ memories and `summaries` session summaries. 40% of the lines point at a memory w
 missing but whose row exists, 5% at targets that exist nowhere, 5% are malformed, and the rest
 link nodes that already exist. The contenders:
 
-- **drainer**: `core.jobs.drain.drain_queue`, exactly as a REM tick runs it;
+- **drainer**: `core.drain.drain_queue`, exactly as a REM tick runs it;
 - **baseline**: the original's algorithm (seeds/000, "JSONL Lazy Queue", "The Async Edge
   Path"), written here on the bare clients so it is not slowed by this project's adapters:
   per line, check both endpoints (one SQLite query each), one Chroma `get` per missing
@@ -307,7 +307,7 @@ def _malformed_line(n: int) -> bytes:
 
 async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
     """(child) Write the workload into `root`: Chroma rows, graph, queue, the floor's plan."""
-    from core.stores.chroma import VectorStore
+    from core.base.chroma import VectorStore
     from tests.support import seed
 
     workload = build_workload(sizes)
@@ -327,15 +327,15 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
 async def seed_graph(settings: Any, workload: Workload) -> None:
     """(child) The graph the workload starts from (concepts, live memories and sessions, their
     ORIGINATES_IN edges), in the state store `settings` names (SQLite or PostgreSQL)."""
-    from core.rules.nodes import (
+    from core.base.rules.nodes import (
         NodeRow,
         memory_node,
         minimal_session_node,
         originates_in,
         session_node,
     )
-    from core.stores.graph import insert_edges_if_absent, upsert_nodes
-    from core.stores.state import open_graph
+    from core.base.state.graph import insert_edges_if_absent, upsert_nodes
+    from core.base.state.state import open_graph
 
     summaries = {str(m["sessionId"]): (i, m) for i, m in workload.summary_rows}
     nodes = [NodeRow(c, "CONCEPT", {"name": c.split(":", 1)[1]}) for c in workload.concept_ids]
@@ -359,8 +359,8 @@ async def seed_graph(settings: Any, workload: Workload) -> None:
 
 async def run_drainer(root: Path) -> dict[str, Any]:
     """(child) The project's drainer, as one REM tick runs it (stores opened untimed)."""
-    from core.jobs.drain import drain_queue
-    from core.runtime.tick import open_context
+    from core.drain.queue_drain import drain_queue
+    from core.suite.tick import open_context
 
     settings = settings_for(root)
     measure = CpuMeasure()
@@ -390,7 +390,7 @@ class _PerEdgeBaseline:
     """The original LazyEdgeDrainer + linkNodesAsync + ingestSingleRow, per line."""
 
     def __init__(self, conn: sqlite3.Connection, client: Any, settings: Any) -> None:
-        from core.stores.graph import MAX_WEIGHT, REINFORCE_FACTOR
+        from core.base.state.graph import MAX_WEIGHT, REINFORCE_FACTOR
 
         self.conn = conn
         self.memories = client.get_collection(settings.memory_collection,
@@ -408,7 +408,7 @@ class _PerEdgeBaseline:
 
     def drain(self, queue: Path, draining: Path) -> dict[str, Any]:
         """Rename the queue, link line by line, append the failures back, remove the file."""
-        from core.stores.queue_files import append_locked, new_generation, rotate_queue
+        from core.drain.stores.queue_files import append_locked, new_generation, rotate_queue
 
         linked = malformed = 0
         failures: list[bytes] = []
@@ -453,8 +453,8 @@ class _PerEdgeBaseline:
 
     def ingest_single_row(self, node_id: str) -> bool:
         """One Chroma `get` for a missing memory (and one for its missing parent session)."""
-        from core.rules.ids import parse_row_node_id
-        from core.rules.nodes import memory_node, originates_in, session_id_of
+        from core.base.rules.ids import parse_row_node_id
+        from core.base.rules.nodes import memory_node, originates_in, session_id_of
 
         parsed = parse_row_node_id(node_id)
         if parsed is None:
@@ -479,7 +479,7 @@ class _PerEdgeBaseline:
 
     def backfill_session(self, session_id: str) -> None:
         """A session from its summary row (`where sessionId`), else a minimal node."""
-        from core.rules.nodes import minimal_session_node, pick_summary_row, session_node
+        from core.base.rules.nodes import minimal_session_node, pick_summary_row, session_node
 
         got = self.summaries.get(where={"sessionId": session_id}, include=["metadatas"])
         rows = list(zip(got["ids"], [dict(m or {}) for m in got["metadatas"] or []],
@@ -492,7 +492,7 @@ class _PerEdgeBaseline:
 
 def _parse_like_the_original(raw: bytes) -> tuple[str, str, str, float, str] | None:
     """JSON.parse plus the required-field check; None for a malformed line."""
-    from core.rules.ids import normalize_graph_node_id
+    from core.base.rules.ids import normalize_graph_node_id
 
     try:
         entry = json.loads(raw)
@@ -517,7 +517,7 @@ def _json(value: Any) -> str:
 
 def run_floor(root: Path) -> dict[str, Any]:
     """(child) The bulk Chroma reads and the one bulk SQLite write, nothing else."""
-    from core.stores.graph import MAX_WEIGHT, REINFORCE_FACTOR
+    from core.base.state.graph import MAX_WEIGHT, REINFORCE_FACTOR
 
     settings = settings_for(root)
     plan = FloorPlan(**json.loads((root / FLOOR_PLAN_FILE).read_text(encoding="utf-8")))

@@ -46,7 +46,7 @@ def neo_settings(root: Path, **overrides: Any) -> Any:
 
 def seed_store(root: Path, sizes: drain_bench.DrainSizes) -> dict[str, Any]:
     """(child) The original's fresh E3 file, then `drain_bench`'s seeding into it."""
-    from core.rules.graph_schema import NeoEra
+    from core.base.rules.graph_schema import NeoEra
     from tests.neo_graphs import build_neo_graph
 
     build_neo_graph(root / "data" / GRAPH_FILE, NeoEra.E3, nodes=())
@@ -65,7 +65,7 @@ def _document(document: dict[str, Any]) -> str:
 
 def run_floor(root: Path) -> dict[str, Any]:
     """(child) The bulk Chroma reads and the one transaction of the schema's writes."""
-    from core.rules.nodes import REINFORCE_FACTOR
+    from core.base.rules.nodes import REINFORCE_FACTOR
 
     settings = neo_settings(root)
     plan = drain_bench.FloorPlan(**json.loads(

@@ -136,8 +136,8 @@ def set_up_child() -> None:
     malloc arena cap, before any store opens), every contender alike, floors included; and
     logging of warnings and errors only, on stderr: a benchmark measures the work, not the
     logging of it, and info lines per batch would fill the parent's capture for nothing."""
-    from core.runtime.logs import configure_logging
-    from core.runtime.process import limit_malloc_arenas
+    from core.base.runtime.logs import configure_logging
+    from core.base.runtime.process import limit_malloc_arenas
 
     limit_malloc_arenas()
     configure_logging("json", level=logging.WARNING)

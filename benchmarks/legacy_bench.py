@@ -29,15 +29,15 @@ from benchmarks.harness import (
     run_child,
     set_up_child,
 )
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.rules.config import resolve_config
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import resolve_config
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 
 MODULE = "benchmarks.legacy_bench"
 KB = "neo-knowledge-base"

@@ -221,8 +221,8 @@ async def seed_drain(root: Path, url: str, sizes: drain_bench.DrainSizes) -> dic
 async def seed_reconcile(root: Path, url: str, chunks: int) -> dict[str, Any]:
     """(child) reconcile_bench's store of `chunks` chunks with its tenant config, and the same
     tenant config (version CURRENT_VERSION) in the database at `url`."""
-    from core.stores.state import open_graph
-    from core.stores.tenants import set_tenant_config, tenant_version
+    from core.base.state.state import open_graph
+    from core.base.state.tenants import set_tenant_config, tenant_version
 
     seeded = await reconcile_bench.grow_store(root, chunks)
     graph = await open_graph(settings_for(root, stateUrl=url))
@@ -240,8 +240,8 @@ async def run_drainer(root: Path, url: str | None, barrier: Path | None) -> dict
     """(child) drain_bench's drainer (`url`: with `stateUrl`). With `barrier` (the pair), it
     opens its stores, says it is ready, and drains only once the go file appears, so the two
     drainers' times overlap as two hosts' would."""
-    from core.jobs.drain import drain_queue
-    from core.runtime.tick import open_context
+    from core.drain.queue_drain import drain_queue
+    from core.suite.tick import open_context
 
     settings = settings_for(root, **({"stateUrl": url} if url else {}))
     measure = drain_bench.CpuMeasure()
@@ -272,7 +272,7 @@ async def run_drain_floor(root: Path, url: str) -> dict[str, Any]:
     ON CONFLICT per table, in one transaction: the least PostgreSQL work for the same rows."""
     import asyncpg
 
-    from core.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
+    from core.base.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
 
     settings = settings_for(root)
     plan = drain_bench.FloorPlan(**json.loads(

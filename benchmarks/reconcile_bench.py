@@ -165,10 +165,10 @@ def manifest_paths(size: int) -> list[str]:
 
 async def record_manifest(root: Path, size: int) -> None:
     """(child, untimed) Record the repo's manifest, as `tenants set-manifest` would."""
-    from core.rules.manifests import RepoManifest, claimed_paths
-    from core.stores.clock import now_ms
-    from core.stores.state import open_graph
-    from core.stores.tenant_manifests import set_tenant_manifest
+    from core.base.io.clock import now_ms
+    from core.base.state.state import open_graph
+    from core.reconcile.rules.manifests import RepoManifest, claimed_paths
+    from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 
     settings = settings_for(root)
     graph = await open_graph(settings)
@@ -187,10 +187,10 @@ async def record_manifest(root: Path, size: int) -> None:
 async def grow_store(root: Path, size: int) -> dict[str, Any]:
     """(child) Add chunks to `root` until its tenant has `size`; give the tenant its config
     (version CURRENT_VERSION) the first time."""
-    from core.rules.rows import ChromaRow
-    from core.stores.chroma import VectorStore
-    from core.stores.state import open_graph
-    from core.stores.tenants import set_tenant_config, tenant_version
+    from core.base.chroma import VectorStore
+    from core.base.rules.rows import ChromaRow
+    from core.base.state.state import open_graph
+    from core.base.state.tenants import set_tenant_config, tenant_version
 
     settings = settings_for(root)
     graph = await open_graph(settings)
@@ -219,9 +219,9 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
 
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass, as the daemon runs it (stores opened untimed)."""
-    from core.jobs.reconcile import reconcile_tick
-    from core.rules.camel_json import to_json
-    from core.runtime.tick import open_context
+    from core.base.rules.camel_json import to_json
+    from core.reconcile.run_pass import reconcile_tick
+    from core.suite.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES,
@@ -243,7 +243,7 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     """(child) The bare paged scan of the pass's candidate rows, then (`delete`) the deletes
     by ids ("ids") or one where-only delete of the actionable chunks ("where"); nothing
     else."""
-    from core.rules.reconcile import actionable_stamp_ceiling, candidate_where
+    from core.reconcile.rules.reconcile import actionable_stamp_ceiling, candidate_where
 
     settings = settings_for(root)
     client = open_chroma(settings)

@@ -135,12 +135,12 @@ async def seed_store(root: Path, tenants: int, chunks: int) -> dict[str, Any]:
     transaction), then the chunks, one write batch at a time."""
     import numpy as np
 
-    from core.rules.nodes import NodeRow
-    from core.rules.rows import ChromaRow
-    from core.rules.tenants import TENANT_CONFIG_LABEL, tenant_config_node_id
-    from core.stores.chroma import VectorStore
-    from core.stores.graph import upsert_nodes
-    from core.stores.state import open_graph
+    from core.base.chroma import VectorStore
+    from core.base.rules.nodes import NodeRow
+    from core.base.rules.rows import ChromaRow
+    from core.base.rules.tenants import TENANT_CONFIG_LABEL, tenant_config_node_id
+    from core.base.state.graph import upsert_nodes
+    from core.base.state.state import open_graph
 
     settings = settings_for(root)
     graph = await open_graph(settings)
@@ -186,9 +186,9 @@ async def load_collection(count: Callable[[], Awaitable[int]]) -> dict[str, floa
 
 async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     """(child) One reconciliation pass over every tenant, as the daemon runs it."""
-    from core.jobs.reconcile import reconcile_tick
-    from core.rules.camel_json import to_json
-    from core.runtime.tick import open_context
+    from core.base.rules.camel_json import to_json
+    from core.reconcile.run_pass import reconcile_tick
+    from core.suite.tick import open_context
 
     settings = settings_for(root, reconciliationEnabled=True, reconciliationAutoTombstone=True,
                             reconciliationMaxDeletesPerTick=UNCAPPED_DELETES)
@@ -209,7 +209,7 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
 def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     """(child) One bare paged scan of the whole collection; then (`delete`) the deletes of
     the stale chunks by ids; nothing else."""
-    from core.rules.reconcile import STAMP_KEY
+    from core.reconcile.rules.reconcile import STAMP_KEY
 
     settings = settings_for(root)
     client = open_chroma(settings)

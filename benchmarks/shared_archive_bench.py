@@ -46,8 +46,8 @@ def _parse_shapes(text: str) -> list[tuple[int, int]]:
 async def _seed_chroma(root: Path, tenants: int, chunks: int) -> None:
     import numpy as np
 
-    from core.rules.rows import ChromaRow
-    from core.stores.chroma import VectorStore
+    from core.base.chroma import VectorStore
+    from core.base.rules.rows import ChromaRow
     from tests.support import make_settings
 
     settings = make_settings(root)
@@ -72,14 +72,15 @@ async def _seed_chroma(root: Path, tenants: int, chunks: int) -> None:
 
 
 async def _one_pass(root: Path, url: str, tenants: int, *, shared: bool) -> dict[str, Any]:
-    from core.jobs.context import TickContext
-    from core.jobs.reconcile import deletion_plans, reconcile_tick
-    from core.rules.tenants import TENANT_CONFIG_LABEL
-    from core.runtime.tick import run_tick
-    from core.stores import shared_archives
-    from core.stores.chroma import VectorStore
-    from core.stores.graph import upsert_node
-    from core.stores.state import open_graph
+    from core.base.chroma import VectorStore
+    from core.base.rules.tenants import TENANT_CONFIG_LABEL
+    from core.base.runtime.context import TickContext
+    from core.base.state.graph import upsert_node
+    from core.base.state.state import open_graph
+    from core.reconcile import deletion_plans
+    from core.reconcile.run_pass import reconcile_tick
+    from core.reconcile.stores import shared_archives
+    from core.suite.tick import run_tick
     from tests.support import make_settings
 
     settings = make_settings(root, stateUrl=url, reconciliationEnabled=True,

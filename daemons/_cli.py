@@ -27,17 +27,17 @@ from typing import Any, NoReturn
 
 import structlog
 
-from core.rules.camel_json import Figures
-from core.rules.config import Settings
-from core.rules.errors import KbError
-from core.rules.terminal_text import inert, shown_text
-from core.runtime.logs import quiet_on_terminal, scrub_shown
-from core.runtime.oneshot import OneShot, run_jobs_once
-from core.runtime.process import limit_malloc_arenas, restrict_umask
-from core.runtime.scheduler import DaemonSpec, RuntimeOptions
-from core.runtime.serve import serve
-from core.runtime.settings import load_settings
-from core.runtime.tick import LOGGED_NOTE
+from core.base.config.config import Settings
+from core.base.rules.camel_json import Figures
+from core.base.rules.errors import KbError
+from core.base.rules.terminal_text import inert, shown_text
+from core.base.runtime.logs import quiet_on_terminal, scrub_shown
+from core.base.runtime.process import limit_malloc_arenas, restrict_umask
+from core.base.runtime.settings import load_settings
+from core.suite.oneshot import OneShot, run_jobs_once
+from core.suite.scheduler import DaemonSpec, RuntimeOptions
+from core.suite.serve import serve
+from core.suite.tick import LOGGED_NOTE
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -182,7 +182,7 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
 
 def write_text(text: str) -> None:
     """Text for a person on stdout, scrubbed of the configuration's secrets (`scrub_shown`)
-    and made inert (`core.rules.terminal_text`): every string a tenant or a producer wrote
+    and made inert (`core.base.rules.terminal_text`): every string a tenant or a producer wrote
     that it quotes shows its control characters, never obeys them."""
     sys.stdout.write(inert(scrub_shown(text)))
 
@@ -217,7 +217,7 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
     `--json` a run that ends without its object gets `{"ok": false, "error": ...}` (see the
     module docstring). An unexpected exception is logged once with its traceback (no local
     variables, scrubbed) and ends as one line and exit 1. The process first gets its owner-only
-    umask and its malloc arena cap (`core.runtime.process`), before any file, thread or
+    umask and its malloc arena cap (`core.base.runtime.process`), before any file, thread or
     store."""
     restrict_umask()
     limit_malloc_arenas()

@@ -11,21 +11,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from core.jobs.alerting import AlertingDisabled, AlertingFigures
-from core.jobs.eager_backfill import (
+from core.alerting.alerting_pass import AlertingDisabled, AlertingFigures
+from core.base.reports.tables import as_text, table
+from core.base.rules.camel_json import Figures
+from core.base.rules.tenants import TenantConfig
+from core.drain.eager_backfill import (
     DrainFailed,
     DrainSkipped,
     EagerBackfillFigures,
     EagerIngestFigures,
 )
-from core.jobs.rem_tick import RemTickFigures
-from core.jobs.retention import RetentionDisabled, RetentionFigures
-from core.reports.tables import as_text, table
-from core.rules.camel_json import Figures
-from core.rules.drain_plan import DrainStats
-from core.rules.ingest import LiveIngestFigures, LiveIngestSkipped
-from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures, TenantFigures
-from core.rules.tenants import TenantConfig
+from core.drain.rem_tick import RemTickFigures
+from core.drain.rules.drain_plan import DrainStats
+from core.drain.rules.ingest import LiveIngestFigures, LiveIngestSkipped
+from core.reconcile.retention import RetentionDisabled, RetentionFigures
+from core.reconcile.rules.reconcile_outcome import (
+    ReconcileDisabled,
+    ReconcileFigures,
+    TenantFigures,
+)
 
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).

@@ -2,7 +2,7 @@
 live-ingest every session summarized in the last N days, then drain the lazy-edge queue.
 
 Run it before a workload that reaches into many historical sessions, so the workload does not
-pay a lazy back-fill per request. The work is `core.jobs.eager_backfill`, run once through the
+pay a lazy back-fill per request. The work is `core.drain.eager_backfill`, run once through the
 runtime's one-shot path; this module parses the flags, shows progress and turns the outcome
 into CONTRACT's exit codes: 0 done, 1 a session failed (listed), a store was unreachable or
 the run outlived its bound, 2 a usage or configuration error, 128 + the signal's number when
@@ -17,16 +17,16 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.jobs.context import Progress, TickContext
-from core.jobs.eager_backfill import (
+from core.base.config.config import Settings
+from core.base.reports.progress import choose_progress
+from core.base.runtime.context import Progress, TickContext
+from core.base.runtime.settings import load_settings
+from core.drain.eager_backfill import (
     EagerBackfillFigures,
     eager_backfill,
 )
-from core.reports.progress import choose_progress
-from core.rules.config import Settings
-from core.runtime.oneshot import run_jobs_once
-from core.runtime.settings import load_settings
-from core.runtime.tick import Job
+from core.suite.oneshot import run_jobs_once
+from core.suite.tick import Job
 from daemons._cli import (
     Parser,
     add_run_flags,

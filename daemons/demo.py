@@ -11,14 +11,14 @@ no telemetry, so `status` would have no stale counts to show; report-only writes
 telemetry and deletes nothing.
 
 Every run tells the same story: in a data folder the demo created and nobody else wrote to
-since, it starts again from nothing (`core.stores.demo_state`); in any other folder it runs on
+since, it starts again from nothing (`core.suite.demo_folder`); in any other folder it runs on
 what is there and says so.
 
 The demo writes only into a store that holds nothing but its own rows: pointed at a store with
 other data it refuses (exit 2) rather than mix made-up sessions into real ones.
 
 `--neo [DIR]` tells the same story on a neo.mjs deployment's own graph: a made-up checkout in
-a folder of the demo's own (default `.kb-neo-demo`; `core.jobs.demo_neo`), whose graph is the
+a folder of the demo's own (default `.kb-neo-demo`; `core.suite.demo_neo`), whose graph is the
 original's latest schema holding what the platform would (its frontier, tenant configs and
 telemetry), rebuilt on every run; a folder the demo did not make is exit 2, never written.
 """
@@ -31,25 +31,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from core.jobs.context import TickContext
-from core.jobs.demo import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
-from core.jobs.demo_neo import CONFIG, NEO_DEMO_FOLDER, claim_neo_demo, seed_platform
-from core.jobs.rem_tick import RemTickFigures
-from core.reports.status import gather_status
-from core.reports.status_text import render_status_text
-from core.rules.camel_json import Figures, to_json
-from core.rules.config import Settings
-from core.rules.drain_plan import DrainStats
-from core.rules.errors import ConfigError
-from core.rules.ingest import LiveIngestFigures
-from core.rules.reconcile_outcome import ReconcileFigures
-from core.rules.rows import ChromaRow
-from core.runtime.oneshot import one_shot, run_job
-from core.runtime.settings import load_settings
-from core.stores import demo_state
-from core.stores.chroma import CollectionMissing
-from core.stores.clock import now_ms
-from core.stores.neo.demo_folder import MARKER
+from core.base.chroma import CollectionMissing
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.rules.camel_json import Figures, to_json
+from core.base.rules.errors import ConfigError
+from core.base.rules.rows import ChromaRow
+from core.base.runtime.context import TickContext
+from core.base.runtime.settings import load_settings
+from core.drain.rem_tick import RemTickFigures
+from core.drain.rules.drain_plan import DrainStats
+from core.drain.rules.ingest import LiveIngestFigures
+from core.reconcile.rules.reconcile_outcome import ReconcileFigures
+from core.suite import demo_folder as demo_state
+from core.suite.demo_dataset import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
+from core.suite.demo_neo import CONFIG, NEO_DEMO_FOLDER, claim_neo_demo, seed_platform
+from core.suite.demo_neo_folder import MARKER
+from core.suite.oneshot import one_shot, run_job
+from core.suite.status import gather_status
+from core.suite.status_text import render_status_text
 from daemons._cli import Parser, add_config_flag, emit_json, exit_code, run_main, write_text
 from daemons._summaries import counted
 from daemons.drain import drain_spec

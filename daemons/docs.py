@@ -1,5 +1,5 @@
 """`python -m daemons.docs --markdown | --example | --readme FILE`: the documents generated from
-`core.rules.config.KEYS` (what `make docs` runs): the README's configuration table and
+`core.base.config.config.KEYS` (what `make docs` runs): the README's configuration table and
 `config/kb.example.toml`. A test fails when the committed copies drift from these.
 """
 
@@ -9,7 +9,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rules.config_docs import render_example_toml, render_markdown_table, with_readme_table
+from core.base.config.config_docs import (
+    render_example_toml,
+    render_markdown_table,
+    with_readme_table,
+)
 
 USAGE = "usage: python -m daemons.docs --markdown | --example | --readme FILE"
 

@@ -1,7 +1,7 @@
 """`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon.
 
 Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
-(`core.jobs.rem_tick.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
+(`core.drain.rem_tick.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
 its schedule until SIGTERM or Ctrl-C.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from core.jobs.rem_tick import RemTickFigures, rem_tick
-from core.rules.camel_json import Figures
-from core.rules.config import Settings
-from core.runtime.scheduler import DaemonSpec
-from core.runtime.settings import load_settings
-from core.runtime.tick import Job
-from core.stores.daemon_state import DRAIN_JOB
-from core.stores.drainer_queue import read_drainer_queue
-from core.stores.queue_files import refuse_symlinked_queue
+from core.base.config.config import Settings
+from core.base.rules.camel_json import Figures
+from core.base.runtime.settings import load_settings
+from core.base.state.daemon_state import DRAIN_JOB
+from core.drain.rem_tick import RemTickFigures, rem_tick
+from core.drain.stores.drainer_queue import read_drainer_queue
+from core.drain.stores.queue_files import refuse_symlinked_queue
+from core.suite.scheduler import DaemonSpec
+from core.suite.tick import Job
 from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
 from daemons._summaries import drain_tick_summary
 

@@ -2,8 +2,8 @@
 
 Every line is checked before any is written: when one is malformed nothing is appended, each
 bad line is named by its number on stderr, and the exit code is 2. Valid input is appended in
-one locked write (the producer protocol in `core.stores.queue_files`); when that write fails (a full
-disk) the queue is cut back to its size before it, so nothing is appended, and the exit code
+one locked write (the producer protocol in `core.drain.stores.queue_files`); when that write fails
+(a full disk) the queue is cut back to its size before it, so nothing is appended, and the exit code
 is 1. Every line is a new line: a `_drain` key (the drainer's bookkeeping, present on a line
 copied from the queue or a dead letter) is stripped. A queue path that is a symbolic link is
 refused (exit 2).
@@ -17,8 +17,8 @@ from typing import NoReturn
 
 import structlog
 
-from core.runtime.settings import load_settings
-from core.stores.queue_files import enqueue_edges
+from core.base.runtime.settings import load_settings
+from core.drain.stores.queue_files import enqueue_edges
 from daemons._cli import (
     EXIT_FAILED,
     EXIT_OK,

@@ -1,6 +1,6 @@
 """`python -m daemons.migrate --to postgresql://host[:port]/db [--config F] [--json]`: copy the
 SQLite state of the configuration into an empty PostgreSQL database, verified per table, in
-one transaction (`core.jobs.migrate_state`).
+one transaction (`core.suite.migrate`).
 
 Exit 0: copied and verified. 1: a daemon holds the state, a store is unreachable, or a table
 could not be copied exactly (the target is left empty; the table is named). 2: the flags or
@@ -14,11 +14,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.jobs.migrate_state import MigrationFigures, migrate_state
-from core.reports.tables import as_text, output_width, table
-from core.rules.camel_json import to_json
-from core.rules.state_url import InvalidStateUrl, parse_state_url
-from core.runtime.settings import load_settings
+from core.base.config.state_url import InvalidStateUrl, parse_state_url
+from core.base.reports.tables import as_text, output_width, table
+from core.base.rules.camel_json import to_json
+from core.base.runtime.settings import load_settings
+from core.suite.migrate import MigrationFigures, migrate_state
 from daemons._cli import (
     EXIT_FAILED,
     EXIT_OK,
@@ -35,7 +35,7 @@ SCRIPT = "kb-migrate"
 
 
 def _state_url(text: str) -> str:
-    """`--to`, checked as `stateUrl` is (`core.rules.state_url`); the message never quotes
+    """`--to`, checked as `stateUrl` is (`core.base.config.state_url`); the message never quotes
     the value (it may hold a password)."""
     try:
         return parse_state_url(text)

@@ -5,9 +5,9 @@
     python -m daemons.reconcile explain TENANT [--config F] [--json]
     python -m daemons.reconcile gc [--config F] [--dry-run] [--json]
 
-`--tick` runs the daemon's jobs once, through the scheduler's own path (`core.runtime`): one
-pass (`core.jobs.reconcile.reconcile_tick`), then one alerting pass
-(`core.jobs.alerting.alerting_tick`) when alerting is enabled, as CONTRACT says.
+`--tick` runs the daemon's jobs once, through the scheduler's own path (`core.suite`): one
+pass (`core.reconcile.reconcile_tick`), then one alerting pass
+(`core.alerting.alerting_pass.alerting_tick`) when alerting is enabled, as CONTRACT says.
 
 Exit 0 done; 1 a store unreachable, a tenant failed, or telemetry rows the pass could not
 write (spooled for the next pass; the `--json` object is printed first); 2 usage,
@@ -16,7 +16,7 @@ line the store refused for its data among them: each is named on stderr with its
 others are still restored); 128 + the signal's number when SIGINT or
 SIGTERM stopped the run (after its current tenant, band or batch).
 
-`explain` runs one tenant's pass in explain mode (`core.jobs.reconcile.explain_tenant`: the
+`explain` runs one tenant's pass in explain mode (`core.reconcile.explain_tenant`: the
 pass's own scan, rules and guards; nothing deleted, nothing written) and prints the plan: a
 table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
 tenant without a configuration node, 1 when a store cannot be read.
@@ -30,22 +30,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from core.jobs.alerting import alerting_tick
-from core.jobs.reconcile import explain_tenant, reconcile_tick
-from core.jobs.restore import RestoreResult, restore_archive
-from core.jobs.retention import RetentionDisabled, RetentionFigures, retention_tick
-from core.reports.explain import render_plan
-from core.rules.camel_json import Figures, to_json
-from core.rules.config import Settings
-from core.rules.errors import ConfigError
-from core.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
-from core.runtime.oneshot import OneShot, graceful_stop, within
-from core.runtime.scheduler import DaemonSpec
-from core.runtime.settings import load_settings
-from core.runtime.tick import Job, open_context
-from core.stores.archives import ensure_archive_file
-from core.stores.chroma import VectorStore
-from core.stores.shared_archives import shared_archive_content
+from core.alerting.alerting_pass import alerting_tick
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.camel_json import Figures, to_json
+from core.base.rules.errors import ConfigError
+from core.base.runtime.settings import load_settings
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.reports.explain import render_plan
+from core.reconcile.restore import RestoreResult, restore_archive
+from core.reconcile.retention import RetentionDisabled, RetentionFigures, retention_tick
+from core.reconcile.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.archives import ensure_archive_file
+from core.reconcile.stores.shared_archives import shared_archive_content
+from core.suite.oneshot import OneShot, graceful_stop, within
+from core.suite.scheduler import DaemonSpec
+from core.suite.tick import Job, open_context
 from daemons._cli import (
     EXIT_OK,
     EXIT_USAGE,

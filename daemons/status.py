@@ -2,7 +2,7 @@
 per-tenant drift and recent alerts. `--health [--days N] [--markdown]`: the original's
 `KB Multi-Tenant Health` table per tenant and repo over the last N days (default 7).
 
-Read-only and Chroma-free (see `core.reports.status`), so it works beside running daemons, including
+Read-only and Chroma-free (see `core.suite.status`), so it works beside running daemons, including
 on an embedded store they hold. A table on stdout; with `--json` exactly one JSON object.
 """
 
@@ -13,13 +13,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from core.reports.health import gather_health, render_health_markdown, render_health_text
-from core.reports.status import gather_status
-from core.reports.status_text import render_status_text
-from core.reports.tables import output_width
-from core.rules.camel_json import to_json
-from core.rules.health import DEFAULT_HEALTH_DAYS, parse_days
-from core.runtime.settings import load_settings
+from core.alerting.reports.health import gather_health, render_health_markdown, render_health_text
+from core.alerting.rules.health import DEFAULT_HEALTH_DAYS, parse_days
+from core.base.reports.tables import output_width
+from core.base.rules.camel_json import to_json
+from core.base.runtime.settings import load_settings
+from core.suite.status import gather_status
+from core.suite.status_text import render_status_text
 from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main, write_text
 
 PROG = "daemons.status"
@@ -48,7 +48,8 @@ def build_parser() -> Parser:
 
 
 def _days(text: str) -> int:
-    """`--days` (see `core.rules.health.parse_days`): a bad value is a usage error, exit 2."""
+    """`--days` (see `core.alerting.rules.health.parse_days`): a bad value is a usage error, exit
+    2."""
     try:
         return parse_days(text)
     except ValueError as exc:

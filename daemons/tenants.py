@@ -20,7 +20,7 @@ older version becomes stale for reconciliation. `set-manifest` records a repo's 
 it names at least one chunk the repo has (the only command here that reads Chroma);
 `set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
 exit 2 with one line, and changes nothing. The others open only the graph, so they are quick.
-On a neo.mjs graph every node is written in the original's shape (`core.rules.tenants`):
+On a neo.mjs graph every node is written in the original's shape (`core.base.rules.tenants`):
 `--repo-slug` of `set-config`, and `set-repo` of a repo the platform has not declared, are
 exit 2 there.
 """
@@ -34,29 +34,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from core.jobs.manifest_match import match_repo_chunks
-from core.reports.tenant_show import gather_tenant, render_tenant
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.errors import ConfigError, LockHeld
-from core.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
-from core.rules.generations import repo_generation
-from core.rules.manifests import RepoManifest, normalize_manifest_paths
-from core.rules.tenant_policy import AUTO_CHOICES, policy_patch
-from core.rules.tenants import normalize_tenant_id
-from core.runtime.settings import load_settings
-from core.stores.chroma import VectorStore
-from core.stores.claimed_paths import paths_at, paths_from_bytes
-from core.stores.clock import now_ms
-from core.stores.generations import set_extraction_snapshot, set_tenant_repo
-from core.stores.state import open_graph
-from core.stores.tenant_manifests import set_tenant_manifest
-from core.stores.tenants import (
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.rules.camel_json import to_json
+from core.base.rules.errors import ConfigError, LockHeld
+from core.base.rules.tenants import normalize_tenant_id
+from core.base.runtime.settings import load_settings
+from core.base.state.state import open_graph
+from core.base.state.tenants import (
     list_tenants,
     set_tenant_config,
     set_tenant_policy,
     tenant_config,
 )
+from core.reconcile.manifest_match import match_repo_chunks
+from core.reconcile.reports.tenant_show import gather_tenant, render_tenant
+from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
+from core.reconcile.rules.generations import repo_generation
+from core.reconcile.rules.manifests import RepoManifest, normalize_manifest_paths
+from core.reconcile.rules.tenant_policy import AUTO_CHOICES, policy_patch
+from core.reconcile.stores.claimed_paths import paths_at, paths_from_bytes
+from core.reconcile.stores.generations import set_extraction_snapshot, set_tenant_repo
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from daemons._cli import (
     EXIT_OK,
     Parser,

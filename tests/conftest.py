@@ -26,11 +26,11 @@ os.environ.pop("KB_CONFIG", None)
 SESSION_UMASK = 0o077
 os.umask(SESSION_UMASK)
 
-from core.rules.config import Settings  # noqa: E402
-from core.runtime.logs import configure_logging  # noqa: E402
-from core.stores.chroma import VectorStore  # noqa: E402
-from core.stores.graph_db import GraphDB  # noqa: E402
-from core.stores.state import open_graph  # noqa: E402
+from core.base.chroma import VectorStore  # noqa: E402
+from core.base.config.config import Settings  # noqa: E402
+from core.base.runtime.logs import configure_logging  # noqa: E402
+from core.base.state.graph_db import GraphDB  # noqa: E402
+from core.base.state.state import open_graph  # noqa: E402
 from tests.chroma_server import ChromaServer  # noqa: E402
 from tests.postgres_server import PostgresServer  # noqa: E402
 from tests.support import make_settings  # noqa: E402
@@ -40,7 +40,7 @@ configure_logging("json")
 @pytest.fixture(autouse=True)
 def umask_kept() -> Iterator[None]:
     """Each test starts with the session's umask, whatever the one before set (a command run
-    in-process sets it, `core.runtime.process`; a test may set another)."""
+    in-process sets it, `core.base.runtime.process`; a test may set another)."""
     os.umask(SESSION_UMASK)
     yield
     os.umask(SESSION_UMASK)

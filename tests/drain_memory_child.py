@@ -14,11 +14,11 @@ import json
 import resource
 import sys
 
-from core.jobs.drain import drain_queue
-from core.rules.camel_json import to_json
-from core.runtime.logs import configure_logging
-from core.runtime.tick import open_context
-from core.stores.config_file import load_config
+from core.base.rules.camel_json import to_json
+from core.base.runtime.config_file import load_config
+from core.base.runtime.logs import configure_logging
+from core.drain.queue_drain import drain_queue
+from core.suite.tick import open_context
 
 
 def _peak_kib() -> int:

@@ -1,5 +1,5 @@
 """neo.mjs graph files for tests: built as each version of the original's boot builds them (its
-DDL, quoted in `core.stores.neo.schema`), filled with rows in the shapes its services write
+DDL, quoted in `core.base.state.neo.schema`), filled with rows in the shapes its services write
 (`research/neo-deployment.md` §2, §4, §6), and booted again the way each version boots (§1.3),
 with the reads a test needs of the original's tables (documents, `GraphLog`, `sqlite_master`).
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.rules.graph_schema import NeoEra
-from core.stores.neo.schema import (
+from core.base.rules.graph_schema import NeoEra
+from core.base.state.neo.schema import (
     NEO_E1_DDL,
     NEO_GRAPH_DDL,
     NEO_V0_DDL,

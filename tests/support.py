@@ -23,7 +23,16 @@ from typing import Any
 import asyncpg
 import pytest
 
-from core.rules.archive_format import (
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings, resolve_config
+from core.base.rules.ids import normalize_graph_node_id
+from core.base.rules.nodes import REINFORCE_FACTOR, NodeRow
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB, Transaction
+from core.base.state.state import open_graph
+from core.reconcile.rules.archive_format import (
     ARCHIVE_FORMAT,
     LEGACY_FORMAT,
     ArchivedChunk,
@@ -33,15 +42,6 @@ from core.rules.archive_format import (
     parse_header,
     unseal,
 )
-from core.rules.config import Settings, resolve_config
-from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import REINFORCE_FACTOR, NodeRow
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB, Transaction
-from core.stores.state import open_graph
 
 DIM = 4
 

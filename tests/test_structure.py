@@ -3,11 +3,12 @@
 - the import contracts (`.importlinter`) pass, and breaking one (a rule importing a store)
   fails `lint-imports`;
 - no function in core/ is longer than MAX_FUNCTION_LINES, no module than MAX_MODULE_LINES;
-- no SQL text, and no call that runs SQL, outside core/stores/;
-- no Chroma call outside the Chroma adapter (the package core/stores/chroma/);
+- no SQL text, and no call that runs SQL, outside the stores (the state's backends in
+  core/base/state/ and each wing's stores/);
+- no Chroma call outside the Chroma adapter (the package core/base/chroma/);
 - exactly one module outside the stores deletes from the vector store: the deletion engine;
 - the tests live in the folder of the layer they test; those of the pure rules (tests/rules/)
-  import and load no store, and every rule module has a direct test.
+  import and load nothing but pure rules, and every rule module has a direct test.
 """
 
 from __future__ import annotations
@@ -28,12 +29,18 @@ MAX_FUNCTION_LINES = 60
 #: A module longer than this does more than one thing: make it a package (issue #24).
 MAX_MODULE_LINES = 400
 CORE = REPO / "core"
-STORES = CORE / "stores"
+WINGS = ("drain", "reconcile", "alerting")
 #: The Chroma adapter: the one package that imports chromadb and calls the client.
-CHROMA_ADAPTER = STORES / "chroma"
+CHROMA_ADAPTER = CORE / "base" / "chroma"
+#: Where SQL and the vector store's calls live: the state's backends, each wing's stores and
+#: the Chroma adapter.
+STORES = (CORE / "base" / "state", CHROMA_ADAPTER, *(CORE / wing / "stores" for wing in WINGS))
+#: The pure rules: each wing's and the base's `rules`, and the base's `config`.
+RULE_PACKAGES = (CORE / "base" / "rules", CORE / "base" / "config",
+                 *(CORE / wing / "rules" for wing in WINGS))
 #: The one module that may call the vector store's deletes (every deletion reason is a plan
 #: handed to its band runner).
-DELETION_ENGINE = CORE / "jobs" / "reconcile" / "deletion.py"
+DELETION_ENGINE = CORE / "reconcile" / "deletion.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 #: SQL as it is written in a string: a statement's opening words.
@@ -42,7 +49,7 @@ SQL = re.compile(
     r"|CREATE\s+(TABLE|INDEX)|DROP\s+TABLE|ALTER\s+TABLE|PRAGMA\s+\w+|BEGIN\s+IMMEDIATE)",
     re.DOTALL,
 )
-#: Calls that run SQL (the connection's API, for core/stores only).
+#: Calls that run SQL (the connection's API, for the stores only).
 SQL_CALLS = {"query", "execute", "executemany", "executescript", "execute_fetchall"}
 #: What only the Chroma adapter may touch: the client, its collections, and the call path.
 CHROMA_ONLY = {"_client", "_collections", "_call_on_collection", "get_collection",
@@ -83,21 +90,21 @@ def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> Non
     for name in ("core", "daemons"):
         shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".importlinter", copy / ".importlinter")
-    rule = copy / "core" / "rules" / "numbers.py"
-    rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.stores.sqlite  # noqa\n",
+    rule = copy / "core" / "base" / "rules" / "numbers.py"
+    rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.base.state.sqlite  # noqa\n",
                     encoding="utf-8")
     done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
                           text=True, check=False)
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
-    assert "core.rules.numbers -> core.stores.sqlite" in done.stdout
+    assert "core.base.rules.numbers -> core.base.state.sqlite" in done.stdout
     assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
 
 
 @pytest.mark.parametrize(("module", "imports"), [
-    ("core/jobs/drain/batches.py", "core.jobs.reconcile.deletion"),
-    ("core/jobs/reconcile/run_pass.py", "core.jobs.drain"),
+    ("core/drain/batches.py", "core.reconcile.deletion"),
+    ("core/reconcile/run_pass.py", "core.drain"),
 ])
-def test_the_drain_and_the_reconcile_jobs_never_import_each_other(
+def test_the_wings_never_import_each_other(
     tmp_path: Path, module: str, imports: str,
 ) -> None:
     copy = tmp_path / "tree"
@@ -111,14 +118,14 @@ def test_the_drain_and_the_reconcile_jobs_never_import_each_other(
     done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
                           text=True, check=False)
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
-    assert "BROKEN" in done.stdout and "jobs never import the" in done.stdout
+    assert "BROKEN" in done.stdout and "the wings stand alone" in done.stdout
 
 
-@pytest.mark.parametrize("module", ["core/stores/chroma_door.py", "core/jobs/ingest.py"])
+@pytest.mark.parametrize("module", ["core/base/door/chroma_door.py", "core/drain/live_ingest.py"])
 def test_a_chromadb_import_outside_the_chroma_package_breaks_the_contracts(
     tmp_path: Path, module: str,
 ) -> None:
-    """The contract lets the adapter's modules (`core.stores.chroma.**`) import chromadb and
+    """The contract lets the adapter's modules (`core.base.chroma.**`) import chromadb and
     nothing else: not even `chroma_door`, whose name starts like the package's."""
     copy = tmp_path / "tree"
     copy.mkdir()
@@ -154,7 +161,7 @@ def test_no_module_in_core_is_longer_than_the_limit() -> None:
 
 def outside_stores() -> Iterator[Path]:
     for path in python_files(CORE, REPO / "daemons"):
-        if STORES not in path.parents:
+        if not any(store in path.parents for store in STORES):
             yield path
 
 
@@ -172,7 +179,7 @@ def test_no_sql_text_outside_the_stores() -> None:
     found = [f"{where(path, node)}: {text.strip()[:60]!r}"
              for path in outside_stores()
              for node, text in string_literals(parsed(path)) if SQL.search(text)]
-    assert found == [], "every SQL statement lives in core/stores/"
+    assert found == [], "every SQL statement lives in the stores"
 
 
 def test_nothing_outside_the_stores_runs_sql_or_opens_a_connection() -> None:
@@ -199,7 +206,7 @@ def test_no_chroma_call_outside_the_chroma_adapter() -> None:
                   if name.split(".")[0] == "chromadb"]
         found += [f"{where(path, node)}: .{node.attr}" for node in ast.walk(tree)
                   if isinstance(node, ast.Attribute) and node.attr in CHROMA_ONLY]
-    assert found == [], "Chroma is reached through core.stores.chroma.VectorStore only"
+    assert found == [], "Chroma is reached through core.base.chroma.VectorStore only"
 
 
 def vector_store_deletes() -> Iterator[str]:
@@ -229,8 +236,9 @@ RULES_TESTS = TESTS / "rules"
 PURE_RULE_TESTS = tuple(f"tests.rules.{path.stem}"
                         for path in sorted(RULES_TESTS.glob("test_*.py")))
 #: What such a test must not load, even indirectly.
-STORE_MODULES = ("chromadb", "aiosqlite", "asyncpg", "sqlite3", "httpx", "core.stores",
-                 "core.jobs", "core.runtime", "core.reports", "daemons")
+STORE_MODULES = ("chromadb", "aiosqlite", "asyncpg", "sqlite3", "httpx", "daemons")
+#: The only modules of core/ such a test may load: the pure rules and their packages.
+PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config)(\.\w+)?)?")
 #: The layer folders tests live in, like the code they test; the only test modules at the top
 #: are about the whole repository.
 TEST_FOLDERS = {"rules", "stores", "jobs", "runtime", "reports", "commands", "reliability"}
@@ -249,13 +257,15 @@ def test_nothing_under_the_rules_tests_imports_a_store() -> None:
     assert any(path.name.startswith("test_") for path in files), "tests/rules/ holds tests"
     found = [f"{where(path, node)} {name}" for path in files
              for node, name in imported_modules(parsed(path))
-             if name.startswith(STORE_MODULES) or name.startswith("tests.")]
+             if name.startswith(STORE_MODULES) or name.startswith("tests.")
+             or (name.startswith("core") and not PURE.fullmatch(name))]
     assert found == [], "a rules test uses plain data only (tests.support opens stores)"
 
 
 def rule_modules() -> list[str]:
-    """Every module of core/rules (the package's own __init__ aside)."""
-    return sorted(f"core.rules.{path.stem}" for path in (CORE / "rules").glob("*.py")
+    """Every module of the pure rule packages (their own __init__ aside)."""
+    return sorted(".".join(path.relative_to(REPO).with_suffix("").parts)
+                  for package in RULE_PACKAGES for path in package.glob("*.py")
                   if path.stem != "__init__")
 
 
@@ -268,8 +278,9 @@ def test_every_pure_rule_module_has_a_direct_test() -> None:
 
 @pytest.mark.parametrize("module", PURE_RULE_TESTS)
 def test_tests_of_pure_rules_load_no_store(module: str) -> None:
-    probe = (f"import importlib, sys; importlib.import_module({module!r}); "
-             f"print('\\n'.join(m for m in sys.modules if m.startswith({STORE_MODULES!r})))")
+    probe = (f"import importlib, re, sys; importlib.import_module({module!r}); "
+             f"print('\\n'.join(m for m in sys.modules if m.startswith({STORE_MODULES!r}) "
+             f"or (m.startswith('core') and not re.fullmatch({PURE.pattern!r}, m))))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
                           text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -12,11 +12,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from core.rules.config import Settings
-from core.rules.rows import ChromaRow
-from core.stores.chroma import Include, VectorStore
-from core.stores.config_file import load_config
-from core.stores.state import open_graph
+from core.base.chroma import Include, VectorStore
+from core.base.config.config import Settings
+from core.base.rules.rows import ChromaRow
+from core.base.runtime.config_file import load_config
+from core.base.state.state import open_graph
 from tests.postgres_server import PostgresServer
 from tests.support import run_module, seed
 

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.eager_backfill import DAY_MS, eager_backfill
-from core.reports.progress import LogProgress, TerminalProgress, choose_progress
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.errors import StoreUnavailable
-from core.rules.timestamps import iso_from_ms
-from core.stores.chroma import SCAN_PAGE_ROWS, VectorStore
-from core.stores.clock import now_ms
-from core.stores.graph import existing_ids, upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
+from core.base.chroma import SCAN_PAGE_ROWS, VectorStore
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.reports.progress import LogProgress, TerminalProgress, choose_progress
+from core.base.rules.camel_json import to_json
+from core.base.rules.errors import StoreUnavailable
+from core.base.rules.timestamps import iso_from_ms
+from core.base.runtime.context import TickContext
+from core.base.state.graph import existing_ids, upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.eager_backfill import DAY_MS, eager_backfill
 from daemons.backfill import build_parser, main
 from tests.support import count_rows, make_settings, read_node, run_module, seed
 

@@ -126,12 +126,12 @@ def test_an_unexpected_exception_under_json_is_one_failure_object_with_inert_tex
 ) -> None:
     """The exception's traceback is logged (stderr), the command exits 1, and stdout still
     gets its one object, its text escaped so that no terminal acts on it."""
-    import core.runtime.settings
+    import core.base.runtime.settings
 
     def broken(config: str | None) -> NoReturn:
         raise RuntimeError("boom \x1b[2J")
 
-    monkeypatch.setattr(core.runtime.settings, "load_config", broken)
+    monkeypatch.setattr(core.base.runtime.settings, "load_config", broken)
     module, words = command_line(name, tmp_path, "--json",
                                  "--config", str(write_config(tmp_path)))
     with pytest.raises(SystemExit) as exited:
@@ -147,7 +147,7 @@ def test_a_command_that_printed_its_object_gets_no_second_one(
     """A failure after a run printed its figures (here, closing the graph) leaves stdout with
     that one object."""
     import daemons.status
-    from core.rules.errors import StoreUnavailable
+    from core.base.rules.errors import StoreUnavailable
     from daemons._cli import emit_json
 
     async def printed_then_failed(config: str | None, *, as_json: bool) -> int:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
 from daemons import reconcile, tenants
 from tests.support import REPO, child_env, make_settings, run_module, seed
 

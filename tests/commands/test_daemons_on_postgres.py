@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from core.rules.config import Settings
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.config_file import load_config
+from core.base.state.state import open_graph
 from tests.postgres_server import PostgresServer
 from tests.support import count_rows, read_edge, run_module, seed
 

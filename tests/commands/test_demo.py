@@ -10,11 +10,11 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from core.jobs.demo import build_demo_dataset, synthetic_embedding
-from core.rules.graph_schema import NeoEra
-from core.rules.manifests import PathCoverage, diff_tenant_manifest
-from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.stores.chroma import VectorStore
+from core.base.chroma import VectorStore
+from core.base.rules.graph_schema import NeoEra
+from core.drain.rules.queue_lines import EdgeLine, MalformedLine, parse_line
+from core.reconcile.rules.manifests import PathCoverage, diff_tenant_manifest
+from core.suite.demo_dataset import build_demo_dataset, synthetic_embedding
 from tests.neo_graphs import (
     assert_original_schema_unchanged,
     build_neo_graph,
@@ -153,7 +153,7 @@ def run_daemons_until_ready_then_stop(folder: Path) -> None:
     daemons = subprocess.Popen([sys.executable, "-m", "daemons", "--config", str(config)],
                                cwd=REPO, env=child_env(folder / "home"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    from core.stores.door_socket import door_path
+    from core.base.door.door_socket import door_path
 
     door = door_path(folder / "data" / "chroma")
     deadline = time.monotonic() + 90

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import KEYS
+from core.base.config.config import KEYS
 from tests.support import run_module
 
 #: Every command, as typed (each takes --config after its arguments). `restore` names an

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from core.rules.manifests import RepoManifest
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import VectorStore
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.config_file import load_config
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from tests.support import run_module, seed
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

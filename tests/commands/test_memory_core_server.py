@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from core.rules.config import Settings
-from core.rules.errors import StoreUnavailable
-from core.stores.chroma import VectorStore
-from core.stores.clock import now_ms
-from core.stores.config_file import load_config
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.rules.errors import StoreUnavailable
+from core.base.runtime.config_file import load_config
+from core.base.state.state import open_graph
 from tests.chroma_server import ChromaServer, free_port
 from tests.support import read_node, run_module, seed, seed_acme_drift
 

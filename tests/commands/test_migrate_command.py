@@ -13,10 +13,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from core.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
-from core.stores.queue_files import new_generation, write_generation
-from core.stores.schema import STATE_TABLES
-from core.stores.state import open_graph
+from core.base.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
+from core.base.state.schema import STATE_TABLES
+from core.base.state.state import open_graph
+from core.drain.stores.queue_files import new_generation, write_generation
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings, run_module
 

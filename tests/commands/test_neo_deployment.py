@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.graph_schema import NeoEra
-from core.stores.chroma import VectorStore
+from core.base.chroma import VectorStore
+from core.base.rules.graph_schema import NeoEra
 from tests.neo_graphs import (
     SEED_NODES,
     agent_memory,

@@ -46,7 +46,7 @@ def worded(out: str, *, most: int = 12) -> bool:
 
 
 async def _seed_memories(tmp_path: Path) -> None:
-    from core.stores.chroma import VectorStore
+    from core.base.chroma import VectorStore
 
     settings = make_settings(tmp_path)
     vectors = await VectorStore.open(settings)
@@ -176,8 +176,8 @@ async def test_a_chroma_url_with_user_info_is_refused_and_never_shown(
 ) -> None:
     # A URL with user-info used to be accepted (and shown without it); it is now a config
     # error pointing at chromaUrl's token file, and the error still never shows the secret.
-    from core.rules.config import KEYS, invalid_value_message, url_without_user_info
-    from core.rules.errors import ConfigError
+    from core.base.config.config import KEYS, invalid_value_message, url_without_user_info
+    from core.base.rules.errors import ConfigError
 
     assert url_without_user_info("http://alice:PASSWORD@127.0.0.1:9") == "http://127.0.0.1:9"
     assert url_without_user_info("http://127.0.0.1:9") == "http://127.0.0.1:9"

@@ -1,6 +1,7 @@
 """Owner-only data, through the commands as operators run them: under the usual umask 022
 everything the commands and the daemons create is their owner's alone, and a data folder other
-users can reach is refused at start with the `chmod` that fixes it (core.rules.private_data)."""
+users can reach is refused at start with the `chmod` that fixes it
+(core.base.config.private_data)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from core.stores.config_file import load_config
-from core.stores.dead_letter_file import spill_dir
+from core.base.runtime.config_file import load_config
+from core.drain.stores.dead_letter_file import spill_dir
 from tests.support import REPO, child_env
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from core.rules.archive_format import ArchiveHeader, seal
-from core.rules.config import Settings
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.config_file import load_config
+from core.base.state.state import open_graph
+from core.reconcile.rules.archive_format import ArchiveHeader, seal
 from tests.support import run_module, seed_acme_drift
 
 

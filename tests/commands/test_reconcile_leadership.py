@@ -25,11 +25,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.config_file import load_config
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
 from tests.chroma_server import ChromaServer
 from tests.postgres_server import PostgresServer
 from tests.support import REPO, child_env, log_events, read_archived_chunks, seed, wait_until

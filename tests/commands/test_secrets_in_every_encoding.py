@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stores.config_file import load_config
+from core.base.runtime.config_file import load_config
 from tests.chroma_server import ChromaServer
 from tests.support import run_module, seed_acme_drift
 from tests.token_proxy import secret_encodings_in, token_proxy

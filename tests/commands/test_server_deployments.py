@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from core.rules.config import Settings
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.config_file import load_config
 from tests.chroma_server import ChromaServer
 from tests.support import run_module, seed, seed_acme_drift
 from tests.token_proxy import TokenProxy, token_proxy

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.stores.drainer_identity import drainer_id_path
+from core.drain.stores.drainer_identity import drainer_id_path
 from tests.postgres_server import PostgresServer
 from tests.support import REPO, child_env, run_module
 

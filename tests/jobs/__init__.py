@@ -1,3 +1,3 @@
-"""Tests of `core.jobs`: the drain, the reconcile pass, restore, alerting and back-fill on real
+"""Tests of the wings' jobs: the drain, the reconcile pass, restore, alerting and back-fill on real
 stores.
 """

@@ -9,19 +9,19 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
-from core.jobs.alerting import alerting_tick
-from core.jobs.context import TickContext
-from core.reports.status import RecentAlert
-from core.rules.alert_rules import ALL_REPOS
-from core.rules.camel_json import to_json
-from core.rules.config import Settings, resolve_config
-from core.rules.telemetry import EVENT_RECONCILE
-from core.runtime.tick import open_context
-from core.stores.alert_records import load_cooldowns, recent_alerts
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
-from core.stores.telemetry import record_ingestion_metric
+from core.alerting.alerting_pass import alerting_tick
+from core.alerting.stores.alert_records import load_cooldowns, recent_alerts
+from core.base.chroma import VectorStore
+from core.base.config.alert_rules import ALL_REPOS
+from core.base.config.config import Settings, resolve_config
+from core.base.rules.camel_json import to_json
+from core.base.rules.telemetry import EVENT_RECONCILE
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.telemetry import record_ingestion_metric
+from core.suite.status import RecentAlert
+from core.suite.tick import open_context
 from tests.support import count_rows, make_settings
 
 NOW = 1_700_000_000_000

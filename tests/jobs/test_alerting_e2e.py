@@ -8,14 +8,14 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from core.jobs.alerting import alerting_tick
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.runtime.tick import run_tick
-from core.stores.alert_records import recent_alerts
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.tenants import set_tenant_config
+from core.alerting.alerting_pass import alerting_tick
+from core.alerting.stores.alert_records import recent_alerts
+from core.base.chroma import VectorStore
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.tenants import set_tenant_config
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import count_rows, make_settings, seed
 
 

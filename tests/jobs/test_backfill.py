@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from core.jobs.lazy_backfill import ingest_single_row, link_with_backfill, plan_backfill
-from core.rules.backfill_plan import Reason
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.ids import normalize_graph_node_id
-from core.rules.nodes import memory_payload_hash
-from core.stores.chroma import VectorStore
-from core.stores.graph import existing_ids, upsert_node
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.camel_json import to_json
+from core.base.rules.ids import normalize_graph_node_id
+from core.base.rules.nodes import memory_payload_hash
+from core.base.state.graph import existing_ids, upsert_node
+from core.base.state.graph_db import GraphDB
+from core.drain.lazy_backfill import ingest_single_row, link_with_backfill, plan_backfill
+from core.drain.rules.backfill_plan import Reason
 from tests.support import count_chroma_calls, count_rows, read_edge, read_node, seed
 
 MEMORIES: list[tuple[str, dict[str, Any]]] = [

@@ -9,17 +9,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import explain_tenant, reconcile_tick
-from core.reports.explain import render_plan
-from core.rules.camel_json import to_json
-from core.rules.manifests import RepoManifest
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import VectorStore
+from core.base.rules.camel_json import to_json
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.reports.explain import render_plan
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
+from core.suite.tick import run_tick
 from tests.support import make_settings, read_archived_chunks, seed
 
 KB = "neo-knowledge-base"

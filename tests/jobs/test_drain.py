@@ -13,21 +13,21 @@ from typing import Any
 
 import pytest
 
-import core.jobs.drain.batches as drain_batches
-import core.jobs.drain.tick as drain_tick
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue, drainer_lock
-from core.rules.config import Settings
-from core.rules.drain_plan import DrainStats
-from core.rules.errors import LockHeld, StoreUnavailable
-from core.rules.queue_lines import ReadLine
-from core.runtime.tick import open_context
-from core.stores.chroma import VectorStore
-from core.stores.graph import existing_ids, link_nodes, upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.queue_files import append_locked, enqueue_edges, generation_path
-from core.stores.queue_reader import QueueReader
-from core.stores.state import open_graph
+import core.drain.batches as drain_batches
+import core.drain.queue_drain as drain_tick
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.errors import LockHeld, StoreUnavailable
+from core.base.runtime.context import TickContext
+from core.base.state.graph import existing_ids, link_nodes, upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.queue_drain import drain_queue, drainer_lock
+from core.drain.rules.drain_plan import DrainStats
+from core.drain.rules.queue_lines import ReadLine
+from core.drain.stores.queue_files import append_locked, enqueue_edges, generation_path
+from core.drain.stores.queue_reader import QueueReader
+from core.suite.tick import open_context
 from tests.support import (
     count_chroma_calls,
     count_commits,

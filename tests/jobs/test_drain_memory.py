@@ -16,9 +16,9 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.runtime.config_file import load_config
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
 from tests.support import REPO, child_env
 
 MIB = 1 << 20

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from chromadb.errors import InternalError
 
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.rules.config import Settings
-from core.rules.errors import StoreUnavailable
-from core.stores.chroma import VectorStore
-from core.stores.graph import existing_ids, upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.errors import StoreUnavailable
+from core.base.runtime.context import TickContext
+from core.base.state.graph import existing_ids, upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.queue_drain import drain_queue
 from tests.support import read_edge, seed
 
 

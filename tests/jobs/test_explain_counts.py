@@ -7,14 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import explain_tenant
-from core.reports.explain import render_plan
-from core.rules.camel_json import to_json
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.rules.camel_json import to_json
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.reports.explain import render_plan
 from tests.support import make_settings, seed
 
 KB = "neo-knowledge-base"

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.fencing import fenced
-from core.jobs.reconcile import reconcile_tick
-from core.rules.config import Settings
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.context import TickContext
+from core.base.runtime.fencing import fenced
+from core.base.state.state import open_graph
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import make_settings, seed_acme_drift
 
 

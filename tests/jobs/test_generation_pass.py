@@ -15,14 +15,15 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import explain_tenant, reconcile_tick
-from core.reports.explain import render_plan
-from core.rules.config import Settings
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.reports.explain import render_plan
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import make_settings, read_archived_chunks, run_module, seed
 
 KB = "neo-knowledge-base"

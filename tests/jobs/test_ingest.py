@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.jobs.ingest import live_ingest_since, sync_session_to_graph
-from core.jobs.lazy_backfill import ingest_single_row
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.timestamps import epoch_ms_from_created_at
-from core.stores.chroma import VectorStore
-from core.stores.graph import existing_ids
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.camel_json import to_json
+from core.base.rules.timestamps import epoch_ms_from_created_at
+from core.base.state.graph import existing_ids
+from core.base.state.graph_db import GraphDB
+from core.drain.lazy_backfill import ingest_single_row
+from core.drain.live_ingest import live_ingest_since, sync_session_to_graph
 from tests.support import count_commits, count_rows, read_edge, read_node, seed
 
 DAY_MS = 86_400_000

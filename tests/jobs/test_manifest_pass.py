@@ -12,20 +12,21 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import explain_tenant, reconcile_tick
-from core.rules.camel_json import to_json
-from core.rules.manifests import RepoManifest
-from core.rules.reconcile import GUARD_STALE_FRACTION
-from core.rules.tenant_policy import policy_patch
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.chroma_door import DELETE_UNCHANGED
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.tenant_manifests import set_tenant_manifest
-from core.stores.tenants import set_tenant_policy
+from core.base.chroma import VectorStore
+from core.base.door.chroma_door import DELETE_UNCHANGED
+from core.base.rules.camel_json import to_json
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.tenants import set_tenant_policy
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile import GUARD_STALE_FRACTION
+from core.reconcile.rules.tenant_policy import policy_patch
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
+from core.suite.tick import run_tick
 from tests.support import DIM, make_settings, read_archived_chunks, seed
 
 KB = "neo-knowledge-base"
@@ -216,7 +217,7 @@ async def test_an_invalid_stored_gap_stops_deletion_by_version_but_not_by_manife
 async def test_an_invalid_global_gap_stops_deletion_by_version_in_a_real_pass(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    from core.rules.config import resolve_config
+    from core.base.config.config import resolve_config
 
     await tenant(graph, version=5)
     await seed(vectors, KB, [chunk("stale", "keep.md", stamp=1), chunk("o1", "gone.md",

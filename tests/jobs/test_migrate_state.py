@@ -1,4 +1,4 @@
-"""`core.jobs.migrate_state` on a real SQLite file and the session's real PostgreSQL (a fresh
+"""`core.suite.migrate` on a real SQLite file and the session's real PostgreSQL (a fresh
 database per test): what is copied, how invalid JSON is carried, and that any failure (a row
 PostgreSQL refuses, a checksum that differs) leaves the target empty so that a rerun works."""
 
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from core.jobs.drain import drainer_lock
-from core.jobs.migrate_state import migrate_state
-from core.rules.config import Settings
-from core.rules.errors import ConfigError, LockHeld
-from core.stores.drainer_identity import read_drainer_id
-from core.stores.graph_db import GraphDB
-from core.stores.postgres.bulk_load import PostgresLoad
-from core.stores.schema import STATE_TABLES
-from core.stores.state import open_graph
+from core.base.config.config import Settings
+from core.base.rules.errors import ConfigError, LockHeld
+from core.base.state.graph_db import GraphDB
+from core.base.state.postgres.bulk_load import PostgresLoad
+from core.base.state.schema import STATE_TABLES
+from core.base.state.state import open_graph
+from core.drain.queue_drain import drainer_lock
+from core.drain.stores.drainer_identity import read_drainer_id
+from core.suite.migrate import migrate_state
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.jobs.ingest import sync_sessions
-from core.rules.config import Settings
-from core.rules.graph_schema import NeoEra
-from core.stores.chroma import VectorStore
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.graph_schema import NeoEra
+from core.base.runtime.context import TickContext
+from core.base.state.state import open_graph
+from core.drain.live_ingest import sync_sessions
+from core.drain.queue_drain import drain_queue
 from tests.neo_graphs import (
     SEED_NODES,
     Node,

@@ -9,17 +9,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import TickContext
-from core.jobs.eager_backfill import DAY_MS, eager_backfill
-from core.jobs.ingest import live_ingest_since
-from core.jobs.lazy_backfill import ingest_single_row
-from core.reports.progress import LogProgress
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.stores.chroma import VectorStore
-from core.stores.clock import now_ms
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.reports.progress import LogProgress
+from core.base.rules.camel_json import to_json
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.eager_backfill import DAY_MS, eager_backfill
+from core.drain.lazy_backfill import ingest_single_row
+from core.drain.live_ingest import live_ingest_since
 from tests.support import make_settings, read_node, run_module, seed
 
 #: §4.2's check value: memory `{sessionId: 'sess-1', timestamp: …, userId: 'tobiu'}`.

@@ -26,19 +26,21 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import deletion, explain_tenant, reconcile_tick
-from core.jobs.restore import restore_archive
-from core.jobs.retention import retention_tick
-from core.rules.camel_json import to_json
-from core.rules.manifests import RepoManifest
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import VectorStore
+from core.base.rules.camel_json import to_json
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile import deletion
+from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.restore import restore_archive
+from core.reconcile.retention import retention_tick
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
+from core.suite.tick import run_tick
 from tests.support import (
     embedding_for,
     make_settings,

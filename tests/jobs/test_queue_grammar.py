@@ -23,11 +23,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.rules.config import Settings
-from core.rules.nodes import EdgeRow
-from core.rules.queue_lines import (
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.nodes import EdgeRow
+from core.base.runtime.context import TickContext
+from core.base.state.graph import MAX_WEIGHT, MIN_WEIGHT, link_edges, upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.sqlite import SqliteGraph
+from core.drain.queue_drain import drain_queue
+from core.drain.rules.queue_lines import (
     MALFORMED,
     MAX_JSON_DEPTH,
     WEIGHT_LIMIT,
@@ -35,11 +39,7 @@ from core.rules.queue_lines import (
     MalformedLine,
     parse_line,
 )
-from core.stores.chroma import VectorStore
-from core.stores.graph import MAX_WEIGHT, MIN_WEIGHT, link_edges, upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.queue_files import enqueue_edges
-from core.stores.sqlite import SqliteGraph
+from core.drain.stores.queue_files import enqueue_edges
 from tests.support import count_rows, read_edge, run_module
 
 SOURCE = "CONCEPT:grammar"

@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.rules import reconcile_groups
-from core.rules.manifests import RepoManifest
-from core.rules.reconcile_groups import TenantGroup, group_tenants
-from core.rules.rows import ChromaRow
-from core.rules.tenant_policy import policy_patch
-from core.rules.tenants import TenantConfig
-from core.rules.tombstone_bands import Band
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.tenant_manifests import set_tenant_manifest
-from core.stores.tenants import set_tenant_policy
+from core.base.chroma import VectorStore
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TenantConfig
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.tenants import set_tenant_policy
+from core.reconcile.rules import reconcile_groups
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile_groups import TenantGroup, group_tenants
+from core.reconcile.rules.tenant_policy import policy_patch
+from core.reconcile.rules.tombstone_bands import Band
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from tests.jobs.test_reconcile_pass import (
     archived_rows,
     chunk,
@@ -109,7 +109,7 @@ async def test_a_row_changed_under_a_shared_band_is_left_out_and_the_rest_of_the
     # Between the shared band's match and its fetch, a writer re-stamps one matched chunk at
     # its tenant's current version: the band's rule refuses it, one more read of the band shows
     # the store no longer matches it, and the band's delete takes the rest (the engine's one
-    # failure policy, core.jobs.reconcile.deletion).
+    # failure policy, core.reconcile.deletion).
     stores = tombstoning(tmp_path, graph, vectors)
     collection = stores.settings.knowledge_base_collection
     await seed_fleet(graph, vectors, collection)

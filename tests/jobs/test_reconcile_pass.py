@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 import structlog
 
-from core.jobs.context import TickContext, TickControl
-from core.jobs.reconcile import reconcile_tick
-from core.rules import reconcile_groups
-from core.rules.config import Settings
-from core.rules.reconcile import GUARD_STALE_FRACTION
-from core.rules.rows import ChromaRow
-from core.rules.telemetry import EVENT_RECONCILE
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import open_context, run_tick
-from core.stores.chroma import Include, VectorStore
-from core.stores.chroma_door import DELETE_UNCHANGED
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
+from core.base.chroma import Include, VectorStore
+from core.base.config.config import Settings
+from core.base.door.chroma_door import DELETE_UNCHANGED
+from core.base.rules.rows import ChromaRow
+from core.base.rules.telemetry import EVENT_RECONCILE
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext, TickControl
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile.rules import reconcile_groups
+from core.reconcile.rules.reconcile import GUARD_STALE_FRACTION
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import open_context, run_tick
 from tests.support import count_rows, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

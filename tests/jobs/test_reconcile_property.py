@@ -18,20 +18,20 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.jobs.restore import restore_archive
-from core.rules.manifests import RepoManifest, diff_tenant_manifest
-from core.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.rules.tombstone_bands import deletion_bound
-from core.runtime.tick import run_tick
-from core.stores.chroma import Include, VectorStore
-from core.stores.clock import now_ms
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import Include, VectorStore
+from core.base.io.clock import now_ms
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.restore import restore_archive
+from core.reconcile.rules.manifests import RepoManifest, diff_tenant_manifest
+from core.reconcile.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
+from core.reconcile.rules.tombstone_bands import deletion_bound
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
+from core.suite.tick import run_tick
 from tests.support import make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

@@ -37,16 +37,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.chroma_door import DELETE_UNCHANGED
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.door.chroma_door import DELETE_UNCHANGED
+from core.base.rules.camel_json import to_json
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.run_pass import reconcile_tick
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings
 

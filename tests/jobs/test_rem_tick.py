@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 
-from core.jobs.context import TickContext
-from core.jobs.rem_tick import rem_tick
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.timestamps import iso_from_ms
-from core.runtime.tick import open_context
-from core.stores.chroma import VectorStore
-from core.stores.clock import now_ms
-from core.stores.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
-from core.stores.graph import existing_ids
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.rules.camel_json import to_json
+from core.base.rules.timestamps import iso_from_ms
+from core.base.runtime.context import TickContext
+from core.base.state.daemon_state import LIVE_INGEST_WATERMARK, get_value, set_value
+from core.base.state.graph import existing_ids
+from core.base.state.graph_db import GraphDB
+from core.drain.rem_tick import rem_tick
+from core.suite.tick import open_context
 from tests.support import seed
 
 HOUR_MS = 3_600_000

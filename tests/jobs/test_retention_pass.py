@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.retention import retention_tick
-from core.rules.config import Settings
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.chroma_door import DELETE_UNCHANGED
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.door.chroma_door import DELETE_UNCHANGED
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile.retention import retention_tick
+from core.suite.tick import run_tick
 from tests.support import DIM, make_settings, read_archived_chunks, run_module, seed
 
 KB = "neo-knowledge-base"
@@ -149,9 +149,9 @@ async def test_a_re_ingest_racing_a_retention_delete_loses_nothing(
 async def test_explain_shows_what_retention_would_take_with_the_tenant_override(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
-    from core.jobs.reconcile import explain_tenant
-    from core.reports.explain import render_plan
-    from core.rules.camel_json import to_json
+    from core.base.rules.camel_json import to_json
+    from core.reconcile.explain_tenant import explain_tenant
+    from core.reconcile.reports.explain import render_plan
 
     await upsert_node(graph, "kb-config:keep1", TENANT_CONFIG_LABEL,
                       {"version": 1, "reconciliationPolicy": {"gcMaxCount": 1}})

@@ -23,19 +23,19 @@ from urllib.parse import quote
 
 import pytest
 
-from core.jobs.alerting import alerting_tick
-from core.jobs.context import TickContext
-from core.reports.status import RecentAlert, gather_status
-from core.rules.camel_json import to_json
-from core.rules.telemetry import EVENT_RECONCILE
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.alert_records import recent_alerts
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
-from core.stores.telemetry import record_ingestion_metric
+from core.alerting.alerting_pass import alerting_tick
+from core.alerting.stores.alert_records import recent_alerts
+from core.base.chroma import VectorStore
+from core.base.rules.camel_json import to_json
+from core.base.rules.telemetry import EVENT_RECONCILE
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.config_file import load_config
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.telemetry import record_ingestion_metric
+from core.suite.status import RecentAlert, gather_status
 from tests.support import make_settings, run_module, seed
 
 SECRETS = ("PASSWORD", "SECRETPATH", "SECRETQUERY", "alice")

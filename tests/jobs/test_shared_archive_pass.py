@@ -10,17 +10,18 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.fencing import fenced
-from core.jobs.reconcile import deletion, reconcile_tick
-from core.jobs.retention import retention_tick
-from core.rules.config import Settings
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.shared_archives import fetch
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.runtime.fencing import fenced
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile import deletion
+from core.reconcile.retention import retention_tick
+from core.reconcile.run_pass import reconcile_tick
+from core.reconcile.stores.shared_archives import fetch
+from core.suite.tick import run_tick
 from tests.support import make_settings, seed
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)

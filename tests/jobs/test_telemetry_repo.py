@@ -9,17 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.rules.manifests import MANIFEST_LABEL, manifest_node_id
-from core.rules.telemetry import DEFAULT_REPO_SLUG, EVENT_INGEST, smallest_repo
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.health import health_rollup
-from core.stores.telemetry import insert_metric_rows, new_metric_row
+from core.alerting.stores.health import health_rollup
+from core.base.chroma import VectorStore
+from core.base.rules.telemetry import DEFAULT_REPO_SLUG, EVENT_INGEST, smallest_repo
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.telemetry import insert_metric_rows, new_metric_row
+from core.reconcile.rules.manifests import MANIFEST_LABEL, manifest_node_id
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import make_settings, seed
 
 

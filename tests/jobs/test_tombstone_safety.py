@@ -16,16 +16,16 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.jobs.restore import restore_archive
-from core.rules.rows import ChromaRow
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import Include, VectorStore
-from core.stores.chroma_door import DELETE_UNCHANGED
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
+from core.base.chroma import Include, VectorStore
+from core.base.door.chroma_door import DELETE_UNCHANGED
+from core.base.rules.rows import ChromaRow
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.reconcile.restore import restore_archive
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import DIM, make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

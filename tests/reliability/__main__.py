@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.runtime.logs import configure_logging
+from core.base.runtime.logs import configure_logging
 from tests.postgres_server import PostgresServer
 from tests.reliability.harness import crash_trials, points_never_killed, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials

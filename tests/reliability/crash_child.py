@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import core.jobs.drain.batches as drain_batches
-import core.jobs.drain.tick as drain_tick
-import core.stores.queue_files as lazy_queue
-import core.stores.queue_reader as queue_reader
-from core.jobs.rem_tick import rem_tick
-from core.runtime.logs import configure_logging
-from core.runtime.tick import open_context, run_tick
-from core.stores.config_file import load_config
+import core.drain.batches as drain_batches
+import core.drain.queue_drain as drain_tick
+import core.drain.stores.queue_files as lazy_queue
+import core.drain.stores.queue_reader as queue_reader
+from core.base.runtime.config_file import load_config
+from core.base.runtime.logs import configure_logging
+from core.drain.rem_tick import rem_tick
+from core.suite.tick import open_context, run_tick
 from tests.support import patch_target
 
 #: Each crash point: the function wrapped (owner, name: patched where the drain looks it up)

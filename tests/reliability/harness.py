@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.rules.config import Settings
-from core.rules.graph_schema import NeoEra
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import REINFORCE_FACTOR
-from core.stores.neo.schema import OWN_PREFIX
-from core.stores.queue_files import read_generation
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.graph_schema import NeoEra
+from core.base.runtime.config_file import load_config
+from core.base.state.graph import REINFORCE_FACTOR
+from core.base.state.neo.schema import OWN_PREFIX
+from core.drain.stores.queue_files import read_generation
 from tests.neo_graphs import build_neo_graph
 from tests.reliability.crash_child import POINTS, TARGETS
 from tests.support import child_env, seed, seed_concepts

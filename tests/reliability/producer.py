@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from core.stores.config_file import load_config  # noqa: E402
-from core.stores.queue_files import enqueue_edges  # noqa: E402
+from core.base.runtime.config_file import load_config  # noqa: E402
+from core.drain.stores.queue_files import enqueue_edges  # noqa: E402
 
 CHUNK = 50
 

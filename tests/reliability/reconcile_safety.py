@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.jobs.restore import restore_archive
-from core.rules.rows import ChromaRow
-from core.stores.chroma import VectorStore
-from core.stores.clock import now_ms
-from core.stores.state import open_graph
-from core.stores.tenants import set_tenant_config
+from core.base.chroma import VectorStore
+from core.base.io.clock import now_ms
+from core.base.rules.rows import ChromaRow
+from core.base.runtime.context import TickContext
+from core.base.state.state import open_graph
+from core.base.state.tenants import set_tenant_config
+from core.reconcile.restore import restore_archive
+from core.reconcile.run_pass import reconcile_tick
 from tests.support import embedding_for, make_settings
 
 

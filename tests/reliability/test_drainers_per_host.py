@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.rules.config import Settings
-from core.stores.config_file import load_config
-from core.stores.drainer_identity import drainer_id_path
+from core.base.config.config import Settings
+from core.base.runtime.config_file import load_config
+from core.drain.stores.drainer_identity import drainer_id_path
 from tests.postgres_server import PostgresServer
 from tests.support import REPO, child_env, edge_mentions, seed_concepts
 

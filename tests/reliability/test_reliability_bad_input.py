@@ -14,16 +14,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.rules.config import KEYS, resolve_config
-from core.rules.errors import ConfigError
-from core.rules.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import KEYS, resolve_config
+from core.base.rules.errors import ConfigError
+from core.base.runtime.config_file import load_config
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.queue_drain import drain_queue
+from core.drain.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from tests.support import make_settings
 
 CORPUS: list[bytes] = [

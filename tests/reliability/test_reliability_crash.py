@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import core.jobs.drain as drain
-import core.jobs.drain.batches as drain_batches
-import core.jobs.drain.tick as drain_tick
+import core.drain as drain
+import core.drain.batches as drain_batches
+import core.drain.queue_drain as drain_tick
 from tests.reliability.crash_child import POINTS, TARGETS
 from tests.reliability.harness import (
     crash_trials,

@@ -20,15 +20,15 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-import core.jobs.drain.batches as drain_batches
-import core.jobs.drain.tick as drain_tick
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.rules.errors import StoreUnavailable
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.queue_reader import QueueReader
-from core.stores.state import open_graph
+import core.drain.batches as drain_batches
+import core.drain.queue_drain as drain_tick
+from core.base.chroma import VectorStore
+from core.base.rules.errors import StoreUnavailable
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.drain.queue_drain import drain_queue
+from core.drain.stores.queue_reader import QueueReader
 from tests.reliability.harness import MAX_ATTEMPTS, MEMORIES, SESSIONS, World, audit
 from tests.support import make_settings, patch_target, seed
 

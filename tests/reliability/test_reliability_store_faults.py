@@ -13,20 +13,20 @@ from typing import Any
 
 import pytest
 
-import core.jobs.drain.batches as drain_batches
-import core.stores.queue_files as lazy_queue
-from core.jobs.context import TickContext
-from core.jobs.drain import drain_queue
-from core.jobs.reconcile import reconcile_tick
-from core.jobs.restore import restore_archive
-from core.rules.camel_json import to_json
-from core.rules.config import Settings
-from core.rules.errors import StoreUnavailable
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
-from core.stores.tenants import set_tenant_config
+import core.drain.batches as drain_batches
+import core.drain.stores.queue_files as lazy_queue
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.rules.camel_json import to_json
+from core.base.rules.errors import StoreUnavailable
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.tenants import set_tenant_config
+from core.drain.queue_drain import drain_queue
+from core.reconcile.restore import restore_archive
+from core.reconcile.run_pass import reconcile_tick
 from tests.chroma_server import ChromaServer
 from tests.support import (
     make_settings,
@@ -120,7 +120,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
 ) -> None:
     settings = kb.settings
     # Three bands, three delete requests.
-    monkeypatch.setattr("core.jobs.reconcile.deletion.BAND_ROWS", 1_000)
+    monkeypatch.setattr("core.reconcile.deletion.BAND_ROWS", 1_000)
     real_delete = VectorStore.delete_unchanged
     requests = {"n": 0}
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import asyncpg
 
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.postgres.connection import WRITE_LOCK_KEY
+from core.base.chroma import VectorStore
+from core.base.runtime.config_file import load_config
+from core.base.state.postgres.connection import WRITE_LOCK_KEY
 from tests.chroma_server import ChromaServer
 from tests.postgres_server import PostgresServer
 from tests.support import (

@@ -1,1 +1,1 @@
-"""Tests of `core.reports`: status, health and the terminal text they print."""
+"""Tests of the reports: status, health and the terminal text they print."""

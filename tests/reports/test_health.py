@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from core.rules.config import Settings
-from core.rules.health import (
+from core.alerting.rules.health import (
     DAY_MS,
     DEFAULT_HEALTH_DAYS,
     HealthRow,
@@ -26,12 +25,13 @@ from core.rules.health import (
     parse_days,
     window_start,
 )
-from core.rules.telemetry import build_metric_row
-from core.stores.clock import now_ms
-from core.stores.graph_db import GraphDB
-from core.stores.health import health_rollup
-from core.stores.state import open_graph
-from core.stores.telemetry import insert_metric_rows
+from core.alerting.stores.health import health_rollup
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.rules.telemetry import build_metric_row
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.telemetry import insert_metric_rows
 from tests.support import make_settings, run_module
 
 pytestmark = pytest.mark.both_backends

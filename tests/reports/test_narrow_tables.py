@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from core.reports.tables import as_text, table
+from core.base.reports.tables import as_text, table
 
 STAMP = "2026-12-02T04:39:05Z (57s ago)"
 WIDE = table("Drainers", ["drainer", "host", "last tick", "result", "what it did",

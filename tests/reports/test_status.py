@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from core.reports.status import gather_status
-from core.reports.status_text import render_status_text
-from core.rules.dead_letters import UNREADABLE as UNREADABLE_DEAD_LETTER
-from core.rules.queue_lines import MAX_LINE_BYTES
-from core.stores.dead_letter_file import count_dead_letters as read_dead_letters
-from core.stores.queue_files import describe_queue_file as read_queue_file
+from core.drain.rules.dead_letters import UNREADABLE as UNREADABLE_DEAD_LETTER
+from core.drain.rules.queue_lines import MAX_LINE_BYTES
+from core.drain.stores.dead_letter_file import count_dead_letters as read_dead_letters
+from core.drain.stores.queue_files import describe_queue_file as read_queue_file
+from core.suite.status import gather_status
+from core.suite.status_text import render_status_text
 from daemons.status import main
 from tests.support import child_env, make_settings, run_module
 
@@ -27,9 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 # Holds the embedded store the way a running daemon does, until its stdin closes.
 HOLD_STORE = """
 import asyncio, sys
-from core.stores.config_file import load_config
-from core.runtime.logs import configure_logging
-from core.stores.chroma import VectorStore
+from core.base.runtime.config_file import load_config
+from core.base.runtime.logs import configure_logging
+from core.base.chroma import VectorStore
 
 async def hold() -> None:
     configure_logging("json")  # logs on stderr: stdout carries only the handshake

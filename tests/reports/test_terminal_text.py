@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.manifests import RepoManifest
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.rules.terminal_text import CUT_MARK, SHOWN_TEXT_MAX_CHARS, inert, shown_text
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import VectorStore
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.rules.terminal_text import CUT_MARK, SHOWN_TEXT_MAX_CHARS, inert, shown_text
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from tests.support import make_settings, run_module, seed
 
 CLEAR = "\x1b[2J"

@@ -1,3 +1,3 @@
-"""Tests of `core.rules`: pure decisions, so nothing here loads a store (tests/test_structure.py
-checks it).
+"""Tests of the pure rules (every `core.*.rules`, `core.base.config`): pure decisions, so nothing
+here loads a store (tests/test_structure.py checks it).
 """

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from core.rules.alert_channels import (
+from core.alerting.rules.alert_evaluation import Alert, CooldownKey, evaluate_alert_rules
+from core.alerting.rules.alert_text import alert_body, alert_subject
+from core.base.config.alert_channels import (
     channel_key,
     channel_label,
     is_channel_key,
@@ -19,8 +21,7 @@ from core.rules.alert_channels import (
     redact_channel,
     scrub_secrets,
 )
-from core.rules.alert_evaluation import Alert, CooldownKey, evaluate_alert_rules
-from core.rules.alert_rules import (
+from core.base.config.alert_rules import (
     ALL_REPOS,
     REASON_CHANNELS,
     REASON_DELIVERY_MODE,
@@ -32,11 +33,10 @@ from core.rules.alert_rules import (
     parse_alert_rules,
     validate_alert_rule,
 )
-from core.rules.alert_text import alert_body, alert_subject
-from core.rules.camel_json import to_json
-from core.rules.config import resolve_config
-from core.rules.config_docs import EXAMPLE_ALERT_RULES_TOML
-from core.rules.telemetry import KNOWN_METRICS
+from core.base.config.config import resolve_config
+from core.base.config.config_docs import EXAMPLE_ALERT_RULES_TOML
+from core.base.rules.camel_json import to_json
+from core.base.rules.telemetry import KNOWN_METRICS
 
 HOUR_MS = 3_600_000
 NOW = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""`core.rules.config_schema` on its own: the key table is consistent with `Settings`, every
+"""`core.base.config.config_schema` on its own: the key table is consistent with `Settings`, every
 default passes its own checks, destructive guards fail closed, and nothing that holds a secret
 is shown (pure: no file is read)."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from core.rules.alert_rules import parse_alert_rules
-from core.rules.config_schema import (
+from core.base.config.alert_rules import parse_alert_rules
+from core.base.config.config_schema import (
     KEYS,
     KEYS_BY_NAME,
     Secret,

@@ -11,17 +11,17 @@ import math
 import numpy as np
 import pytest
 
-from core.rules.archive_format import (
+from core.base.rules.rows import ChromaRow, ColumnPage, content_digests
+from core.reconcile.rules.archive_format import (
     ArchiveHeader,
     unseal,
     withdrawn_ids,
     withdrawn_line,
 )
-from core.rules.manifests import RepoManifest
-from core.rules.rows import ChromaRow, ColumnPage, content_digests
-from core.rules.scan_verdicts import ScanRules
-from core.rules.tenant_scan import TenantTally
-from core.rules.tombstone_bands import id_bands, legacy_order
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_scan import TenantTally
+from core.reconcile.rules.tombstone_bands import id_bands, legacy_order
 
 
 def tally(cap: int) -> TenantTally:

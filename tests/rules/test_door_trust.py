@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.rules.door_trust import (
+from core.base.rules.door_trust import (
     FILE,
     FOLDER,
     SOCKET,

@@ -1,4 +1,4 @@
-"""`reconcile explain`'s plan (`core.rules.explain_plan`), pure: the guards judged as a
+"""`reconcile explain`'s plan (`core.reconcile.rules.explain_plan`), pure: the guards judged as a
 tombstoning pass would judge them, the one reason nothing would be deleted (in the order they
 are checked), the cap, and the plan's listing of chunks and manifests."""
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from core.rules.explain_plan import (
+from core.base.rules.rows import ChromaRow
+from core.reconcile.rules.explain_plan import (
     WHY_DISABLED,
     WHY_MASTER_OFF,
     WHY_NOTHING,
@@ -17,17 +18,16 @@ from core.rules.explain_plan import (
     build_plan,
     guard_check,
 )
-from core.rules.manifests import RepoManifest
-from core.rules.reconcile import (
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     ReconcilePolicy,
 )
-from core.rules.reconcile_outcome import TenantOutcome
-from core.rules.rows import ChromaRow
-from core.rules.scan_verdicts import ScanRules
-from core.rules.tenant_scan import TenantTally
+from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_scan import TenantTally
 
 POLICY = ReconcilePolicy(collection="kb", auto_tombstone=True, orphan_version_gap=2,
                          manifest_grace_ms=0, max_deletes_per_tick=100, max_stale_fraction=0.5,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.rules.extraction_snapshot import ExtractionSnapshot
-from core.rules.generations import (
+from core.base.rules.rows import ChromaRow
+from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
+from core.reconcile.rules.generations import (
     REASON_EXTRACTION,
     TIER_SUPERSEDED,
     TIER_UNYIELDED,
@@ -17,8 +18,7 @@ from core.rules.generations import (
     diff_tenant_parser_identity,
     repo_generation,
 )
-from core.rules.reconcile import diff_tenant_chunks
-from core.rules.rows import ChromaRow
+from core.reconcile.rules.reconcile import diff_tenant_chunks
 
 DECLARED = {"parserId": "docker-mcp-source", "parserVersion": "1.1.0"}
 SUPERSED = {"parserId": "docker-mcp-source", "parserVersion": "1.0.0"}

@@ -1,11 +1,17 @@
-"""`core.rules.generation_tally`: a pass's generation signals over its pages, the union with
+"""`core.reconcile.rules.generation_tally`: a pass's generation signals over its pages, the union
+with
 the other signals, and the deletion jobs it plans (pure)."""
 
 from __future__ import annotations
 
-from core.rules.generation_tally import GenerationJobKey, GenerationTally
-from core.rules.generations import KIND_PARSER, TIER_SUPERSEDED, TIER_UNYIELDED, tenant_signals
-from core.rules.manifests import RepoManifest
+from core.reconcile.rules.generation_tally import GenerationJobKey, GenerationTally
+from core.reconcile.rules.generations import (
+    KIND_PARSER,
+    TIER_SUPERSEDED,
+    TIER_UNYIELDED,
+    tenant_signals,
+)
+from core.reconcile.rules.manifests import RepoManifest
 
 REPO = "org/repo"
 OLD = {"parserId": "p", "parserVersion": "1.0.0"}

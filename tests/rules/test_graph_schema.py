@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.rules.graph_schema import (
+from core.base.rules.graph_schema import (
     NEW,
     NeoEra,
     SchemaObject,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.rules.ids import normalize_graph_node_id, parse_row_node_id
-from core.rules.nodes import (
+from core.base.rules.ids import normalize_graph_node_id, parse_row_node_id
+from core.base.rules.nodes import (
     _js_numbers,
     js_json,
     memory_node,
@@ -22,7 +22,7 @@ from core.rules.nodes import (
     session_node,
     session_payload_hash,
 )
-from core.rules.timestamps import epoch_ms_from_created_at, row_time_ms, span_in_words
+from core.base.rules.timestamps import epoch_ms_from_created_at, row_time_ms, span_in_words
 
 
 @pytest.mark.parametrize(

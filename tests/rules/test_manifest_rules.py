@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from core.rules.manifests import (
+from core.base.rules.rows import ChromaRow
+from core.reconcile.rules.manifests import (
     ManifestDiff,
     ManifestMatch,
     ManifestOrphan,
@@ -25,16 +26,15 @@ from core.rules.manifests import (
     normalize_manifest_paths,
     ordered_union,
 )
-from core.rules.reconcile import diff_tenant_chunks, manifest_mismatched
-from core.rules.rows import ChromaRow
-from core.rules.scan_verdicts import ScanRules
-from core.rules.tenant_policy import (
+from core.reconcile.rules.reconcile import diff_tenant_chunks, manifest_mismatched
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_policy import (
     FROM_CONFIG,
     FROM_TENANT,
     policy_patch,
     resolve_tenant_policy,
 )
-from core.rules.tenant_scan import TenantTally
+from core.reconcile.rules.tenant_scan import TenantTally
 
 
 def row(row_id: str, stamp: Any = 5, **metadata: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The original's GraphService rules, as `core.rules.neo_graph` states them: node documents and
+"""The original's GraphService rules, as `core.base.rules.neo_graph` states them: node documents and
 their merge, edge documents and reinforcement, the memory identity of E2/E3, and the shapes of
 the daemons' MEMORY / SESSION nodes on a neo.mjs graph (checked against the original's
 ingestor, `research/neo-deployment.md` §2-§4)."""
@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from core.rules.graph_schema import NeoEra
-from core.rules.neo_graph import (
+from core.base.rules.graph_schema import NeoEra
+from core.base.rules.neo_graph import (
     AGENT_MEMORY_LABEL,
     NeoNodeWrite,
     StoredNode,
@@ -28,7 +28,7 @@ from core.rules.neo_graph import (
     resolve_endpoint,
     updated_node_document,
 )
-from core.rules.nodes import NodeRow, memory_node, minimal_session_node, session_node
+from core.base.rules.nodes import NodeRow, memory_node, minimal_session_node, session_node
 
 
 def test_reinforcement_runs_as_the_originals_1_then_1_1_then_1_2000000000000002() -> None:

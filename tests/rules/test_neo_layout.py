@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.graph_schema import NeoEra
-from core.rules.neo_layout import NeoLayoutError, neo_defaults, queue_path
+from core.base.config.neo_layout import NeoLayoutError, neo_defaults, queue_path
+from core.base.rules.graph_schema import NeoEra
 
 ROOT = Path("/srv/neo")
 

@@ -1,4 +1,4 @@
-"""What counts as a number (`core.rules.numbers`): a bool is never a number, and neither is a
+"""What counts as a number (`core.base.rules.numbers`): a bool is never a number, and neither is a
 float that is not finite, whatever hands the value over (JSON, TOML, Chroma metadata)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.rules.numbers import is_real_number, is_whole_number
+from core.base.rules.numbers import is_real_number, is_whole_number
 
 
 @pytest.mark.parametrize("value", [0, -3, 2**80, 0.0, -0.5, 1e308])

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from core.rules.generations import RepoGeneration, declared_in_place
-from core.rules.manifests import RepoManifest, original_manifest_patch
-from core.rules.tenants import (
+from core.base.rules.tenants import (
     ORIGINAL_CONFIG_DEFAULTS,
     TenantConfig,
     named_as_recorded,
     original_config_properties,
     team_visible,
 )
+from core.reconcile.rules.generations import RepoGeneration, declared_in_place
+from core.reconcile.rules.manifests import RepoManifest, original_manifest_patch
 
 ENTRY = {"cloneUrl": "https://github.com/acme/repo.git", "credentialRef": "vault:gh",
          "repoSlug": "acme/repo", "branchRef": "main"}

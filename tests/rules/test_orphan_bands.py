@@ -1,12 +1,12 @@
-"""How a repo's manifest orphans are deleted (`core.rules.orphan_bands`): each band names the
-chosen ids and exactly their paths, never more than one `$in` takes, and a fetched row goes
+"""How a repo's manifest orphans are deleted (`core.reconcile.rules.orphan_bands`): each band names
+the chosen ids and exactly their paths, never more than one `$in` takes, and a fetched row goes
 only if the orphan rule still holds."""
 
 from __future__ import annotations
 
-from core.rules.manifests import RepoManifest
-from core.rules.orphan_bands import PATHS_PER_BAND, orphan_bands, orphan_rule
-from core.rules.tombstone_bands import predicate_where
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.orphan_bands import PATHS_PER_BAND, orphan_bands, orphan_rule
+from core.reconcile.rules.tombstone_bands import predicate_where
 
 
 def test_orphan_bands_name_their_ids_and_exactly_their_own_chunks_paths() -> None:

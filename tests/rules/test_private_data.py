@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import resolve_config
-from core.rules.private_data import FolderOwner, JudgedFolder, folder_problem, judged_folders
+from core.base.config.config import resolve_config
+from core.base.config.private_data import FolderOwner, JudgedFolder, folder_problem, judged_folders
 
 RUNNER = FolderOwner(0, 1000, "kb")
 DATA = JudgedFolder("dataDir", Path("/var/lib/kb"))

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from core.rules.camel_json import to_json
-from core.rules.reconcile import (
+from core.base.rules.camel_json import to_json
+from core.base.rules.rows import ChromaRow, ColumnPage
+from core.reconcile.rules.reconcile import (
     DEFAULT_ORPHAN_VERSION_GAP,
     EMPTY_DIFF,
     actionable_stamp_ceiling,
@@ -19,8 +20,7 @@ from core.rules.reconcile import (
     resolve_orphan_version_gap,
     stale_fraction_exceeded,
 )
-from core.rules.rows import ChromaRow, ColumnPage
-from core.rules.tombstone_bands import (
+from core.reconcile.rules.tombstone_bands import (
     FLOAT_BOUND_SLACK_ULPS,
     Band,
     OldestIngested,
@@ -106,7 +106,7 @@ def test_the_gap_is_used_when_it_is_a_finite_number_of_at_least_one_else_nothing
 
 
 def test_the_default_gap_comes_from_the_configuration_table() -> None:
-    from core.rules.config import KEYS_BY_NAME
+    from core.base.config.config import KEYS_BY_NAME
 
     assert KEYS_BY_NAME["reconciliationOrphanVersionGap"].default == DEFAULT_ORPHAN_VERSION_GAP
     assert resolve_orphan_version_gap(DEFAULT_ORPHAN_VERSION_GAP) == 2

@@ -1,4 +1,5 @@
-"""The retention rule (`core.rules.retention`) on the original's GC engine anchors (#11641,
+"""The retention rule (`core.reconcile.rules.retention`) on the original's GC engine anchors
+(#11641,
 `kbGarbageCollectionEngine.spec.mjs`): age is strict, count is per tenant and repo with the
 newest kept and ties to the smaller id, the two rules are a union, unstamped chunks never
 expire; and the per-tenant override, which the original promised and never built."""
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.rules.retention import (
+from core.reconcile.rules.retention import (
     Retention,
     defrag_recommended,
     gc_detail,

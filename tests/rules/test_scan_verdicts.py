@@ -1,4 +1,5 @@
-"""The row-by-row verdict the pass and `explain` share (`core.rules.scan_verdicts`): each row
+"""The row-by-row verdict the pass and `explain` share (`core.reconcile.rules.scan_verdicts`): each
+row
 of the tenant gets one verdict with its reasons, actionable or not, held or not."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from core.rules.manifests import RepoManifest
-from core.rules.scan_verdicts import ScanRules, judge_row
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.scan_verdicts import ScanRules, judge_row
 
 RULES = ScanRules("t", 5, 2, {"r": RepoManifest("r", ("keep.md",), 1_000)}, 0,
                   read_ms=2_000, max_stale_fraction=1.0)

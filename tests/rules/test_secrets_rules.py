@@ -1,4 +1,4 @@
-"""`core.rules.secrets`: every form a credential comes back in is known and scrubbed, and a
+"""`core.base.rules.secrets`: every form a credential comes back in is known and scrubbed, and a
 receiver's text is scrubbed before it is cut; the alert rules' reprs show no URL."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import contextlib
 import json
 from urllib.parse import quote
 
-from core.rules.alert_channels import Channel, parse_channel, scrub_secrets
-from core.rules.alert_rules import AlertRule, SkippedRule, parse_alert_rules
-from core.rules.secrets import (
+from core.base.config.alert_channels import Channel, parse_channel, scrub_secrets
+from core.base.config.alert_rules import AlertRule, SkippedRule, parse_alert_rules
+from core.base.rules.secrets import (
     HIDDEN,
     MAX_FOREIGN_TEXT_CHARS,
     MAX_OPAQUE_RUN,

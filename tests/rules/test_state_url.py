@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import resolve_config
-from core.rules.errors import ConfigError
-from core.rules.state_url import InvalidStateUrl, parse_state_url
+from core.base.config.config import resolve_config
+from core.base.config.state_url import InvalidStateUrl, parse_state_url
+from core.base.rules.errors import ConfigError
 
 
 def test_a_url_naming_host_port_and_database_is_taken_as_given() -> None:

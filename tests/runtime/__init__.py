@@ -1,3 +1,3 @@
-"""Tests of `core.runtime`: scheduling, one-shot runs, supervision, signals, systemd, metrics, logs
-and the daemons as processes.
+"""Tests of the runtime (`core.base.runtime`, `core.suite`): scheduling, one-shot runs, supervision,
+signals, systemd, metrics, logs and the daemons as processes.
 """

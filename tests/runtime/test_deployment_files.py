@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.scheduler import SHUTDOWN_GRACE_S, STALL_LIMIT_S
-from core.stores.config_file import load_config
+from core.base.runtime.config_file import load_config
+from core.suite.scheduler import SHUTDOWN_GRACE_S, STALL_LIMIT_S
 from tests.chroma_server import ChromaServer
 from tests.mdwe import EXIT_UNSUPPORTED
 from tests.support import child_env
@@ -62,7 +62,7 @@ def test_the_chroma_unit_listens_on_loopback_without_telemetry() -> None:
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
 def test_every_unit_keeps_its_state_owner_only(unit: Path) -> None:
-    """The daemons refuse a data folder other users can reach (core.rules.private_data): the
+    """The daemons refuse a data folder other users can reach (core.base.config.private_data): the
     units make the state folder the service user's alone and everything created in it too."""
     settings = unit_settings(unit)
     assert settings["StateDirectoryMode"] == "0700"

@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from core.stores.chroma_door import ENSURE_COLLECTION, HELLO, encode_frame
-from core.stores.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
+from core.base.door.chroma_door import ENSURE_COLLECTION, HELLO, encode_frame
+from core.base.door.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
 from tests.other_user import OtherUser, finish, let_traverse, other_user
 from tests.support import REPO, child_env, make_settings, run_module, unix_socket_to
 
@@ -200,7 +200,7 @@ def test_a_crafted_frame_from_the_daemons_own_user_ends_that_peer_with_one_line(
 
 def test_commands_beyond_the_cap_are_turned_away_in_one_line_then_served(
         daemon: Daemon) -> None:
-    from core.runtime.store_door import MAX_PEERS
+    from core.base.runtime.store_door import MAX_PEERS
 
     held = [own_session(door_path(daemon.chroma)) for _ in range(MAX_PEERS)]
     try:
@@ -234,7 +234,7 @@ class HeldStore:
         self.chroma = settings.chroma_path
 
         async def create() -> None:
-            from core.stores.chroma import VectorStore
+            from core.base.chroma import VectorStore
 
             vectors = await VectorStore.open(settings)
             await vectors.close()
@@ -243,7 +243,7 @@ class HeldStore:
         self.holder = subprocess.Popen(
             [sys.executable, "-c", "import sys, time\n"
              "from pathlib import Path\n"
-             "from core.stores.locks import ProcessLock\n"
+             "from core.base.io.locks import ProcessLock\n"
              "ProcessLock(Path(sys.argv[1]), purpose='store').acquire()\n"
              "print('held', flush=True)\n"
              "time.sleep(600)\n", str(self.chroma / ".kb-daemons.lock")],
@@ -255,7 +255,7 @@ class HeldStore:
         opened = subprocess.Popen(
             [sys.executable, "-c", "import sys, time\n"
              "from pathlib import Path\n"
-             "from core.stores.door_socket import open_listening\n"
+             "from core.base.door.door_socket import open_listening\n"
              "open_listening(Path(sys.argv[1]), backlog=1)\n"
              "print('open', flush=True)\n"
              "time.sleep(600)\n", str(self.chroma)],

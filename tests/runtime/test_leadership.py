@@ -11,9 +11,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.runtime.leadership import Leadership
-from core.stores.postgres.leader_lock import RECONCILE_LEADER, LeaderLock
-from core.stores.state import open_graph
+from core.base.state.postgres.leader_lock import RECONCILE_LEADER, LeaderLock
+from core.base.state.state import open_graph
+from core.suite.leadership import Leadership
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings
 

@@ -1,5 +1,5 @@
 """Log lines carry no traceback locals and no form of a configured secret, in JSON and on the
-console alike (`core.runtime.logs`)."""
+console alike (`core.base.runtime.logs`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import structlog
 
-from core.rules.secrets import NO_SECRETS, Secrets
-from core.runtime.logs import configure_logging, scrub_shown
+from core.base.rules.secrets import NO_SECRETS, Secrets
+from core.base.runtime.logs import configure_logging, scrub_shown
 
 PASSWORD = "S3cr3t-P@ss"
 URL = f"http://alice:{PASSWORD}@127.0.0.1:9/hooks/PATHTOKEN123"
@@ -65,7 +65,7 @@ def test_every_form_of_a_registered_secret_is_scrubbed_from_log_lines(
 def test_the_state_databases_password_from_its_environment_is_a_secret_in_every_form(
     tmp_path: Path,
 ) -> None:
-    from core.runtime.settings import settings_secrets
+    from core.base.runtime.settings import settings_secrets
     from tests.support import make_settings
     from tests.token_proxy import secret_encodings_in
 

@@ -29,11 +29,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.stores.chroma import VectorStore
-from core.stores.config_file import load_config
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.config_file import load_config
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
 from tests.support import REPO, child_env, seed
 
 RULES = REPO / "deploy/prometheus/kb-rules.yml"

@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.eager_backfill import STOPPED, eager_backfill
-from core.reports.progress import LogProgress
-from core.rules.config import Settings
-from core.runtime.oneshot import TimedOut, run_jobs_once
-from core.runtime.tick import Job, open_context
-from core.stores.clock import now_ms
-from core.stores.daemon_state import last_ticks
-from core.stores.state import open_graph
+from core.base.config.config import Settings
+from core.base.io.clock import now_ms
+from core.base.reports.progress import LogProgress
+from core.base.runtime.context import TickContext
+from core.base.state.daemon_state import last_ticks
+from core.base.state.state import open_graph
+from core.drain.eager_backfill import STOPPED, eager_backfill
+from core.suite.oneshot import TimedOut, run_jobs_once
+from core.suite.tick import Job, open_context
 from tests.support import REPO, child_env, count_rows, make_settings, seed
 
 
@@ -106,9 +106,9 @@ def test_the_one_shot_bound_is_the_scheduled_jobs_bound() -> None:
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, sys
-        from core.runtime.logs import configure_logging
-        from core.runtime.oneshot import run_jobs_once
-        from core.runtime.tick import Job
+        from core.base.runtime.logs import configure_logging
+        from core.suite.oneshot import run_jobs_once
+        from core.suite.tick import Job
         from tests.support import make_settings
         from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""The malloc arena cap every command sets at start-up (`core.runtime.process`): threads that
+"""The malloc arena cap every command sets at start-up (`core.base.runtime.process`): threads that
 allocate share at most two glibc arenas, and an operator's own MALLOC_ARENA_MAX wins.
 
 Arenas are counted the way glibc reports them (`malloc_info`: one `<heap nr=...>` per arena),
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.runtime.process import ARENA_ENV, MALLOC_ARENAS
+from core.base.runtime.process import ARENA_ENV, MALLOC_ARENAS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: returned and how many arenas glibc reports.
 COUNT_ARENAS = """
 import ctypes, sys, tempfile, threading
-from core.runtime.process import limit_malloc_arenas
+from core.base.runtime.process import limit_malloc_arenas
 applied = limit_malloc_arenas() if sys.argv[1] == "capped" else None
 barrier = threading.Barrier(8)
 def allocate():

@@ -10,17 +10,17 @@ from typing import Any
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.rules.camel_json import to_json
-from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
-from core.rules.restored_metrics import (
+from core.base.rules.camel_json import to_json
+from core.base.state.daemon_state import TickRecord, last_success_stamps, last_ticks, record_tick
+from core.base.state.sqlite import SqliteGraph
+from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
+from core.suite.metrics import OUTCOMES, Metrics, read_restored_metrics
+from core.suite.restored_metrics import (
     RestoredMetrics,
     restored_metrics,
     tenant_figures_from_json,
 )
-from core.runtime.metrics import OUTCOMES, Metrics, read_restored_metrics
-from core.runtime.tick import Job
-from core.stores.daemon_state import TickRecord, last_success_stamps, last_ticks, record_tick
-from core.stores.sqlite import SqliteGraph
+from core.suite.tick import Job
 from tests.support import make_settings
 
 

@@ -17,17 +17,17 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.rules.config import Settings
-from core.runtime.metrics import Metrics
-from core.runtime.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions
-from core.runtime.serve import _supervise, serve
-from core.runtime.systemd import Notifier
-from core.runtime.tick import Job
-from core.runtime.waiting import MAX_BACKOFF_FACTOR, backoff_delay_ms, first_run_delay_ms
-from core.stores.chroma import VectorStore
-from core.stores.daemon_state import TickRecord, last_ticks, record_tick
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.config.config import Settings
+from core.base.runtime.context import TickContext
+from core.base.runtime.systemd import Notifier
+from core.base.runtime.waiting import MAX_BACKOFF_FACTOR, backoff_delay_ms, first_run_delay_ms
+from core.base.state.daemon_state import TickRecord, last_ticks, record_tick
+from core.base.state.state import open_graph
+from core.suite.metrics import Metrics
+from core.suite.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions
+from core.suite.serve import _supervise, serve
+from core.suite.tick import Job
 from tests.support import make_settings
 
 FAST = RuntimeOptions(shutdown_grace_s=1.0, stall_limit_s=0.3, restart_backoff_max_s=0.2,
@@ -237,9 +237,9 @@ async def test_work_left_in_flight_runs_the_first_tick_at_once(
 async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     served: Any, settings: Settings
 ) -> None:
-    from core.jobs.rem_tick import RemTickFigures
-    from core.rules.drain_plan import DrainStats
-    from core.rules.ingest import LiveIngestSkipped
+    from core.drain.rem_tick import RemTickFigures
+    from core.drain.rules.drain_plan import DrainStats
+    from core.drain.rules.ingest import LiveIngestSkipped
 
     async def stopped_drain(stores: TickContext, dry_run: bool) -> RemTickFigures:
         return RemTickFigures(LiveIngestSkipped(0, "none"), DrainStats(interrupted=True))
@@ -265,7 +265,7 @@ async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
 def test_a_pass_with_unrecorded_telemetry_or_stopped_is_incomplete() -> None:
     from dataclasses import replace
 
-    from core.runtime.tick import incomplete_reason
+    from core.suite.tick import incomplete_reason
 
     done = _pass_figures(tombstoned=0, stale=0)
     assert incomplete_reason(done) is None
@@ -404,7 +404,7 @@ async def test_a_counter_above_a_million_is_exact(tmp_path: Path) -> None:
 
 
 def _pass_figures(*, tombstoned: int, stale: int, orphans: int = 0, missing: int = 0) -> Any:
-    from core.rules.reconcile_outcome import ReconcileFigures, TenantFigures
+    from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
 
     tenant = TenantFigures(tenant_id="t1", repo_slug=None, current_version=2, scanned=stale,
                            stale_count=stale, manifest_orphan_count=orphans,
@@ -419,7 +419,7 @@ def _pass_figures(*, tombstoned: int, stale: int, orphans: int = 0, missing: int
 
 
 async def test_a_taken_metrics_port_is_a_config_error_before_any_tick(tmp_path: Path) -> None:
-    from core.rules.errors import ConfigError
+    from core.base.rules.errors import ConfigError
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
@@ -439,10 +439,10 @@ async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_re
 ) -> None:
     from dataclasses import replace
 
-    from core.jobs.context import TickControl
-    from core.jobs.reconcile import reconcile_tick
-    from core.runtime.tick import run_tick
-    from core.stores.tenants import set_tenant_config
+    from core.base.runtime.context import TickControl
+    from core.base.state.tenants import set_tenant_config
+    from core.reconcile.run_pass import reconcile_tick
+    from core.suite.tick import run_tick
 
     enabled = replace(settings, reconciliation_enabled=True)
     graph = await open_graph(enabled)

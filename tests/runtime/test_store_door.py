@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from core.rules.errors import LockHeld, StoreUnavailable
-from core.rules.rows import ChromaRow, content_digests
-from core.runtime.store_door import RefusalLog, StoreDoor
-from core.stores.chroma import VectorStore
-from core.stores.chroma.errors import peer_error
-from core.stores.chroma_door import ENSURE_COLLECTION, HELLO, DaemonStoreClient, decode_body
-from core.stores.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
+from core.base.chroma import VectorStore
+from core.base.chroma.errors import peer_error
+from core.base.door.chroma_door import ENSURE_COLLECTION, HELLO, DaemonStoreClient, decode_body
+from core.base.door.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
+from core.base.rules.errors import LockHeld, StoreUnavailable
+from core.base.rules.rows import ChromaRow, content_digests
+from core.base.runtime.store_door import RefusalLog, StoreDoor
 from tests.support import make_settings, unix_socket_to
 
 

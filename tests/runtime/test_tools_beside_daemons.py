@@ -14,14 +14,14 @@ import sys
 import time
 from pathlib import Path
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.rules.tenants import TENANT_CONFIG_LABEL
-from core.runtime.tick import run_tick
-from core.stores.chroma import VectorStore
-from core.stores.chroma_door import door_path
-from core.stores.graph import upsert_node
-from core.stores.state import open_graph
+from core.base.chroma import VectorStore
+from core.base.door.chroma_door import door_path
+from core.base.rules.tenants import TENANT_CONFIG_LABEL
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node
+from core.base.state.state import open_graph
+from core.reconcile.run_pass import reconcile_tick
+from core.suite.tick import run_tick
 from tests.support import REPO, child_env, make_settings, run_module, seed
 
 KB = "neo-knowledge-base"
@@ -143,7 +143,7 @@ def test_a_held_store_with_no_daemon_behind_it_is_one_line_and_exit_1(tmp_path: 
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time\n"
          "from pathlib import Path\n"
-         "from core.stores.locks import ProcessLock\n"
+         "from core.base.io.locks import ProcessLock\n"
          "ProcessLock(Path(sys.argv[1]), purpose='store').acquire()\n"
          "print('held', flush=True)\n"
          "time.sleep(120)\n", str(data / "chroma" / ".kb-daemons.lock")],

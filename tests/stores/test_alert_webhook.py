@@ -16,24 +16,24 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from core.jobs.alerting import AlertingFigures, alerting_tick
-from core.jobs.context import TickContext
-from core.rules.alert_channels import channel_label
-from core.rules.alert_evaluation import Alert
-from core.rules.alert_rules import Severity
-from core.rules.alert_text import alert_body
-from core.rules.camel_json import to_json
-from core.rules.telemetry import EVENT_RECONCILE
-from core.stores.alert_delivery import (
+from core.alerting.alerting_pass import AlertingFigures, alerting_tick
+from core.alerting.rules.alert_evaluation import Alert
+from core.alerting.rules.alert_text import alert_body
+from core.alerting.stores.alert_delivery import (
     DEFAULT_DELIVERY_POLICY,
     DeliveryPolicy,
     deliver_alerts,
     webhook_payload,
 )
-from core.stores.alert_records import load_cooldowns, recent_alerts
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.telemetry import record_ingestion_metric
+from core.alerting.stores.alert_records import load_cooldowns, recent_alerts
+from core.base.chroma import VectorStore
+from core.base.config.alert_channels import channel_label
+from core.base.config.alert_rules import Severity
+from core.base.rules.camel_json import to_json
+from core.base.rules.telemetry import EVENT_RECONCILE
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.base.state.telemetry import record_ingestion_metric
 from tests.support import make_settings
 
 NOW = 1_700_000_000_000

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.jobs.context import TickContext
-from core.rules.rows import ColumnPage
-from core.stores import archives, files
-from core.stores.archives import SYNCFS_MIN_ARCHIVES, TombstoneArchive, sync_archives
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
+from core.base.chroma import VectorStore
+from core.base.io import files
+from core.base.rules.rows import ColumnPage
+from core.base.runtime.context import TickContext
+from core.base.state.graph_db import GraphDB
+from core.reconcile.stores import archives
+from core.reconcile.stores.archives import SYNCFS_MIN_ARCHIVES, TombstoneArchive, sync_archives
 from tests.jobs.test_reconcile_pass import (
     archived_rows,
     chunk,

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.chroma_server import (
+from core.base.config.chroma_server import (
     InvalidChromaUrl,
     auth_header,
     parse_chroma_url,
     token_problem,
 )
-from core.rules.config import Secret, resolve_config
-from core.rules.errors import ConfigError
-from core.stores.config_file import load_config
+from core.base.config.config import Secret, resolve_config
+from core.base.rules.errors import ConfigError
+from core.base.runtime.config_file import load_config
 
 
 @pytest.mark.parametrize(("written", "canonical", "host", "port", "prefix"), [

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.alert_rules import AlertRules
-from core.rules.config import KEYS, resolve_config
-from core.rules.config_docs import render_example_toml, render_markdown_table
-from core.rules.errors import ConfigError
-from core.stores.config_file import load_config
+from core.base.config.alert_rules import AlertRules
+from core.base.config.config import KEYS, resolve_config
+from core.base.config.config_docs import render_example_toml, render_markdown_table
+from core.base.rules.errors import ConfigError
+from core.base.runtime.config_file import load_config
 from tests.support import run_module
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The daemons' tick records (`core.stores.daemon_state`) on both backends: one row per job,
+"""The daemons' tick records (`core.base.state.daemon_state`) on both backends: one row per job,
 and one per drainer beside it, so N drainers sharing a state show N rows."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.stores.daemon_state import (
+from core.base.state.daemon_state import (
     DrainerQueue,
     TickRecord,
     last_drainer_ticks,
     last_ticks,
     record_tick,
 )
-from core.stores.graph_db import GraphDB
-from core.stores.postgres.schema import MIGRATIONS, VERSION_TABLE
-from core.stores.state import open_graph
+from core.base.state.graph_db import GraphDB
+from core.base.state.postgres.schema import MIGRATIONS, VERSION_TABLE
+from core.base.state.state import open_graph
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stores.door_socket import (
+from core.base.door.door_socket import (
     PID_NAME,
     DoorClosed,
     Listening,

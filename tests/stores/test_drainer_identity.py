@@ -1,4 +1,4 @@
-"""A drainer's identity on a PostgreSQL state (`core.stores.drainer_identity`): created once
+"""A drainer's identity on a PostgreSQL state (`core.drain.stores.drainer_identity`): created once
 beside its queue and kept, refused when unreadable (exit 1, the queue untouched); and a
 deadlock or serialization failure is a `WriteConflict` (the drain tries the batch again)."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import asyncpg
 
-from core.rules.errors import StoreUnavailable, WriteConflict
-from core.stores.config_file import load_config
-from core.stores.drainer_identity import drainer_id, drainer_id_path
-from core.stores.postgres.connection import store_error
+from core.base.rules.errors import StoreUnavailable, WriteConflict
+from core.base.runtime.config_file import load_config
+from core.base.state.postgres.connection import store_error
+from core.drain.stores.drainer_identity import drainer_id, drainer_id_path
 from tests.postgres_server import PostgresServer
 from tests.support import run_module
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stores.sqlite import SqliteGraph
+from core.base.state.sqlite import SqliteGraph
 
 
 def _write_for_a_while(path: Path, begin: str, ready: threading.Event) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.errors import StoreUnavailable
-from core.rules.nodes import EdgeRow, NodeRow
-from core.stores.graph import (
+from core.base.rules.errors import StoreUnavailable
+from core.base.rules.nodes import EdgeRow, NodeRow
+from core.base.state.graph import (
     MAX_WEIGHT,
     existing_ids,
     link_edges,
@@ -17,8 +17,8 @@ from core.stores.graph import (
     upsert_node,
     upsert_nodes,
 )
-from core.stores.graph_db import GraphDB
-from core.stores.sqlite import SqliteGraph
+from core.base.state.graph_db import GraphDB
+from core.base.state.sqlite import SqliteGraph
 from tests.support import count_rows, read_edge, read_node
 
 pytestmark = pytest.mark.both_backends

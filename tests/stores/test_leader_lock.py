@@ -11,8 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from core.stores.postgres.leader_lock import LOCK_NAMESPACE, RECONCILE_LEADER, LeaderLock
-from core.stores.state import open_graph
+from core.base.state.postgres.leader_lock import LOCK_NAMESPACE, RECONCILE_LEADER, LeaderLock
+from core.base.state.state import open_graph
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings
 

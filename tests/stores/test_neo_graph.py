@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.alert_evaluation import Alert, Delivery
-from core.rules.config import Settings
-from core.rules.errors import ConfigError
-from core.rules.graph_schema import NeoEra
-from core.rules.nodes import EdgeRow, NodeRow, memory_node, minimal_session_node
-from core.rules.tenant_policy import policy_patch, resolve_tenant_policy
-from core.stores.alert_records import recent_alerts, record_deliveries
-from core.stores.daemon_state import TickRecord, get_value, last_ticks, record_tick, set_value
-from core.stores.graph import (
+from core.alerting.rules.alert_evaluation import Alert, Delivery
+from core.alerting.stores.alert_records import recent_alerts, record_deliveries
+from core.base.config.config import Settings
+from core.base.rules.errors import ConfigError
+from core.base.rules.graph_schema import NeoEra
+from core.base.rules.nodes import EdgeRow, NodeRow, memory_node, minimal_session_node
+from core.base.state.daemon_state import TickRecord, get_value, last_ticks, record_tick, set_value
+from core.base.state.graph import (
     existing_ids,
     identity_conflicts,
     insert_edges_if_absent,
@@ -30,12 +29,13 @@ from core.stores.graph import (
     upsert_node,
     upsert_nodes,
 )
-from core.stores.graph_db import GraphDB
-from core.stores.neo.tables import original_tables
-from core.stores.state import open_graph
-from core.stores.telemetry import record_ingestion_metric
-from core.stores.tenant_manifests import all_manifests, tenant_manifests
-from core.stores.tenants import list_tenants, set_tenant_policy, tenant_config
+from core.base.state.graph_db import GraphDB
+from core.base.state.neo.tables import original_tables
+from core.base.state.state import open_graph
+from core.base.state.telemetry import record_ingestion_metric
+from core.base.state.tenants import list_tenants, set_tenant_policy, tenant_config
+from core.reconcile.rules.tenant_policy import policy_patch, resolve_tenant_policy
+from core.reconcile.stores.tenant_manifests import all_manifests, tenant_manifests
 from tests.neo_graphs import (
     BARE_ERAS,
     ERAS,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.errors import ConfigError
-from core.rules.graph_schema import NeoEra
-from core.stores.config_file import load_config
+from core.base.rules.errors import ConfigError
+from core.base.rules.graph_schema import NeoEra
+from core.base.runtime.config_file import load_config
 from tests.neo_graphs import build_neo_graph
 
 GRAPH = ".neo-ai-data/sqlite/memory-core-graph.sqlite"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from core.rules.graph_schema import NeoEra
-from core.stores.chroma import VectorStore
-from core.stores.neo.schema import NEO_TELEMETRY_DDL
+from core.base.chroma import VectorStore
+from core.base.rules.graph_schema import NeoEra
+from core.base.state.neo.schema import NEO_TELEMETRY_DDL
 from tests.neo_graphs import (
     BARE_ERAS,
     ERAS,

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.telemetry import MetricRow
-from core.stores.archives import TombstoneArchive
-from core.stores.files import create_private_file, make_private_dirs
-from core.stores.locks import ProcessLock
-from core.stores.queue_files import append_locked
-from core.stores.sqlite.connection import SqliteGraph
-from core.stores.telemetry_spool import MetricSpool
+from core.base.io.files import create_private_file, make_private_dirs
+from core.base.io.locks import ProcessLock
+from core.base.rules.telemetry import MetricRow
+from core.base.state.sqlite.connection import SqliteGraph
+from core.base.state.telemetry_spool import MetricSpool
+from core.drain.stores.queue_files import append_locked
+from core.reconcile.stores.archives import TombstoneArchive
 
 pytestmark = pytest.mark.usefixtures("umask_022")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from core.stores.queue_files import (
+from core.drain.stores.queue_files import (
     append_locked,
     append_stream_locked,
     enqueue_edges,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.rules.queue_lines import parsed_size_bound
-from core.stores.queue_reader import QueueReader
+from core.drain.rules.queue_lines import parsed_size_bound
+from core.drain.stores.queue_reader import QueueReader
 
 Batch = list[tuple[int, bytes, int | None]]
 

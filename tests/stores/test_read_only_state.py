@@ -1,6 +1,6 @@
 """A read-only open of the SQLite state (dry runs, `status`) creates no side file, changes no
 byte of the file or of its -wal and -shm, and never returns a wrong read when a writer is
-active (core.stores.sqlite.read_only)."""
+active (core.base.state.sqlite.read_only)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.errors import StoreUnavailable
-from core.stores.sqlite.connection import SqliteGraph
+from core.base.rules.errors import StoreUnavailable
+from core.base.state.sqlite.connection import SqliteGraph
 
 pytestmark = pytest.mark.sqlite_only("the SQLite file and its WAL side files")
 

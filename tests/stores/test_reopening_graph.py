@@ -18,17 +18,17 @@ from typing import Any
 
 import pytest
 
-from core.jobs.context import TickContext
-from core.jobs.reconcile import reconcile_tick
-from core.rules.errors import ConnectionLost, StoreUnavailable
-from core.rules.nodes import NodeRow
-from core.rules.reconcile_outcome import ReconcileFigures
-from core.stores.chroma import VectorStore
-from core.stores.graph import upsert_node, upsert_nodes
-from core.stores.graph_db import GraphDB
-from core.stores.reopening_graph import RETRY_FIRST_S, ReopeningGraph, retry_delay_s
-from core.stores.state import open_graph
-from core.stores.telemetry_spool import MetricSpool
+from core.base.chroma import VectorStore
+from core.base.rules.errors import ConnectionLost, StoreUnavailable
+from core.base.rules.nodes import NodeRow
+from core.base.runtime.context import TickContext
+from core.base.state.graph import upsert_node, upsert_nodes
+from core.base.state.graph_db import GraphDB
+from core.base.state.reopening_graph import RETRY_FIRST_S, ReopeningGraph, retry_delay_s
+from core.base.state.state import open_graph
+from core.base.state.telemetry_spool import MetricSpool
+from core.reconcile.rules.reconcile_outcome import ReconcileFigures
+from core.reconcile.run_pass import reconcile_tick
 from tests.postgres_server import PostgresServer
 from tests.support import count_rows, make_settings, read_node, seed_acme_drift
 

@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, RepoManifest
-from core.rules.reconcile import STAMP_KEY, TENANT_KEY
-from core.rules.rows import ChromaRow
-from core.rules.scan_verdicts import ScanRules
-from core.rules.tenant_scan import TenantTally
-from core.stores.chroma import VectorStore
-from core.stores.graph_db import GraphDB
-from core.stores.tenant_manifests import set_tenant_manifest
+from core.base.chroma import VectorStore
+from core.base.rules.rows import ChromaRow
+from core.base.state.graph_db import GraphDB
+from core.reconcile.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, RepoManifest
+from core.reconcile.rules.reconcile import STAMP_KEY, TENANT_KEY
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_scan import TenantTally
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from tests.jobs.test_reconcile_fleet import without_sweep
 from tests.jobs.test_reconcile_pass import (
     chunk,

@@ -1,5 +1,6 @@
-"""Shared archives (`core.stores.shared_archives`) on the session's real PostgreSQL: an archive
-copied part by part reads back as exactly its file, a copy continues across the pass's plans,
+"""Shared archives (`core.reconcile.stores.shared_archives`) on the session's real PostgreSQL: an
+archive copied part by part reads back as exactly its file, a copy continues across the pass's
+plans,
 a name another pass holds is refused, and a damaged copy is refused rather than restored."""
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.rules.config import Settings
-from core.rules.rows import ColumnPage
-from core.stores.archives import ArchiveError, TombstoneArchive, sync_archives
-from core.stores.graph_db import GraphDB
-from core.stores.shared_archives import SharedArchives, SharedCopyRefused, fetch, shared_archives
+from core.base.config.config import Settings
+from core.base.rules.rows import ColumnPage
+from core.base.state.graph_db import GraphDB
+from core.reconcile.stores.archives import ArchiveError, TombstoneArchive, sync_archives
+from core.reconcile.stores.shared_archives import (
+    SharedArchives,
+    SharedCopyRefused,
+    fetch,
+    shared_archives,
+)
 from tests.support import embedding_for, make_settings
 
 pytestmark = pytest.mark.parametrize("backend", ["postgres"], indirect=True)

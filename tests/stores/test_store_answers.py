@@ -10,8 +10,8 @@ import json
 import chromadb.errors
 import pytest
 
-from core.rules.secrets import WITHHELD, Secrets
-from core.stores.chroma.errors import failure_text
+from core.base.chroma.errors import failure_text
+from core.base.rules.secrets import WITHHELD, Secrets
 from tests.token_proxy import request_echo, secret_encodings_in
 
 TOKEN = "kb-tok_7Qp/x+Z9w=Lm3vR8sT2yU4"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from core.rules.config import Settings
-from core.rules.errors import StoreUnavailable
-from core.rules.telemetry import (
+from core.base.config.config import Settings
+from core.base.rules.errors import StoreUnavailable
+from core.base.rules.telemetry import (
     DEFAULT_REPO_SLUG,
     DEFAULT_TENANT_ID,
     EVENT_ERROR,
@@ -22,9 +22,9 @@ from core.rules.telemetry import (
     MetricWindow,
     serialize_detail,
 )
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
-from core.stores.telemetry import (
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.telemetry import (
     ingestion_rollup,
     insert_metric_rows,
     last_stale_counts,
@@ -32,7 +32,7 @@ from core.stores.telemetry import (
     record_ingestion_metric,
     recorded_repos,
 )
-from core.stores.telemetry_spool import MetricSpool
+from core.base.state.telemetry_spool import MetricSpool
 
 pytestmark = pytest.mark.both_backends
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import Settings
-from core.rules.tenants import TENANT_CONFIG_LABEL, normalize_tenant_id
-from core.stores.graph import upsert_node
-from core.stores.graph_db import GraphDB
-from core.stores.state import open_graph
-from core.stores.tenants import list_tenants, set_tenant_config, tenant_version
+from core.base.config.config import Settings
+from core.base.rules.tenants import TENANT_CONFIG_LABEL, normalize_tenant_id
+from core.base.state.graph import upsert_node
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.base.state.tenants import list_tenants, set_tenant_config, tenant_version
 from tests.support import read_node, run_module
 
 pytestmark = pytest.mark.both_backends

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from core.rules.config import Settings
-from core.rules.errors import LockHeld
-from core.rules.rows import ChromaRow
-from core.stores.chroma import CollectionMissing, VectorStore, VectorStoreError
+from core.base.chroma import CollectionMissing, VectorStore, VectorStoreError
+from core.base.config.config import Settings
+from core.base.rules.errors import LockHeld
+from core.base.rules.rows import ChromaRow
 from tests.support import count_chroma_calls, make_settings, seed
 
 

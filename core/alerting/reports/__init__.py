@@ -1,0 +1,1 @@
+"""The alerting's views for people: `kb-status --health`."""

@@ -1,0 +1,134 @@
+"""The SQL statements the table-group modules run, named: one `Statements` per backend.
+
+The table-group modules (`graph`, `telemetry`, `drain_state`, `daemon_state`, `alert_records`,
+`tenants`, `tenant_manifests`) decide which statement runs with which parameters; the text of
+each statement is the backend's (`core.base.state.sqlite.statements`), reached through
+`GraphDB.sql`. A second backend is a second `Statements`, not edits across the modules.
+
+Every backend takes the same parameters, in the same order, for a statement of the same name
+(a list of ids travels as one JSON array text), and returns the same columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """One backend's statement texts. Parameters are listed per field, in order."""
+
+    # ------------------------------------------------------------------------- graph
+    #: (id, label, properties): create a node unless one exists.
+    insert_node_if_absent: str
+    #: (id, label, properties, removal): create a node or merge `properties` into it
+    #: (RFC 7396: a null in `removal` deletes the key); unreadable stored JSON is replaced.
+    upsert_node: str
+    #: (source, target, relationship, weight, properties): create an edge unless one exists.
+    insert_edge_if_absent: str
+    #: (source, target, relationship, weight, properties): create an edge or reinforce it.
+    link_edge: str
+    #: (ids as JSON array) -> id
+    existing_ids: str
+    #: (ids as JSON array) -> id, label, properties
+    nodes_by_id: str
+    #: () -> label, total, backfilled, liveIngested, minimal (MEMORY and SESSION)
+    provenance_counts: str
+    #: () -> count
+    count_nodes: str
+    #: () -> count
+    count_edges: str
+    #: (id, label) -> id, properties
+    node_by_id_and_label: str
+    #: (id) -> properties
+    node_properties: str
+    #: (label, prefix length, prefix) -> id, properties, by id
+    nodes_by_label_and_prefix: str
+    #: () -> table name, every table of the state
+    table_names: str
+    #: (table name) -> a row when the table exists
+    table_exists: str
+    # --------------------------------------------------------------------- telemetry
+    #: (id, timestamp, tenant, repo, origin, event, total, embedded, deleted, duration,
+    #: error code, detail): insert unless the id exists.
+    insert_metric: str
+    #: (since, until, tenant or None, tenant or None) -> tenant, repo, KNOWN_METRICS figures
+    rollup_by_repo: str
+    #: (since, until, tenant or None, tenant or None) -> tenant, KNOWN_METRICS figures
+    rollup_by_tenant: str
+    #: (since) -> tenant, repo, KNOWN_METRICS figures: every event at or after `since`, no
+    #: upper bound (the original's health view), by tenant then repo
+    health_by_repo: str
+    #: () -> tenant, the smallest non-empty repo of its events: the repo the original's
+    #: reconciler names a tenant's telemetry by (the first row of its rollup, all-time,
+    #: `ORDER BY tenant_id, repo_slug`)
+    first_repo_by_tenant: str
+    #: (event, event) -> tenant, repo, timestamp, total, deleted, detail: each tenant's latest
+    last_reconcile: str
+    # ------------------------------------------------------------------- drain state
+    #: (generation, offset, dead letters size, now)
+    commit_offset: str
+    #: (generation, drainer): tag the generation with its drainer, forget its other ones
+    forget_other_generations: str
+    #: (generation) -> committed offset, dead letters size
+    progress: str
+    #: (line id)
+    use_token: str
+    #: (line id, attempts, now)
+    issue_token: str
+    #: (line ids as JSON array) -> line id, attempts, requeued at
+    outstanding_tokens: str
+    #: (line ids as JSON array) -> line id
+    legacy_settled: str
+    #: (line id, outcome, now)
+    legacy_settle: str
+    #: ()
+    legacy_drop: str
+    # ------------------------------------------------------------------ daemon state
+    #: (key) -> value
+    get_value: str
+    #: (key, value, now)
+    put_value: str
+    #: (daemon, started, finished, duration, ok, figures)
+    record_tick: str
+    #: () -> daemon, started, finished, duration, ok, figures
+    last_ticks: str
+    #: (suffix length, suffix) -> key, value
+    values_by_suffix: str
+    #: (drainer, host, started, finished, duration, ok, figures, queue lines, draining,
+    #: dead letters): replace the drainer's last tick
+    record_drainer_tick: str
+    #: () -> drainer, host, started, finished, duration, ok, figures, queue lines, draining,
+    #: dead letters; by drainer
+    drainer_ticks: str
+    # ------------------------------------------------------------------------ alerts
+    #: (fired at, tenant, repo, metric, value, threshold, severity, channel, subject,
+    #: delivered, error)
+    insert_fired: str
+    #: (tenant, repo, metric, severity, channel, fired at)
+    stamp_cooldown: str
+    #: (since) -> tenant, repo, metric, severity, channel, fired at
+    cooldowns: str
+    #: (limit) -> fired at, tenant, repo, metric, value, threshold, severity, channel,
+    #: subject, delivered, error; the latest first
+    recent_alerts: str
+    #: () -> channel
+    fired_channels: str
+    #: () -> channel
+    cooling_channels: str
+    #: (channel) -> id, error
+    fired_by_channel: str
+    #: (channel, error, id)
+    redact_fired: str
+    #: (new channel, old channel): move stamps to the new channel, the later one kept
+    rekey_cooldowns: str
+    #: (channel)
+    drop_cooldowns: str
+    # -------------------------------------------------------- graph, set-based forms
+    #: `insert_node_if_absent`, `insert_edge_if_absent` and `link_edge` as ONE statement over
+    #: many rows, each parameter an array (a column), for a backend that pays per statement
+    #: (PostgreSQL). The rows of one call have distinct keys (`core.base.rules.write_rounds`);
+    #: empty: the backend runs the row statement once per row (SQLite, in-process).
+    insert_nodes_columns: str = ""
+    insert_edges_columns: str = ""
+    link_edges_columns: str = ""

@@ -1,0 +1,96 @@
+"""The drainer's own tables: each generation's committed offset and the re-queue tokens.
+
+Identity is by position (`core.drain.rules.queue_lines`): a line is (generation, byte offset), so
+exactly-once needs one row per `.draining` file in flight, written in the same transaction as
+the batch's nodes and edges, plus one row per line waiting in the queue for another try. The
+writes here take the batch's `Transaction`; nothing is kept per applied line.
+
+Migration: earlier versions kept a per-line identity (the SHA-256 of its bytes) in the table
+`applied_lines` (`LEGACY_APPLIED_LINES`). It is read to settle the lines they left in flight,
+written for lines settled meanwhile, and dropped after the first complete tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import orjson
+
+from core.base.state.graph_db import Reader, Transaction
+from core.base.state.schema import LEGACY_APPLIED_LINES
+
+#: The table of re-queue tokens (a dry run on an older file may find it missing).
+TOKENS_TABLE = "drain_requeued"
+
+
+async def table_exists(reader: Reader, table: str) -> bool:
+    """Whether `table` exists in the file."""
+    return bool(await reader.query(reader.sql.table_exists, (table,)))
+
+
+async def legacy_table_exists(reader: Reader) -> bool:
+    """Whether an earlier version's per-line identity table is still there."""
+    return await table_exists(reader, LEGACY_APPLIED_LINES)
+
+
+async def progress(reader: Reader, generation: str) -> tuple[int | None, int | None]:
+    """A generation's committed offset and the dead-letter file's size at that commit, or
+    (None, None) when nothing of it was committed."""
+    rows = await reader.query(reader.sql.progress, (generation,))
+    return (int(rows[0][0]), int(rows[0][1])) if rows else (None, None)
+
+
+async def commit_offset(tx: Transaction, generation: str, *, offset: int,
+                        dead_letters_size: int, now_ms: int, first_of_generation: bool,
+                        drainer: str) -> None:
+    """Record that every line of `generation` before `offset` has taken effect, with the
+    dead-letter file's size after the batch. The first commit of a generation tags it with
+    `drainer` and forgets that drainer's other generations: one drainer has one `.draining`
+    at a time, so their files are gone; another drainer's rows (another host's, on a shared
+    PostgreSQL state) are never touched."""
+    await tx.execute(tx.sql.commit_offset, (generation, offset, dead_letters_size, now_ms))
+    if first_of_generation:
+        await tx.execute(tx.sql.forget_other_generations, (generation, drainer))
+
+
+async def outstanding_tokens(
+    reader: Reader, line_ids: Collection[str]
+) -> dict[str, tuple[int, int]]:
+    """The outstanding tokens among `line_ids`: lineId -> (attempts, issued at, epoch ms)."""
+    if not line_ids:
+        return {}
+    rows = await reader.query(reader.sql.outstanding_tokens,
+                              (orjson.dumps(list(line_ids)).decode(),))
+    return {str(r[0]): (int(r[1]), int(r[2])) for r in rows}
+
+
+async def use_tokens(tx: Transaction, line_ids: Sequence[str]) -> None:
+    """Use up the tokens of lines settled in this transaction."""
+    if line_ids:
+        await tx.executemany(tx.sql.use_token, [(t,) for t in line_ids])
+
+
+async def issue_tokens(tx: Transaction, tokens: Sequence[tuple[str, int]], *, now_ms: int) -> None:
+    """Issue (lineId, attempts) tokens for lines re-queued in this transaction."""
+    if tokens:
+        await tx.executemany(tx.sql.issue_token, [(line_id, n, now_ms) for line_id, n in tokens])
+
+
+async def legacy_settled(reader: Reader, ids: Collection[str]) -> set[str]:
+    """Which of `ids` an earlier version recorded as settled."""
+    if not ids:
+        return set()
+    rows = await reader.query(reader.sql.legacy_settled, (orjson.dumps(list(ids)).decode(),))
+    return {str(r[0]) for r in rows}
+
+
+async def settle_legacy(tx: Transaction, settled: Sequence[tuple[str, str]], *,
+                        now_ms: int) -> None:
+    """Record legacy identities settled in this transaction, with their outcome."""
+    if settled:
+        await tx.executemany(tx.sql.legacy_settle, [(i, outcome, now_ms) for i, outcome in settled])
+
+
+async def drop_legacy_table(tx: Transaction) -> None:
+    """Drop the legacy identity table (after the first complete tick)."""
+    await tx.execute(tx.sql.legacy_drop)

@@ -1,0 +1,399 @@
+"""The one deletion engine: archive exactly the chosen chunks a band names, make the archives
+durable, then delete only those whose content is still what was archived. Every chunk deletion
+goes through `run_bands`; one tenant is a plan of one tenant.
+
+The rules this module keeps: **the chunks a pass deletes are the ones its plan chose (what
+`explain` marks); every chunk deleted is in its tenant's archive with the content it had when
+it was deleted; a chunk rewritten or re-stamped after the pass read it is never deleted, and
+the archive never claims a version that was not deleted.** How:
+
+- **A plan** (`DeletionPlan`) is one reason to delete (config-stale, a repo's manifest
+  orphans, a generation job, legacy chunks, retention) for one or more tenants: the `where`
+  clauses every band shares, the rule each fetched row must pass for its tenant, and the
+  bands. The chunks come from ONE selection (`TenantTally.first_to_go`: the oldest
+  `ingestedAt` of every reason, then the id, up to the cap; retention's own `select_expired`
+  in a `gc` pass), which `explain` shows.
+- **A band** names its ids (at most BAND_ROWS, `core.reconcile.rules.tombstone_bands.id_bands`) and
+  carries the plan's clauses and its own (`ingestedAt <= ` the newest it read, a manifest
+  band's paths): the store evaluates them at delete time, so a re-stamped or re-ingested
+  chunk no longer matches, and a chunk that entered a range since the scan is never swept in.
+  No request carries a `limit`: the store never chooses.
+- **Per band**: the named rows fetched whole by id, a page at a time, split by tenant, each
+  checked against its tenant's rule (one that fails it changed since the scan and stays)
+  and appended to its tenant's own archive, its content digest kept (`content_digests`); every
+  archive the band touched made durable (`sync_archives`: one `syncfs` when many, else an
+  fsync each), copied to the shared state with `stateUrl`; the fencing check; then one
+  compound call (`VectorStore.delete_unchanged`): the rows re-read whole by id, compared
+  with the digests of what was archived, and only the identical ones deleted (by id; on a
+  server with the `where` too). The others stay: counted (`TombstoneProgress.withdrawn`), logged
+  (`reconcile.rewritten_kept`), and **withdrawn** from the archive by a durable withdrawn
+  line naming them (`TombstoneArchive.withdraw`), which restore honours: it never puts back a
+  version that was not deleted. (Writing the archive only after the compare would leave a
+  chunk deleted before it is on disk; withdrawing after the delete keeps "archived first".)
+- **Atomic against our own writers** on the embedded store: the compound runs as one call on
+  the store's one thread, which serves this process and every command through the door
+  (`core.base.door.chroma_door`), so nothing of ours writes between the re-read and the delete.
+  On a Chroma server another process may write in that round trip (docs/reliability.md); a
+  row the `where` then keeps is found and withdrawn too. A crash between the delete and the
+  withdrawn line leaves the archive holding the old version of a row that stayed live
+  (restore is preserve-live: it keeps the live one).
+- **The cap** is the selection's: a band never holds more than its tenants' remainder (a
+  band that would is refused, a last check). A plan of many tenants (`tombstone_group`)
+  names the ids of them all in its bands; each tenant keeps its own archive.
+- **What went** per tenant: from the compound's answer; after a failed delete, by reading
+  which archived ids are gone (`_count_gone`, 0 when that read fails).
+
+**The failure policy (one, for every plan):** in a band of named ids, a fetched row its rule
+refuses changed since the scan and simply stays. In a range band (none is planned now), such
+a row has either changed since the snapshot or shows that the store and the rule disagree.
+The band's `where` is read
+again (up to BAND_VERIFY_ROUNDS times): rows that left the predicate cannot be deleted by it,
+rows that entered it are archived too; if the store still matches a refused row, or the band
+keeps changing, the band is **refused**: nothing of it is deleted, each of its tenants counts a
+refused band, and the runner goes on with the next band. Any other error (a read, an archive
+write or fsync, the delete request) ends the run and is raised, after counting what went; the
+pass fails the tenant of a one-tenant plan, and runs each tenant of a failed many-tenant plan
+as a plan of its own (so one tenant's broken part cannot fail the others); the next pass
+starts over.
+
+To add a deletion reason: its pure parts in `core.reconcile.rules` (clauses, rule, bands over chosen
+ids, as `orphan_clauses` / `orphan_rule` / `orphan_bands`), its chunks in the one selection,
+a `DeletionPlan` handed to `run_bands`. Nothing else deletes (tests/test_structure.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+
+from core.base.io.clock import now_ms
+from core.base.io.files import FilesystemFlush
+from core.base.rules.rows import ColumnPage, content_digests
+from core.base.runtime.fencing import ensure_still_leads
+from core.reconcile.page_loop import until_stopping
+from core.reconcile.rules.reconcile_groups import split_page
+from core.reconcile.rules.tombstone_bands import Band, predicate_where, rows_refused
+from core.reconcile.stores.archives import TombstoneArchive, sync_archives
+
+if TYPE_CHECKING:
+    from core.base.chroma import VectorStore
+    from core.base.runtime.context import TickControl
+    from core.reconcile.stores.shared_archives import SharedArchives
+
+log = structlog.get_logger(__name__)
+
+#: Chunks per planned band: the rows of one delete request. Every request re-evaluates the
+#: `where` over the whole tenant, so fewer, larger bands are faster; memory does not grow with
+#: the band (rows are fetched ARCHIVE_READ_ROWS at a time). Smaller bands do not shrink the
+#: store's race window (module docstring). Figures: docs/performance.md.
+BAND_ROWS: Final = 5_000
+#: Rows fetched whole (by id) per read for the archive: bounds the process's growth by the
+#: store client's conversion buffers (docs/performance.md).
+ARCHIVE_READ_ROWS: Final = 1_000
+#: Re-reads of a band whose fetched rows a rule refused, before refusing it (a band still
+#: changing after this many is left alone).
+BAND_VERIFY_ROUNDS: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRule:
+    """What a fetched row of one tenant must pass to be deleted."""
+
+    #: The rule's verdict on one fetched row's metadata (True: it may go).
+    may_delete: Callable[[Mapping[str, Any]], bool]
+    #: When the pass started reading this tenant (epoch ms): no band reaches past it.
+    read_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionPlan:
+    """One reason to delete, for one tenant or several: see the module docstring."""
+
+    #: What the plan deletes, for its log lines (`stale`, `manifest-orphan`, ...).
+    reason: str
+    #: What every band's predicate shares (which tenants, and the reason's own clauses):
+    #: `predicate_where` adds the band's own.
+    clauses: tuple[Mapping[str, Any], ...]
+    #: Per tenant of the plan: the rule a fetched row must pass. A matched row of any other
+    #: tenant is refused.
+    rules: Mapping[str, TenantRule]
+    #: Planned by `plan_bands` (or a reason's own cutter) over sorted `ingestedAt` values.
+    bands: Sequence[Band]
+
+
+@dataclass(frozen=True, slots=True)
+class DeletionTarget:
+    """Where a pass deletes from and archives to; fixed for the whole pass."""
+
+    vectors: VectorStore
+    collection: str
+    tombstones_dir: Path
+    pass_id: str
+    #: With the state shared (`stateUrl`): where each band's archives are copied before its
+    #: delete, so that any host can restore them (`core.reconcile.stores.shared_archives`); None on
+    #: SQLite, where the files are all there is.
+    shared: SharedArchives | None = None
+
+
+@dataclass(slots=True)
+class TombstoneProgress:
+    """What has gone so far for one tenant (kept up to date, so a failure part-way reports the
+    truth); shared by every plan of the tenant in a pass, so the cap counts them all."""
+
+    tombstoned: int = 0
+    #: Rows the archive holds as deleted (those withdrawn are not counted).
+    archived: int = 0
+    #: Rows archived but not deleted (rewritten since the read, or gone already), withdrawn.
+    withdrawn: int = 0
+    bands_done: int = 0
+    bands_refused: int = 0
+    archive: TombstoneArchive | None = None
+
+
+class BandRefused(Exception):
+    """A band the pass will not delete (the store and the rule disagree, it kept changing
+    while it was read, or it would pass a tenant's cap); nothing of it was deleted."""
+
+
+class TombstoneFailed(Exception):
+    """A delete request failed; the progress already holds what actually went."""
+
+
+async def run_bands(
+    target: DeletionTarget,
+    plan: DeletionPlan,
+    *,
+    cap: int,
+    progress: Mapping[str, TombstoneProgress],
+    control: TickControl,
+) -> None:
+    """Archive and delete the plan's bands one after another until every tenant of the plan
+    reached the cap (`progress` may carry deletions of an earlier plan of the same tenants),
+    the bands run out or the daemon is stopping (checked between bands, never inside one).
+    A refused band is logged and counted, and the run goes on; any other error is raised."""
+    for band in until_stopping(plan.bands, control):
+        if all(progress[t].tombstoned >= cap for t in plan.rules):
+            return
+        try:
+            await _run_band(target, plan, band, cap=cap, progress=progress)
+        except BandRefused as exc:
+            for tenant_id in plan.rules:
+                progress[tenant_id].bands_refused += 1
+            log.error("reconcile.band_refused", reason=plan.reason, after=band.after,
+                      through=band.through, tenants=len(plan.rules), error=str(exc),
+                      message="nothing of this band was deleted")
+        control.progress()
+
+
+async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, cap: int,
+                    progress: Mapping[str, TombstoneProgress]) -> None:
+    where = predicate_where(plan.clauses, band)
+    # A band of named ids is read by id alone (its rule checks each row): a `get` by ids
+    # and `where` costs ~13 ms per id on chromadb 1.5.9 against ~7 us by ids alone.
+    matched = (list(band.ids) if band.ids
+               else await target.vectors.ids_where(target.collection, where=where))
+    if not matched:
+        return
+    # Opened before the band's first archive write: see FilesystemFlush.
+    flush = await asyncio.to_thread(FilesystemFlush.open, target.tombstones_dir)
+    try:
+        archived: dict[str, list[str]] = {}
+        digests: dict[str, str] = {}
+        refused = await _archive_rows(target, plan, band, matched, archived, digests, progress)
+        if refused and band.ids:
+            # Chosen rows that no longer pass their rule changed since the scan: they stay
+            # (nothing else can enter a band of named ids).
+            log.info("reconcile.band_rows_changed", reason=plan.reason, changed=len(refused),
+                     message="chosen chunks changed since the scan; they are not deleted")
+        elif refused:
+            await _settle_refused_rows(target, plan, band, where, refused, archived, digests,
+                                       progress)
+        if not archived:
+            return
+        _refuse_past_cap(archived, progress, cap)
+        touched = [archive for t in archived if (archive := progress[t].archive) is not None]
+        # Nothing goes that is not on disk: every archive the band touched, in one call.
+        await asyncio.to_thread(sync_archives, touched, flush)
+    finally:
+        flush.close()
+    if target.shared is not None:
+        # Nor, with the state shared, what is not in the database: committed (or raised, and
+        # nothing of the band deleted) before the fencing check and the delete.
+        await target.shared.store(touched)
+    withdrawn = await _delete_band(target, where, archived, digests, progress)
+    if withdrawn:
+        await _withdraw(target, archived, withdrawn, progress, touched)
+
+
+def _refuse_past_cap(archived: Mapping[str, list[str]],
+                     progress: Mapping[str, TombstoneProgress], cap: int) -> None:
+    """BandRefused when a tenant's share of the band would pass the cap. A band names only
+    chosen ids, all within the cap, so this is a last check, never a choice of which go."""
+    over = [t for t, ids in archived.items() if progress[t].tombstoned + len(ids) > cap]
+    if over:
+        raise BandRefused(f"tenant {over[0]!r}'s share of the band would pass the delete cap")
+
+
+async def _delete_band(target: DeletionTarget, where: dict[str, Any],
+                       archived: Mapping[str, list[str]], digests: Mapping[str, str],
+                       progress: Mapping[str, TombstoneProgress]) -> set[str]:
+    """The band's one compound delete (read whole by id, compare with what was archived,
+    delete the identical rows by id with `where`: `VectorStore.delete_unchanged`), what went
+    attributed to each tenant; returns the archived ids that did not go (to withdraw)."""
+    ids = [i for tenant_ids in archived.values() for i in tenant_ids]
+    # A host that no longer leads (state on PostgreSQL: `core.base.runtime.fencing`) deletes
+    # nothing; the check is the last step before the request, after the archives are on disk.
+    await ensure_still_leads(f"delete of a band of {len(ids)} chunks of {len(archived)} "
+                             "tenant(s)")
+    try:
+        done = await target.vectors.delete_unchanged(
+            target.collection, ids=ids, digests=[digests[i] for i in ids], where=where)
+    except Exception as exc:
+        gone = await _count_gone(target, archived, progress)
+        raise TombstoneFailed(
+            f"delete of a band of {len(ids)} chunks failed ({gone} went): {exc}") from exc
+    kept = {*done.changed, *done.missing}
+    if done.deleted != len(ids) - len(kept):
+        # The store's `where` kept some identical rows (changed in the round trip to a
+        # server): which ones is read, and they are withdrawn too.
+        live = await target.vectors.get_by_ids(
+            target.collection, [i for i in ids if i not in kept], include=())
+        kept |= {row.id for row in live}
+    for tenant_id, tenant_ids in archived.items():
+        progress[tenant_id].tombstoned += sum(1 for i in tenant_ids if i not in kept)
+        progress[tenant_id].bands_done += 1
+    log.info("reconcile.tombstoned_band", deleted=done.deleted, archived=len(ids),
+             tenants=len(archived))
+    if kept:
+        log.warning("reconcile.rewritten_kept", kept=len(kept), changed=len(done.changed),
+                    missing=len(done.missing), first=sorted(kept)[0],
+                    message="archived chunks rewritten (or gone) since they were read were "
+                    "not deleted; their archive lines are withdrawn, restore skips them")
+    return kept
+
+
+async def _withdraw(target: DeletionTarget, archived: Mapping[str, list[str]],
+                    withdrawn: set[str], progress: Mapping[str, TombstoneProgress],
+                    touched: list[TombstoneArchive]) -> None:
+    """Withdraw from each tenant's archive the ids archived but not deleted (a withdrawn
+    line, durable; copied to the shared state too), so the archive claims only what went."""
+    at = now_ms()
+    for tenant_id, tenant_ids in archived.items():
+        mine = [i for i in tenant_ids if i in withdrawn]
+        done = progress[tenant_id]
+        if mine and done.archive is not None:
+            await asyncio.to_thread(done.archive.withdraw, mine, withdrawn_at_ms=at)
+            done.archived -= len(mine)
+            done.withdrawn += len(mine)
+    if target.shared is not None:
+        await target.shared.store(touched)
+
+
+async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
+                        ids: Sequence[str], archived: dict[str, list[str]],
+                        digests: dict[str, str],
+                        progress: Mapping[str, TombstoneProgress]) -> list[str]:
+    """Fetch these rows whole, ARCHIVE_READ_ROWS at a time, and append every one its tenant's
+    rule allows to that tenant's archive (`archived` gains their ids, `digests` the digest of
+    the content archived); returns the ids the rules refused (changed since they matched, or
+    the store and the rule disagree: the caller finds out which)."""
+    refused: list[str] = []
+    for start in range(0, len(ids), ARCHIVE_READ_ROWS):
+        page = await target.vectors.get_page(target.collection,
+                                             ids=ids[start:start + ARCHIVE_READ_ROWS])
+        allowed: dict[str, ColumnPage] = {}
+        for tenant_id, rows in split_page(page).items():
+            rule = plan.rules.get(tenant_id) if tenant_id is not None else None
+            if tenant_id is None or rule is None:
+                refused.extend(rows.ids)
+                continue
+            bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms,
+                               by_id=band.legacy)
+            refused.extend(bad)
+            kept = _only(rows, set(rows.ids) - set(bad))
+            if len(kept):
+                allowed[tenant_id] = kept
+        if allowed:
+            await asyncio.to_thread(_write_pages, target, allowed, progress, now_ms())
+            for tenant_id, rows in allowed.items():
+                archived.setdefault(tenant_id, []).extend(rows.ids)
+                digests.update(content_digests(rows))
+    return refused
+
+
+async def _settle_refused_rows(
+    target: DeletionTarget, plan: DeletionPlan, band: Band, where: dict[str, Any],
+    refused: list[str], archived: dict[str, list[str]], digests: dict[str, str],
+    progress: Mapping[str, TombstoneProgress],
+) -> None:
+    """Some rows the band's `where` matched failed their rule when fetched. If the store still
+    matches any of them, the store and the rule disagree (or the row keeps changing), and the
+    band must not go (BandRefused). Rows that entered the band meanwhile are archived too, so
+    that the delete cannot take a row the archives lack."""
+    for _round in range(BAND_VERIFY_ROUNDS):
+        now = await target.vectors.ids_where(target.collection, where=where)
+        still = set(now) & set(refused)
+        if still:
+            raise BandRefused(f"the store matches {len(still)} chunks the rule would keep "
+                              f"(first {sorted(still)[0]!r}) for the band's predicate")
+        log.info("reconcile.band_rows_changed", reason=plan.reason, changed=len(refused),
+                 message="rows the band matched changed before they were fetched; the "
+                 "predicate no longer matches them, so its delete cannot take them")
+        done = {i for ids in archived.values() for i in ids}
+        entered = [i for i in now if i not in done]
+        if not entered:
+            return
+        refused = await _archive_rows(target, plan, band, entered, archived, digests,
+                                      progress)
+    raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
+
+
+def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
+    """The rows of `page` whose ids are in `keep`."""
+    if len(keep) == len(page):
+        return page
+    index = [i for i, row_id in enumerate(page.ids) if row_id in keep]
+    embeddings = page.embeddings[index] if page.embeddings is not None and index else None
+    return ColumnPage([page.ids[i] for i in index], [page.metadatas[i] for i in index],
+                      [page.documents[i] for i in index], embeddings)
+
+
+def _write_pages(target: DeletionTarget, pages: Mapping[str, ColumnPage],
+                 progress: Mapping[str, TombstoneProgress], archived_at_ms: int) -> None:
+    """(blocking, one thread call per fetched page) Append each tenant's rows to its own
+    archive, creating it with its first rows; durable only after `sync_archives`. One tenant
+    after another: encoding the rows is Python work that threads would only take turns at."""
+    for tenant_id, rows in pages.items():
+        done = progress[tenant_id]
+        if done.archive is None:
+            done.archive = TombstoneArchive.new_unsynced(
+                target.tombstones_dir, collection=target.collection, tenant_id=tenant_id,
+                pass_id=target.pass_id, now_ms=archived_at_ms, first_page=rows)
+            log.info("tombstones.archive_created", path=str(done.archive.path))
+        else:
+            done.archive.write_page(rows, archived_at_ms=archived_at_ms)
+        done.archived += len(rows)
+
+
+async def _count_gone(target: DeletionTarget, archived: Mapping[str, list[str]],
+                      progress: Mapping[str, TombstoneProgress]) -> int:
+    """Count, per tenant, the archived ids that no longer exist, and return the total (none
+    when that cannot be read: the telemetry must not claim deletions that may not have
+    happened)."""
+    try:
+        live = {row.id for row in await target.vectors.get_by_ids(
+            target.collection, [i for ids in archived.values() for i in ids], include=())}
+    except Exception:
+        log.warning("reconcile.delete_outcome_unknown", tenants=len(archived), exc_info=True)
+        return 0
+    total = 0
+    for tenant_id, ids in archived.items():
+        gone = sum(1 for i in ids if i not in live)
+        progress[tenant_id].tombstoned += gone
+        total += gone
+    return total

@@ -1,0 +1,173 @@
+"""The deletion plans of a pass: which reasons to delete apply to a tenant (config-stale,
+then each repo's manifest orphans) or to a group of tenants sharing one stamp ceiling, built
+as `DeletionPlan`s and handed to the one band runner (`deletion.run_bands`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from core.reconcile import deletion
+from core.reconcile.deletion import (
+    DeletionPlan,
+    DeletionTarget,
+    TenantRule,
+    TombstoneProgress,
+    run_bands,
+)
+from core.reconcile.page_loop import until_stopping
+from core.reconcile.rules.orphan_bands import orphan_bands, orphan_clauses, orphan_rule
+from core.reconcile.rules.reconcile import ReconcilePolicy, actionable_stamp_ceiling
+from core.reconcile.rules.reconcile_groups import (
+    group_stale_clauses,
+)
+from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
+from core.reconcile.rules.tenant_scan import TenantTally
+from core.reconcile.rules.tombstone_bands import (
+    Number,
+    id_bands,
+    legacy_bands,
+    legacy_stale_rule,
+    stale_rule,
+)
+from core.reconcile.stores.shared_archives import shared_archives
+
+if TYPE_CHECKING:
+    from core.base.runtime.context import TickContext
+    from core.reconcile.group_reads import GroupRead
+    from core.reconcile.one_tenant import TenantScope
+
+log = structlog.get_logger(__name__)
+
+
+async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                     progress: TombstoneProgress | None = None) -> None:
+    """Archive and delete, band by band, exactly the chunks `explain` marks
+    (`TenantTally.first_to_go`: one selection, the oldest `ingestedAt` of every reason first,
+    ties by id, up to the cap), each reason's share as a plan of the one engine whose bands
+    name those ids (one archive for the tenant; the cap counts them all). `progress`: what
+    an earlier plan of this pass already did for the tenant."""
+    context, tenant, rules = scope.context, scope.tenant, scope.rules
+    outcome.phase = Phase.TOMBSTONE
+    progress = progress or TombstoneProgress()
+    run = functools.partial(run_bands, deletion_target(context, scope.policy),
+                            cap=scope.policy.max_deletes_per_tick,
+                            progress={tenant.tenant_id: progress}, control=context.control)
+    chosen = tally.first_to_go()
+    try:
+        if chosen.legacy and rules.gap is not None:
+            before = progress.tombstoned
+            try:
+                await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, rules.gap),
+                                      chosen.legacy))
+            finally:
+                outcome.legacy_tombstoned_count += progress.tombstoned - before
+        if chosen.stale and rules.gap is not None:
+            ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
+            await run(stale_plan([scope], ceiling, chosen.stale))
+        for slug, oldest in until_stopping(sorted(chosen.orphans.items()), context.control):
+            manifest = scope.manifests[slug]
+            await run(DeletionPlan(
+                "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
+                {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
+                                              rules.read_ms)},
+                orphan_bands(oldest, band_rows=deletion.BAND_ROWS)))
+        await _tombstone_generations(scope, tally, chosen.generations, run)
+    finally:
+        progress_into_outcome(outcome, progress)
+
+
+async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
+                                 chosen: Mapping[Any, list[tuple[Number, str, str]]],
+                                 run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
+    """Each generation job (one tier of one old stamp of one repo,
+    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of the
+    same engine: archived first,
+    decided by the store at delete time, within the cap."""
+    generations = tally.generations
+    if generations is None:
+        return
+    tenant_id = scope.tenant.tenant_id
+    jobs = sorted(chosen.items(), key=lambda job: job[1][0][:2])
+    for key, chunks in until_stopping(jobs, scope.context.control):
+        await run(DeletionPlan(
+            "generation-orphan", generations.clauses(key),
+            {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms)},
+            orphan_bands(chunks, band_rows=deletion.BAND_ROWS)))
+
+
+def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
+    """The tenant's figures from what its tombstoning did so far."""
+    outcome.tombstoned_count = progress.tombstoned
+    outcome.archived_count = progress.archived
+    outcome.rewritten_kept_count = progress.withdrawn
+    outcome.refused_bands = progress.bands_refused
+    outcome.archive = str(progress.archive.path) if progress.archive else None
+
+
+def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTarget:
+    """Where this pass deletes from and archives to."""
+    return DeletionTarget(context.vectors, policy.collection,
+                          context.settings.tombstones_dir, policy.pass_id,
+                          shared_archives(context.settings, context.graph))
+
+
+def legacy_plan(scope: TenantScope, ceiling: int | float,
+                chunks: Sequence[tuple[str, Any]]) -> DeletionPlan:
+    """The config-stale plan of a tenant's legacy chunks (no numeric `ingestedAt`): by id, with
+    the stale `where` the store evaluates at delete time (`legacy_bands`)."""
+    tenant_id = scope.tenant.tenant_id
+    return DeletionPlan(
+        "stale-legacy", group_stale_clauses([tenant_id], ceiling),
+        {tenant_id: TenantRule(legacy_stale_rule(tenant_id, scope.rules.stale_actionable),
+                               scope.rules.read_ms)},
+        legacy_bands(chunks, band_rows=deletion.BAND_ROWS))
+
+
+def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
+               chunks: Sequence[tuple[Number, str]]) -> DeletionPlan:
+    """The config-stale plan of these tenants (stamps at or below `ceiling`, one shared by
+    them all), whose bands name the chosen chunks, (`ingestedAt`, id) in deletion order
+    (`id_bands`): ids of many tenants may share a band."""
+    ids = [s.tenant.tenant_id for s in scopes]
+    return DeletionPlan(
+        "stale", group_stale_clauses(ids, ceiling),
+        {s.tenant.tenant_id: TenantRule(stale_rule(s.tenant.tenant_id,
+                                                   s.rules.stale_actionable), s.rules.read_ms)
+         for s in scopes},
+        id_bands(chunks, band_rows=deletion.BAND_ROWS))
+
+
+async def tombstone_group(context: TickContext, read: GroupRead, policy: ReconcilePolicy,
+                            tenant_ids: list[str],
+                            progress: dict[str, TombstoneProgress]) -> bool:
+    """Tombstone these tenants (one version, one gap, each under the cap) with one plan, whose
+    bands serve them all; False when they do not share one stamp ceiling, or when the plan
+    raised (a read, a write or a delete failed: the engine's failure policy,
+    `core.reconcile.deletion`). The caller then runs each tenant as a plan of its own,
+    continuing its progress, so that only the tenant whose part fails is failed: one tenant
+    cannot fail the others."""
+    scopes = [read.scopes[t] for t in tenant_ids]
+    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
+                for s in scopes if s.rules.gap is not None}
+    if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
+        return False
+    chunks = sorted(c for t in tenant_ids for c in read.tallies[t].first_to_go().stale)
+    try:
+        await run_bands(deletion_target(context, policy),
+                        stale_plan(scopes, ceilings.pop(), chunks), cap=policy.max_deletes_per_tick,
+                        progress={t: progress[t] for t in tenant_ids}, control=context.control)
+    except Exception as exc:
+        log.warning("reconcile.shared_plan_failed", tenants=len(tenant_ids),
+                    error=f"{type(exc).__name__}: {exc}",
+                    message="tombstoning these tenants one by one instead")
+        return False
+    finally:
+        for t in tenant_ids:
+            progress_into_outcome(read.outcomes[t], progress[t])
+    return True
+

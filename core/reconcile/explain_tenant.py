@@ -1,0 +1,45 @@
+"""`reconcile explain`: one tenant's pass run in explain mode, as a plan."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from core.base.rules.errors import StoreUnavailable
+from core.base.state.tenants import list_tenants
+from core.reconcile.one_tenant import reconcile_tenant
+from core.reconcile.rules.explain_plan import TenantPlan, build_plan
+from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.stores.tenant_manifests import tenant_manifests
+
+if TYPE_CHECKING:
+    from core.base.runtime.context import TickContext
+
+log = structlog.get_logger(__name__)
+
+
+async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
+    """`reconcile explain`: one tenant's pass run in explain mode (the same scan, rules and
+    guards as a pass, with nothing deleted and no telemetry written), as a plan. Raises
+    LookupError for a tenant without a usable configuration node (the pass never reconciles
+    it) and
+    StoreUnavailable when the tenant's scan failed."""
+    tenant = next((t for t in await list_tenants(context.graph) if t.tenant_id == tenant_id),
+                  None)
+    if tenant is None or tenant.version < 1:
+        raise LookupError(f"tenant {tenant_id!r} has no configuration node with a valid "
+                          "version (a pass never reconciles it)")
+    manifests = await tenant_manifests(context.graph, tenant_id)
+    policy = ReconcilePolicy.from_settings(context.settings, dry_run=True)
+    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True)
+    if outcome.failed or tally is None:
+        raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
+                               f"{outcome.error}")
+    # Imported here: core.reconcile.retention deletes through this package (an import cycle).
+    from core.reconcile.retention import tenant_expiry
+
+    return build_plan(outcome, tally, policy, manifests,
+                      enabled=context.settings.reconciliation_enabled,
+                      retention=await tenant_expiry(context, tenant))
+

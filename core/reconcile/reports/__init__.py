@@ -1,0 +1,1 @@
+"""The reconcile's views for people: `explain` and `tenants show`."""

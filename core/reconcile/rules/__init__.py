@@ -1,0 +1,4 @@
+"""The reconcile's pure rules: staleness and the guards (`reconcile`), each row's verdict
+(`scan_verdicts`), a tenant's tally (`tenant_scan`), groups (`reconcile_groups`), the
+deletion predicates (`tombstone_bands`, `orphan_bands`), manifests and generations,
+retention, tenant policy, the archive format and the explain plan."""

@@ -1,0 +1,148 @@
+"""How a pass groups tenants so that one Chroma query serves many of them (pure).
+
+At fleet scale a pass costs what its round trips cost, a tenant's whatever its size
+(docs/performance.md). So small tenants are read by one sweep of the whole collection (their
+candidates and their counts for the stale-fraction guard at once), larger ones at the same
+current version share one candidate read (`tenantId $in [...] AND tenantConfigVersion <
+version`), and tenants of one ceiling share tombstoning bands. Each page is split back by
+`tenantId`, and every decision stays per tenant (`core.reconcile.rules.reconcile`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core.base.rules.numbers import is_real_number
+from core.base.rules.rows import ChromaRow, ColumnPage
+from core.base.rules.tenants import TenantConfig
+from core.reconcile.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy
+from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.tombstone_bands import Band, Number, predicate_where
+
+#: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
+#: this many chunks: one bare paged scan then costs less than a round trip per tenant or group
+#: (docs/performance.md, "Shared bands at fleet scale"), and it counts every tenant for the
+#: guard in the same read.
+SWEEP_MAX_CHUNKS_PER_TENANT: Final = 500
+#: Tenants per `tenantId $in [...]` list. Chroma 1.5.9 accepts 10,000 values and refuses
+#: 50,000 (SQLite's limit of 32,766 variables; tests/jobs/test_reconcile_fleet.py sends a full
+#: list through every request a group makes). 5,000 stays well inside it, and fewer, larger
+#: requests are what a fleet pass is for (docs/performance.md).
+TENANTS_PER_WHERE: Final = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class TenantGroup:
+    """Tenants that share one current version, so one candidate `where` serves them all."""
+
+    version: int
+    tenants: tuple[TenantConfig, ...]
+
+    @property
+    def tenant_ids(self) -> list[str]:
+        """The group's tenant ids, in the group's order."""
+        return [t.tenant_id for t in self.tenants]
+
+
+def group_tenants(
+    tenants: Iterable[TenantConfig], *, per_where: int = TENANTS_PER_WHERE
+) -> list[TenantGroup]:
+    """Tenants with a valid version (>= 1) grouped by version, at most `per_where` a group,
+    each group's tenants in the order given; groups ordered by their first tenant's place.
+    A tenant id listed twice is kept once (one outcome per tenant)."""
+    by_version: dict[int, list[TenantConfig]] = {}
+    seen: set[str] = set()
+    for tenant in tenants:
+        if tenant.version < 1 or tenant.tenant_id in seen:
+            continue
+        seen.add(tenant.tenant_id)
+        by_version.setdefault(tenant.version, []).append(tenant)
+    return [TenantGroup(version, tuple(members[i:i + per_where]))
+            for version, members in by_version.items()
+            for i in range(0, len(members), per_where)]
+
+
+def tenants_where(tenant_ids: Sequence[str]) -> dict[str, Any]:
+    """`where` for every chunk of these tenants (`$in`, or equality for one)."""
+    if len(tenant_ids) == 1:
+        return {TENANT_KEY: tenant_ids[0]}
+    return {TENANT_KEY: {"$in": list(tenant_ids)}}
+
+
+def group_candidate_where(group: TenantGroup) -> dict[str, Any]:
+    """`where` for the group's possibly stale chunks: one of its tenants, stamp below the
+    group's version (`core.reconcile.rules.reconcile.candidate_where` for many tenants at once)."""
+    return {"$and": [tenants_where(group.tenant_ids), {STAMP_KEY: {"$lt": group.version}}]}
+
+
+def sweep_pays(*, tenants: int, chunks: int) -> bool:
+    """Whether one sweep of the whole collection is the cheaper read for these tenants."""
+    return tenants > 1 and chunks <= tenants * SWEEP_MAX_CHUNKS_PER_TENANT
+
+
+def sweep_page(page: ColumnPage, versions: Mapping[str, int]
+               ) -> tuple[Counter[str], dict[str, list[ChromaRow]]]:
+    """A sweep's page, for the tenants at these current versions: how many rows each has, and
+    each one's candidate rows (those its candidate `where` would return: a real-number stamp
+    below its version, as Chroma's `$lt` matches numbers only). Rows of other tenants, and
+    fresh rows, cost a lookup and no object."""
+    counts: Counter[str] = Counter()
+    candidates: dict[str, list[ChromaRow]] = {}
+    for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
+        tenant_id = metadata.get(TENANT_KEY) if metadata else None
+        if not isinstance(tenant_id, str) or (version := versions.get(tenant_id)) is None:
+            continue
+        counts[tenant_id] += 1
+        stamp = metadata.get(STAMP_KEY)
+        if is_real_number(stamp) and stamp < version:
+            candidates.setdefault(tenant_id, []).append(ChromaRow(row_id, dict(metadata)))
+    return counts, candidates
+
+
+def group_stale_clauses(tenant_ids: Sequence[str], ceiling: Number) -> tuple[dict[str, Any], ...]:
+    """What every config-stale band of these tenants (one stamp ceiling) shares: one of the
+    tenants, an actionable stamp. For one tenant, exactly `tombstone_bands.stale_clauses`."""
+    return (tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}})
+
+
+def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
+    """A band's predicate over several tenants of one ceiling:
+    `core.reconcile.rules.tombstone_bands.
+    band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
+    return predicate_where(group_stale_clauses(tenant_ids, ceiling), band)
+
+
+def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
+    """A page of whole rows split by the `tenantId` each row carries; rows whose `tenantId`
+    is not a string (absent, a number, a list: unhashable) go under None, no tenant's."""
+    index: dict[str | None, list[int]] = {}
+    for i, metadata in enumerate(page.metadatas):
+        tenant_id = metadata.get(TENANT_KEY)
+        index.setdefault(tenant_id if type(tenant_id) is str else None, []).append(i)
+    return {tenant: ColumnPage(
+        [page.ids[i] for i in rows], [page.metadatas[i] for i in rows],
+        [page.documents[i] for i in rows],
+        page.embeddings[rows] if page.embeddings is not None else None)
+        for tenant, rows in index.items()}
+
+
+def within_cap(outcome: TenantOutcome, policy: ReconcilePolicy) -> bool:
+    """Whether every chunk the tenant's scan found deletable fits under the delete cap, so
+    that its bands need no `limit` and can be shared with other tenants."""
+    return outcome.actionable_count - outcome.held_count <= policy.max_deletes_per_tick
+
+
+def rows_by_tenant(rows: Iterable[ChromaRow]) -> dict[str, list[ChromaRow]]:
+    """A page split by the `tenantId` each row carries (rows without a string one dropped:
+    no tenant can act on them)."""
+    split: dict[str, list[ChromaRow]] = {}
+    for row in rows:
+        tenant_id = row.metadata.get(TENANT_KEY)
+        if isinstance(tenant_id, str):
+            split.setdefault(tenant_id, []).append(row)
+    return split
+
+

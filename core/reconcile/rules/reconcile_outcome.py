@@ -1,0 +1,298 @@
+"""What one reconcile pass found, pure: each tenant's outcome as the pass fills it in, and the
+figures and telemetry detail made of it (`core.base.rules.camel_json` writes them as JSON).
+
+A failed tenant is reported with the phase it failed in (`Phase`), and a pass succeeds only
+when no tenant failed; the figures are frozen dataclasses, so a renamed field is a type error
+rather than a missing key downstream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from core.base.rules.camel_json import omitted_when_none
+from core.reconcile.rules.reconcile import ReconcilePolicy
+
+
+class Phase(StrEnum):
+    """The steps of one tenant's pass, as telemetry names a failed one (`failedPhase`,
+    `error_code` `reconcile-<phase>-failed`)."""
+
+    SCAN = "scan"
+    COUNT = "count"
+    TOMBSTONE = "tombstone"
+
+
+@dataclass(slots=True)
+class TenantOutcome:
+    """One tenant's figures, filled in as its pass proceeds."""
+
+    tenant_id: str
+    #: The tenant config's own `repoSlug` (None when it names none, as the original's).
+    repo_slug: str | None
+    current_version: int
+    #: The smallest repo the tenant's data names (`tenantRepos`, manifests, the chunks read):
+    #: what its telemetry row names when the config names none (`telemetry_repo`).
+    data_repo: str | None = None
+    scanned: int = 0
+    stale_count: int = 0
+    #: Chunks whose path their repo's manifest no longer claims.
+    manifest_orphan_count: int = 0
+    #: Generation orphans by parser pair and by extraction identity (issue 25).
+    parser_orphan_count: int = 0
+    extraction_orphan_count: int = 0
+    #: Stale or orphaned, each chunk once (the union).
+    total_orphan_count: int = 0
+    #: Manifest paths no chunk carries, per repo (reported, never acted on).
+    missing_paths: dict[str, int] = field(default_factory=dict)
+    #: Actionable by either rule, each chunk once: what the guards judge.
+    actionable_count: int = 0
+    tombstoned_count: int = 0
+    #: Of `tombstoned_count`, the legacy chunks (no numeric `ingestedAt`) deleted by id.
+    legacy_tombstoned_count: int = 0
+    #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
+    held_count: int = 0
+    #: Chunks read whose fields have unexpected types (skipped field by field, counted:
+    #: `core.reconcile.rules.tenant_scan`).
+    malformed_count: int = 0
+    guard: str | None = None
+    #: The tenant's chunks, counted for the guard; a lower bound when the count stopped as
+    #: soon as the guard could no longer trip (`total_complete` False).
+    total_chunks: int | None = None
+    total_complete: bool = True
+    archive: str | None = None
+    #: Chunks the archive holds as deleted (those withdrawn are not counted).
+    archived_count: int = 0
+    #: Chunks archived, then found rewritten (or gone) at the delete: kept, and withdrawn
+    #: from the archive (`core.reconcile.deletion`).
+    rewritten_kept_count: int = 0
+    #: Bands left alone because the store and the rule disagreed, or the band kept changing.
+    refused_bands: int = 0
+    #: What the tenant's pass is doing now (scanning, counting for the guard, tombstoning).
+    phase: Phase = Phase.SCAN
+    #: The phase the tenant failed in, and why; None when it did not.
+    failed_phase: Phase | None = None
+    error: str | None = None
+    #: The tenant's policy in force: gap (None: closed), grace (None: closed), deletes.
+    orphan_version_gap: float | None = None
+    manifest_grace_ms: float | None = None
+    auto_tombstone: bool = False
+    #: Keys of the tenant's stored policy that were invalid (each fails closed).
+    invalid_policy: tuple[str, ...] = ()
+    #: Repos whose manifest orphans are held by the manifest-mismatch guard, and how many
+    #: orphans that holds.
+    mismatched_repos: tuple[str, ...] = ()
+    mismatch_held_count: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """Whether this tenant's pass could not finish."""
+        return self.failed_phase is not None
+
+    @property
+    def telemetry_repo(self) -> str | None:
+        """The repo the tenant's telemetry row names: the config's `repoSlug`, else the
+        smallest repo its data names (None only when nothing names one: the recorder's
+        default then applies)."""
+        return self.repo_slug or self.data_repo
+
+    @property
+    def missing_path_count(self) -> int:
+        """Manifest paths no chunk carries, over all the tenant's repos."""
+        return sum(self.missing_paths.values())
+
+    @property
+    def drifted(self) -> bool:
+        """Whether the tenant has drift to report (a clean tenant writes no row)."""
+        return self.total_orphan_count > 0 or self.missing_path_count > 0
+
+    def figures(self) -> TenantFigures:
+        """The tenant's entry in the pass's figures."""
+        return TenantFigures(self.tenant_id, self.repo_slug, self.current_version, self.scanned,
+                             self.stale_count, self.manifest_orphan_count,
+                             self.total_orphan_count, self.missing_path_count,
+                             self.actionable_count, self.held_count, self.tombstoned_count,
+                             self.guard, self.malformed_count,
+                             self.parser_orphan_count or None,
+                             self.extraction_orphan_count or None,
+                             self.legacy_tombstoned_count or None,
+                             self.rewritten_kept_count or None)
+
+    def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
+        """The `detail` of the tenant's `reconcile` row."""
+        return ReconcileDetail(
+            stale_count=self.stale_count,
+            manifest_orphan_count=self.manifest_orphan_count,
+            parser_orphan_count=self.parser_orphan_count,
+            extraction_orphan_count=self.extraction_orphan_count,
+            total_orphan_count=self.total_orphan_count,
+            missing_path_count=self.missing_path_count,
+            actionable_count=self.actionable_count,
+            tombstoned_count=self.tombstoned_count,
+            current_version=self.current_version,
+            auto_tombstone=self.auto_tombstone,
+            orphan_version_gap=self.orphan_version_gap,
+            manifest_grace_ms=self.manifest_grace_ms,
+            missing_paths_by_repo=dict(self.missing_paths) or None,
+            invalid_policy=self.invalid_policy or None,
+            manifest_mismatch_repos=self.mismatched_repos or None,
+            manifest_mismatch_count=self.mismatch_held_count if self.mismatched_repos else None,
+            max_deletes_per_tick=policy.max_deletes_per_tick,
+            scanned=self.scanned,
+            held_count=self.held_count or None,
+            legacy_tombstoned_count=self.legacy_tombstoned_count or None,
+            malformed_count=self.malformed_count or None,
+            guard=self.guard,
+            invalid_guards=policy.invalid_guards or None,
+            total_chunks=self.total_chunks if self.total_complete else None,
+            total_chunks_at_least=None if self.total_complete else self.total_chunks,
+            max_stale_fraction=policy.max_stale_fraction if self.guard else None,
+            archive=self.archive,
+            archived_count=self.archived_count or None,
+            pass_id=policy.pass_id if self.archive else None,
+            refused_bands=self.refused_bands or None,
+            failed_phase=self.failed_phase,
+            error=self.error,
+        )
+
+
+#: An optional key of the detail: written only when it says something.
+_OPTIONAL = omitted_when_none()
+
+
+@dataclass(frozen=True, slots=True)
+class TenantFigures:
+    """A tenant's entry in a pass's `tenants` figures."""
+
+    tenant_id: str
+    repo_slug: str | None
+    current_version: int
+    scanned: int
+    stale_count: int
+    manifest_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
+    actionable_count: int
+    held_count: int
+    tombstoned_count: int
+    guard: str | None
+    #: Chunks read whose fields have unexpected types (skipped field by field, counted).
+    malformed_count: int = 0
+    #: Generation orphans (issue 25), written only when there are some.
+    parser_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
+    extraction_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id, counted apart.
+    legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Chosen chunks rewritten (or gone) between their archive and their delete: kept, their
+    #: archive lines withdrawn; written only when there are some.
+    rewritten_kept_count: int | None = field(default=None, metadata=_OPTIONAL)
+
+
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileDetail:
+    """The `detail` of a tenant's `reconcile` (or `error`) telemetry row: CONTRACT's keys
+    first, then what explains them, each written only when it says something."""
+
+    stale_count: int
+    manifest_orphan_count: int
+    #: Generation orphans (the original's `parserOrphanCount`, `extractionOrphanCount`).
+    parser_orphan_count: int
+    extraction_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
+    actionable_count: int
+    tombstoned_count: int
+    current_version: int
+    #: Whether the tenant's chunks may be tombstoned (the master switch and its policy).
+    auto_tombstone: bool
+    #: The gap and grace in force for the tenant; null when invalid (fails closed).
+    orphan_version_gap: float | None
+    manifest_grace_ms: float | None
+    max_deletes_per_tick: int
+    scanned: int
+    missing_paths_by_repo: dict[str, int] | None = field(default=None, metadata=_OPTIONAL)
+    invalid_policy: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    #: Repos held by the manifest-mismatch guard, and the manifest orphans it holds.
+    manifest_mismatch_repos: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    manifest_mismatch_count: int | None = field(default=None, metadata=_OPTIONAL)
+    held_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id (`legacyTombstonedCount`).
+    legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Chunks read whose fields have unexpected types (`malformedCount`).
+    malformed_count: int | None = field(default=None, metadata=_OPTIONAL)
+    guard: str | None = field(default=None, metadata=_OPTIONAL)
+    invalid_guards: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
+    total_chunks: int | None = field(default=None, metadata=_OPTIONAL)
+    #: The tenant's chunks when the count stopped early (the guard could no longer trip).
+    total_chunks_at_least: int | None = field(default=None, metadata=_OPTIONAL)
+    max_stale_fraction: float | None = field(default=None, metadata=_OPTIONAL)
+    archive: str | None = field(default=None, metadata=_OPTIONAL)
+    archived_count: int | None = field(default=None, metadata=_OPTIONAL)
+    pass_id: str | None = field(default=None, metadata=_OPTIONAL)
+    refused_bands: int | None = field(default=None, metadata=_OPTIONAL)
+    failed_phase: Phase | None = field(default=None, metadata=_OPTIONAL)
+    error: str | None = field(default=None, metadata=_OPTIONAL)
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileFigures:
+    """A pass's figures (`reconcile --tick --json`)."""
+
+    enabled: bool
+    auto_tombstone: bool
+    pass_id: str
+    tenants: tuple[TenantFigures, ...]
+    failed_tenants: int
+    stale_count: int
+    manifest_orphan_count: int
+    total_orphan_count: int
+    missing_path_count: int
+    tombstoned_count: int
+    archives: tuple[str, ...]
+    #: Telemetry rows an earlier pass spooled that this one wrote.
+    spool_flushed: int
+    #: Telemetry rows still not in SQLite when the pass ended (kept in the spool).
+    unrecorded_rows: int
+    #: Whether the daemon's stop ended the pass before its last tenant.
+    stopped: bool
+
+    @classmethod
+    def of(cls, outcomes: list[TenantOutcome], *, enabled: bool, auto_tombstone: bool,
+           pass_id: str, spool_flushed: int, unrecorded_rows: int, stopped: bool
+           ) -> ReconcileFigures:
+        """A pass's figures from its tenants' outcomes."""
+        return cls(
+            enabled=enabled, auto_tombstone=auto_tombstone, pass_id=pass_id,
+            tenants=tuple(o.figures() for o in outcomes),
+            failed_tenants=sum(o.failed for o in outcomes),
+            stale_count=sum(o.stale_count for o in outcomes),
+            manifest_orphan_count=sum(o.manifest_orphan_count for o in outcomes),
+            total_orphan_count=sum(o.total_orphan_count for o in outcomes),
+            missing_path_count=sum(o.missing_path_count for o in outcomes),
+            tombstoned_count=sum(o.tombstoned_count for o in outcomes),
+            archives=tuple(o.archive for o in outcomes if o.archive),
+            spool_flushed=spool_flushed, unrecorded_rows=unrecorded_rows, stopped=stopped)
+
+    @property
+    def succeeded(self) -> bool:
+        """A pass did its work when no tenant failed and every telemetry row it owes (its own
+        and those spooled by earlier passes) is in SQLite: deletions nobody can see did not
+        succeed."""
+        return not self.failed_tenants and not self.unrecorded_rows
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileDisabled:
+    """The figures of a pass that did not run: reconciliation is disabled."""
+
+    enabled: bool = False
+    tenants: tuple[TenantFigures, ...] = ()
+    failed_tenants: int = 0
+
+    @property
+    def succeeded(self) -> bool:
+        """Nothing to do is done."""
+        return True

@@ -1,0 +1,3 @@
+"""The reconcile's stores: tombstone archives (`archives`, `shared_archives`), manifests and
+generations in the graph (`tenant_manifests`, `generations`) and a repo's claimed paths
+(`claimed_paths`)."""

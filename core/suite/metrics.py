@@ -1,0 +1,348 @@
+"""`/metrics` on 127.0.0.1 (`metricsPort` > 0), written by prometheus-client.
+
+The library writes the text format (escaping, full-precision values, histograms) and the
+`process_*` metrics; the registry is our own, so nothing another library registers globally
+leaks in, and two runtimes in one test process do not collide.
+
+What is exposed:
+- per job: ticks by outcome (`kb_ticks_total`), a tick-duration histogram
+  (`kb_tick_duration_seconds`), when the last *completed* tick finished
+  (`kb_last_success_timestamp_seconds`; an interrupted or unsuccessful tick does not move it),
+  the job's interval (`kb_job_interval_seconds`, so a rule can say "no success for two
+  intervals" whatever the configuration) and whether a tick is running (`kb_tick_in_progress`,
+  so a `.draining` file with no drain running is known to be left behind);
+- read from the files at scrape time, through the same readers status uses, and re-read only
+  when a file's size or mtime changed (a scrape of an unchanged multi-GB queue costs two
+  `stat` calls): the queue's lines (`kb_queue_lines`), whether a `.draining` file is left
+  (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`);
+- per tenant, from the last reconcile pass: stale chunks (`kb_stale_chunks`), chunks of paths
+  the manifest no longer lists (`kb_manifest_orphan_chunks`), every orphan once
+  (`kb_orphan_chunks`), paths a manifest lists that no chunk carries (`kb_missing_paths`),
+  the guard that held the tenant (`kb_tenant_held`, 1 with `guard` naming it, 0 with
+  `guard=""` when none did), and chunks tombstoned (`kb_tombstoned_chunks_total`);
+- per drainer of the state (`drainer`: its id, '' for a SQLite file's one drainer; `host`),
+  from each drainer's own tick record, so every host's drainer shows on every host: when its
+  last tick finished (`kb_drainer_last_tick_timestamp_seconds`), whether it was ok
+  (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
+  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start and after each tick of
+  this process (fresh within one interval of its shortest job);
+- on a PostgreSQL state only (SQLite has no election): whether this process leads the
+  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who
+  it saw lead at its last heartbeat (`kb_reconcile_leader`, 1 with `holder` naming the
+  session, `kb-reconcile@host:pid`, or 0 with `holder=""` when nobody held the lock).
+
+From the first scrape (`start`, before any tick): every job's series exist, with the last
+success and each tenant's gauges restored from SQLite (`core.suite.restored_metrics` says
+what is restored); counters and the histogram start at 0, as Prometheus counters do.
+
+Scrapes are answered on the library's own thread, so a slow file read never blocks the loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from core.base.config.config import Settings
+from core.base.rules.camel_json import Figures
+from core.base.rules.errors import ConfigError, StoreUnavailable
+from core.base.state.daemon_state import (
+    DrainerTick,
+    last_drainer_ticks,
+    last_success_stamps,
+    last_ticks,
+)
+from core.base.state.graph_db import GraphDB
+from core.base.state.state import open_graph
+from core.drain.stores.dead_letter_file import count_dead_letters
+from core.drain.stores.queue_files import count_newlines
+from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
+from core.suite.restored_metrics import RestoredMetrics, restored_metrics
+from core.suite.tick import Job
+
+log = structlog.get_logger(__name__)
+
+#: Tick durations range from milliseconds (an empty queue) to the tick's time bound (an hour).
+DURATION_BUCKETS_S = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, float("inf"))
+#: Every `outcome` of `kb_ticks_total` (the scheduler's): each is exported from the start, at 0,
+#: so `increase()` sees a tick of any outcome from the first one on.
+OUTCOMES = ("ok", "incomplete", "failed", "timeout", "skipped")
+
+
+@dataclass(slots=True)
+class _FileCount:
+    key: tuple[int, int] = (-1, -1)
+    lines: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class _QueueFiles(Collector):
+    """The queue's depth and the dead letters by reason, read when scraped."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()  # concurrent scrapes share the caches
+        self._queue = _FileCount()
+        self._dead = _FileCount()
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.settings
+        with self._lock:
+            self._queue = _count(s.lazy_edges_queue_path, self._queue, reasons=False)
+            self._dead = _count(s.dead_letter_path, self._dead, reasons=True)
+            queue, dead = self._queue, self._dead
+        yield GaugeMetricFamily("kb_queue_lines", "Lines waiting in the lazy-edge queue.",
+                                value=queue.lines)
+        yield GaugeMetricFamily("kb_queue_draining",
+                                "1 while a .draining file is left for the next tick.",
+                                value=1 if s.draining_path.exists() else 0)
+        by_reason = GaugeMetricFamily("kb_dead_letters", "Lines in the dead-letter file, by "
+                                      "reason.", labels=["reason"])
+        for reason, n in sorted(dead.reasons.items()):
+            by_reason.add_metric([reason], n)
+        yield by_reason
+
+
+def _count(path: Path, cache: _FileCount, *, reasons: bool) -> _FileCount:
+    """A file's lines (and, for the dead letters, their reasons), re-read only when its size
+    or mtime changed since the last scrape."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return _FileCount()
+    key = (stat.st_size, stat.st_mtime_ns)
+    if key == cache.key:
+        return cache
+    if not reasons:
+        return _FileCount(key=key, lines=count_newlines(path))
+    counts = count_dead_letters(path)
+    return _FileCount(key=key, lines=counts.total, reasons=dict(counts.by_reason))
+
+
+class Metrics:
+    """The daemons' metrics on a registry of their own."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter("kb_ticks", "Ticks run, by job and outcome (ok, incomplete: "
+                             "stopped or unsuccessful, failed, timeout, skipped).",
+                             ["job", "outcome"], registry=r)
+        self.durations = Histogram("kb_tick_duration_seconds", "How long ticks ran, by job.",
+                                   ["job"], buckets=DURATION_BUCKETS_S, registry=r)
+        self.last_success = Gauge("kb_last_success_timestamp_seconds",
+                                  "When the last completed, successful tick finished, by job.",
+                                  ["job"], registry=r)
+        self.stale = Gauge("kb_stale_chunks", "Stale chunks found by the last pass, by tenant.",
+                           ["tenant"], registry=r)
+        self.manifest_orphans = Gauge("kb_manifest_orphan_chunks", "Chunks of paths the "
+                                      "tenant's manifest no longer lists, by tenant (last "
+                                      "pass).", ["tenant"], registry=r)
+        self.missing_paths = Gauge("kb_missing_paths", "Paths a manifest lists that have no "
+                                   "chunks, by tenant (last pass).", ["tenant"], registry=r)
+        self.orphans = Gauge("kb_orphan_chunks", "Orphaned chunks (stale, manifest or "
+                             "generation orphans, each once), by tenant (last pass).",
+                             ["tenant"], registry=r)
+        self.held = Gauge("kb_tenant_held", "1 when a guard held the tenant's tombstoning in "
+                          "the last pass (guard names it), else 0 with guard=\"\".",
+                          ["tenant", "guard"], registry=r)
+        self.tombstoned = Counter("kb_tombstoned_chunks", "Chunks tombstoned, by tenant.",
+                                  ["tenant"], registry=r)
+        self.interval = Gauge("kb_job_interval_seconds", "How often the job ticks.", ["job"],
+                              registry=r)
+        self.in_progress = Gauge("kb_tick_in_progress", "1 while a tick of the job runs.",
+                                 ["job"], registry=r)
+        drainer_labels = ["drainer", "host"]
+        self.drainer_last_tick = Gauge(
+            "kb_drainer_last_tick_timestamp_seconds", "When each drainer's last tick "
+            "finished (as it recorded it in the shared state), by drainer id and host.",
+            drainer_labels, registry=r)
+        self.drainer_ok = Gauge("kb_drainer_last_tick_ok", "1 when the drainer's last tick "
+                                "completed successfully, else 0.", drainer_labels, registry=r)
+        self.drainer_queue = Gauge("kb_drainer_queue_lines", "Lines in the drainer's queue "
+                                   "when its last tick ended.", drainer_labels, registry=r)
+        self.drainer_dead = Gauge("kb_drainer_dead_letters", "Lines in the drainer's "
+                                  "dead-letter file when its last tick ended.", drainer_labels,
+                                  registry=r)
+        # Only on a shared state: with SQLite there is no election to show (one host).
+        self.is_leader = Gauge("kb_reconcile_is_leader", "1 while this process leads the "
+                               "reconcile passes (PostgreSQL advisory lock), else 0.",
+                               registry=r if settings.state_url else None)
+        self.leader = Gauge("kb_reconcile_leader", "1 with holder naming the session that "
+                            "leads the reconcile passes, as this process last saw it; 0 with "
+                            "holder=\"\" when nobody held the lock.", ["holder"],
+                            registry=r if settings.state_url else None)
+        r.register(_QueueFiles(settings))
+        ProcessCollector(registry=r)
+        self._guards: dict[str, str] = {}  # each tenant's `guard` label now shown
+        self._drainer_hosts: dict[str, str] = {}  # each drainer's `host` label now shown
+        self._leader_shown: str | None = None  # the `holder` label now shown
+        self._server: Any = None
+
+    def start(self, jobs: Sequence[Job], restored: RestoredMetrics) -> None:
+        """Export every series of `jobs` before their first tick: the recorded last success
+        and tenant gauges as `restored`, each interval, no tick running, and the counters and
+        the histogram at 0 (a labelled series does not exist until it is first touched)."""
+        for job in jobs:
+            self.interval.labels(job.name).set(job.interval_ms / 1000)
+            self.in_progress.labels(job.name).set(0)
+            self.durations.labels(job.name)
+            for outcome in OUTCOMES:
+                self.ticks.labels(job.name, outcome)
+            if job.name in restored.last_success_s:
+                self.last_success.labels(job.name).set(restored.last_success_s[job.name])
+        for tenant in restored.tenants:
+            self._show_tenant(tenant)
+            self.tombstoned.labels(tenant.tenant_id)
+
+    def tick_started(self, job: str) -> None:
+        """Say a tick of `job` is running (until `observe_tick`)."""
+        self.in_progress.labels(job).set(1)
+
+    def observe_tick(self, job: str, *, outcome: str, duration_s: float,
+                     figures: Figures | None = None, finished_ts: float) -> None:
+        """Record one tick's outcome and duration and, for a reconcile pass, each tenant's
+        stale, manifest-orphaned and orphaned chunks, missing paths, guard and tombstoned
+        chunks."""
+        self.ticks.labels(job, outcome).inc()
+        self.durations.labels(job).observe(duration_s)
+        self.in_progress.labels(job).set(0)
+        if outcome == "ok":
+            self.last_success.labels(job).set(finished_ts)
+        if isinstance(figures, ReconcileFigures):
+            for tenant in figures.tenants:
+                self._show_tenant(tenant)
+                self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
+
+    def _show_tenant(self, tenant: TenantFigures) -> None:
+        """A tenant's gauges from one pass's figures, live or restored (one writer of both)."""
+        name = tenant.tenant_id
+        self.stale.labels(name).set(tenant.stale_count)
+        self.manifest_orphans.labels(name).set(tenant.manifest_orphan_count)
+        self.orphans.labels(name).set(tenant.total_orphan_count)
+        self.missing_paths.labels(name).set(tenant.missing_path_count)
+        guard = tenant.guard or ""
+        shown = self._guards.get(name)
+        if shown is not None and shown != guard:
+            self.held.remove(name, shown)  # one series per tenant: the guard of the last pass
+        self.held.labels(name, guard).set(1 if guard else 0)
+        self._guards[name] = guard
+
+    def show_drainers(self, drainers: Sequence[DrainerTick]) -> None:
+        """Each drainer's gauges from its recorded tick (one series per drainer: a drainer
+        that moved host keeps only its new `host`)."""
+        gauges = (self.drainer_last_tick, self.drainer_ok, self.drainer_queue,
+                  self.drainer_dead)
+        for d in drainers:
+            name, host = d.queue.drainer, d.queue.host
+            shown = self._drainer_hosts.get(name)
+            if shown is not None and shown != host:
+                for gauge in gauges:
+                    gauge.remove(name, shown)
+            self._drainer_hosts[name] = host
+            self.drainer_last_tick.labels(name, host).set(d.tick.finished_at / 1000)
+            self.drainer_ok.labels(name, host).set(1 if d.tick.ok else 0)
+            self.drainer_queue.labels(name, host).set(d.queue.queue_lines)
+            self.drainer_dead.labels(name, host).set(d.queue.dead_letters)
+
+    def show_leadership(self, *, leads: bool, holder: str | None) -> None:
+        """What this process's election saw at its last heartbeat: whether it leads, and
+        who does (None: nobody held the lock). One `kb_reconcile_leader` series at a time."""
+        self.is_leader.set(1 if leads else 0)
+        label = holder or ""
+        if self._leader_shown is not None and self._leader_shown != label:
+            self.leader.remove(self._leader_shown)
+        self.leader.labels(label).set(1 if holder else 0)
+        self._leader_shown = label
+
+    def serve(self, port: int) -> None:
+        """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
+        a thread of the library's. A port that is taken is a configuration error (exit 2)."""
+        try:
+            self._server, _thread = start_http_server(port, addr="127.0.0.1",
+                                                      registry=self.registry)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                raise ConfigError(f"metricsPort = {port}: 127.0.0.1:{port} is "
+                                  f"{'taken' if exc.errno == errno.EADDRINUSE else 'not allowed'}"
+                                  " (choose another port, or 0 to turn metrics off)") from None
+            raise
+        log.info("metrics.listening", address=f"http://127.0.0.1:{port}/metrics",
+                 pid=os.getpid())
+
+    def close(self) -> None:
+        """Stop answering scrapes and free the port."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
+    """Show every drainer's recorded tick (best effort: a read that fails is logged and the
+    gauges keep their last values; it never fails the daemon)."""
+    try:
+        drainers = await last_drainer_ticks(graph)
+    except StoreUnavailable as exc:  # an outage: the tick's own line said so
+        log.warning("metrics.drainers_unread", error=str(exc))
+        return
+    except Exception:
+        log.warning("metrics.drainers_unread", exc_info=True)
+        return
+    metrics.show_drainers(drainers)
+
+
+async def restore_drainers(metrics: Metrics, settings: Settings) -> None:
+    """Before the first tick: every drainer's recorded tick, read without writing a byte (a
+    store that does not exist yet has none). Best effort, as `read_restored_metrics`."""
+    if not settings.state_url and not settings.graph_db_path.exists():
+        return
+    try:
+        graph = await open_graph(settings, read_only=True)
+    except Exception:
+        log.warning("metrics.drainers_unread", exc_info=True)
+        return
+    try:
+        await refresh_drainers(metrics, graph)
+    finally:
+        await graph.close()
+
+
+async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> RestoredMetrics:
+    """The recorded state of `jobs` to serve from the first scrape, read from SQLite without
+    writing a byte (a store that does not exist yet has nothing recorded). Best effort: a
+    state that cannot be read is logged and the exporter starts empty, as it would have
+    before; it never stops the daemon."""
+    try:
+        graph = await open_graph(settings, read_only=True)
+        try:
+            ticks = await last_ticks(graph)
+            stamps = await last_success_stamps(graph)
+        finally:
+            await graph.close()
+    except Exception:
+        log.warning("metrics.restore_failed", path=str(settings.graph_db_path), exc_info=True)
+        return RestoredMetrics()
+    restored = restored_metrics((job.name for job in jobs), ticks=ticks,
+                                success_stamps_ms=stamps)
+    log.info("metrics.restored", jobs=sorted(restored.last_success_s),
+             tenants=len(restored.tenants))
+    return restored
