@@ -42,9 +42,6 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
 - One drainer per queue at a time (a lock); a leftover `.draining` (a crash, a stop) is
   drained before the live queue is rotated, so a rotation never overwrites unread lines.
 
-Earlier versions' queues (a line identified by its bytes' SHA-256) are settled by
-`core.drain.line_identity_migration`, the drain's only code for them.
-
 This package is the I/O around the pure decisions of `core.drain.rules.drain_plan`, one module per
 concern:
 

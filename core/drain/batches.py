@@ -134,8 +134,7 @@ class BatchSettler:
         generation = batch.generation
         parsed = parse_batch(batch.lines)
         now = self.clock()
-        triaged = triage(generation.id, parsed,
-                         await self._known(parsed, legacy_file=generation.legacy), now_ms=now)
+        triaged = triage(generation.id, parsed, await self._known(parsed), now_ms=now)
         endpoints = list(triaged.endpoints)
         present = await existing_ids(self.graph, endpoints)
         missing = [n for n in endpoints if n not in present]
@@ -147,19 +146,16 @@ class BatchSettler:
             await self._write(batch, plan, backfill, now=now)
         self.state.account(plan, parsed, generation.id)
 
-    async def _known(self, parsed: Sequence[Parsed], *, legacy_file: bool) -> Known:
-        """What the stores and this tick know about these lines (two small queries at most)."""
+    async def _known(self, parsed: Sequence[Parsed]) -> Known:
+        """What the stores and this tick know about these lines (one small query at most)."""
         state = self.state
         tokens = [p.line.token_id for p in parsed
                   if isinstance(p.line, EdgeLine) and p.line.token_id is not None]
         outstanding: dict[str, tuple[int, int]] = {}
         if tokens and state.drain_tables:
             outstanding = await drain_state.outstanding_tokens(self.graph, tokens)
-        legacy_settled = await state.migration.settled(self.graph, parsed,
-                                                       legacy_file=legacy_file)
         return Known(outstanding=outstanding, tick_started_ms=state.started_ms,
-                     dead_written=state.dead_written, legacy_settled=legacy_settled,
-                     legacy_file=legacy_file)
+                     dead_written=state.dead_written)
 
     async def _write(self, batch: Batch, plan: BatchPlan, backfill: BackfillPlan,
                      *, now: int) -> None:
@@ -182,7 +178,7 @@ class BatchSettler:
 
     async def _commit_bookkeeping(self, tx: Transaction, batch: Batch, plan: BatchPlan,
                                   *, now: int) -> None:
-        """The committed offset, the tokens used and issued, the old identities settled."""
+        """The committed offset, the tokens used and issued."""
         generation, state = batch.generation.id, self.state
         await drain_state.commit_offset(
             tx, generation, offset=batch.end_offset, dead_letters_size=state.dead_letters_size,
@@ -190,7 +186,6 @@ class BatchSettler:
             drainer=state.drainer)
         await drain_state.use_tokens(tx, plan.tokens_consumed)
         await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
-        await state.migration.record(tx, plan, now_ms=now)
 
     async def _isolate(self, batch: Batch, error: Exception) -> None:
         """Dead-letter the one line that fails alone (`unprocessable`, with the error)."""

@@ -128,7 +128,6 @@ class _Drainer:
         try:
             if s.state_url:
                 state.drainer = await asyncio.to_thread(drainer_id, s.lazy_edges_queue_path)
-            await state.migration.detect(self.graph)
             if s.draining_path.exists():
                 state.stats = replace(state.stats, orphan_recovered=True)
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
@@ -143,14 +142,12 @@ class _Drainer:
                                            s.draining_path, generation):
                     state.stats = replace(state.stats, queue_rotated=True)
                     await self._drain_generation(generation, 0)
-            if not state.stats.interrupted:
-                await state.migration.finish(self.graph)
         finally:
             lock.release()
 
     async def _resume_leftover(self) -> tuple[Generation, int]:
         """The leftover's generation and the offset to resume at: its sidecar and committed
-        offset, or (no sidecar: an earlier version's file, or one made by hand) a fresh
+        offset, or (no sidecar: a file made by hand) a fresh
         generation from the first byte. Collects the dead letters a crashed batch wrote.
 
         A committed offset past the file's end means the sidecar does not describe this file
@@ -173,11 +170,9 @@ class _Drainer:
                     dead_letters_of, s.dead_letter_path, generation.id, after=after)
                 return generation, committed or 0
         generation = new_generation(now_ms=self.clock(),
-                                    dead_letters_size=file_size(s.dead_letter_path),
-                                    legacy=self.state.migration.active)
+                                    dead_letters_size=file_size(s.dead_letter_path))
         await asyncio.to_thread(write_generation, s.draining_path, generation)
-        log.warning("drain.leftover_adopted", generation=generation.id,
-                    legacy=generation.legacy)
+        log.warning("drain.leftover_adopted", generation=generation.id)
         return generation, 0
 
     async def _drain_generation(self, generation: Generation, start: int) -> None:
@@ -218,12 +213,11 @@ class _Drainer:
         s, state = self.settings, self.state
         state.drain_tables = await drain_state.table_exists(self.graph,
                                                             drain_state.TOKENS_TABLE)
-        await state.migration.detect(self.graph)
         leftover = await asyncio.to_thread(read_generation, s.draining_path)
         start = 0
         if leftover is not None and state.drain_tables:
             start = (await drain_state.progress(self.graph, leftover.id))[0] or 0
-        dry = Generation("dry-run-leftover", 0, 0, legacy=state.migration.active)
+        dry = Generation("dry-run-leftover", 0, 0)
         for path, generation, offset in ((s.draining_path, leftover or dry, start),
                                          (s.lazy_edges_queue_path,
                                           Generation("dry-run", 0, 0), 0)):

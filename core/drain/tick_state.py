@@ -12,7 +12,6 @@ from typing import Any
 
 import structlog
 
-from core.drain.line_identity_migration import LineIdentityMigration
 from core.drain.rules.drain_plan import BatchPlan, DrainStats, Parsed
 from core.drain.rules.queue_lines import MalformedLine, position_id
 
@@ -36,8 +35,6 @@ class TickState:
     #: (found on recovery, or written by a batch whose commit failed): never a second
     #: record for one of them. Bounded by a batch: a commit forgets what it settled.
     dead_written: set[str] = field(default_factory=set)
-    #: Earlier versions' line identities (`core.drain.line_identity_migration`).
-    migration: LineIdentityMigration = field(default_factory=LineIdentityMigration)
     drain_tables: bool = True
     #: The dead-letter file's size after our last append, recorded with each commit.
     dead_letters_size: int = 0
@@ -51,7 +48,6 @@ class TickState:
         """Add a written batch's figures to the tick's and remember what later batches of the
         tick must know."""
         self.stats = self.stats.added(plan)
-        self.migration.remember(plan)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
                 if isinstance(item.line, MalformedLine):

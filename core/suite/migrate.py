@@ -56,7 +56,7 @@ from core.base.rules.state_copy import (
 )
 from core.base.state.graph_db import GraphDataError
 from core.base.state.postgres.bulk_load import PostgresLoad
-from core.base.state.schema import LEGACY_APPLIED_LINES, STATE_TABLES
+from core.base.state.schema import STATE_TABLES
 from core.base.state.sqlite import BUSY_TIMEOUT_MS
 from core.base.state.sqlite.snapshot import SqliteSnapshot
 from core.drain.queue_drain import drainer_lock
@@ -152,13 +152,9 @@ async def migrate_state(settings: Settings, *, target_url: str,
 
 async def _source_tables(snapshot: SqliteSnapshot) -> tuple[str, ...]:
     """The state tables the source has, in copy order; refuses (ConfigError) a table this
-    version does not know, and a legacy per-line table that still holds lines to settle."""
+    version does not know."""
     present = await snapshot.table_names()
-    if LEGACY_APPLIED_LINES in present and await snapshot.row_count(LEGACY_APPLIED_LINES):
-        raise ConfigError(f"{snapshot.path}: table {LEGACY_APPLIED_LINES} still holds lines an "
-                          "earlier version left in flight; run kb-drain --tick once on the "
-                          "SQLite state first (it settles and drops them), then migrate")
-    unknown = sorted(present - set(STATE_TABLES) - {LEGACY_APPLIED_LINES})
+    unknown = sorted(present - set(STATE_TABLES))
     if unknown:
         raise ConfigError(f"{snapshot.path}: table {unknown[0]} is not state this version "
                           "knows how to copy; nothing was copied")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -19,9 +17,8 @@ from core.base.chroma import VectorStore
 from core.base.config.config import Settings
 from core.base.rules.errors import LockHeld, StoreUnavailable
 from core.base.runtime.context import TickContext
-from core.base.state.graph import existing_ids, link_nodes, upsert_node
+from core.base.state.graph import existing_ids, upsert_node
 from core.base.state.graph_db import GraphDB
-from core.base.state.state import open_graph
 from core.drain.queue_drain import drain_queue, drainer_lock
 from core.drain.rules.drain_plan import DrainStats
 from core.drain.rules.queue_lines import ReadLine
@@ -488,52 +485,6 @@ async def test_producers_append_whole_lines_and_repair_a_torn_tail(tmp_path: Pat
     queue.write_bytes(b'{"torn": ')  # a producer crashed mid-line
     append_locked(queue, [line("A", "B")])
     assert queue.read_bytes().split(b"\n") == [b'{"torn": ', line("A", "B"), b""]
-
-
-LEGACY_DDL = """
-CREATE TABLE applied_lines (line_id TEXT PRIMARY KEY, outcome TEXT NOT NULL,
-                            settled_at INTEGER NOT NULL) WITHOUT ROWID;
-CREATE INDEX applied_lines_settled ON applied_lines(settled_at);
-"""
-
-
-async def test_an_earlier_versions_identities_settle_what_it_left_in_flight_once_then_go(
-    stores: TickContext,
-) -> None:
-    s = stores.settings
-    applied = line("CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
-    pending = line("CONCEPT:a", "CONCEPT:b", "OLD_PENDING")
-
-    def requeued(rel: str, legacy_id: str) -> bytes:
-        return json.dumps({"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": rel,
-                           "_drain": {"lineId": legacy_id, "attempts": 1}}).encode()
-
-    settled_id, open_id = "a" * 64, "b" * 64
-    # The earlier version applied `applied` and a re-queued line, then stopped mid-drain: its
-    # `.draining` has no sidecar, and a crash of it left two copies of an open re-queued line.
-    await link_nodes(stores.graph, "CONCEPT:a", "CONCEPT:b", "OLD_APPLIED")
-    conn = sqlite3.connect(s.graph_db_path)
-    conn.executescript(LEGACY_DDL)
-    conn.executemany("INSERT INTO applied_lines VALUES (?, 'applied', 0)",
-                     [(hashlib.sha256(applied).hexdigest(),), (settled_id,)])
-    conn.commit()
-    conn.close()
-    write_queue(s.draining_path, [applied, pending])
-    write_queue(s.lazy_edges_queue_path, [requeued("OLD_SETTLED", settled_id),
-                                          requeued("OLD_OPEN", open_id),
-                                          requeued("OLD_OPEN", open_id)])
-    reopened = await open_graph(s)  # an old database still opens
-    try:
-        stats = await drain_queue(TickContext(s, reopened, stores.vectors))
-        weights = {r[0]: r[1] for r in await reopened.query(
-            "SELECT relationship, weight FROM edges")}
-        tables = {r[0] for r in await reopened.query(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    finally:
-        await reopened.close()
-    assert weights == {"OLD_APPLIED": 1.0, "OLD_PENDING": 1.0, "OLD_OPEN": 1.0}
-    assert (stats.succeeded, stats.replayed) == (2, 3)
-    assert "applied_lines" not in tables, "dropped after the first complete tick"
 
 
 async def test_a_stale_sidecar_never_binds_the_next_queue_file(

@@ -42,13 +42,12 @@ GRAPH_SCHEMAS = (SCHEMA_AUTO, SCHEMA_KB, SCHEMA_NEO)
 #: The one `SchemaVersion('graph', n)` the original has written (and this version reads).
 NEO_SCHEMA_VERSION = 1
 
-#: This project's tables in a SQLite state file (`core.base.state.schema.STATE_TABLES` and the
-#: table an earlier version kept), lowercased: a file holding only some of them is an older
+#: This project's tables in a SQLite state file (`core.base.state.schema.STATE_TABLES`),
+#: lowercased: a file holding only some of them is an older
 #: or partly created state of ours.
 _KB_TABLES = frozenset({
     "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
-    "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired",
-    "applied_lines"})
+    "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired"})
 _KB_NODE_COLUMNS = frozenset({"id", "label", "properties"})
 _KB_EDGE_COLUMNS = frozenset({"source", "target", "relationship", "weight", "properties"})
 _NEO_NODE_COLUMNS = frozenset({"id", "data"})

@@ -13,8 +13,3 @@ STATE_TABLES: tuple[str, ...] = (
     "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
     "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired",
 )
-
-#: The 30-day per-line identity table of earlier versions (identity by content). It is no
-#: longer created; an existing one is read once to settle lines those versions left in flight,
-#: then dropped by the drainer (`core.drain`).
-LEGACY_APPLIED_LINES = "applied_lines"

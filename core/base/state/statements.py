@@ -78,12 +78,6 @@ class Statements:
     issue_token: str
     #: (line ids as JSON array) -> line id, attempts, requeued at
     outstanding_tokens: str
-    #: (line ids as JSON array) -> line id
-    legacy_settled: str
-    #: (line id, outcome, now)
-    legacy_settle: str
-    #: ()
-    legacy_drop: str
     # ------------------------------------------------------------------ daemon state
     #: (key) -> value
     get_value: str

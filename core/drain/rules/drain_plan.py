@@ -9,8 +9,7 @@ batch, asks the stores a few bulk questions, and calls these in turn:
    line that already failed earlier in this tick (its token was issued since the tick began)
    is deferred (put back untouched: a tick spends at most one attempt per line); a
    line whose dead letter a crashed attempt already wrote keeps that record (never a second
-   one); a line that earlier versions of the drainer already settled is a replay (skipped); a
-   malformed line is dead-lettered; the rest is work.
+   one); a malformed line is dead-lettered; the rest is work.
 3. `decide`, given which endpoints cannot be resolved and why: each work line is linked,
    re-queued with one more attempt, or dead-lettered after its last.
 
@@ -20,7 +19,6 @@ durable in the order that makes a crash harmless (see `core.drain`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -65,18 +63,6 @@ def parse_batch(lines: Sequence[ReadLine]) -> list[Parsed]:
     return parsed
 
 
-def legacy_id_of(item: Parsed, *, legacy_file: bool) -> str | None:
-    """The identity an earlier version gave this line (the SHA-256 of its bytes, or the one it
-    carried in `_drain.lineId`), when that version may have settled it: every line of a
-    `.draining` it left behind, and lines it re-queued. None otherwise."""
-    line = item.line
-    if isinstance(line, EdgeLine) and line.legacy_id is not None:
-        return line.legacy_id
-    if legacy_file and item.read.spilled is None:
-        return hashlib.sha256(line.raw).hexdigest()
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Known:
     """What the stores and this tick know about a batch's lines, read before deciding."""
@@ -90,10 +76,6 @@ class Known:
     #: Positions (readAt) whose dead letter is already in the file (a crashed attempt, or a
     #: failed commit of this tick, wrote it).
     dead_written: Collection[str] = frozenset()
-    #: Legacy identities already settled (by an earlier version, or earlier in this tick).
-    legacy_settled: Collection[str] = frozenset()
-    #: Whether this generation is a `.draining` an earlier version left (identity by content).
-    legacy_file: bool = False
 
 
 @dataclass(slots=True)
@@ -117,8 +99,6 @@ class BatchPlan:
     tokens_issued: list[tuple[str, int]] = field(default_factory=list)
     #: Tokens used up by lines settled in this batch.
     tokens_consumed: list[str] = field(default_factory=list)
-    #: Legacy identities settled here, with their outcome (migration only).
-    legacy_settled: list[tuple[str, str]] = field(default_factory=list)
     total_lines: int = 0
     processed: int = 0
     succeeded: int = 0
@@ -126,7 +106,6 @@ class BatchPlan:
     dead_after_attempts: int = 0
     malformed: int = 0
     already_dead: int = 0
-    replayed: int = 0
     duplicates: int = 0
     deferred: int = 0
 
@@ -140,8 +119,6 @@ class Triage:
     plan: BatchPlan
     #: The distinct endpoints of the work lines, in order (the keys; values unused).
     endpoints: dict[str, None] = field(default_factory=dict)
-    #: Legacy identities of work lines, by offset (migration only; empty otherwise).
-    legacy_ids: dict[int, str] = field(default_factory=dict)
 
 
 def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
@@ -150,26 +127,15 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
     triaged = Triage(generation, [], plan)
     work, endpoints = triaged.work, triaged.endpoints
     tokens_seen: set[str] = set()
-    legacy_seen: set[str] = set()
-    legacy_file = known.legacy_file
     dead_written = known.dead_written
-    # No migration and no dead letter from a crashed attempt: a new valid line is work at once.
-    plain = not legacy_file and not dead_written
     for item in parsed:
         line = item.line
-        if (plain and type(line) is EdgeLine and line.token_id is None
-                and line.legacy_id is None):
+        # No dead letter from a crashed attempt and no token: a new valid line is work at once.
+        if not dead_written and type(line) is EdgeLine and line.token_id is None:
             work.append(item)
             endpoints[line.source] = None
             endpoints[line.target] = None
             continue
-        legacy_id = None
-        if legacy_file or (type(line) is EdgeLine and line.legacy_id is not None):
-            legacy_id = legacy_id_of(item, legacy_file=legacy_file)
-            if legacy_id is not None and (legacy_id in known.legacy_settled
-                                          or legacy_id in legacy_seen):
-                plan.replayed += 1
-                continue
         token = line.token_id if type(line) is EdgeLine else None
         if token is not None:
             assert type(line) is EdgeLine
@@ -182,29 +148,23 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
                 plan.deferred += 1
                 plan.requeue.append(line.raw)
                 continue
-        if legacy_id is not None:
-            legacy_seen.add(legacy_id)
         if dead_written and position_id(generation, item.read.offset) in dead_written:
             plan.already_dead += 1
             plan.processed += 1
             if token is not None:
                 plan.tokens_consumed.append(token)
-            if legacy_id is not None:
-                plan.legacy_settled.append((legacy_id, "dead"))
             continue
         if isinstance(line, MalformedLine):
-            _dead_letter_malformed(triaged, item, line, legacy_id, now_ms=now_ms)
+            _dead_letter_malformed(triaged, item, line, now_ms=now_ms)
             continue
-        if legacy_id is not None:
-            triaged.legacy_ids[item.read.offset] = legacy_id
         work.append(item)
         endpoints[line.source] = None
         endpoints[line.target] = None
     return triaged
 
 
-def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine,
-                           legacy_id: str | None, *, now_ms: int) -> None:
+def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine, *,
+                           now_ms: int) -> None:
     """A malformed line's dead letter (it is never retried)."""
     plan = triaged.plan
     read_at = position_id(triaged.generation, item.read.offset)
@@ -213,8 +173,6 @@ def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine,
     plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
         line_id=read_at, read_at=read_at, reason=MALFORMED, detail=line.detail,
         attempts=0, now_ms=now_ms, line=line.raw, spilled=item.read.spilled)))
-    if legacy_id is not None:
-        plan.legacy_settled.append((legacy_id, "dead"))
 
 
 def decide(
@@ -225,7 +183,6 @@ def decide(
     endpoint that does not resolve to its reason (the back-fill's)."""
     plan = triaged.plan
     links = plan.links
-    legacy_ids = triaged.legacy_ids
     for item in triaged.work:
         line = item.line
         assert type(line) is EdgeLine
@@ -234,8 +191,6 @@ def decide(
             links.append(line)
             if token is not None:
                 plan.tokens_consumed.append(token)
-            if legacy_ids and item.read.offset in legacy_ids:
-                plan.legacy_settled.append((legacy_ids[item.read.offset], "applied"))
             continue
         _settle_failure(triaged, item, line, unresolved, max_attempts=max_attempts,
                         now_ms=now_ms)
@@ -259,15 +214,10 @@ def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: M
             attempts=line.attempts + 1, now_ms=now_ms, line=_body_bytes(line))))
         if line.token_id is not None:
             plan.tokens_consumed.append(line.token_id)
-        outcome = "dead"
     else:
         plan.requeued += 1
         plan.requeue.append(requeue_line(line, line_id=line_id, reason=reason, now_ms=now_ms))
         plan.tokens_issued.append((line_id, line.attempts + 1))
-        outcome = "requeued"
-    legacy_id = triaged.legacy_ids.get(item.read.offset)
-    if legacy_id is not None:
-        plan.legacy_settled.append((legacy_id, outcome))
 
 
 def _body_bytes(line: EdgeLine) -> bytes:
@@ -286,8 +236,9 @@ class DrainStats:
     not resolve (`requeued` + those dead-lettered after their last attempt); `deadLettered`
     every line settled in the dead-letter file, `skippedMalformed` and `isolated` included;
     `isolated` lines dead-lettered `unprocessable` by the split defence; `duplicates` copies of
-    re-queued lines whose token was already used (left by a crash); `replayed` lines an earlier
-    version had already settled (migration only); `deferred` lines put back untouched because
+    re-queued lines whose token was already used (left by a crash); `replayed` is always 0 (a
+    replay is impossible: identity is by position; the field stays in the `--json` figures);
+    `deferred` lines put back untouched because
     they already failed earlier in this tick (a line re-queued while the leftover `.draining`
     is drained comes round again in the rotated queue: it must not spend a second attempt in
     the same tick).
@@ -321,7 +272,6 @@ class DrainStats:
             failed=self.failed + plan.requeued + plan.dead_after_attempts,
             dead_lettered=self.dead_lettered + len(plan.dead_letters) + plan.already_dead,
             skipped_malformed=self.skipped_malformed + plan.malformed,
-            replayed=self.replayed + plan.replayed,
             duplicates=self.duplicates + plan.duplicates,
             deferred=self.deferred + plan.deferred,
         )

@@ -69,9 +69,8 @@ UNPROCESSABLE = "unprocessable"
 #: Keys of a line that are not edge properties.
 EDGE_FIELDS = frozenset({"source", "target", "relationship", "weight", DRAIN_KEY})
 #: A drainer-issued line identity: a 32-hex-digit generation, a colon, a byte offset. Anything
-#: else in `_drain.lineId` (the 64-hex SHA-256 of earlier versions) is a legacy identity.
+#: else in `_drain.lineId` is no token: the line is a new one.
 _POSITION_ID = re.compile(r"[0-9a-f]{32}:[0-9]+")
-_LEGACY_ID = re.compile(r"[0-9a-f]{64}")
 #: The only way a NUL gets into a decoded JSON string.
 _NUL_ESCAPE = b"\\u0000"
 
@@ -115,8 +114,6 @@ class EdgeLine:
     #: `_drain.lineId` when the drainer issued it: this is a re-queued line, valid only while
     #: its token (lineId, attempts) is outstanding.
     token_id: str | None = None
-    #: `_drain.lineId` in the legacy (content hash) form, for the one-time migration.
-    legacy_id: str | None = None
     #: Whether the line carried a `_drain` key at all (producers strip it).
     had_drain_key: bool = False
 
@@ -234,11 +231,8 @@ def _read_bookkeeping(line: EdgeLine, drain: Mapping[str, Any]) -> None:
     if type(attempts) is int:
         line.attempts = max(0, attempts)
     line_id = drain.get("lineId")
-    if isinstance(line_id, str):
-        if _POSITION_ID.fullmatch(line_id):
-            line.token_id = line_id
-        elif _LEGACY_ID.fullmatch(line_id):
-            line.legacy_id = line_id
+    if isinstance(line_id, str) and _POSITION_ID.fullmatch(line_id):
+        line.token_id = line_id
 
 
 def _decode_problem(raw: bytes, message: str) -> str:

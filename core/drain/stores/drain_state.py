@@ -4,10 +4,6 @@ Identity is by position (`core.drain.rules.queue_lines`): a line is (generation,
 exactly-once needs one row per `.draining` file in flight, written in the same transaction as
 the batch's nodes and edges, plus one row per line waiting in the queue for another try. The
 writes here take the batch's `Transaction`; nothing is kept per applied line.
-
-Migration: earlier versions kept a per-line identity (the SHA-256 of its bytes) in the table
-`applied_lines` (`LEGACY_APPLIED_LINES`). It is read to settle the lines they left in flight,
-written for lines settled meanwhile, and dropped after the first complete tick.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ from collections.abc import Collection, Sequence
 import orjson
 
 from core.base.state.graph_db import Reader, Transaction
-from core.base.state.schema import LEGACY_APPLIED_LINES
 
 #: The table of re-queue tokens (a dry run on an older file may find it missing).
 TOKENS_TABLE = "drain_requeued"
@@ -26,11 +21,6 @@ TOKENS_TABLE = "drain_requeued"
 async def table_exists(reader: Reader, table: str) -> bool:
     """Whether `table` exists in the file."""
     return bool(await reader.query(reader.sql.table_exists, (table,)))
-
-
-async def legacy_table_exists(reader: Reader) -> bool:
-    """Whether an earlier version's per-line identity table is still there."""
-    return await table_exists(reader, LEGACY_APPLIED_LINES)
 
 
 async def progress(reader: Reader, generation: str) -> tuple[int | None, int | None]:
@@ -75,22 +65,3 @@ async def issue_tokens(tx: Transaction, tokens: Sequence[tuple[str, int]], *, no
     if tokens:
         await tx.executemany(tx.sql.issue_token, [(line_id, n, now_ms) for line_id, n in tokens])
 
-
-async def legacy_settled(reader: Reader, ids: Collection[str]) -> set[str]:
-    """Which of `ids` an earlier version recorded as settled."""
-    if not ids:
-        return set()
-    rows = await reader.query(reader.sql.legacy_settled, (orjson.dumps(list(ids)).decode(),))
-    return {str(r[0]) for r in rows}
-
-
-async def settle_legacy(tx: Transaction, settled: Sequence[tuple[str, str]], *,
-                        now_ms: int) -> None:
-    """Record legacy identities settled in this transaction, with their outcome."""
-    if settled:
-        await tx.executemany(tx.sql.legacy_settle, [(i, outcome, now_ms) for i, outcome in settled])
-
-
-async def drop_legacy_table(tx: Transaction) -> None:
-    """Drop the legacy identity table (after the first complete tick)."""
-    await tx.execute(tx.sql.legacy_drop)

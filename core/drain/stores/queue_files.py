@@ -174,14 +174,11 @@ class Generation:
     rotated_at_ms: int
     #: The dead-letter file's size at rotation: records of this generation can only follow it.
     dead_letters_size: int
-    #: A `.draining` an earlier version left (adopted without a sidecar): its lines may have
-    #: been settled under their content identity (see `core.drain.line_identity_migration`).
-    legacy: bool = False
 
 
-def new_generation(*, now_ms: int, dead_letters_size: int, legacy: bool = False) -> Generation:
+def new_generation(*, now_ms: int, dead_letters_size: int) -> Generation:
     """A fresh generation with a random 128-bit id (32 hex digits)."""
-    return Generation(uuid.uuid4().hex, now_ms, dead_letters_size, legacy)
+    return Generation(uuid.uuid4().hex, now_ms, dead_letters_size)
 
 
 def generation_path(draining_path: Path) -> Path:
@@ -194,8 +191,7 @@ def write_generation(draining_path: Path, generation: Generation) -> None:
     target = generation_path(draining_path)
     temp = target.with_name(target.name + ".tmp")
     payload = orjson.dumps({"generation": generation.id, "rotatedAt": generation.rotated_at_ms,
-                            "deadLettersSize": generation.dead_letters_size,
-                            "legacy": generation.legacy})
+                            "deadLettersSize": generation.dead_letters_size})
     fd = create_private_file(temp, os.O_WRONLY | os.O_TRUNC)
     try:
         write_all(fd, payload + b"\n")
@@ -219,7 +215,7 @@ def read_generation(draining_path: Path) -> Generation | None:
     if not (isinstance(gen, str) and len(gen) == 32 and type(rotated) is int
             and type(dead) is int):
         return None
-    return Generation(gen, rotated, dead, value.get("legacy") is True)
+    return Generation(gen, rotated, dead)
 
 
 def remove_generation(draining_path: Path) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 
 from core.base.rules.graph_schema import NeoEra
-from core.base.state.schema import LEGACY_APPLIED_LINES
 from core.base.state.sqlite.schema import ALERTS_DDL, DRAIN_DDL, DRAINER_TICKS_DDL, STATE_DDL
 
 # ---------------------------------------------------------------- the original's graph, quoted
@@ -173,7 +172,7 @@ OWN_PREFIX = "kb_daemons_"
 #: The daemons' own tables and indexes, by the name they have in this project's schema.
 OWN_NAMES: tuple[str, ...] = (
     "drain_generations", "drain_requeued", "daemon_ticks", "daemon_state", "drainer_ticks",
-    "alert_cooldowns", "alerts_fired", "alerts_fired_at", LEGACY_APPLIED_LINES)
+    "alert_cooldowns", "alerts_fired", "alerts_fired_at")
 _OWN_NAME = re.compile(r"\b(" + "|".join(OWN_NAMES) + r")\b")
 
 

@@ -15,7 +15,6 @@ from core.base.rules.nodes import (
     WEIGHT_LIMIT,
 )
 from core.base.rules.telemetry import EVENT_ERROR, EVENT_INGEST, EVENT_RECONCILE, EVENT_TOMBSTONE
-from core.base.state.schema import LEGACY_APPLIED_LINES
 from core.base.state.statements import Statements
 
 # Unreadable stored JSON (kb_jsonb gives NULL) is replaced instead of merged, as in SQLite.
@@ -149,10 +148,6 @@ ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offs
                  "requeued_at = excluded.requeued_at"),
     outstanding_tokens=f"SELECT line_id, attempts, requeued_at FROM drain_requeued "
                        f"WHERE line_id {_IN_JSON}",
-    legacy_settled=f"SELECT line_id FROM {LEGACY_APPLIED_LINES} WHERE line_id {_IN_JSON}",
-    legacy_settle=(f"INSERT INTO {LEGACY_APPLIED_LINES}(line_id, outcome, settled_at) "
-                   "VALUES ($1, $2, $3) ON CONFLICT DO NOTHING"),
-    legacy_drop=f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}",
     get_value="SELECT value FROM daemon_state WHERE key = $1",
     put_value=("INSERT INTO daemon_state(key, value, updated_at) VALUES ($1, $2, $3) "
                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "

@@ -11,7 +11,6 @@ from core.base.rules.nodes import (
     WEIGHT_LIMIT,
 )
 from core.base.rules.telemetry import EVENT_ERROR, EVENT_INGEST, EVENT_RECONCILE, EVENT_TOMBSTONE
-from core.base.state.schema import LEGACY_APPLIED_LINES
 from core.base.state.statements import Statements
 
 # A stored `properties` that is not valid JSON (written by an earlier version: `Infinity`) would
@@ -126,11 +125,6 @@ ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offs
                  "VALUES (?, ?, ?)"),
     outstanding_tokens=("SELECT line_id, attempts, requeued_at FROM drain_requeued "
                         "WHERE line_id IN (SELECT value FROM json_each(?))"),
-    legacy_settled=(f"SELECT line_id FROM {LEGACY_APPLIED_LINES} "
-                    "WHERE line_id IN (SELECT value FROM json_each(?))"),
-    legacy_settle=(f"INSERT OR IGNORE INTO {LEGACY_APPLIED_LINES}(line_id, outcome, settled_at) "
-                   "VALUES (?, ?, ?)"),
-    legacy_drop=f"DROP TABLE IF EXISTS {LEGACY_APPLIED_LINES}",
     get_value="SELECT value FROM daemon_state WHERE key = ?",
     put_value=("INSERT INTO daemon_state(key, value, updated_at) VALUES (?, ?, ?) "
                "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
