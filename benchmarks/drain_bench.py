@@ -408,11 +408,11 @@ class _PerEdgeBaseline:
 
     def drain(self, queue: Path, draining: Path) -> dict[str, Any]:
         """Rename the queue, link line by line, append the failures back, remove the file."""
-        from core.drain.stores.queue_files import append_locked, new_generation, rotate_queue
+        from core.drain.stores.queue_files import append_locked, new_segment, rotate_queue
 
         linked = malformed = 0
         failures: list[bytes] = []
-        if rotate_queue(queue, draining, new_generation(now_ms=0, dead_letters_size=0)):
+        if rotate_queue(queue, draining, new_segment(now_ms=0, dead_letters_size=0)):
             with draining.open("rb") as lines:
                 for raw in lines:
                     raw = raw.rstrip(b"\r\n")

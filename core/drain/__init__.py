@@ -2,9 +2,9 @@
 
 Every appended line takes effect exactly once, whatever its bytes and wherever a crash lands:
 
-- **Identity by position.** A rotated queue (`.draining`) is a generation with a random id in
-  a sidecar (`core.drain.stores.queue_files`); a line is (generation, byte offset). Each batch's
-  transaction writes its nodes and edges *and* the generation's committed offset, so a
+- **Identity by position.** A rotated queue (`.draining`) is a segment with a random id in
+  a sidecar (`core.drain.stores.queue_files`); a line is (segment, byte offset). Each batch's
+  transaction writes its nodes and edges *and* the segment's committed offset, so a
   restart resumes right after the last committed line: a replay is impossible, and a
   byte-identical line appended again is simply another line (another mention: it reinforces
   the edge again). No identity is kept per applied line.
@@ -36,7 +36,7 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
   from the bytes before parsing), and a line over the limit is never held: it is streamed
   to `<queue>.dead/` and its dead letter names the file, its size and its SHA-256.
 - **A drainer per host.** On a shared PostgreSQL state each host's drainer tags the
-  generations it commits with its own id (`core.drain.stores.drainer_identity`) and forgets only its
+  segments it commits with its own id (`core.drain.stores.drainer_identity`) and forgets only its
   own older ones; a batch that loses to a concurrent write (deadlock, serialization failure)
   is tried again, and never counts against its lines.
 - One drainer per queue at a time (a lock); a leftover `.draining` (a crash, a stop) is
@@ -52,5 +52,5 @@ concern:
   tried again on a write conflict, split on a failure that is not an outage, its failing line
   isolated and dead-lettered;
 - `tick_state`: what a tick learns on the way and its batches share (the figures, the dead
-  letters not yet behind a committed offset, the generation of the last commit).
+  letters not yet behind a committed offset, the segment of the last commit).
 """

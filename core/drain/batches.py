@@ -41,7 +41,7 @@ from core.drain.rules.drain_plan import (
 )
 from core.drain.rules.queue_lines import EdgeLine, ReadLine
 from core.drain.stores import drain_state
-from core.drain.stores.queue_files import Generation, append_locked
+from core.drain.stores.queue_files import Segment, append_locked
 from core.drain.tick_state import TickState
 
 #: The drain's one logger name (see `core.drain.tick_state`).
@@ -56,17 +56,17 @@ CONFLICT_BACKOFF_S = 0.05
 
 @dataclass(slots=True)
 class Batch:
-    """Consecutive lines of one generation, and the offset right after the last of them."""
+    """Consecutive lines of one segment, and the offset right after the last of them."""
 
-    generation: Generation
+    segment: Segment
     lines: list[ReadLine]
     end_offset: int
 
     def halves(self) -> tuple[Batch, Batch]:
         middle = len(self.lines) // 2
         left, right = self.lines[:middle], self.lines[middle:]
-        return (Batch(self.generation, left, right[0].offset),
-                Batch(self.generation, right, self.end_offset))
+        return (Batch(self.segment, left, right[0].offset),
+                Batch(self.segment, right, self.end_offset))
 
 
 class BatchSettler:
@@ -98,7 +98,7 @@ class BatchSettler:
                 if await self._is_outage(exc):
                     raise
                 error = exc
-                log.warning("drain.batch_failed", generation=batch.generation.id,
+                log.warning("drain.batch_failed", segment=batch.segment.id,
                             fromOffset=batch.lines[0].offset, toOffset=batch.end_offset,
                             lines=len(batch.lines), attempt=attempt, error=repr(exc))
         assert error is not None
@@ -118,7 +118,7 @@ class BatchSettler:
             except WriteConflict as exc:
                 if attempt == CONFLICT_TRIES:
                     raise
-                log.warning("drain.batch_conflict", generation=batch.generation.id,
+                log.warning("drain.batch_conflict", segment=batch.segment.id,
                             fromOffset=batch.lines[0].offset, attempt=attempt, error=str(exc))
                 await asyncio.sleep(CONFLICT_BACKOFF_S * attempt)
 
@@ -131,10 +131,10 @@ class BatchSettler:
 
     async def _apply(self, batch: Batch) -> None:
         """Resolve and write one batch (see `core.drain` for the order of writes)."""
-        generation = batch.generation
+        segment = batch.segment
         parsed = parse_batch(batch.lines)
         now = self.clock()
-        triaged = triage(generation.id, parsed, await self._known(parsed), now_ms=now)
+        triaged = triage(segment.id, parsed, await self._known(parsed), now_ms=now)
         endpoints = list(triaged.endpoints)
         present = await existing_ids(self.graph, endpoints)
         missing = [n for n in endpoints if n not in present]
@@ -144,7 +144,7 @@ class BatchSettler:
                       max_attempts=self.settings.lazy_edge_max_attempts, now_ms=now)
         if not self.dry_run:
             await self._write(batch, plan, backfill, now=now)
-        self.state.account(plan, parsed, generation.id)
+        self.state.account(plan, parsed, segment.id)
 
     async def _known(self, parsed: Sequence[Parsed]) -> Known:
         """What the stores and this tick know about these lines (one small query at most)."""
@@ -171,36 +171,36 @@ class BatchSettler:
             await insert_edges_if_absent(tx, backfill.edges)
             await link_edges(tx, plan.links)
             await self._commit_bookkeeping(tx, batch, plan, now=now)
-        state.current_generation = batch.generation.id
+        state.current_segment = batch.segment.id
         if state.dead_written:  # everything before the committed offset is settled for good
             state.dead_written = {p for p in state.dead_written
-                                  if not _settled_by(p, batch.generation.id, batch.end_offset)}
+                                  if not _settled_by(p, batch.segment.id, batch.end_offset)}
 
     async def _commit_bookkeeping(self, tx: Transaction, batch: Batch, plan: BatchPlan,
                                   *, now: int) -> None:
         """The committed offset, the tokens used and issued."""
-        generation, state = batch.generation.id, self.state
+        segment, state = batch.segment.id, self.state
         await drain_state.commit_offset(
-            tx, generation, offset=batch.end_offset, dead_letters_size=state.dead_letters_size,
-            now_ms=now, first_of_generation=state.current_generation != generation,
+            tx, segment, offset=batch.end_offset, dead_letters_size=state.dead_letters_size,
+            now_ms=now, first_of_segment=state.current_segment != segment,
             drainer=state.drainer)
         await drain_state.use_tokens(tx, plan.tokens_consumed)
         await drain_state.issue_tokens(tx, plan.tokens_issued, now_ms=now)
 
     async def _isolate(self, batch: Batch, error: Exception) -> None:
         """Dead-letter the one line that fails alone (`unprocessable`, with the error)."""
-        plan = isolation_plan(batch.generation.id, batch.lines[0], error,
+        plan = isolation_plan(batch.segment.id, batch.lines[0], error,
                               already_dead=self.state.dead_written, now_ms=self.clock())
         if not self.dry_run:
             await self._write(batch, plan, BackfillPlan(), now=self.clock())
-        self.state.account(plan, (), batch.generation.id)
+        self.state.account(plan, (), batch.segment.id)
         self.state.stats = replace(self.state.stats, isolated=self.state.stats.isolated + 1)
 
 
-def _settled_by(read_at: str, generation: str, committed_offset: int) -> bool:
-    """Whether the position `read_at` lies before `generation`'s committed offset."""
+def _settled_by(read_at: str, segment: str, committed_offset: int) -> bool:
+    """Whether the position `read_at` lies before `segment`'s committed offset."""
     gen, _, offset = read_at.partition(":")
-    return gen == generation and int(offset) < committed_offset
+    return gen == segment and int(offset) < committed_offset
 
 
 def _unresolved(missing: Sequence[str], backfill: BackfillPlan) -> dict[str, str]:

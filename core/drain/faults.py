@@ -65,12 +65,12 @@ async def _chroma_answers(vectors: VectorStore, collections: Sequence[str]) -> b
     return True
 
 
-def isolation_plan(generation: str, read: ReadLine, error: Exception, *,
+def isolation_plan(segment: str, read: ReadLine, error: Exception, *,
                    already_dead: Collection[str], now_ms: int) -> BatchPlan:
     """The plan that settles a line that fails alone: one `unprocessable` dead letter carrying
     the error (none when `already_dead` holds its position: never two records for one line),
     and its re-queue token used up, so no copy of it is applied later. Logs the isolation."""
-    read_at = position_id(generation, read.offset)
+    read_at = position_id(segment, read.offset)
     line_id, attempts, token = read_at, 0, None
     try:
         parsed = parse_line(read.raw) if read.spilled is None else None

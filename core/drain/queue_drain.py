@@ -28,13 +28,13 @@ from core.drain.stores import drain_state
 from core.drain.stores.dead_letter_file import dead_letters_of, spill_dir
 from core.drain.stores.drainer_identity import drainer_id
 from core.drain.stores.queue_files import (
-    Generation,
-    new_generation,
-    read_generation,
+    Segment,
+    new_segment,
+    read_sidecar,
     refuse_symlinked_queue,
-    remove_generation,
+    remove_sidecar,
     rotate_queue,
-    write_generation,
+    write_sidecar,
 )
 from core.drain.stores.queue_reader import QueueReader, hand_back_late_bytes
 from core.drain.tick_state import TickState
@@ -131,51 +131,51 @@ class _Drainer:
             if s.draining_path.exists():
                 state.stats = replace(state.stats, orphan_recovered=True)
                 log.warning("drain.orphan_recovering", path=str(s.draining_path))
-                await self._drain_generation(*await self._resume_leftover())
+                await self._drain_segment(*await self._resume_leftover())
             else:
                 # A sidecar without its file: the crash came after `.draining` was removed.
-                await asyncio.to_thread(remove_generation, s.draining_path)
+                await asyncio.to_thread(remove_sidecar, s.draining_path)
             if not state.stats.interrupted:
-                generation = new_generation(now_ms=self.clock(),
-                                            dead_letters_size=file_size(s.dead_letter_path))
+                segment = new_segment(now_ms=self.clock(),
+                                      dead_letters_size=file_size(s.dead_letter_path))
                 if await asyncio.to_thread(rotate_queue, s.lazy_edges_queue_path,
-                                           s.draining_path, generation):
+                                           s.draining_path, segment):
                     state.stats = replace(state.stats, queue_rotated=True)
-                    await self._drain_generation(generation, 0)
+                    await self._drain_segment(segment, 0)
         finally:
             lock.release()
 
-    async def _resume_leftover(self) -> tuple[Generation, int]:
-        """The leftover's generation and the offset to resume at: its sidecar and committed
+    async def _resume_leftover(self) -> tuple[Segment, int]:
+        """The leftover's segment and the offset to resume at: its sidecar and committed
         offset, or (no sidecar: a file made by hand) a fresh
-        generation from the first byte. Collects the dead letters a crashed batch wrote.
+        segment from the first byte. Collects the dead letters a crashed batch wrote.
 
         A committed offset past the file's end means the sidecar does not describe this file
         (only something outside the drainer can cause it): the file is drained from its first
-        byte under a fresh generation, because resuming could skip lines nobody read, while
+        byte under a fresh segment, because resuming could skip lines nobody read, while
         starting over can at worst apply lines a second time, and says so in the log."""
         s = self.settings
-        generation = await asyncio.to_thread(read_generation, s.draining_path)
-        if generation is not None:
-            committed, dead_size = await drain_state.progress(self.graph, generation.id)
+        segment = await asyncio.to_thread(read_sidecar, s.draining_path)
+        if segment is not None:
+            committed, dead_size = await drain_state.progress(self.graph, segment.id)
             size = file_size(s.draining_path)
             if committed is not None and committed > size:
                 # Committed past the file's end: this sidecar belongs to another file.
-                log.error("drain.sidecar_mismatch", generation=generation.id,
+                log.error("drain.sidecar_mismatch", segment=segment.id,
                           committedOffset=committed, size=size)
-                generation = None
+                segment = None
             else:
-                after = dead_size if dead_size is not None else generation.dead_letters_size
+                after = dead_size if dead_size is not None else segment.dead_letters_size
                 self.state.dead_written |= await asyncio.to_thread(
-                    dead_letters_of, s.dead_letter_path, generation.id, after=after)
-                return generation, committed or 0
-        generation = new_generation(now_ms=self.clock(),
-                                    dead_letters_size=file_size(s.dead_letter_path))
-        await asyncio.to_thread(write_generation, s.draining_path, generation)
-        log.warning("drain.leftover_adopted", generation=generation.id)
-        return generation, 0
+                    dead_letters_of, s.dead_letter_path, segment.id, after=after)
+                return segment, committed or 0
+        segment = new_segment(now_ms=self.clock(),
+                              dead_letters_size=file_size(s.dead_letter_path))
+        await asyncio.to_thread(write_sidecar, s.draining_path, segment)
+        log.warning("drain.leftover_adopted", segment=segment.id)
+        return segment, 0
 
-    async def _drain_generation(self, generation: Generation, start: int) -> None:
+    async def _drain_segment(self, segment: Segment, start: int) -> None:
         """Process every line of `.draining` from `start` in batches, then remove it (and its
         sidecar), handing bytes a bare producer wrote meanwhile back to the live queue. When
         the daemon is stopping, return after the current batch and keep the file: the next
@@ -184,7 +184,7 @@ class _Drainer:
         state.dead_letters_size = file_size(s.dead_letter_path)
         reader = await asyncio.to_thread(
             QueueReader, s.draining_path, start=start, spill_to=spill_dir(s.dead_letter_path),
-            name_of=lambda offset: f"{generation.id}-{offset}.line")
+            name_of=lambda offset: f"{segment.id}-{offset}.line")
         try:
             while True:
                 if self.context.control.stopping:
@@ -195,11 +195,11 @@ class _Drainer:
                 lines = await _read_batch(reader)
                 if not lines:
                     break
-                await self.batches.settle(Batch(generation, lines, reader.offset))
+                await self.batches.settle(Batch(segment, lines, reader.offset))
                 self.context.control.progress()
             late = await asyncio.to_thread(hand_back_late_bytes, reader,
                                            s.lazy_edges_queue_path)
-            await asyncio.to_thread(remove_generation, s.draining_path)
+            await asyncio.to_thread(remove_sidecar, s.draining_path)
             if late:
                 state.stats = replace(
                     state.stats, late_lines_handed_back=state.stats.late_lines_handed_back + late)
@@ -213,20 +213,20 @@ class _Drainer:
         s, state = self.settings, self.state
         state.drain_tables = await drain_state.table_exists(self.graph,
                                                             drain_state.TOKENS_TABLE)
-        leftover = await asyncio.to_thread(read_generation, s.draining_path)
+        leftover = await asyncio.to_thread(read_sidecar, s.draining_path)
         start = 0
         if leftover is not None and state.drain_tables:
             start = (await drain_state.progress(self.graph, leftover.id))[0] or 0
-        dry = Generation("dry-run-leftover", 0, 0)
-        for path, generation, offset in ((s.draining_path, leftover or dry, start),
-                                         (s.lazy_edges_queue_path,
-                                          Generation("dry-run", 0, 0), 0)):
+        dry = Segment("dry-run-leftover", 0, 0)
+        for path, segment, offset in ((s.draining_path, leftover or dry, start),
+                                      (s.lazy_edges_queue_path,
+                                       Segment("dry-run", 0, 0), 0)):
             if not path.exists():
                 continue
             reader = await asyncio.to_thread(QueueReader, path, start=offset)
             try:
                 while lines := await _read_batch(reader):
-                    await self.batches.settle(Batch(generation, lines, reader.offset))
+                    await self.batches.settle(Batch(segment, lines, reader.offset))
             finally:
                 await asyncio.to_thread(reader.close)
 

@@ -38,20 +38,20 @@ class TickState:
     drain_tables: bool = True
     #: The dead-letter file's size after our last append, recorded with each commit.
     dead_letters_size: int = 0
-    #: The generation of the last commit (the first commit of another forgets the rest).
-    current_generation: str | None = None
-    #: Whose generations these are: '' for a SQLite file (one drainer per file), else
+    #: The segment of the last commit (the first commit of another forgets the rest).
+    current_segment: str | None = None
+    #: Whose segments these are: '' for a SQLite file (one drainer per file), else
     #: the id kept beside the queue (`core.drain.stores.drainer_identity`), read under the lock.
     drainer: str = ""
 
-    def account(self, plan: BatchPlan, parsed: Sequence[Parsed], generation: str) -> None:
+    def account(self, plan: BatchPlan, parsed: Sequence[Parsed], segment: str) -> None:
         """Add a written batch's figures to the tick's and remember what later batches of the
         tick must know."""
         self.stats = self.stats.added(plan)
         if plan.malformed and len(self.malformed_examples) < MALFORMED_LOGGED:
             for item in parsed:
                 if isinstance(item.line, MalformedLine):
-                    self.malformed_examples.append({"readAt": position_id(generation,
+                    self.malformed_examples.append({"readAt": position_id(segment,
                                                                           item.read.offset),
                                                     "detail": item.line.detail[:200]})
                     if len(self.malformed_examples) >= MALFORMED_LOGGED:

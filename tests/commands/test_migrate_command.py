@@ -16,7 +16,7 @@ from typing import Any
 from core.base.rules.nodes import MAX_WEIGHT, REINFORCE_FACTOR
 from core.base.state.schema import STATE_TABLES
 from core.base.state.state import open_graph
-from core.drain.stores.queue_files import new_generation, write_generation
+from core.drain.stores.queue_files import new_segment, write_sidecar
 from tests.postgres_server import PostgresServer
 from tests.support import make_settings, run_module
 
@@ -234,7 +234,7 @@ def test_a_leftover_draining_file_resumes_at_its_copied_offset_on_postgresql(
 ) -> None:
     """A drainer that crashed on SQLite after committing line A of its `.draining` file (its
     edge and its offset in one transaction) and before line B: after the move, the drain on
-    PostgreSQL applies B only, then forgets the old generation as its own."""
+    PostgreSQL applies B only, then forgets the old segment as its own."""
     graph_file = demo_state(tmp_path)
     queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
     draining = queue.with_name(queue.name + ".draining")
@@ -245,14 +245,14 @@ def test_a_leftover_draining_file_resumes_at_its_copied_offset_on_postgresql(
                       + "\n" for rel in ("LEFTOVER_A", "LEFTOVER_B"))
     draining.write_text(line_a + line_b, encoding="utf-8")
     dead = queue.with_name(queue.name + ".dead.jsonl")
-    generation = new_generation(now_ms=1, dead_letters_size=dead.stat().st_size)
-    write_generation(draining, generation)
+    segment = new_segment(now_ms=1, dead_letters_size=dead.stat().st_size)
+    write_sidecar(draining, segment)
     with sqlite3.connect(graph_file) as conn:
         conn.execute("INSERT INTO edges(source, target, relationship, weight, properties) "
                      "VALUES (?, ?, 'LEFTOVER_A', 1.0, '{}')", (source, target))
         conn.execute("INSERT INTO drain_generations(generation, committed_offset, "
                      "dead_letters_size, updated_at) VALUES (?, ?, ?, 1)",
-                     (generation.id, len(line_a.encode()), dead.stat().st_size))
+                     (segment.id, len(line_a.encode()), dead.stat().st_size))
 
     url = fresh_database(postgres_server)
     done = migrate(tmp_path, "--to", url)
@@ -266,4 +266,4 @@ def test_a_leftover_draining_file_resumes_at_its_copied_offset_on_postgresql(
     assert now[(source, target, "LEFTOVER_B")] == 1.0  # resumed after A
     assert not draining.exists()
     assert pg(url, f"SELECT count(*) FROM drain_generations "
-                   f"WHERE generation = '{generation.id}'") == [(0,)]
+                   f"WHERE generation = '{segment.id}'") == [(0,)]

@@ -22,7 +22,7 @@ from core.base.state.graph_db import GraphDB
 from core.drain.queue_drain import drain_queue, drainer_lock
 from core.drain.rules.drain_plan import DrainStats
 from core.drain.rules.queue_lines import ReadLine
-from core.drain.stores.queue_files import append_locked, enqueue_edges, generation_path
+from core.drain.stores.queue_files import append_locked, enqueue_edges, sidecar_path
 from core.drain.stores.queue_reader import QueueReader
 from core.suite.tick import open_context
 from tests.support import (
@@ -237,7 +237,7 @@ async def test_a_crash_after_the_commit_replays_nothing_on_restart(
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.total_lines == 0 and stats.succeeded == 0
     assert await weight(stores) == pytest.approx(1.1)
-    assert not s.draining_path.exists() and not generation_path(s.draining_path).exists()
+    assert not s.draining_path.exists() and not sidecar_path(s.draining_path).exists()
 
 
 async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
@@ -504,7 +504,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
     with pytest.raises(SimulatedCrash):
         await drain_queue(stores)
     monkeypatch.undo()
-    assert generation_path(s.draining_path).exists() and not s.draining_path.exists()
+    assert sidecar_path(s.draining_path).exists() and not s.draining_path.exists()
     write_queue(s.lazy_edges_queue_path, numbered_lines("NEW", 3))
     stats = await drain_queue(stores)
     assert stats.succeeded == 3, "the new file is read from its first byte"

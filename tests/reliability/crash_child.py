@@ -31,8 +31,8 @@ from tests.support import patch_target
 #: and whether the process dies before the call (else after it returns).
 TARGETS: dict[str, tuple[Any, str, bool]] = {
     "before-rename": (drain_tick, "rotate_queue", True),
-    # the generation's sidecar is written, the queue not renamed
-    "after-sidecar": (lazy_queue, "write_generation", False),
+    # the segment's sidecar is written, the queue not renamed
+    "after-sidecar": (lazy_queue, "write_sidecar", False),
     "after-rename": (drain_tick, "rotate_queue", False),
     # an over-limit line's side file is complete
     "after-spill": (queue_reader._Spill, "finish", False),

@@ -35,7 +35,7 @@ from core.base.rules.graph_schema import NeoEra
 from core.base.runtime.config_file import load_config
 from core.base.state.graph import REINFORCE_FACTOR
 from core.base.state.neo.schema import OWN_PREFIX
-from core.drain.stores.queue_files import read_generation
+from core.drain.stores.queue_files import read_sidecar
 from tests.neo_graphs import build_neo_graph
 from tests.reliability.crash_child import POINTS, TARGETS
 from tests.support import child_env, seed, seed_concepts
@@ -268,8 +268,8 @@ def pending_relationships(world: World) -> Counter[str]:
             continue
         start = 0
         if path == settings.draining_path:
-            generation = read_generation(path)
-            start = committed.get(generation.id, 0) if generation is not None else 0
+            segment = read_sidecar(path)
+            start = committed.get(segment.id, 0) if segment is not None else 0
         with path.open("rb") as stream:
             stream.seek(start)
             for raw in stream:
@@ -290,7 +290,7 @@ def pending_relationships(world: World) -> Counter[str]:
 
 
 def _drain_state(world: World) -> tuple[dict[str, int], dict[str, int]]:
-    """Committed offsets by generation, and outstanding re-queue tokens."""
+    """Committed offsets by segment, and outstanding re-queue tokens."""
     settings = world.settings
     if not settings.graph_db_path.exists():
         return {}, {}

@@ -21,9 +21,9 @@ from core.drain.stores.queue_files import (
     append_locked,
     append_stream_locked,
     enqueue_edges,
-    generation_path,
-    new_generation,
+    new_segment,
     rotate_queue,
+    sidecar_path,
 )
 from tests.support import REPO, child_env, run_module
 
@@ -59,7 +59,7 @@ def test_rotation_refuses_to_overwrite_a_leftover_draining_file(tmp_path: Path) 
     queue.write_bytes(edge(1) + b"\n")
     draining.write_bytes(edge(0) + b"\n")
     with pytest.raises(FileExistsError):
-        rotate_queue(queue, draining, new_generation(now_ms=0, dead_letters_size=0))
+        rotate_queue(queue, draining, new_segment(now_ms=0, dead_letters_size=0))
     assert draining.read_bytes() == edge(0) + b"\n" and queue.exists()
 
 
@@ -67,8 +67,8 @@ def test_an_empty_queue_is_not_rotated(tmp_path: Path) -> None:
     queue = tmp_path / "q.jsonl"
     queue.write_bytes(b"")
     draining = tmp_path / "q.jsonl.draining"
-    assert rotate_queue(queue, draining, new_generation(now_ms=0, dead_letters_size=0)) is False
-    assert not generation_path(draining).exists(), "no sidecar without a rotation"
+    assert rotate_queue(queue, draining, new_segment(now_ms=0, dead_letters_size=0)) is False
+    assert not sidecar_path(draining).exists(), "no sidecar without a rotation"
 
 
 def test_enqueue_appends_nothing_when_any_line_is_malformed(tmp_path: Path) -> None:

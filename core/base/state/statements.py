@@ -66,11 +66,12 @@ class Statements:
     #: (event, event) -> tenant, repo, timestamp, total, deleted, detail: each tenant's latest
     last_reconcile: str
     # ------------------------------------------------------------------- drain state
-    #: (generation, offset, dead letters size, now)
+    #: (segment, offset, dead letters size, now); a queue segment's row in
+    #: `drain_generations` (the table and its `generation` column keep their names)
     commit_offset: str
-    #: (generation, drainer): tag the generation with its drainer, forget its other ones
-    forget_other_generations: str
-    #: (generation) -> committed offset, dead letters size
+    #: (segment, drainer): tag the segment with its drainer, forget its other ones
+    forget_other_segments: str
+    #: (segment) -> committed offset, dead letters size
     progress: str
     #: (line id)
     use_token: str

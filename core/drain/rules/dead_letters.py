@@ -85,6 +85,6 @@ def parse_dead_letter(raw: bytes | None) -> DeadLetterFields:
     )
 
 
-def read_at_marker(generation: str) -> bytes:
-    """Bytes every record of `generation` contains (a quick filter before parsing a line)."""
-    return b'"readAt":"' + generation.encode() + b":"
+def read_at_marker(segment: str) -> bytes:
+    """Bytes every record of `segment` contains (a quick filter before parsing a line)."""
+    return b'"readAt":"' + segment.encode() + b":"

@@ -43,7 +43,7 @@ ENDPOINT_MISSING = "endpoint-missing"
 
 @dataclass(slots=True)
 class Parsed:
-    """A non-blank read line, parsed (its position: `read.offset` in the batch's generation)."""
+    """A non-blank read line, parsed (its position: `read.offset` in the batch's segment)."""
 
     read: ReadLine
     line: EdgeLine | MalformedLine
@@ -114,17 +114,17 @@ class BatchPlan:
 class Triage:
     """The batch sorted before resolution: the work lines to resolve, and a plan of the rest."""
 
-    generation: str
+    segment: str
     work: list[Parsed]
     plan: BatchPlan
     #: The distinct endpoints of the work lines, in order (the keys; values unused).
     endpoints: dict[str, None] = field(default_factory=dict)
 
 
-def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
+def triage(segment: str, parsed: Sequence[Parsed], known: Known, *, now_ms: int) -> Triage:
     """Sort parsed lines (see the module docstring); malformed lines get their dead letters."""
     plan = BatchPlan(total_lines=len(parsed))
-    triaged = Triage(generation, [], plan)
+    triaged = Triage(segment, [], plan)
     work, endpoints = triaged.work, triaged.endpoints
     tokens_seen: set[str] = set()
     dead_written = known.dead_written
@@ -148,7 +148,7 @@ def triage(generation: str, parsed: Sequence[Parsed], known: Known, *, now_ms: i
                 plan.deferred += 1
                 plan.requeue.append(line.raw)
                 continue
-        if dead_written and position_id(generation, item.read.offset) in dead_written:
+        if dead_written and position_id(segment, item.read.offset) in dead_written:
             plan.already_dead += 1
             plan.processed += 1
             if token is not None:
@@ -167,7 +167,7 @@ def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine, *
                            now_ms: int) -> None:
     """A malformed line's dead letter (it is never retried)."""
     plan = triaged.plan
-    read_at = position_id(triaged.generation, item.read.offset)
+    read_at = position_id(triaged.segment, item.read.offset)
     plan.malformed += 1
     plan.processed += 1
     plan.dead_letters.append(DeadLetter(read_at, dead_letter_record(
@@ -203,7 +203,7 @@ def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: M
                     *, max_attempts: int, now_ms: int) -> None:
     """A line whose endpoints do not all resolve: re-queued, or dead after its last try."""
     plan = triaged.plan
-    read_at = position_id(triaged.generation, item.read.offset)
+    read_at = position_id(triaged.segment, item.read.offset)
     line_id = line.token_id or read_at
     missing = [n for n in (line.source, line.target) if n in unresolved]
     reason = unresolved[missing[0]]

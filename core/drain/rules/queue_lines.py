@@ -19,7 +19,7 @@ it can always be written back as valid JSON (every SQLite `properties` value sta
 JSON), and no weight it links can make an edge's weight non-finite.
 
 Identity is by position, never by content. A line is identified by where the drainer read it:
-`<generation>:<byte offset>`, the generation being the random id the `.draining` file got when
+`<segment>:<byte offset>`, the segment being the random id the `.draining` file got when
 it was rotated (see `core.drain.stores.queue_files`). Two byte-identical lines are two mentions. A
 line that fails and is re-queued keeps its first identity in `_drain.lineId` together with its
 attempt count; that pair is a token the drainer issues once and accepts once, so a copy of a
@@ -68,7 +68,7 @@ MALFORMED = "malformed"
 UNPROCESSABLE = "unprocessable"
 #: Keys of a line that are not edge properties.
 EDGE_FIELDS = frozenset({"source", "target", "relationship", "weight", DRAIN_KEY})
-#: A drainer-issued line identity: a 32-hex-digit generation, a colon, a byte offset. Anything
+#: A drainer-issued line identity: a 32-hex-digit segment, a colon, a byte offset. Anything
 #: else in `_drain.lineId` is no token: the line is a new one.
 _POSITION_ID = re.compile(r"[0-9a-f]{32}:[0-9]+")
 #: The only way a NUL gets into a decoded JSON string.
@@ -91,9 +91,9 @@ def parsed_size_bound(raw: bytes) -> int:
                                                                               _VALUE_OPENERS)))
 
 
-def position_id(generation: str, offset: int) -> str:
-    """The identity of the line that starts at `offset` of generation `generation`."""
-    return f"{generation}:{offset}"
+def position_id(segment: str, offset: int) -> str:
+    """The identity of the line that starts at `offset` of segment `segment`."""
+    return f"{segment}:{offset}"
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 Only the drainer appends to the file (with the producer lock protocol, `core.drain.stores.
 queue_files.append_locked`); records are written and parsed by `core.drain.rules.dead_letters`.
-This module reads them: which positions of a generation already have a record (the
+This module reads them: which positions of a segment already have a record (the
 drainer's crash recovery), and the counts by reason (status, metrics).
 """
 
@@ -26,8 +26,8 @@ def spill_dir(dead_letter_path: Path) -> Path:
     return dead_letter_path.with_suffix("")
 
 
-def dead_letters_of(dead_letter_path: Path, generation: str, *, after: int) -> set[str]:
-    """The positions (`readAt`) of `generation` that already have a dead-letter record.
+def dead_letters_of(dead_letter_path: Path, segment: str, *, after: int) -> set[str]:
+    """The positions (`readAt`) of `segment` that already have a dead-letter record.
 
     Only the drainer appends to the file, and only right before the commit that records the
     file's size (`after`), so a record of a batch that never committed can only follow `after`.
@@ -37,7 +37,7 @@ def dead_letters_of(dead_letter_path: Path, generation: str, *, after: int) -> s
     if size == 0:
         return set()
     found: set[str] = set()
-    marker = read_at_marker(generation)
+    marker = read_at_marker(segment)
     with open(dead_letter_path, "rb") as stream:
         start = 0
         if 0 < after <= size:
@@ -48,7 +48,7 @@ def dead_letters_of(dead_letter_path: Path, generation: str, *, after: int) -> s
             if raw is None or marker not in raw:
                 continue
             read_at = parse_dead_letter(raw).read_at
-            if read_at is not None and read_at.startswith(generation + ":"):
+            if read_at is not None and read_at.startswith(segment + ":"):
                 found.add(read_at)
     return found
 

@@ -1,6 +1,6 @@
-"""The drainer's own tables: each generation's committed offset and the re-queue tokens.
+"""The drainer's own tables: each segment's committed offset and the re-queue tokens.
 
-Identity is by position (`core.drain.rules.queue_lines`): a line is (generation, byte offset), so
+Identity is by position (`core.drain.rules.queue_lines`): a line is (segment, byte offset), so
 exactly-once needs one row per `.draining` file in flight, written in the same transaction as
 the batch's nodes and edges, plus one row per line waiting in the queue for another try. The
 writes here take the batch's `Transaction`; nothing is kept per applied line.
@@ -23,24 +23,24 @@ async def table_exists(reader: Reader, table: str) -> bool:
     return bool(await reader.query(reader.sql.table_exists, (table,)))
 
 
-async def progress(reader: Reader, generation: str) -> tuple[int | None, int | None]:
-    """A generation's committed offset and the dead-letter file's size at that commit, or
+async def progress(reader: Reader, segment: str) -> tuple[int | None, int | None]:
+    """A segment's committed offset and the dead-letter file's size at that commit, or
     (None, None) when nothing of it was committed."""
-    rows = await reader.query(reader.sql.progress, (generation,))
+    rows = await reader.query(reader.sql.progress, (segment,))
     return (int(rows[0][0]), int(rows[0][1])) if rows else (None, None)
 
 
-async def commit_offset(tx: Transaction, generation: str, *, offset: int,
-                        dead_letters_size: int, now_ms: int, first_of_generation: bool,
+async def commit_offset(tx: Transaction, segment: str, *, offset: int,
+                        dead_letters_size: int, now_ms: int, first_of_segment: bool,
                         drainer: str) -> None:
-    """Record that every line of `generation` before `offset` has taken effect, with the
-    dead-letter file's size after the batch. The first commit of a generation tags it with
-    `drainer` and forgets that drainer's other generations: one drainer has one `.draining`
+    """Record that every line of `segment` before `offset` has taken effect, with the
+    dead-letter file's size after the batch. The first commit of a segment tags it with
+    `drainer` and forgets that drainer's other segments: one drainer has one `.draining`
     at a time, so their files are gone; another drainer's rows (another host's, on a shared
     PostgreSQL state) are never touched."""
-    await tx.execute(tx.sql.commit_offset, (generation, offset, dead_letters_size, now_ms))
-    if first_of_generation:
-        await tx.execute(tx.sql.forget_other_generations, (generation, drainer))
+    await tx.execute(tx.sql.commit_offset, (segment, offset, dead_letters_size, now_ms))
+    if first_of_segment:
+        await tx.execute(tx.sql.forget_other_segments, (segment, drainer))
 
 
 async def outstanding_tokens(

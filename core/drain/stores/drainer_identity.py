@@ -1,8 +1,8 @@
 """A drainer's identity: a random id kept beside its queue file, created once.
 
 Several drainers (one per host, each with its own queue) may share one PostgreSQL state
-(`stateUrl`). Each tags the generation rows it commits with its id, so that when it rotates
-to a new generation it forgets only its own older rows, never another host's row in flight
+(`stateUrl`). Each tags the segment rows it commits with its id, so that when it rotates
+to a new segment it forgets only its own older rows, never another host's row in flight
 (forgetting that row would make the other host, after a crash, drain its file again from the
 first byte: every mention counted twice).
 

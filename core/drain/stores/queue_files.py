@@ -8,16 +8,17 @@ to `<queue>.draining` while holding that lock, so a cooperating producer can nev
 a file that is being drained: it wakes up holding a lock on a renamed inode, sees the path no
 longer points at it, and reopens.
 
-Generations. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically:
-temp file, fsync, rename, fsync of the folder) naming a fresh random generation id. A line's
-identity is (generation, byte offset), and the drainer stores the highest offset it committed
-for the generation in the same SQLite transaction as the batch's writes; a restart resumes
+Segments. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically:
+temp file, fsync, rename, fsync of the folder) naming a fresh random segment id (under the
+JSON key `generation`, which the sidecar format keeps). A line's
+identity is (segment, byte offset), and the drainer stores the highest offset it committed
+for the segment in the same SQLite transaction as the batch's writes; a restart resumes
 after it. The sidecar, not the inode, binds the id to the file: an unlinked `.draining`'s inode
 number can be handed to the next queue file, and resuming that file at a stale offset would
 skip real lines. The sidecar is removed only after `.draining` is (and a sidecar found without
 `.draining` is stale and removed first thing), so it never outlives its file into the next
-one. A `.draining` without a sidecar (left by an earlier version, or made by hand) gets a fresh
-generation and is drained from its first byte.
+one. A `.draining` without a sidecar (made by hand) gets a fresh segment and is drained from
+its first byte.
 
 Producers that append without the lock (a bare `>>`, `appendFileSync`) are served too: the
 drainer hands the bytes they wrote into `.draining` late back to the live queue
@@ -162,36 +163,36 @@ def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProb
 
 
 # --------------------------------------------------------------------------------------------
-# Generations
+# Segments
 # --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Generation:
+class Segment:
     """The identity of one `.draining` file, as its sidecar records it."""
 
     id: str
     rotated_at_ms: int
-    #: The dead-letter file's size at rotation: records of this generation can only follow it.
+    #: The dead-letter file's size at rotation: records of this segment can only follow it.
     dead_letters_size: int
 
 
-def new_generation(*, now_ms: int, dead_letters_size: int) -> Generation:
-    """A fresh generation with a random 128-bit id (32 hex digits)."""
-    return Generation(uuid.uuid4().hex, now_ms, dead_letters_size)
+def new_segment(*, now_ms: int, dead_letters_size: int) -> Segment:
+    """A fresh segment with a random 128-bit id (32 hex digits)."""
+    return Segment(uuid.uuid4().hex, now_ms, dead_letters_size)
 
 
-def generation_path(draining_path: Path) -> Path:
+def sidecar_path(draining_path: Path) -> Path:
     """The sidecar of `.draining`: `<queue>.draining.id`."""
     return draining_path.with_name(draining_path.name + ".id")
 
 
-def write_generation(draining_path: Path, generation: Generation) -> None:
+def write_sidecar(draining_path: Path, segment: Segment) -> None:
     """Write the sidecar atomically and durably (temp file, fsync, rename, fsync folder)."""
-    target = generation_path(draining_path)
+    target = sidecar_path(draining_path)
     temp = target.with_name(target.name + ".tmp")
-    payload = orjson.dumps({"generation": generation.id, "rotatedAt": generation.rotated_at_ms,
-                            "deadLettersSize": generation.dead_letters_size})
+    payload = orjson.dumps({"generation": segment.id, "rotatedAt": segment.rotated_at_ms,
+                            "deadLettersSize": segment.dead_letters_size})
     fd = create_private_file(temp, os.O_WRONLY | os.O_TRUNC)
     try:
         write_all(fd, payload + b"\n")
@@ -202,10 +203,10 @@ def write_generation(draining_path: Path, generation: Generation) -> None:
     fsync_dir(target.parent)
 
 
-def read_generation(draining_path: Path) -> Generation | None:
-    """The sidecar's generation, or None when there is none or it is unreadable."""
+def read_sidecar(draining_path: Path) -> Segment | None:
+    """The sidecar's segment, or None when there is none or it is unreadable."""
     try:
-        value = orjson.loads(generation_path(draining_path).read_bytes())
+        value = orjson.loads(sidecar_path(draining_path).read_bytes())
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
     if not isinstance(value, dict):
@@ -215,20 +216,20 @@ def read_generation(draining_path: Path) -> Generation | None:
     if not (isinstance(gen, str) and len(gen) == 32 and type(rotated) is int
             and type(dead) is int):
         return None
-    return Generation(gen, rotated, dead)
+    return Segment(gen, rotated, dead)
 
 
-def remove_generation(draining_path: Path) -> None:
+def remove_sidecar(draining_path: Path) -> None:
     """Remove the sidecar (after `.draining` is gone, or when it is stale)."""
     try:
-        generation_path(draining_path).unlink()
+        sidecar_path(draining_path).unlink()
     except FileNotFoundError:
         return
     fsync_dir(draining_path.parent)
 
 
-def rotate_queue(queue_path: Path, draining_path: Path, generation: Generation) -> bool:
-    """Under the producers' lock: write `generation`'s sidecar, then rename the live queue to
+def rotate_queue(queue_path: Path, draining_path: Path, segment: Segment) -> bool:
+    """Under the producers' lock: write `segment`'s sidecar, then rename the live queue to
     `.draining`. False (and no sidecar written) when there is no queue or it is empty. The
     caller has made sure `.draining` does not exist (a leftover is always drained first, so a
     rotation never overwrites unread lines)."""
@@ -237,7 +238,7 @@ def rotate_queue(queue_path: Path, draining_path: Path, generation: Generation) 
             return False
         if draining_path.exists():
             raise FileExistsError(f"{draining_path} exists; drain it before rotating")
-        write_generation(draining_path, generation)
+        write_sidecar(draining_path, segment)
         os.rename(queue_path, draining_path)
         fsync_dir(queue_path.parent)
         return True

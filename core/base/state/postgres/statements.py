@@ -135,9 +135,9 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
     dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
 """,
-    # Tags the generation with its drainer, then forgets that drainer's other generations
+    # Tags the segment with its drainer, then forgets that drainer's other segments
     # (never another host's: `core.drain.stores.drainer_identity`).
-    forget_other_generations=(
+    forget_other_segments=(
         "WITH tagged AS (UPDATE drain_generations SET drainer = $2 WHERE generation = $1) "
         "DELETE FROM drain_generations WHERE drainer = $2 AND generation != $1"),
     progress=("SELECT committed_offset, dead_letters_size FROM drain_generations "

@@ -114,10 +114,10 @@ VALUES (?, ?, ?, ?)
 ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offset,
     dead_letters_size = excluded.dead_letters_size, updated_at = excluded.updated_at
 """,
-    # A SQLite file has one drainer (its queue's lock): every other generation is its own,
+    # A SQLite file has one drainer (its queue's lock): every other segment is its own,
     # and the drainer (?2) is not stored.
-    forget_other_generations=("DELETE FROM drain_generations WHERE generation != ?1 "
-                              "AND ?2 IS NOT NULL"),
+    forget_other_segments=("DELETE FROM drain_generations WHERE generation != ?1 "
+                           "AND ?2 IS NOT NULL"),
     progress=("SELECT committed_offset, dead_letters_size FROM drain_generations "
               "WHERE generation = ?"),
     use_token="DELETE FROM drain_requeued WHERE line_id = ?",
