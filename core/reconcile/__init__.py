@@ -11,6 +11,7 @@ one module per job:
 - `run_pass`: the pass over every tenant (`reconcile_tick`, the daemon's tick function);
 - `one_tenant`: one tenant scanned, settled, guarded and handed to its deletion plans;
 - `group_reads`: tenants read by groups (one read serves many), each then guarded alone;
+- `scopes`: what a tenant's read, guards and plans share (`TenantScope`, `GroupRead`);
 - `page_loop`: the one page loop every metadata read goes through;
 - `deletion_plans`: which reasons to delete apply, built as `DeletionPlan`s;
 - `deletion`: **the one deletion engine** (`run_bands`): archive, make durable, delete by the

@@ -38,8 +38,7 @@ from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
-    from core.reconcile.group_reads import GroupRead
-    from core.reconcile.one_tenant import TenantScope
+    from core.reconcile.scopes import GroupRead, TenantScope
 
 log = structlog.get_logger(__name__)
 

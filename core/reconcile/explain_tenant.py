@@ -9,6 +9,7 @@ import structlog
 from core.base.rules.errors import StoreUnavailable
 from core.base.state.tenants import list_tenants
 from core.reconcile.one_tenant import reconcile_tenant
+from core.reconcile.retention import tenant_expiry
 from core.reconcile.rules.explain_plan import TenantPlan, build_plan
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.stores.tenant_manifests import tenant_manifests
@@ -36,9 +37,6 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
     if outcome.failed or tally is None:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
                                f"{outcome.error}")
-    # Imported here: core.reconcile.retention deletes through this package (an import cycle).
-    from core.reconcile.retention import tenant_expiry
-
     return build_plan(outcome, tally, policy, manifests,
                       enabled=context.settings.reconciliation_enabled,
                       retention=await tenant_expiry(context, tenant))

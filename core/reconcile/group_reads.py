@@ -7,18 +7,15 @@ A group read that fails falls back to one read per tenant.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
 from core.base.chroma import CollectionMissing
-from core.base.rules.rows import ChromaRow
 from core.base.rules.tenants import TenantConfig
 from core.reconcile.deletion import TombstoneProgress
 from core.reconcile.deletion_plans import tombstone_group, tombstone_tenant
 from core.reconcile.one_tenant import (
-    TenantScope,
     guard_tenant,
     log_outcome,
     reconcile_tenant,
@@ -35,9 +32,7 @@ from core.reconcile.rules.reconcile_groups import (
     within_cap,
 )
 from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
-from core.reconcile.rules.tenant_scan import (
-    TenantTally,
-)
+from core.reconcile.scopes import GroupRead
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
@@ -63,42 +58,6 @@ async def reconcile_by_groups(context: TickContext, tenants: Sequence[TenantConf
     return outcomes
 
 
-@dataclass(slots=True)
-class GroupRead:
-    """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
-    its tally (the same one a per-tenant scan keeps), and its chunk count when a read
-    counted it."""
-
-    scopes: dict[str, TenantScope]
-    outcomes: dict[str, TenantOutcome]
-    tallies: dict[str, TenantTally]
-    counts: dict[str, int]
-
-    @classmethod
-    def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
-              policy: ReconcilePolicy) -> GroupRead:
-        """Nothing read yet (each tenant's read time is now; grouped tenants have no
-        manifest)."""
-        scopes = {t.tenant_id: TenantScope.of(context, t, policy, {}, explain=False)
-                  for t in tenants}
-        outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
-                    for t in tenants}
-        for tenant_id, scope in scopes.items():
-            scope.describe(outcomes[tenant_id])
-        return cls(scopes, outcomes,
-                   {t: TenantTally(s.rules, cap=s.cap, keep_rows=False)
-                    for t, s in scopes.items()}, {})
-
-    def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
-        """Add a page's candidate rows of one tenant."""
-        self.tallies[tenant_id].add_page(rows)
-
-    def only(self, group: TenantGroup) -> GroupRead:
-        """The part of a sweep's read that is this group's."""
-        ids = group.tenant_ids
-        return GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
-                          {t: self.tallies[t] for t in ids},
-                          {t: self.counts[t] for t in ids if t in self.counts})
 
 
 async def read_sweep(context: TickContext, tenants: Sequence[TenantConfig],

@@ -13,19 +13,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from core.base.chroma import CollectionMissing
-from core.base.io.clock import now_ms
 from core.base.rules.camel_json import to_json
 from core.base.rules.telemetry import smallest_repo
 from core.base.rules.tenants import TenantConfig
 from core.reconcile.deletion_plans import tombstone_tenant
 from core.reconcile.page_loop import read_pages
-from core.reconcile.rules.generations import declared_repo_slugs, tenant_signals
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import (
     GUARD_INVALID_CONFIG,
@@ -37,9 +34,8 @@ from core.reconcile.rules.reconcile import (
     stale_fraction_exceeded,
 )
 from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
-from core.reconcile.rules.scan_verdicts import ScanRules
-from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
 from core.reconcile.rules.tenant_scan import TenantTally
+from core.reconcile.scopes import TenantScope
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
@@ -53,12 +49,6 @@ log = structlog.get_logger(__name__)
 #: docs/performance.md, "Counting a tenant").
 COUNT_PAGE_ROWS = 25_000
 
-
-def resolve_policy(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
-    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
-    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
-                                 global_grace_ms=policy.manifest_grace_ms,
-                                 global_auto_tombstone=policy.auto_tombstone)
 
 
 async def reconcile_tenant(
@@ -137,55 +127,6 @@ async def too_large_a_share(
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class TenantScope:
-    """What one tenant's scan and tombstoning share: the stores, the tenant, the pass's and the
-    tenant's policy, its manifests, and the rules fixed when the pass started reading it
-    (epoch ms; no chunk ingested later is deleted)."""
-
-    context: TickContext
-    tenant: TenantConfig
-    policy: ReconcilePolicy
-    tenant_policy: TenantPolicy
-    manifests: Mapping[str, RepoManifest]
-    rules: ScanRules
-    explain: bool
-
-    @classmethod
-    def of(cls, context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
-           manifests: Mapping[str, RepoManifest], *, explain: bool) -> TenantScope:
-        """The tenant's scope, its policy resolved now (an invalid stored value warned)."""
-        tenant_policy = resolve_policy(tenant.stored_policy, policy)
-        if tenant_policy.invalid_keys:
-            log.warning("reconcile.tenant_policy_invalid", keys=list(tenant_policy.invalid_keys),
-                        message="an invalid per-tenant policy value fails closed: nothing is "
-                        "actionable by what it governs until it is fixed (tenants set-policy)")
-        rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
-                          tenant_policy.grace_ms, read_ms=now_ms(),
-                          max_stale_fraction=policy.max_stale_fraction,
-                          signals=tenant_signals(tenant.tenant_repos, manifests))
-        return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
-
-    @property
-    def deletes(self) -> bool:
-        """Whether this tenant's pass may delete."""
-        return (self.policy.deletes_allowed and self.tenant_policy.deletes
-                and not self.explain)
-
-    @property
-    def cap(self) -> int:
-        """How many chunks the scan keeps for bands: the cap when the pass deletes, or explains
-        (to mark what a pass would delete first); none otherwise."""
-        return self.policy.max_deletes_per_tick if self.deletes or self.explain else 0
-
-    def describe(self, outcome: TenantOutcome) -> None:
-        """Put the policy in force into the outcome (and so into telemetry)."""
-        outcome.orphan_version_gap = self.tenant_policy.gap
-        outcome.manifest_grace_ms = self.tenant_policy.grace_ms
-        outcome.auto_tombstone = self.tenant_policy.deletes
-        outcome.invalid_policy = self.tenant_policy.invalid_keys
-        outcome.data_repo = smallest_repo(
-            (*declared_repo_slugs(self.tenant.tenant_repos), *self.manifests))
 
 
 async def scan_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:

@@ -19,7 +19,7 @@ from core.base.state.telemetry import recorded_repos
 from core.base.state.telemetry_spool import MetricSpool
 from core.base.state.tenants import list_tenants
 from core.reconcile.group_reads import reconcile_by_groups
-from core.reconcile.one_tenant import reconcile_tenant, resolve_policy
+from core.reconcile.one_tenant import reconcile_tenant
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.recording import TelemetryRecorder
 from core.reconcile.rules.generations import declares_generations
@@ -31,6 +31,7 @@ from core.reconcile.rules.reconcile_outcome import (
     TenantOutcome,
 )
 from core.reconcile.rules.tenant_policy import TenantPolicy
+from core.reconcile.scopes import resolve_policy
 from core.reconcile.stores.tenant_manifests import all_manifests
 
 if TYPE_CHECKING:

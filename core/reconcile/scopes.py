@@ -1,0 +1,127 @@
+"""What a tenant's read, guards and deletion plans share, apart from the steps that use it:
+a tenant's scope (`TenantScope`: the stores, the tenant, the policy in force, the rules fixed
+when its read began) and what a group's read found (`GroupRead`: a scope, an outcome and a
+tally per tenant). The reading steps (`one_tenant`, `group_reads`) and the deletion plans
+(`deletion_plans`) all import these, so none of them needs another to name them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from core.base.io.clock import now_ms
+from core.base.rules.rows import ChromaRow
+from core.base.rules.telemetry import smallest_repo
+from core.base.rules.tenants import TenantConfig
+from core.reconcile.rules.generations import declared_repo_slugs, tenant_signals
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.rules.reconcile_groups import TenantGroup
+from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
+from core.reconcile.rules.tenant_scan import TenantTally
+
+if TYPE_CHECKING:
+    from core.base.runtime.context import TickContext
+
+log = structlog.get_logger(__name__)
+
+def resolve_policy(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
+    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
+    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
+                                 global_grace_ms=policy.manifest_grace_ms,
+                                 global_auto_tombstone=policy.auto_tombstone)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantScope:
+    """What one tenant's scan and tombstoning share: the stores, the tenant, the pass's and the
+    tenant's policy, its manifests, and the rules fixed when the pass started reading it
+    (epoch ms; no chunk ingested later is deleted)."""
+
+    context: TickContext
+    tenant: TenantConfig
+    policy: ReconcilePolicy
+    tenant_policy: TenantPolicy
+    manifests: Mapping[str, RepoManifest]
+    rules: ScanRules
+    explain: bool
+
+    @classmethod
+    def of(cls, context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
+           manifests: Mapping[str, RepoManifest], *, explain: bool) -> TenantScope:
+        """The tenant's scope, its policy resolved now (an invalid stored value warned)."""
+        tenant_policy = resolve_policy(tenant.stored_policy, policy)
+        if tenant_policy.invalid_keys:
+            log.warning("reconcile.tenant_policy_invalid", keys=list(tenant_policy.invalid_keys),
+                        message="an invalid per-tenant policy value fails closed: nothing is "
+                        "actionable by what it governs until it is fixed (tenants set-policy)")
+        rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
+                          tenant_policy.grace_ms, read_ms=now_ms(),
+                          max_stale_fraction=policy.max_stale_fraction,
+                          signals=tenant_signals(tenant.tenant_repos, manifests))
+        return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
+
+    @property
+    def deletes(self) -> bool:
+        """Whether this tenant's pass may delete."""
+        return (self.policy.deletes_allowed and self.tenant_policy.deletes
+                and not self.explain)
+
+    @property
+    def cap(self) -> int:
+        """How many chunks the scan keeps for bands: the cap when the pass deletes, or explains
+        (to mark what a pass would delete first); none otherwise."""
+        return self.policy.max_deletes_per_tick if self.deletes or self.explain else 0
+
+    def describe(self, outcome: TenantOutcome) -> None:
+        """Put the policy in force into the outcome (and so into telemetry)."""
+        outcome.orphan_version_gap = self.tenant_policy.gap
+        outcome.manifest_grace_ms = self.tenant_policy.grace_ms
+        outcome.auto_tombstone = self.tenant_policy.deletes
+        outcome.invalid_policy = self.tenant_policy.invalid_keys
+        outcome.data_repo = smallest_repo(
+            (*declared_repo_slugs(self.tenant.tenant_repos), *self.manifests))
+
+
+@dataclass(slots=True)
+class GroupRead:
+    """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
+    its tally (the same one a per-tenant scan keeps), and its chunk count when a read
+    counted it."""
+
+    scopes: dict[str, TenantScope]
+    outcomes: dict[str, TenantOutcome]
+    tallies: dict[str, TenantTally]
+    counts: dict[str, int]
+
+    @classmethod
+    def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
+              policy: ReconcilePolicy) -> GroupRead:
+        """Nothing read yet (each tenant's read time is now; grouped tenants have no
+        manifest)."""
+        scopes = {t.tenant_id: TenantScope.of(context, t, policy, {}, explain=False)
+                  for t in tenants}
+        outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
+                    for t in tenants}
+        for tenant_id, scope in scopes.items():
+            scope.describe(outcomes[tenant_id])
+        return cls(scopes, outcomes,
+                   {t: TenantTally(s.rules, cap=s.cap, keep_rows=False)
+                    for t, s in scopes.items()}, {})
+
+    def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
+        """Add a page's candidate rows of one tenant."""
+        self.tallies[tenant_id].add_page(rows)
+
+    def only(self, group: TenantGroup) -> GroupRead:
+        """The part of a sweep's read that is this group's."""
+        ids = group.tenant_ids
+        return GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
+                          {t: self.tallies[t] for t in ids},
+                          {t: self.counts[t] for t in ids if t in self.counts})
