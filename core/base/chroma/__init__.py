@@ -45,9 +45,9 @@ from core.base.chroma.reads import (
     SESSIONS_PER_WHERE,
     ChromaReads,
     Include,
-    column_page,
 )
 from core.base.chroma.writes import ChromaWrites
+from core.base.rules.rows import column_page
 
 __all__ = [
     "EMBEDDED_STORE_FILE",

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from core.base.chroma.connection import ChromaConnection
-from core.base.rules.rows import ChromaRow, ColumnPage
+from core.base.rules.rows import ChromaRow, ColumnPage, column_page
 
 T = TypeVar("T")
 Include = Literal["metadatas", "documents", "embeddings"]
@@ -56,15 +56,6 @@ def _floats(vector: Any) -> list[float]:
         return values
     return [float(x) for x in vector]
 
-
-def column_page(result: Mapping[str, Any]) -> ColumnPage:
-    """From a `get` result; missing columns become empty values of the right length."""
-    ids = list(result.get("ids") or [])
-    metadatas = result.get("metadatas") or [None] * len(ids)
-    documents = result.get("documents") or [None] * len(ids)
-    embeddings = result.get("embeddings")
-    return ColumnPage(ids, [dict(m or {}) for m in metadatas], list(documents),
-                      embeddings if embeddings is not None and len(embeddings) else None)
 
 
 def chunks(items: Sequence[T], size: int) -> list[Sequence[T]]:

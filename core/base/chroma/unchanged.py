@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.base.rules.rows import ColumnPage, content_digests
+from core.base.rules.rows import column_page, content_digests
 
 #: Rows re-read whole per `get` inside the compound (as the archive's reads: the client's
 #: conversion buffers grow with a read, not with the band).
@@ -33,7 +33,7 @@ def delete_unchanged_on(collection: Any, *, ids: Sequence[str], digests: Sequenc
     (`content_digests`), and delete by id (with `where`) only those identical."""
     now: dict[str, str] = {}
     for start in range(0, len(ids), READ_ROWS):  # bounded buffers, still one call
-        now.update(content_digests(_whole_rows(collection.get(
+        now.update(content_digests(column_page(collection.get(
             ids=list(ids[start:start + READ_ROWS]),
             include=["metadatas", "documents", "embeddings"]))))
     expected = dict(zip(ids, digests, strict=True))
@@ -48,13 +48,3 @@ def delete_unchanged_on(collection: Any, *, ids: Sequence[str], digests: Sequenc
     return {"deleted": deleted, "changed": [i for i in ids if i in now and i not in same],
             "missing": [i for i in ids if i not in now]}
 
-
-def _whole_rows(result: Mapping[str, Any]) -> ColumnPage:
-    """A `get` result with documents, metadatas and embeddings as a page (`column_page`'s
-    shape: a missing metadata is an empty one)."""
-    ids = list(result.get("ids") or [])
-    metadatas = result.get("metadatas") or [None] * len(ids)
-    documents = result.get("documents") or [None] * len(ids)
-    embeddings = result.get("embeddings")
-    return ColumnPage(ids, [dict(m or {}) for m in metadatas], list(documents),
-                      embeddings if embeddings is not None and len(embeddings) else None)

@@ -68,3 +68,12 @@ def content_digests(page: ColumnPage) -> dict[str, str]:
         digest.update(b"\0" if embeddings is None else embeddings[i].tobytes())
         digests[row_id] = digest.hexdigest()
     return digests
+
+def column_page(result: Mapping[str, Any]) -> ColumnPage:
+    """From a `get` result; missing columns become empty values of the right length."""
+    ids = list(result.get("ids") or [])
+    metadatas = result.get("metadatas") or [None] * len(ids)
+    documents = result.get("documents") or [None] * len(ids)
+    embeddings = result.get("embeddings")
+    return ColumnPage(ids, [dict(m or {}) for m in metadatas], list(documents),
+                      embeddings if embeddings is not None and len(embeddings) else None)
