@@ -43,7 +43,7 @@ MODULE = "benchmarks.legacy_bench"
 KB = "neo-knowledge-base"
 #: Chunks per path in `make bench` and in the smoke run.
 FULL_CHUNKS = 5_000
-SMOKE_CHUNKS = 200
+SMOKE_CHUNKS = 50
 DIM = 384
 PATHS = ("band", "legacy")
 

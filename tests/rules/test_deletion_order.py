@@ -63,7 +63,14 @@ def test_a_legacy_ingested_at_sorts_at_its_iso_time_or_first() -> None:
 def test_id_bands_name_the_chosen_ids_and_bound_them_by_the_newest_read() -> None:
     bands = id_bands([(1, "a"), (3, "b"), (2, "c")], band_rows=2)
     assert [(b.ids, b.extra) for b in bands] == [
-        (("a", "b"), ({"ingestedAt": {"$lte": 3}},)), (("c",), ({"ingestedAt": {"$lte": 2}},))]
+        (("a", "b"), ({"ingestedAt": {"$lte": 3}}, {"ingestedAt": {"$gte": 1}})),
+        (("c",), ({"ingestedAt": {"$lte": 2}}, {"ingestedAt": {"$gte": 2}}))]
+
+
+def test_an_id_band_starts_at_its_oldest_value_rounded_down_to_a_whole_number() -> None:
+    # A whole-number operand compares exactly with integer and float values alike.
+    [band] = id_bands([(1.5, "a"), (2.25, "b")], band_rows=5)
+    assert band.extra[1] == {"ingestedAt": {"$gte": 1}}
 
 
 def test_content_digests_change_with_the_document_the_embedding_or_the_metadata() -> None:
