@@ -59,7 +59,8 @@ typecheck: $(STAMP)
 
 check: lint typecheck test
 
-# Regenerate the documents derived from core/config.py (the README table, the example file).
+# Regenerate the documents derived from core/base/config/config_schema.py (the README table,
+# the example file).
 docs: $(STAMP)
 	$(BIN)/python -m daemons.docs --example > config/kb.example.toml
 	$(BIN)/python -m daemons.docs --readme README.md
