@@ -242,7 +242,8 @@ PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config
 #: The layer folders tests live in, like the code they test; the only test modules at the top
 #: are about the whole repository.
 TEST_FOLDERS = {"rules", "stores", "jobs", "runtime", "reports", "commands", "reliability"}
-TOP_LEVEL_TESTS = {"test_structure.py", "test_benchmarks_smoke.py"}
+TOP_LEVEL_TESTS = {"test_structure.py", "test_benchmarks_smoke.py",
+                   "test_benchmarks_smoke_reconcile.py"}
 
 
 def test_tests_live_in_the_folder_of_the_layer_they_test() -> None:

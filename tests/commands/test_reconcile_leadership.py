@@ -121,13 +121,14 @@ async def _chunks(config: Path) -> int:
 
 async def _settled_chunks(config: Path) -> int:
     """The chunks left once a delete request already on the wire when the leader was paused
-    has been applied: the count, once two looks half a second apart agree (a loaded server
-    can take longer than a moment to apply a request)."""
-    left = await _chunks(config)
-    for _ in range(20):
+    has been applied: the count, once five looks half a second apart agree (a server on a
+    loaded machine has taken over a second to apply a request)."""
+    left, same = await _chunks(config), 0
+    for _ in range(40):
         await asyncio.sleep(0.5)
         again = await _chunks(config)
-        if again == left:
+        same = same + 1 if again == left else 0
+        if same == 4:
             return left
         left = again
     raise AssertionError("the chunk count did not settle")
