@@ -14,7 +14,8 @@ What is exposed:
 - read from the files at scrape time, through the same readers status uses, and re-read only
   when a file's size or mtime changed (a scrape of an unchanged multi-GB queue costs two
   `stat` calls): the queue's lines (`kb_queue_lines`), whether a `.draining` file is left
-  (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`);
+  (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`; one series with
+  `reason=""` at 0 while there are none, so a rule sees the first one);
 - per tenant, from the last reconcile pass: stale chunks (`kb_stale_chunks`), chunks of paths
   the manifest no longer lists (`kb_manifest_orphan_chunks`), every orphan once
   (`kb_orphan_chunks`), paths a manifest lists that no chunk carries (`kb_missing_paths`),
@@ -24,12 +25,18 @@ What is exposed:
   from each drainer's own tick record, so every host's drainer shows on every host: when its
   last tick finished (`kb_drainer_last_tick_timestamp_seconds`), whether it was ok
   (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
-  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start and after each tick of
-  this process (fresh within one interval of its shortest job);
-- on a PostgreSQL state only (SQLite has no election): whether this process leads the
-  reconcile passes (`kb_reconcile_is_leader`, 0 in a process without kb-reconcile) and who
-  it saw lead at its last heartbeat (`kb_reconcile_leader`, 1 with `holder` naming the
-  session, `kb-reconcile@host:pid`, or 0 with `holder=""` when nobody held the lock).
+  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start, after each tick of
+  this process and, while /metrics is served, every `FOLLOW_INTERVAL_S`;
+- whether this process leads the reconcile passes (`kb_reconcile_is_leader`, 0 in a process
+  without kb-reconcile) and who it saw lead at its last heartbeat (`kb_reconcile_leader`, 1
+  with `holder` naming the session, `kb-reconcile@host:pid`, or 0 with `holder=""` when
+  nobody held the lock). On SQLite (one host, no election) the process running kb-reconcile
+  leads from its start; a process without it shows no `kb_reconcile_leader` series.
+
+What other processes record on the same state (a pass run with `--tick` beside the daemon, a
+standby's or another host's passes) shows too, within `FOLLOW_INTERVAL_S`
+(`core.suite.metrics_reads`): a later last success, and each pass's tenant gauges and
+tombstones, every pass counted once (by its id) whoever ran it.
 
 From the first scrape (`start`, before any tick): every job's series exist, with the last
 success and each tenant's gauges restored from SQLite (`core.suite.restored_metrics` says
@@ -43,6 +50,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,18 +71,12 @@ from prometheus_client.registry import Collector
 from core.base.config.config import Settings
 from core.base.rules.camel_json import Figures
 from core.base.rules.errors import ConfigError, StoreUnavailable
-from core.base.state.daemon_state import (
-    DrainerTick,
-    last_drainer_ticks,
-    last_success_stamps,
-    last_ticks,
-)
+from core.base.state.daemon_state import DrainerTick, last_drainer_ticks
 from core.base.state.graph_db import GraphDB
-from core.base.state.state import open_graph
 from core.drain.stores.dead_letter_file import count_dead_letters
 from core.drain.stores.queue_files import count_newlines
 from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
-from core.suite.restored_metrics import RestoredMetrics, restored_metrics
+from core.suite.restored_metrics import RestoredMetrics
 from core.suite.tick import Job
 
 log = structlog.get_logger(__name__)
@@ -84,6 +86,8 @@ DURATION_BUCKETS_S = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, fl
 #: Every `outcome` of `kb_ticks_total` (the scheduler's): each is exported from the start, at 0,
 #: so `increase()` sees a tick of any outcome from the first one on.
 OUTCOMES = ("ok", "incomplete", "failed", "timeout", "skipped")
+#: How many of the latest pass ids are remembered as counted (each pass is counted once).
+PASSES_REMEMBERED = 64
 
 
 @dataclass(slots=True)
@@ -114,8 +118,9 @@ class _QueueFiles(Collector):
                                 "1 while a .draining file is left for the next tick.",
                                 value=1 if s.draining_path.exists() else 0)
         by_reason = GaugeMetricFamily("kb_dead_letters", "Lines in the dead-letter file, by "
-                                      "reason.", labels=["reason"])
-        for reason, n in sorted(dead.reasons.items()):
+                                      "reason (one series, reason=\"\", at 0 while there "
+                                      "are none).", labels=["reason"])
+        for reason, n in sorted(dead.reasons.items()) or [("", 0)]:
             by_reason.add_metric([reason], n)
         yield by_reason
 
@@ -182,19 +187,22 @@ class Metrics:
         self.drainer_dead = Gauge("kb_drainer_dead_letters", "Lines in the drainer's "
                                   "dead-letter file when its last tick ended.", drainer_labels,
                                   registry=r)
-        # Only on a shared state: with SQLite there is no election to show (one host).
         self.is_leader = Gauge("kb_reconcile_is_leader", "1 while this process leads the "
-                               "reconcile passes (PostgreSQL advisory lock), else 0.",
-                               registry=r if settings.state_url else None)
+                               "reconcile passes (PostgreSQL advisory lock; on SQLite, the "
+                               "one process running them), else 0.", registry=r)
         self.leader = Gauge("kb_reconcile_leader", "1 with holder naming the session that "
                             "leads the reconcile passes, as this process last saw it; 0 with "
                             "holder=\"\" when nobody held the lock.", ["holder"],
-                            registry=r if settings.state_url else None)
+                            registry=r)
         r.register(_QueueFiles(settings))
         ProcessCollector(registry=r)
         self._guards: dict[str, str] = {}  # each tenant's `guard` label now shown
         self._drainer_hosts: dict[str, str] = {}  # each drainer's `host` label now shown
         self._leader_shown: str | None = None  # the `holder` label now shown
+        self._last_success: dict[str, float] = {}  # each job's `kb_last_success` now shown
+        # The passes whose tenants are shown and tombstones counted (this process's, or
+        # another's recorded on the same state: `follow`), so none is counted twice.
+        self._passes_counted: deque[str] = deque(maxlen=PASSES_REMEMBERED)
         self._server: Any = None
 
     def start(self, jobs: Sequence[Job], restored: RestoredMetrics) -> None:
@@ -208,10 +216,32 @@ class Metrics:
             for outcome in OUTCOMES:
                 self.ticks.labels(job.name, outcome)
             if job.name in restored.last_success_s:
-                self.last_success.labels(job.name).set(restored.last_success_s[job.name])
+                self._show_success(job.name, restored.last_success_s[job.name])
         for tenant in restored.tenants:
             self._show_tenant(tenant)
             self.tombstoned.labels(tenant.tenant_id)
+        if restored.pass_id is not None:  # counted before this start
+            self._passes_counted.append(restored.pass_id)
+
+    def follow(self, recorded: RestoredMetrics) -> None:
+        """Show what other processes recorded on the same state since (a `--tick` beside
+        the daemon, another host): a later last success, and a pass not counted yet (its
+        tenants' gauges, its tombstones added to the counter)."""
+        for job, finished_s in recorded.last_success_s.items():
+            if finished_s > self._last_success.get(job, float("-inf")):
+                self._show_success(job, finished_s)
+        if recorded.pass_id is not None and recorded.pass_id not in self._passes_counted:
+            self._count_pass(recorded.pass_id, recorded.tenants)
+
+    def _show_success(self, job: str, finished_s: float) -> None:
+        self.last_success.labels(job).set(finished_s)
+        self._last_success[job] = finished_s
+
+    def _count_pass(self, pass_id: str, tenants: Sequence[TenantFigures]) -> None:
+        for tenant in tenants:
+            self._show_tenant(tenant)
+            self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
+        self._passes_counted.append(pass_id)
 
     def tick_started(self, job: str) -> None:
         """Say a tick of `job` is running (until `observe_tick`)."""
@@ -226,11 +256,9 @@ class Metrics:
         self.durations.labels(job).observe(duration_s)
         self.in_progress.labels(job).set(0)
         if outcome == "ok":
-            self.last_success.labels(job).set(finished_ts)
-        if isinstance(figures, ReconcileFigures):
-            for tenant in figures.tenants:
-                self._show_tenant(tenant)
-                self.tombstoned.labels(tenant.tenant_id).inc(tenant.tombstoned_count)
+            self._show_success(job, finished_ts)
+        if isinstance(figures, ReconcileFigures) and figures.pass_id not in self._passes_counted:
+            self._count_pass(figures.pass_id, figures.tenants)
 
     def _show_tenant(self, tenant: TenantFigures) -> None:
         """A tenant's gauges from one pass's figures, live or restored (one writer of both)."""
@@ -308,41 +336,3 @@ async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
         log.warning("metrics.drainers_unread", exc_info=True)
         return
     metrics.show_drainers(drainers)
-
-
-async def restore_drainers(metrics: Metrics, settings: Settings) -> None:
-    """Before the first tick: every drainer's recorded tick, read without writing a byte (a
-    store that does not exist yet has none). Best effort, as `read_restored_metrics`."""
-    if not settings.state_url and not settings.graph_db_path.exists():
-        return
-    try:
-        graph = await open_graph(settings, read_only=True)
-    except Exception:
-        log.warning("metrics.drainers_unread", exc_info=True)
-        return
-    try:
-        await refresh_drainers(metrics, graph)
-    finally:
-        await graph.close()
-
-
-async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> RestoredMetrics:
-    """The recorded state of `jobs` to serve from the first scrape, read from SQLite without
-    writing a byte (a store that does not exist yet has nothing recorded). Best effort: a
-    state that cannot be read is logged and the exporter starts empty, as it would have
-    before; it never stops the daemon."""
-    try:
-        graph = await open_graph(settings, read_only=True)
-        try:
-            ticks = await last_ticks(graph)
-            stamps = await last_success_stamps(graph)
-        finally:
-            await graph.close()
-    except Exception:
-        log.warning("metrics.restore_failed", path=str(settings.graph_db_path), exc_info=True)
-        return RestoredMetrics()
-    restored = restored_metrics((job.name for job in jobs), ticks=ticks,
-                                success_stamps_ms=stamps)
-    log.info("metrics.restored", jobs=sorted(restored.last_success_s),
-             tenants=len(restored.tenants))
-    return restored

@@ -10,8 +10,8 @@ them. This module decides, from those records, what each restored series says:
   written before that stamp existed) the latest tick's end when it was ok; a job that never
   succeeded has no value (no series: there is no honest timestamp to show);
 - each tenant's gauges: the tenants of the latest recorded tick that carries per-tenant figures
-  (a reconcile pass that returned, complete or not); a tick that raised or was cancelled
-  records none, and then no tenant gauge is restored until the next pass;
+  (a reconcile pass that returned, complete or not), with its pass id; a tick that raised or
+  was cancelled records none, and then no tenant gauge is restored until the next pass;
 - nothing else: counters and the duration histogram start at 0 at every start, as Prometheus
   counters do (`rate()` and `increase()` treat the start as a reset).
 """
@@ -49,6 +49,8 @@ class RestoredMetrics:
     last_success_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
     #: Each tenant's figures from the latest recorded pass that had them.
     tenants: tuple[TenantFigures, ...] = ()
+    #: That pass's id (None when it recorded none), so its tombstones are counted once.
+    pass_id: str | None = None
 
 
 def restored_metrics(
@@ -61,6 +63,7 @@ def restored_metrics(
     its own exporter's), from each job's latest recorded tick and last-success stamp."""
     last_success: dict[str, float] = {}
     tenants: tuple[TenantFigures, ...] = ()
+    pass_id: str | None = None
     for job in jobs:
         tick = ticks.get(job)
         candidates = [success_stamps_ms[job]] if job in success_stamps_ms else []
@@ -71,7 +74,9 @@ def restored_metrics(
         if tick is not None and isinstance(tick.figures.get("tenants"), list):
             tenants = tuple(t for t in map(tenant_figures_from_json, tick.figures["tenants"])
                             if t is not None)
-    return RestoredMetrics(last_success, tenants)
+            recorded_id = tick.figures.get("passId")
+            pass_id = recorded_id if isinstance(recorded_id, str) and recorded_id else None
+    return RestoredMetrics(last_success, tenants, pass_id)
 
 
 #: TenantFigures' fields that may be None in its JSON.

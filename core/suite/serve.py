@@ -35,7 +35,13 @@ from core.base.runtime.signals import stop_on_signals
 from core.base.runtime.store_door import StoreDoor
 from core.base.runtime.systemd import Notifier
 from core.base.runtime.waiting import open_when_reachable, wait_for_stop
-from core.suite.metrics import Metrics, read_restored_metrics, restore_drainers
+from core.suite.leadership import holder_name
+from core.suite.metrics import Metrics
+from core.suite.metrics_reads import (
+    follow_recorded_state,
+    read_restored_metrics,
+    restore_drainers,
+)
 from core.suite.scheduler import DaemonRunner, DaemonSpec, RuntimeOptions
 
 log = structlog.get_logger(__name__)
@@ -116,6 +122,9 @@ async def serve(
     jobs = [job for spec in specs for job in spec.jobs]
     metrics.start(jobs, await read_restored_metrics(settings, jobs))
     await restore_drainers(metrics, settings)
+    if not settings.state_url:  # SQLite: one host, whose reconcile daemon (if any) leads
+        for spec in (s for s in specs if s.elected):
+            metrics.show_leadership(leads=True, holder=holder_name(spec.name))
     if settings.metrics_port:  # a taken port is a config error before any tick
         metrics.serve(settings.metrics_port)
     try:
@@ -153,6 +162,9 @@ async def _serve_until_stopped(
         supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)
                       for r in runners]
         helpers.append(asyncio.create_task(_notify_systemd(notifier, runners, stop)))
+        if settings.metrics_port:  # other processes' passes and ticks, within a scrape
+            helpers.append(asyncio.create_task(follow_recorded_state(
+                settings, metrics, [job for spec in specs for job in spec.jobs], stop)))
         await stop.wait()
         notifier.send("STOPPING=1")
         await asyncio.gather(*supervised)

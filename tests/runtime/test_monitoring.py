@@ -270,7 +270,8 @@ def test_the_rules_file_has_prometheus_s_rule_format() -> None:
                            for k, v in rule.get(mapping, {}).items()), (rule["alert"], mapping)
             alerts.add(rule["alert"])
     assert alerts == {"KbNoSuccessfulTick", "KbDeadLettersGrowing", "KbDrainingLeftBehind",
-                      "KbPersistentDrift", "KbTenantHeldByGuard", "KbTicksInterrupted"}
+                      "KbPersistentDrift", "KbTenantHeldByGuard", "KbTicksInterrupted",
+                      "KbNoReconcileLeader"}
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")

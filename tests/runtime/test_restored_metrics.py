@@ -14,7 +14,8 @@ from core.base.rules.camel_json import to_json
 from core.base.state.daemon_state import TickRecord, last_success_stamps, last_ticks, record_tick
 from core.base.state.sqlite import SqliteGraph
 from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
-from core.suite.metrics import OUTCOMES, Metrics, read_restored_metrics
+from core.suite.metrics import OUTCOMES, Metrics
+from core.suite.metrics_reads import read_restored_metrics
 from core.suite.restored_metrics import (
     RestoredMetrics,
     restored_metrics,
