@@ -189,7 +189,8 @@ def test_set_manifest_and_set_yield_write_the_originals_entry_and_keep_the_other
     before = schema_entries(path)
     (tmp_path / "paths.txt").write_text("z.md\ny.md\n")
     assert kb_tenants(config, capsys, "set-manifest", "acme", "--repo-slug", REPO_B,
-                      "--paths-file", str(tmp_path / "paths.txt"), "--force") == 0
+                      "--paths-file", str(tmp_path / "paths.txt"), "--force",
+                      "--create") == 0
     after = properties(path, "kb-manifest:acme")
     entry = after["manifests"][REPO_B]
     assert entry == {"repoSlug": REPO_B, "pathsAfterPush": ["y.md", "z.md"],
