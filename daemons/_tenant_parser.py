@@ -123,6 +123,21 @@ def _add_generation_parsers(commands: argparse._SubParsersAction[Parser]) -> Non
                          help="one path per line (- for stdin), UTF-8")
 
 
+def _add_removal_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
+    for name, what, description in (
+            ("remove-manifest", "a repo's manifest",
+             "Remove a repo's manifest (and the yield snapshot beside it), say one recorded "
+             "under a misspelled repo: its paths no longer count as missing, its chunks are "
+             "no longer judged by it. The other repos' manifests are kept."),
+            ("remove-yield", "a repo's yield snapshot",
+             "Remove a repo's extraction snapshot (recorded by set-yield); its manifest "
+             "stays.")):
+        command = _tenant_command(commands, name, f"remove {what} (a stray one, a typo)",
+                                  description + " Nothing to remove is said, and exit 0.")
+        command.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
+                             required=True, help="the repository whose entry goes")
+
+
 def build_parser() -> Parser:
     """Every subcommand, each with its own `--config`."""
     parser = Parser(prog=SCRIPT,
@@ -146,6 +161,7 @@ def build_parser() -> Parser:
     _add_manifest_parser(commands)
     _add_policy_parser(commands)
     _add_generation_parsers(commands)
+    _add_removal_parsers(commands)
     _tenant_command(commands, "show", "version, policy in force and manifests",
                     "The tenant's version and repo, the reconciliation policy in force (and "
                     "where each value comes from), and its manifests with their path counts "

@@ -12,6 +12,8 @@
         [--parser-version V]] [--extraction-identity HEX64] [--clear] [--create] [--config F]
     python -m daemons.tenants set-yield TENANT --repo-slug R --extraction-identity HEX64
         (--paths-file F | -) [--config F]
+    python -m daemons.tenants remove-manifest TENANT --repo-slug R [--config F] [--json]
+    python -m daemons.tenants remove-yield TENANT --repo-slug R [--config F] [--json]
 
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
@@ -79,6 +81,7 @@ from daemons._cli import (
 )
 from daemons._summaries import set_config_summary, tenants_listing
 from daemons._tenant_parser import build_parser, tenant_argument
+from daemons._tenant_removal import run_remove
 
 __all__ = ["build_parser", "main", "tenant_argument"]
 
@@ -365,7 +368,7 @@ async def run_set_yield(args: argparse.Namespace) -> int:
 
 COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_set_manifest,
             "set-policy": run_set_policy, "show": run_show, "set-repo": run_set_repo,
-            "set-yield": run_set_yield}
+            "set-yield": run_set_yield, "remove-manifest": run_remove, "remove-yield": run_remove}
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

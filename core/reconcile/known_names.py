@@ -51,10 +51,10 @@ async def refuse_unknown_holder(graph: GraphDB, tenant_id: str) -> None:
     removal commands and `show` can act on), naming the tenants that have one."""
     if await tenant_config(graph, tenant_id) is not None:
         return
-    manifests = await all_manifests(graph)
-    if tenant_id in manifests:
+    holders = {t for t, by_repo in (await all_manifests(graph)).items() if by_repo}
+    if tenant_id in holders:
         return
-    known = {t.tenant_id for t in await list_tenants(graph)} | set(manifests)
+    known = {t.tenant_id for t in await list_tenants(graph)} | holders
     raise ConfigError(unknown_tenant(tenant_id, known, hint=SET_CONFIG_HINT))
 
 

@@ -6,6 +6,7 @@ real embedded Chroma store."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -153,3 +154,58 @@ def test_create_adds_a_new_tenant_and_a_new_repo(
     code, _, err = kb_tenants(config, capsys, "set-manifest", "hooli", "--repo-slug",
                               "hooli/new", "--paths-file", listing)
     assert code == 0, err
+
+
+def test_remove_manifest_and_remove_yield_undo_a_stray_and_then_have_nothing_to_remove(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    listing = paths_file(tmp_path, "a.md")
+    for repo in ("hooli/search", "hooli/serch"):
+        code, _, err = kb_tenants(config, capsys, "set-manifest", "hooli", "--repo-slug", repo,
+                                  "--paths-file", listing, "--create")
+        assert code == 0, err
+    code, _, err = kb_tenants(config, capsys, "set-yield", "hooli", "--repo-slug",
+                              "hooli/serch", "--extraction-identity", IDENTITY,
+                              "--paths-file", listing)
+    assert code == 0, err
+
+    assert kb_tenants(config, capsys, "remove-yield", "hooli", "--repo-slug",
+                      "hooli/serch")[:2] == (0, "hooli hooli/serch: yield snapshot removed\n")
+    shown = json.loads(kb_tenants(config, capsys, "show", "hooli", "--json")[1])
+    assert sorted(m["repoSlug"] for m in shown["manifests"]) == ["hooli/search", "hooli/serch"]
+    assert "extractionSnapshot" not in nodes(config)["kb-manifest:hooli"]
+    assert kb_tenants(config, capsys, "remove-yield", "hooli", "--repo-slug",
+                      "hooli/serch")[:2] == (
+        0, "hooli hooli/serch: no yield snapshot, nothing to remove\n")
+
+    assert kb_tenants(config, capsys, "remove-manifest", "hooli", "--repo-slug",
+                      "hooli/serch")[:2] == (0, "hooli hooli/serch: manifest removed\n")
+    shown = json.loads(kb_tenants(config, capsys, "show", "hooli", "--json")[1])
+    assert [m["repoSlug"] for m in shown["manifests"]] == ["hooli/search"]
+    code, out, _ = kb_tenants(config, capsys, "remove-manifest", "hooli", "--repo-slug",
+                              "hooli/serch", "--json")
+    assert (code, json.loads(out)) == (0, {"tenantId": "hooli", "repoSlug": "hooli/serch",
+                                           "removed": False})
+    assert kb_tenants(config, capsys, "remove-manifest", "hooli", "--repo-slug",
+                      "hooli/serch")[:2] == (0, "hooli hooli/serch: no manifest, nothing to "
+                                                'remove (did you mean "hooli/search"?)\n')
+    # The stray repo is no longer declared: recording it again needs --create.
+    assert kb_tenants(config, capsys, "set-manifest", "hooli", "--repo-slug", "hooli/serch",
+                      "--paths-file", listing)[0] == 2
+
+
+def test_a_stray_tenants_manifest_can_be_removed_and_an_unknown_tenant_is_refused(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = kb_tenants(config, capsys, "set-manifest", "hoolli", "--repo-slug", "r",
+                              "--paths-file", paths_file(tmp_path, "a.md"), "--create")
+    assert code == 0, err
+    assert kb_tenants(config, capsys, "remove-manifest", "hoolli", "--repo-slug",
+                      "r")[:2] == (0, "hoolli r: manifest removed\n")
+    before = nodes(config)
+    code, out, err = kb_tenants(config, capsys, "remove-manifest", "hoolli", "--repo-slug",
+                                "r")
+    assert (code, out) == (2, "")
+    [line] = error_lines(err)
+    assert 'no tenant "hoolli" (known: acme, hooli); did you mean "hooli"?' in line
+    assert nodes(config) == before

@@ -11,7 +11,7 @@ read; the refusal names what is known and the closest match.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Final
 
 from core.reconcile.rules.generations import declared_repo_slugs
@@ -83,7 +83,7 @@ def repo_refusal(tenant_id: str, repo_slug: str, declared: Iterable[str], *,
     return unknown_repo(tenant_id, repo_slug, names)
 
 
-def removal_hint(repo_slug: str, present: Mapping[str, Any]) -> str:
+def removal_hint(repo_slug: str, present: Iterable[str]) -> str:
     """What `remove-manifest` / `remove-yield` say when the repo has nothing to remove: the
     closest repo that has one, when there is one alike."""
     close = closest_name(repo_slug, present)
