@@ -85,6 +85,20 @@ async def upsert_nodes(
     )
 
 
+async def rewrite_node_keys(tx: Transaction, node: NodeRow) -> None:
+    """Set each top-level key of `node.properties` on the existing node to exactly that value:
+    an object replaces the stored one whole instead of being merged into it, so a key inside
+    it can go (an upsert's merge never deletes one on a graph that keeps every key). The
+    node's other keys are kept; a node that does not exist is not created."""
+    if tx.model is not None:
+        await tx.model.rewrite_node_keys(tx, node)
+        return
+    if not node.properties or not await tx.query(tx.sql.node_properties, (node.id,)):
+        return
+    await upsert_nodes(tx, [NodeRow(node.id, node.label, {})], drop_keys=tuple(node.properties))
+    await upsert_nodes(tx, [node])
+
+
 async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create structural edges (ORIGINATES_IN) without reinforcing existing ones."""
     if tx.model is not None:
