@@ -34,7 +34,7 @@ from core.reconcile.rules.reconcile_outcome import (
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
 TENANTS_NAMED = 5
-#: Archives a pass's summary names (`--json` lists every one).
+#: Archives a pass's summary names (`--json` and `kb-reconcile archives` list every one).
 ARCHIVES_NAMED = 3
 
 
@@ -163,7 +163,7 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     lines += [f"  archive: {path}" for path in figures.archives[:ARCHIVES_NAMED]]
     if len(figures.archives) > ARCHIVES_NAMED:
         lines.append(f"  and {counted(len(figures.archives) - ARCHIVES_NAMED, 'more archive')} "
-                     "(the --json output lists every one)")
+                     "(the --json output and kb-reconcile archives list every one)")
     if figures.stopped:
         lines.append("stopped between tenants: the next start runs a full pass at once")
     elif figures.unrecorded_rows:

@@ -188,3 +188,32 @@ def test_restore_names_the_file_and_the_database_when_no_host_wrote_that_archive
     assert missing.stderr.count("\n") == 1
     assert "/elsewhere/nope.jsonl: archive not found" in missing.stderr
     assert "'nope.jsonl'" in missing.stderr and url in missing.stderr
+
+
+def test_the_listing_shows_the_local_file_and_its_shared_copy_on_every_host(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    host_a, host_b, _settings, _before, archive = _host_a_tombstones(tmp_path, postgres_server)
+    listed_a = on(host_a, "daemons.reconcile", "archives", "--json")
+    assert listed_a.returncode == 0, listed_a.stderr
+    shown = json.loads(listed_a.stdout)
+    assert shown["shared"] is True
+    rows = {a["where"]: a for a in shown["archives"]}
+    assert set(rows) == {"local", "shared"} and len(shown["archives"]) == 2
+    for row in rows.values():
+        assert (row["name"], row["tenantId"], row["chunks"], row["restorable"]) == (
+            archive.name, "acme", 4, 4)
+        assert row["path"] == str(archive)
+    assert rows["shared"]["bytes"] == archive.stat().st_size == rows["local"]["bytes"]
+    assert rows["shared"]["host"] and "host" not in rows["local"]
+    assert rows["shared"]["createdAt"] == rows["local"]["createdAt"]
+
+    shutil.rmtree(host_a.parent / "data")
+    listed_b = on(host_b, "daemons.reconcile", "archives", "acme", "--json")
+    assert listed_b.returncode == 0, listed_b.stderr
+    [only] = json.loads(listed_b.stdout)["archives"]
+    assert only == rows["shared"], "host B lists the shared copy as host A did"
+    assert json.loads(on(host_b, "daemons.reconcile", "archives", "beta",
+                         "--json").stdout)["archives"] == []
+    text = on(host_b, "daemons.reconcile", "archives").stdout
+    assert archive.name in text and "shared (by " in text
