@@ -33,6 +33,7 @@ from core.base.config.chroma_server import (
 from core.base.config.chroma_server import (
     url_without_user_info as url_without_user_info,
 )
+from core.base.config.secret import Secret as Secret
 from core.base.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.base.rules.numbers import valid_max_age, valid_max_count
 
@@ -230,24 +231,6 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """A credential: its repr and str say only that it is there, so no log line, traceback,
-    error or report that shows the object holding it can show the credential."""
-
-    value: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return "Secret(<redacted>)"
-
-    def __str__(self) -> str:
-        return "<redacted>"
-
-    def reveal(self) -> str:
-        """The credential itself, for the one place that sends it (the Chroma client)."""
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)
