@@ -217,3 +217,53 @@ def test_the_listing_shows_the_local_file_and_its_shared_copy_on_every_host(
                          "--json").stdout)["archives"] == []
     text = on(host_b, "daemons.reconcile", "archives").stdout
     assert archive.name in text and "shared (by " in text
+
+
+async def _old_shared_archive(settings: Settings, *, days_ago: int) -> Path:
+    """An archive of acme written `days_ago` days ago on host A, and its shared copy, by the
+    archive writer and the shared store themselves."""
+    from core.base.io.clock import now_ms
+    from core.base.rules.rows import ColumnPage
+    from core.reconcile.stores.archives import TombstoneArchive, sync_archives
+    from core.reconcile.stores.shared_archives import SharedArchives
+
+    archive = TombstoneArchive.new_unsynced(
+        settings.tombstones_dir, collection=settings.knowledge_base_collection,
+        tenant_id="acme", pass_id="old-pass", now_ms=now_ms() - days_ago * 86_400_000,
+        first_page=ColumnPage(["gone"], [{"tenantId": "acme"}], ["doc"], [[0.5, 0.25]]))
+    sync_archives([archive])
+    graph = await open_graph(settings)
+    try:
+        await SharedArchives(graph, host="a").store([archive])
+    finally:
+        await graph.close()
+    # Its head is dated when it was copied (by its pass, in real life): that long ago too.
+    await _sql(settings, f"UPDATE tombstone_archives SET created_at = "
+                         f"{archive.header.created_at_ms} WHERE name = '{archive.path.name}'")
+    return archive.path
+
+
+def test_the_retention_job_prunes_old_shared_copies_and_keeps_the_tenants_newest(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    host_a, host_b, settings, _before, archive = _host_a_tombstones(tmp_path, postgres_server)
+    old = asyncio.run(_old_shared_archive(settings, days_ago=30))
+    for host in (host_a, host_b):
+        with host.open("a") as config:
+            config.write(f"gcEnabled = true\narchiveMaxAgeMs = {7 * 86_400_000}\n")
+    names = {a["name"] for a in json.loads(on(host_b, "daemons.reconcile", "archives",
+                                                "--json").stdout)["archives"]}
+    assert names == {archive.name, old.name}
+
+    pruned_b = on(host_b, "daemons.reconcile", "gc", "--json")
+    assert pruned_b.returncode == 0, pruned_b.stderr
+    shown = json.loads(pruned_b.stdout)["archives"]
+    assert shown["shared"] == {"expired": [old.name], "pruned": [old.name], "kept": []}
+    assert shown["local"] == {"expired": [], "pruned": [], "kept": []}
+    listed = json.loads(on(host_b, "daemons.reconcile", "archives", "--json").stdout)
+    assert [a["name"] for a in listed["archives"]] == [archive.name], "its newest stays"
+    assert old.exists(), "host B cannot reach host A's files"
+
+    pruned_a = json.loads(on(host_a, "daemons.reconcile", "gc", "--json").stdout)["archives"]
+    assert pruned_a["local"]["pruned"] == [str(old)] and pruned_a["shared"]["pruned"] == []
+    assert not old.exists() and archive.exists()

@@ -215,6 +215,9 @@ KEYS: tuple[Key, ...] = (
     Key("gcDefragThreshold", "number", 0.10,
         "a pass deleting over a tenth of the collection leaves the index worth compacting",
         _at_least(0), ">= 0"),
+    Key("archiveMaxAgeMs", "integer", 0,
+        "0 keeps every archive (the only way back for what a pass deleted); an age lets the "
+        "retention job prune older ones, never a tenant's newest", _at_least(0), ">= 0"),
     Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
     Key("alertingIntervalMs", "integer", 900_000,
         "four looks an hour notice drift within one reconcile interval",
@@ -280,6 +283,9 @@ class Settings:
     gc_retention: Mapping[str, Any]
     gc_auto_delete: bool
     gc_defrag_threshold: float
+    #: Archives older than this (ms) are pruned by the retention job, a tenant's newest
+    #: never; 0 keeps every archive.
+    archive_max_age_ms: int
     alerting_enabled: bool
     alerting_interval_ms: int
     alerting_cooldown_ms: int

@@ -19,7 +19,12 @@ from typing import Final
 from core.base.io.files import fsync_dir
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
-from core.reconcile.rules.archive_format import ARCHIVE_SUFFIX, parse_header, unseal
+from core.reconcile.rules.archive_format import (
+    ARCHIVE_SUFFIX,
+    ArchiveHeader,
+    parse_header,
+    unseal,
+)
 from core.reconcile.rules.archive_listing import NO_HEADER, ArchiveContents, read_contents
 from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
@@ -61,20 +66,18 @@ def archive_paths(folder: Path) -> list[Path]:
                   if e.name.endswith(ARCHIVE_SUFFIX) and e.is_file(follow_symlinks=False))
 
 
-def read_header(path: Path) -> tuple[str | None, int | None, str | None]:
-    """(tenant, createdAt, problem) from the archive's first line, reading at most
-    HEADER_BYTES; a format-1 archive (no header) is a problem here only in that it has no
-    time (`archive_contents` reads it whole)."""
+def read_header(path: Path) -> tuple[ArchiveHeader | None, str | None]:
+    """The archive's header, or why there is none, reading at most HEADER_BYTES of its
+    first line (a format-1 archive has none: `archive_contents` reads it whole)."""
     try:
         with path.open("rb") as handle:
             first = handle.readline(HEADER_BYTES)
     except OSError as exc:
-        return None, None, f"cannot read: {exc.strerror or exc}"
+        return None, f"cannot read: {exc.strerror or exc}"
     try:
-        header = parse_header(unseal(first.rstrip(b"\r\n")))
+        return parse_header(unseal(first.rstrip(b"\r\n"))), None
     except ValueError:
-        return None, None, NO_HEADER
-    return header.tenant_id, header.created_at_ms, None
+        return None, NO_HEADER
 
 
 def describe_archive_folder(folder: Path) -> ArchiveFolder:
@@ -90,8 +93,9 @@ def describe_archive_folder(folder: Path) -> ArchiveFolder:
     newest = None
     if sized:
         _, name, path, _ = max(sized)
-        tenant, created, problem = read_header(path)
-        newest = NewestArchive(name, tenant, created,
+        header, problem = read_header(path)
+        created = header.created_at_ms if header is not None else None
+        newest = NewestArchive(name, header.tenant_id if header is not None else None, created,
                                iso_from_ms(created) if created is not None else None, problem)
     return ArchiveFolder(folder, folder.is_dir(), len(sized), sum(s[3] for s in sized), newest)
 
