@@ -71,12 +71,13 @@ run-daemons: $(STAMP)
 	$(BIN)/python -m daemons $(if $(CONFIG),--config $(CONFIG))
 
 # A first run to watch: seeds demo data, one drain tick, one report-only reconcile pass, status.
+# Only in a folder of its own (fresh, or its last run's untouched): any other is exit 2.
 demo: $(STAMP)
 	$(BIN)/python -m daemons.demo $(if $(CONFIG),--config $(CONFIG))
 
 # The same story on a neo.mjs deployment's own graph: a made-up checkout in .kb-neo-demo/ (the
-# original's latest schema, its tenant nodes and telemetry), rebuilt on every run; a folder of
-# that name the demo did not make is exit 2, never written into.
+# original's latest schema, its tenant nodes and telemetry), rebuilt on every run that finds it
+# as its last run left it; a folder the demo did not make, or one changed since, is exit 2.
 demo-neo: $(STAMP)
 	$(BIN)/python -m daemons.demo --neo
 

@@ -34,7 +34,7 @@ from core.reconcile.rules.reconcile_outcome import (
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
 TENANTS_NAMED = 5
-#: Archives a pass's summary names (`--json` lists every one).
+#: Archives a pass's summary names (`--json` and `kb-reconcile archives` list every one).
 ARCHIVES_NAMED = 3
 
 
@@ -163,7 +163,7 @@ def _pass_summary(figures: ReconcileFigures, *, dry_run: bool) -> list[str]:
     lines += [f"  archive: {path}" for path in figures.archives[:ARCHIVES_NAMED]]
     if len(figures.archives) > ARCHIVES_NAMED:
         lines.append(f"  and {counted(len(figures.archives) - ARCHIVES_NAMED, 'more archive')} "
-                     "(the --json output lists every one)")
+                     "(the --json output and kb-reconcile archives list every one)")
     if figures.stopped:
         lines.append("stopped between tenants: the next start runs a full pass at once")
     elif figures.unrecorded_rows:
@@ -221,7 +221,21 @@ def retention_line(figure: RetentionFigures | RetentionDisabled, *, dry_run: boo
             + ("" if figure.auto_delete or dry_run else " (gcAutoDelete is false)")
             + ("; defrag recommended" if figure.defrag_recommended else "")
             + (f"; {counted(figure.failed_tenants, 'tenant')} failed"
-               if figure.failed_tenants else ""))
+               if figure.failed_tenants else "")
+            + _archives_phrase(figure, dry_run=dry_run))
+
+
+def _archives_phrase(figure: RetentionFigures, *, dry_run: bool) -> str:
+    """`; archives: 3 pruned, 1 kept (unreadable: see the log)`, when archiveMaxAgeMs asks."""
+    if figure.archives_error is not None:
+        return f"; archives not pruned: {figure.archives_error}"
+    if figure.archives is None:
+        return ""
+    places = [p for p in (figure.archives.local, figure.archives.shared) if p is not None]
+    done = sum(len(p.expired) - len(p.kept) if dry_run else len(p.pruned) for p in places)
+    kept = sum(len(p.kept) for p in places)
+    return (f"; archives: {done:,} {'would be pruned' if dry_run else 'pruned'}"
+            + (f", {kept:,} kept (cannot be read whole: see the log)" if kept else ""))
 
 
 def backfill_summary(figures: EagerBackfillFigures) -> str:

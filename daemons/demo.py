@@ -10,9 +10,11 @@ pass (it is opt-in and off by default) with auto-tombstoning forced off. A dry r
 no telemetry, so `status` would have no stale counts to show; report-only writes the
 telemetry and deletes nothing.
 
-Every run tells the same story: in a data folder the demo created and nobody else wrote to
-since, it starts again from nothing (`core.suite.demo_folder`); in any other folder it runs on
-what is there and says so.
+Every run tells the same story, and writes over nothing it did not write: in a data folder that
+is fresh, or that the demo's last run left and nobody else wrote to since, it starts again
+from nothing (`core.suite.demo_folder`); any other folder (a tenant's policy or manifest set
+there since, a drained queue, real nodes) it refuses (exit 2, one line naming what changed and
+how to run it in a folder of its own) and changes nothing in it.
 
 The demo writes only into a store that holds nothing but its own rows: pointed at a store with
 other data it refuses (exit 2) rather than mix made-up sessions into real ones.
@@ -20,7 +22,8 @@ other data it refuses (exit 2) rather than mix made-up sessions into real ones.
 `--neo [DIR]` tells the same story on a neo.mjs deployment's own graph: a made-up checkout in
 a folder of the demo's own (default `.kb-neo-demo`; `core.suite.demo_neo`), whose graph is the
 original's latest schema holding what the platform would (its frontier, tenant configs and
-telemetry), rebuilt on every run; a folder the demo did not make is exit 2, never written.
+telemetry), rebuilt on every run that finds it as the last one left it; a folder the demo
+did not make, or one that changed since (the same judgement), is exit 2, never written.
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from core.base.chroma import CollectionMissing
-from core.base.config.config import Settings
 from core.base.io.clock import now_ms
 from core.base.rules.camel_json import Figures, to_json
 from core.base.rules.errors import ConfigError
@@ -50,7 +52,15 @@ from core.suite.demo_neo_folder import MARKER
 from core.suite.oneshot import one_shot, run_job
 from core.suite.status import gather_status
 from core.suite.status_text import render_status_text
-from daemons._cli import Parser, add_config_flag, emit_json, exit_code, run_main, write_text
+from daemons._cli import (
+    Parser,
+    add_config_flag,
+    command_name,
+    emit_json,
+    exit_code,
+    run_main,
+    write_text,
+)
 from daemons._summaries import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
@@ -72,7 +82,8 @@ def build_parser() -> Parser:
     parser.add_argument("--neo", nargs="?", const=NEO_DEMO_FOLDER, metavar="DIR",
                         help="the same story on the original's own graph: a made-up neo.mjs "
                         f"checkout in DIR (default {NEO_DEMO_FOLDER}), a folder of the demo's "
-                        "own, rebuilt on every run (not with --config)")
+                        "own, rebuilt on every run that finds it as the last one left it "
+                        "(not with --config)")
     return parser
 
 
@@ -108,17 +119,20 @@ async def run_demo(config: str | None, *, as_json: bool = False,
                    neo: str | None = None) -> int:
     """Seed, tick, reconcile, show: the drain tick and the reconcile pass are the daemons'
     own jobs, run once through the runtime's one-shot path (its bound, its graceful stop).
-    With `neo`, on a made-up neo.mjs checkout in that folder (see the module docstring)."""
+    With `neo`, on a made-up neo.mjs checkout in that folder (see the module docstring).
+    A folder that is not the demo's own is refused before anything is written."""
     started = time.monotonic()
     if neo is not None:
         config = str(await prepare_neo_demo(Path(neo)))
     settings = load_settings(config)
+    if neo is None:
+        refusal = await demo_state.claim_folder(settings)
+        if refusal is not None:
+            raise ConfigError(not_own(settings.data_dir, refusal, instead="--config <a config "
+                                      "whose dataDir is a new folder>"))
     dataset = build_demo_dataset(now_ms=now_ms())
     drained: Figures | None = None
     reconciled: Figures | None = None
-    # The neo folder is rebuilt on every run: always the demo's own, never footprinted.
-    claim = None if neo is not None else await claim_data_dir(settings)
-    own = claim is None
     async with one_shot(settings) as (context, run):
         await refuse_foreign_store(context, dataset)
         seeded = await seed_demo(context, dataset)
@@ -129,79 +143,58 @@ async def run_demo(config: str | None, *, as_json: bool = False,
             reporting = report_only(context)
             reconciled = (await run_job(reporting, reconcile_daemon(reporting.settings).jobs[0],
                                         dry_run=False)).figures
-    if own and neo is None and not run.control.stopping:
-        demo_state.remember(settings, await demo_state.measure(settings))
+    # Even after a stop signal: everything here is the demo's, so the next run may reset it.
+    demo_state.remember(settings, await demo_state.measure(settings))
     status = await gather_status(settings)
     if as_json:
-        emit_json({"ok": True, "fresh": own, "notFresh": claim,
+        emit_json({"ok": True, "fresh": True,
                    "seeded": to_json(seeded),
                    "drain": to_json(drained) if drained is not None else None,
                    "reconcile": to_json(reconciled) if reconciled is not None else None,
                    "status": to_json(status)})
         return exit_code(ok=True, run=run)
     write_text(render_story(seeded, drained=drained, reconciled=reconciled,
-                            config=config, own=own,
+                            config=config,
                             again="make demo" if neo is None else "make demo-neo"))
-    if claim is not None:
-        write_text(f"\n(not a fresh run: {settings.data_dir} {claim}, so it ran on what "
-                   "is there; point --config at a fresh dataDir for the story from the "
-                   "start)\n")
     write_text("\nStatus now\n" + render_status_text(status, header=False))
     write_text(f"\ndemo finished in {time.monotonic() - started:.1f}s\n")
     return exit_code(ok=True, run=run)
 
 
+def not_own(folder: Path, reason: str, *, instead: str) -> str:
+    """The one line of a refusal: the folder, why it is not the demo's, where to run instead."""
+    return (f"{folder} {reason}; the demo changes nothing there. Run it in a folder of its "
+            f"own: {command_name(PROG)} {instead}")
+
+
 async def prepare_neo_demo(folder: Path) -> Path:
     """The neo demo's folder claimed and its platform graph built; its config's path. A
-    folder the demo made that running daemons use is exit 2 (emptying it would pull their
-    store from under them)."""
+    folder the demo made is rebuilt only when it is the demo's own as `claim_folder` judges
+    it (its last run's footprint matches, no daemon uses it); else exit 2, nothing changed."""
     config = folder / CONFIG
     if config.is_file() and (folder / MARKER).is_file():
         try:
             earlier = load_settings(str(config))
-        except ConfigError:  # an earlier run stopped before its graph: no daemon runs on it
+        except ConfigError:  # an earlier run stopped before its graph: nothing to keep
             earlier = None
         if earlier is not None and demo_state.store_in_use(earlier):
-            raise ConfigError(f"{folder}: {NOT_OURS_IN_USE}")
+            # Emptying it would pull the store from under them.
+            raise ConfigError(not_own(folder, demo_state.NOT_OURS_IN_USE,
+                                      instead="--neo <a new folder>"))
+        if earlier is not None:
+            refusal = await demo_state.claim_folder(earlier, reset=False)
+            if refusal is not None:
+                raise ConfigError(not_own(folder, refusal, instead="--neo <a new folder>"))
     path = await claim_neo_demo(folder)
     await seed_platform(load_settings(str(path)))
     return path
 
 
-#: Why a folder is not the demo's own, as the demo's last line says it.
-NOT_OURS_CHANGED = "changed since the demo's last run"
-NOT_OURS_FOREIGN = "already holds graph nodes or queue lines the demo did not write"
-NOT_OURS_IN_USE = "is in use by running daemons (stop them to start the story again)"
-
-
-async def claim_data_dir(settings: Settings) -> str | None:
-    """None when this run may call the data folder its own, else why not (NOT_OURS_*).
-    Its own: a fresh folder; a folder the daemons ran on that holds no node, edge or queue
-    line yet (after `make run-daemons`: only their tick records, which the demo keeps); or
-    the folder of the demo's last run exactly as it left it (put back to the start, so this
-    run tells the same story). Any other folder is used as it is."""
-    if demo_state.is_fresh(settings):
-        return None
-    footprint = demo_state.recorded(settings)
-    now = await demo_state.measure(settings)
-    if footprint is None:
-        return None if now == demo_state.EMPTY_FOOTPRINT else NOT_OURS_FOREIGN
-    if footprint != now:
-        return NOT_OURS_CHANGED
-    if demo_state.store_in_use(settings):
-        # A running daemon has the graph open: removing it from under the daemon would lose
-        # what it writes next, so the folder is used as it is.
-        return NOT_OURS_IN_USE
-    demo_state.remove_demo_state(settings)
-    return None
-
-
 def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures | None,
-                 config: str | None, own: bool = True, again: str = "make demo") -> str:
+                 config: str | None, again: str = "make demo") -> str:
     """What just happened, in the order it happened, with the figures that show it (a step a
     stop signal skipped shows zeros); each kind of tenant seeded with what the pass found in
-    it; hints that hold in this folder (`make demo` tells the same story again only in a
-    folder the demo owns)."""
+    it; hints that hold in this folder."""
     live = drained.live_ingest if isinstance(drained, RemTickFigures) else None
     drain = drained.drain if isinstance(drained, RemTickFigures) else DrainStats()
     upserted = (live.sessions_upserted, live.memories_upserted) \
@@ -232,8 +225,7 @@ def render_story(seeded: Seeded, *, drained: Figures | None, reconciled: Figures
         f"  .venv/bin/kb-reconcile explain {FORCE_PUSHED}{flag}  # one tenant's plan, chunk "
         "by chunk",
         f"  .venv/bin/kb-backfill --days 30 --dry-run{flag} # an eager back-fill, counted",
-        f"  {again:<42} # again: the same story from the start"
-        if own else "  (make demo with a fresh dataDir tells the story from the start)",
+        f"  {again:<42} # again: the same story from the start",
     ]
     return "\n".join(lines) + "\n"
 

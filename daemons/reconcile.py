@@ -4,6 +4,7 @@
     python -m daemons.reconcile restore ARCHIVE [--config F] [--json]
     python -m daemons.reconcile explain TENANT [--config F] [--json]
     python -m daemons.reconcile gc [--config F] [--dry-run] [--json]
+    python -m daemons.reconcile archives [TENANT] [--config F] [--json]
 
 `--tick` runs the daemon's jobs once, through the scheduler's own path (`core.suite`): one
 pass (`core.reconcile.reconcile_tick`), then one alerting pass
@@ -20,6 +21,10 @@ SIGTERM stopped the run (after its current tenant, band or batch).
 pass's own scan, rules and guards; nothing deleted, nothing written) and prints the plan: a
 table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
 tenant without a configuration node, 1 when a store cannot be read.
+
+`archives` lists the tombstone archives (`core.reconcile.archive_listing`): this host's files
+and, with `stateUrl`, the shared copies; an archive that cannot be used is listed with its
+problem (exit 0). Never opens Chroma.
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from typing import NoReturn
 from core.alerting.alerting_pass import alerting_tick
 from core.base.chroma import VectorStore
 from core.base.config.config import Settings
+from core.base.reports.tables import output_width
 from core.base.rules.camel_json import Figures, to_json
 from core.base.rules.errors import ConfigError
 from core.base.runtime.settings import load_settings
+from core.reconcile.archive_listing import list_archives
 from core.reconcile.explain_tenant import explain_tenant
+from core.reconcile.reports.archives import render_archives
 from core.reconcile.reports.explain import render_plan
 from core.reconcile.restore import RestoreResult, restore_archive
 from core.reconcile.retention import RetentionDisabled, RetentionFigures, retention_tick
@@ -75,6 +83,7 @@ RECONCILE_JITTER_MAX_S = 60.0
 RESTORE = "restore"
 EXPLAIN = "explain"
 GC = "gc"
+ARCHIVES = "archives"
 
 
 def build_parser() -> Parser:
@@ -91,7 +100,8 @@ def build_parser() -> Parser:
         "(claimed by the manifest with no chunk: reported, never acted on). Guards hold a "
         "tenant whose pass would delete too much.",
         epilog=f"Put tombstoned chunks back: {SCRIPT} {RESTORE} ARCHIVE [--config F] [--json]. "
-        f"Read one tenant's plan: {SCRIPT} {EXPLAIN} TENANT [--config F] [--json].",
+        f"Read one tenant's plan: {SCRIPT} {EXPLAIN} TENANT [--config F] [--json]. "
+        f"List the archives: {SCRIPT} {ARCHIVES} [TENANT] [--config F] [--json].",
     )
     add_run_flags(parser, tick=True)
     return parser
@@ -146,6 +156,36 @@ def build_gc_parser() -> Parser:
     parser.add_argument("--json", action="store_true",
                         help="print exactly one JSON object with the pass's figures")
     return parser
+
+
+def build_archives_parser() -> Parser:
+    """`archives [TENANT] [--config F] [--json]`."""
+    from daemons.tenants import tenant_argument
+
+    parser = Parser(prog=f"{SCRIPT} {ARCHIVES}",
+                    description="List the tombstone archives: this host's files under "
+                    "<dataDir>/tombstones/ and, with stateUrl, the copies in the shared "
+                    "state; per archive its tenant, time, chunks and how many of them a "
+                    "restore could still put back (by the archive's own lines: neither "
+                    "withdrawn nor refused). An archive that cannot be used is listed with "
+                    "its problem. Reads only; never opens Chroma.")
+    parser.add_argument("tenant", metavar="TENANT", nargs="?", type=tenant_argument,
+                        help="only this tenant's archives (a leading @ is dropped); an "
+                        "archive whose tenant cannot be read is listed as well")
+    add_config_flag(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print exactly one JSON object: every archive and its figures")
+    return parser
+
+
+async def run_archives(args: argparse.Namespace) -> int:
+    """`archives`: the listing, as a table or one JSON object."""
+    listing = await list_archives(load_settings(args.config), args.tenant)
+    if args.json:
+        emit_json({"ok": True, **to_json(listing)})
+    else:
+        write_text(render_archives(listing, width=output_width(sys.stdout)))
+    return EXIT_OK
 
 
 def retention_job(settings: Settings) -> Job:
@@ -296,6 +336,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         explain_args = explain_parser.parse_args(argv[1:])
         explain_args.config = agreed_config(explain_parser, before, explain_args.config)
         run_main(PROG, lambda: run_explain(explain_args))
+    if argv[:1] == [ARCHIVES]:
+        archives_parser = build_archives_parser()
+        archives_args = archives_parser.parse_args(argv[1:])
+        archives_args.config = agreed_config(archives_parser, before, archives_args.config)
+        run_main(PROG, lambda: run_archives(archives_args))
     if argv[:1] == [GC]:
         gc_parser = build_gc_parser()
         gc_args = gc_parser.parse_args(argv[1:])

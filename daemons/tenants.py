@@ -3,23 +3,28 @@
     python -m daemons.tenants set-config TENANT [--repo-slug R] [--config F]
     python -m daemons.tenants list [--config F] [--json]
     python -m daemons.tenants set-manifest TENANT --repo-slug R
-        (--from-git DIR [--ref REF] | --paths-file F) [--force] [--config F]
+        (--from-git DIR [--ref REF] | --paths-file F) [--force] [--create] [--config F]
     python -m daemons.tenants set-policy TENANT [--orphan-version-gap N]
         [--manifest-grace-ms M] [--auto-tombstone on|off|inherit] [--gc-max-age-ms MS]
         [--gc-max-count N] [--config F]
     python -m daemons.tenants show TENANT [--config F] [--json]
     python -m daemons.tenants set-repo TENANT --repo-slug R [--parser-id P
-        [--parser-version V]] [--extraction-identity HEX64] [--clear] [--config F]
+        [--parser-version V]] [--extraction-identity HEX64] [--clear] [--create] [--config F]
     python -m daemons.tenants set-yield TENANT --repo-slug R --extraction-identity HEX64
         (--paths-file F | -) [--config F]
+    python -m daemons.tenants remove-manifest TENANT --repo-slug R [--config F] [--json]
+    python -m daemons.tenants remove-yield TENANT --repo-slug R [--config F] [--json]
 
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
 older version becomes stale for reconciliation. `set-manifest` records a repo's claimed state
 (replacing that repo's manifest) once its paths pass the manifest rules and, unless `--force`,
-it names at least one chunk the repo has (the only command here that reads Chroma);
+it names at least one chunk the repo has (it reads Chroma, as `set-repo` does for a repo
+the tenant does not declare);
 `set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
-exit 2 with one line, and changes nothing. The others open only the graph, so they are quick.
+exit 2 with one line, and changes nothing; so is a tenant without a configuration or a repo
+the tenant neither declares nor has chunks of (a typo: `core.reconcile.known_names`), unless
+`--create`. The others open only the graph, so they are quick.
 On a neo.mjs graph every node is written in the original's shape (`core.base.rules.tenants`):
 `--repo-slug` of `set-config`, and `set-repo` of a repo the platform has not declared, are
 exit 2 there.
@@ -39,8 +44,8 @@ from core.base.config.config import Settings
 from core.base.io.clock import now_ms
 from core.base.rules.camel_json import to_json
 from core.base.rules.errors import ConfigError, LockHeld
-from core.base.rules.tenants import normalize_tenant_id
 from core.base.runtime.settings import load_settings
+from core.base.state.graph import original_tenants
 from core.base.state.state import open_graph
 from core.base.state.tenants import (
     list_tenants,
@@ -48,19 +53,24 @@ from core.base.state.tenants import (
     set_tenant_policy,
     tenant_config,
 )
+from core.reconcile.known_names import (
+    SET_CONFIG_HINT,
+    known_tenant_repos,
+    refuse_unknown_holder,
+    refuse_unknown_manifest,
+    refuse_unknown_repo,
+)
 from core.reconcile.manifest_match import match_repo_chunks
 from core.reconcile.reports.tenant_show import gather_tenant, render_tenant
 from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
 from core.reconcile.rules.generations import repo_generation
 from core.reconcile.rules.manifests import RepoManifest, normalize_manifest_paths
-from core.reconcile.rules.tenant_policy import AUTO_CHOICES, policy_patch
+from core.reconcile.rules.tenant_policy import policy_patch
 from core.reconcile.stores.claimed_paths import paths_at, paths_from_bytes
 from core.reconcile.stores.generations import set_extraction_snapshot, set_tenant_repo
 from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from daemons._cli import (
     EXIT_OK,
-    Parser,
-    add_config_flag,
     agreed_config,
     command_name,
     emit_json,
@@ -70,137 +80,12 @@ from daemons._cli import (
     write_text,
 )
 from daemons._summaries import set_config_summary, tenants_listing
+from daemons._tenant_parser import build_parser, tenant_argument
+from daemons._tenant_removal import run_remove
+
+__all__ = ["build_parser", "main", "tenant_argument"]
 
 PROG = "daemons.tenants"
-SCRIPT = "kb-tenants"
-
-
-def tenant_argument(raw: str) -> str:
-    """argparse type: a normalized tenant id, or a one-line usage error."""
-    try:
-        return normalize_tenant_id(raw)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def repo_slug_argument(raw: str) -> str:
-    """argparse type: a non-empty repo slug."""
-    if not raw.strip():
-        raise argparse.ArgumentTypeError("repo slug is empty")
-    return raw.strip()
-
-
-def _tenant_command(commands: argparse._SubParsersAction[Parser], name: str,
-                    help_text: str, description: str) -> Parser:
-    """A subcommand on one tenant, with its description, `--config` and `--json`."""
-    command = commands.add_parser(name, help=help_text, description=description)
-    command.add_argument("tenant", metavar="TENANT", type=tenant_argument,
-                         help="tenant id (a leading @ is dropped)")
-    add_config_flag(command)
-    command.add_argument("--json", action="store_true",
-                         help="print exactly one JSON object on stdout")
-    return command
-
-
-def _add_manifest_parser(commands: argparse._SubParsersAction[Parser]) -> None:
-    manifest = _tenant_command(
-        commands, "set-manifest", "record a repo's claimed paths (replaces its manifest)",
-        "Record the paths a repository claims after its last push (its manifest), read from "
-        "a git commit or a file, replacing that repo's manifest. A pass then treats chunks of "
-        "paths no longer claimed as manifest orphans (actionable past manifestGraceMs) and "
-        "claimed paths without chunks as missing. The tenant's version does not change.")
-    manifest.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
-                          help="the repository whose manifest this is")
-    source = manifest.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-git", metavar="DIR", type=Path,
-                        help="the top of a git work tree, or a bare repository: the paths at "
-                        "--ref")
-    source.add_argument("--paths-file", metavar="F",
-                        help="one path per line (- for stdin), UTF-8")
-    manifest.add_argument("--ref", metavar="REF",
-                          help="the commit to read with --from-git (default HEAD)")
-    manifest.add_argument("--force", action="store_true",
-                          help="record it even when it names none of the repo's chunks")
-
-
-def _add_policy_parser(commands: argparse._SubParsersAction[Parser]) -> None:
-    policy = _tenant_command(
-        commands, "set-policy", "set the tenant's reconciliation policy (the version stays)",
-        "Set the tenant's own reconciliation policy: each value given replaces the tenant's, "
-        "a value never given inherits the [knowledgeBase] setting; prints the policy in force "
-        "and where each value comes from. The tenant's version does not change.")
-    policy.add_argument("--orphan-version-gap", metavar="N", type=float,
-                        help="versions behind before a stale chunk is actionable (>= 1)")
-    policy.add_argument("--manifest-grace-ms", metavar="M", type=int,
-                        help="how old a manifest must be before its orphans are actionable")
-    policy.add_argument("--auto-tombstone", choices=AUTO_CHOICES,
-                        help="off exempts the tenant; on never overrides a global false")
-    policy.add_argument("--gc-max-age-ms", metavar="MS", type=float,
-                        help="retention: expire the tenant's chunks older than this (> 0; "
-                        "overrides gcRetention.maxAgeMs)")
-    policy.add_argument("--gc-max-count", metavar="N", type=int,
-                        help="retention: keep the newest N chunks per repo (>= 0; overrides "
-                        "gcRetention.maxCount)")
-
-
-def _add_generation_parsers(commands: argparse._SubParsersAction[Parser]) -> None:
-    repo = _tenant_command(
-        commands, "set-repo", "declare a repo's current generation (the version stays)",
-        "Declare the generation a repo's chunks should carry now (tenantRepos): chunks with "
-        "another parserId/parserVersion or extractionIdentity become generation orphans, "
-        "deleted only once replaced or no longer yielded. A --parser-id without "
-        "--parser-version declares 1.0.0. The tenant's version does not change. On a neo.mjs "
-        "graph the repo must be one the platform declared (its tenantRepos entry).")
-    repo.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
-                      help="the repository this declaration is for")
-    repo.add_argument("--parser-id", metavar="P", help="the parser that produces its chunks")
-    repo.add_argument("--parser-version", metavar="V", help="its version (default 1.0.0)")
-    repo.add_argument("--extraction-identity", metavar="HEX64",
-                      help="the extraction profile's identity (64 lowercase hex)")
-    repo.add_argument("--clear", action="store_true",
-                      help="remove the repo's declaration")
-    yielded = _tenant_command(
-        commands, "set-yield", "record the paths a repo's extraction profile yields",
-        "Record the repo's extraction snapshot: the paths the profile of this identity "
-        "yields, beside its manifest (whose pathsAfterPush stays the authority on physical "
-        "deletion). Chunks of the repo at another identity whose path it no longer yields "
-        "become actionable. Paths are checked like a manifest's.")
-    yielded.add_argument("--repo-slug", metavar="R", type=repo_slug_argument, required=True,
-                         help="the repository whose snapshot this is")
-    yielded.add_argument("--extraction-identity", metavar="HEX64", required=True,
-                         help="the identity the snapshot was made with (64 lowercase hex)")
-    yielded.add_argument("--paths-file", metavar="F", required=True,
-                         help="one path per line (- for stdin), UTF-8")
-
-
-def build_parser() -> Parser:
-    """Every subcommand, each with its own `--config`."""
-    parser = Parser(prog=SCRIPT,
-                    description="Tenant configuration, manifests and policy. --config F may "
-                    "come before or after the subcommand (the same file, when both).")
-    add_config_flag(parser)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    set_config = _tenant_command(
-        commands, "set-config", "raise a tenant's config version by one",
-        "Raise a tenant's config version by one (the first call gives 1): its chunks stamped "
-        "with an older version become stale.")
-    set_config.add_argument("--repo-slug", metavar="R", type=repo_slug_argument,
-                            help="the repository the tenant's chunks come from (not on a "
-                            "neo.mjs graph, which keeps a tenant's repos in tenantRepos)")
-    listing = commands.add_parser("list", help="every configured tenant and its version",
-                                  description="Every configured tenant, its config version "
-                                  "and repo.")
-    add_config_flag(listing)
-    listing.add_argument("--json", action="store_true",
-                         help="print exactly one JSON object on stdout")
-    _add_manifest_parser(commands)
-    _add_policy_parser(commands)
-    _add_generation_parsers(commands)
-    _tenant_command(commands, "show", "version, policy in force and manifests",
-                    "The tenant's version and repo, the reconciliation policy in force (and "
-                    "where each value comes from), and its manifests with their path counts "
-                    "and times.")
-    return parser
 
 
 async def run_set_config(args: argparse.Namespace) -> int:
@@ -276,19 +161,41 @@ def read_manifest(args: argparse.Namespace, *, now: int) -> ManifestRead:
     return ManifestRead(RepoManifest(args.repo_slug, checked.paths, now, revision), note)
 
 
-async def refuse_unmatched(settings: Settings, tenant_id: str, manifest: RepoManifest) -> None:
-    """Raise ConfigError when the manifest names none of its repo's chunks (while the repo has
-    some): recorded, it would make every one of them an orphan. Reads Chroma without creating
-    anything; a store that cannot be read is exit 1 (nothing recorded)."""
+async def open_store_to_check(settings: Settings, why: str) -> VectorStore:
+    """The knowledge base, opened to read before a command writes (nothing is created); a
+    store held by a daemon is exit 1 saying `why` it was read and how to do without."""
     try:
-        vectors = await VectorStore.open_for_dry_run(settings)
+        return await VectorStore.open_for_dry_run(settings)
     except LockHeld as exc:
-        raise LockHeld(f"{exc} (the manifest check reads the store: stop the daemon, or pass "
-                       "--force to record without the check)") from None
+        raise LockHeld(f"{exc} ({why})") from None
+
+
+async def check_manifest(settings: Settings, args: argparse.Namespace,
+                         manifest: RepoManifest) -> None:
+    """Raise ConfigError, before anything is written, for a tenant without a configuration
+    or a repo it neither declares nor has chunks of (a typo, unless `--create`), and for a
+    manifest that names none of its repo's chunks while the repo has some (unless `--force`):
+    recorded, it would make every one of them an orphan. Reads Chroma only when one of those
+    questions needs it, without creating anything; a store that cannot be read is exit 1."""
+    graph = await open_graph(settings, read_only=True)
     try:
-        match = await match_repo_chunks(
-            vectors, settings.knowledge_base_collection, tenant_id=tenant_id,
-            repo_slug=manifest.repo_slug, paths=manifest.path_set)
+        declared = await known_tenant_repos(graph, args.tenant, create=args.create)
+    finally:
+        await graph.close()
+    if args.force and (args.create or manifest.repo_slug in declared):
+        return
+    vectors = await open_store_to_check(
+        settings, "the manifest check reads the store: stop the daemon, or pass --force "
+        "(with --create for a new repo) to record without the check")
+    collection = settings.knowledge_base_collection
+    try:
+        await refuse_unknown_repo(vectors, collection, tenant_id=args.tenant,
+                                  repo_slug=manifest.repo_slug, declared=declared,
+                                  create=args.create)
+        if args.force:
+            return
+        match = await match_repo_chunks(vectors, collection, tenant_id=args.tenant,
+                                        repo_slug=manifest.repo_slug, paths=manifest.path_set)
     finally:
         await vectors.close()
     refusal = match.refusal(manifest.repo_slug)
@@ -303,8 +210,7 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     manifest = read.manifest
     if read.note:
         write_error(f"{command_name(PROG)}: {read.note}\n")
-    if not args.force:
-        await refuse_unmatched(settings, args.tenant, manifest)
+    await check_manifest(settings, args, manifest)
     graph = await open_graph(settings)
     try:
         await set_tenant_manifest(graph, args.tenant, manifest)
@@ -340,6 +246,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
         raise ConfigError(f"argument {exc}") from None
     graph = await open_graph(settings)
     try:
+        await known_tenant_repos(graph, args.tenant, hint=SET_CONFIG_HINT)
         await set_tenant_policy(graph, args.tenant, patch)
         shown = await gather_tenant(graph, settings, args.tenant)
     except LookupError as exc:
@@ -358,6 +265,7 @@ async def run_show(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     graph = await open_graph(settings, read_only=True)
     try:
+        await refuse_unknown_holder(graph, args.tenant)
         shown = await gather_tenant(graph, settings, args.tenant)
     except LookupError as exc:
         raise ConfigError(str(exc).strip("'\"")) from None
@@ -368,6 +276,23 @@ async def run_show(args: argparse.Namespace) -> int:
     else:
         write_text(render_tenant(shown))
     return EXIT_OK
+
+
+async def check_new_repo(settings: Settings, args: argparse.Namespace,
+                         declared: frozenset[str]) -> None:
+    """ConfigError for a repo the tenant neither declares nor has chunks of (unless
+    `--create`); the knowledge base is read only for an undeclared repo."""
+    if args.create or args.repo_slug in declared:
+        return
+    vectors = await open_store_to_check(
+        settings, "an undeclared repo is looked for in the store: stop the daemon, or pass "
+        "--create")
+    try:
+        await refuse_unknown_repo(vectors, settings.knowledge_base_collection,
+                                  tenant_id=args.tenant, repo_slug=args.repo_slug,
+                                  declared=declared, create=False)
+    finally:
+        await vectors.close()
 
 
 async def run_set_repo(args: argparse.Namespace) -> int:
@@ -388,6 +313,9 @@ async def run_set_repo(args: argparse.Namespace) -> int:
         raise ConfigError(f"argument {exc}") from None
     graph = await open_graph(settings)
     try:
+        declared = await known_tenant_repos(graph, args.tenant, hint=SET_CONFIG_HINT)
+        if not original_tenants(graph):  # there, only the platform declares a repo
+            await check_new_repo(settings, args, declared)
         repos = await set_tenant_repo(graph, args.tenant, args.repo_slug, entry)
     except LookupError as exc:
         raise ConfigError(str(exc).strip("'\"")) from None
@@ -420,6 +348,8 @@ async def run_set_yield(args: argparse.Namespace) -> int:
     snapshot = ExtractionSnapshot(checked.paths, args.extraction_identity, now_ms())
     graph = await open_graph(settings)
     try:
+        await refuse_unknown_holder(graph, args.tenant)
+        await refuse_unknown_manifest(graph, args.tenant, args.repo_slug)
         await set_extraction_snapshot(graph, args.tenant, args.repo_slug, snapshot)
     except LookupError as exc:
         raise ConfigError(str(exc).strip("'\"")) from None
@@ -438,7 +368,7 @@ async def run_set_yield(args: argparse.Namespace) -> int:
 
 COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_set_manifest,
             "set-policy": run_set_policy, "show": run_show, "set-repo": run_set_repo,
-            "set-yield": run_set_yield}
+            "set-yield": run_set_yield, "remove-manifest": run_remove, "remove-yield": run_remove}
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

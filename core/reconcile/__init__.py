@@ -17,7 +17,9 @@ one module per job:
 - `deletion`: **the one deletion engine** (`run_bands`): archive, make durable, delete by the
   predicate; the only module outside the stores that deletes from the vector store;
 - `recording`: telemetry rows and the spool;
-- `explain_tenant`: `reconcile explain`, one tenant's pass run with nothing deleted.
+- `explain_tenant`: `reconcile explain`, one tenant's pass run with nothing deleted;
+- `archive_listing`: `reconcile archives`, every archive and what it still holds;
+- `archive_pruning`: the retention pass's removal of archives older than `archiveMaxAgeMs`.
 
 Glossary (one word per idea):
 

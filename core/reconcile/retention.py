@@ -5,6 +5,9 @@ tenant and repo, and (opt-in, `gcAutoDelete`) deleted through the one deletion e
 chunk re-ingested since the read has a later `ingestedAt` and no longer matches), bounded by
 `reconciliationMaxDeletesPerTick` per tenant, the oldest first.
 
+Then, with `archiveMaxAgeMs`, the archives older than that are pruned, never a tenant's newest
+(`core.reconcile.archive_pruning`).
+
 Tenants are the configured ones (`list_tenants`, as the reconciliation pass), not the
 telemetry rollup the original enumerates. A tenant's scan holds its chunks' (id, repo,
 `ingestedAt`) in memory: the count rule needs every chunk of a repo.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,6 +30,7 @@ from core.base.rules.tenants import TenantConfig
 from core.base.state.telemetry import insert_metric_rows, new_metric_row
 from core.base.state.telemetry_spool import MetricSpool
 from core.base.state.tenants import list_tenants
+from core.reconcile.archive_pruning import ArchivePruning, prune_archives
 from core.reconcile.deletion import (
     BAND_ROWS,
     DeletionPlan,
@@ -74,11 +78,15 @@ class RetentionFigures:
     tenants: tuple[TenantRetention, ...]
     failed_tenants: int
     unrecorded_rows: int = 0
+    #: Archives pruned (`archiveMaxAgeMs`); omitted when it is 0 (every archive kept).
+    archives: ArchivePruning | None = field(default=None, metadata=_OPTIONAL)
+    #: Why pruning the archives failed (the pass then has not succeeded).
+    archives_error: str | None = field(default=None, metadata=_OPTIONAL)
 
     @property
     def succeeded(self) -> bool:
-        """Every tenant done and every row recorded."""
-        return not self.failed_tenants and not self.unrecorded_rows
+        """Every tenant done, every row recorded, the archives pruned when asked."""
+        return not self.failed_tenants and not self.unrecorded_rows and not self.archives_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +144,28 @@ async def retention_tick(context: TickContext, dry_run: bool
                     "compact the vector index when convenient")
     unrecorded = 0 if dry_run else await _record(context, done, settings.gc_auto_delete,
                                                  defrag)
+    archives, archives_error = await _prune_archives(context, dry_run)
     return RetentionFigures(
         enabled=settings.gc_enabled, auto_delete=settings.gc_auto_delete,
         collection_count=collection_count, expired_count=sum(t.expired_count for t in done),
         deleted_count=deleted, defrag_recommended=defrag, tenants=tuple(done),
-        failed_tenants=failed, unrecorded_rows=unrecorded)
+        failed_tenants=failed, unrecorded_rows=unrecorded, archives=archives,
+        archives_error=archives_error)
+
+
+async def _prune_archives(context: TickContext, dry_run: bool
+                          ) -> tuple[ArchivePruning | None, str | None]:
+    """The pass's archive pruning (`core.reconcile.archive_pruning`), unless the pass was
+    stopped; a failure is logged and returned, never raised (the tenants' work stands)."""
+    if context.control.stopping:
+        return None, None
+    try:
+        return await prune_archives(context.settings, context.graph, now=now_ms(),
+                                    dry_run=dry_run), None
+    except Exception as exc:
+        log.error("gc.archives_failed", exc_info=True,
+                  message="archives not pruned; the next retention pass tries again")
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 async def tenant_expiry(context: TickContext, tenant: TenantConfig) -> TenantRetention:

@@ -1,25 +1,31 @@
-"""The demo's own data folder: how it recognizes it, and how it puts it back to the start.
+"""The demo's own data folder: how it proves a folder is its own, and how it puts it back to the
+start.
 
 `make demo` must tell the same story every time it runs: the same lines linked, re-queued and
 dead-lettered, the same drift. A re-run on the state the last run left would not (its
 re-queued lines would have aged toward the dead-letter file, its queue would be spent). So the
-demo starts each run from nothing, but only in a folder it can prove is its own:
+demo starts each run from nothing, but only in a folder it can prove is its own, and nothing
+it did not write is ever written over (`judge_folder`, the one judgement):
 
-- a run that finds no graph file and no queue writes, when it is done, a footprint file
-  `<dataDir>/.kb-demo.json`: the graph's node and edge counts and the queue files' sizes;
-- a later run whose folder still matches that footprint exactly removes the graph and the
-  queue files (never Chroma: its demo rows are upserted again unchanged) and seeds afresh;
-- a folder that changed since (a daemon drained the queue, a producer appended a line, real
-  nodes arrived) or that has no footprint is never reset: the demo runs on it as it is and
-  says so.
+- a fresh folder (no graph, no queue file), or one that holds no node, edge or queue line (the
+  daemons ran on it before any data arrived: their tick records stay) is its own;
+- each run leaves, when it is done, a footprint file `<dataDir>/.kb-demo.json`: a digest of
+  every node, edge and queue file (`core.suite.demo_footprint`). A later run whose folder
+  still matches it exactly removes the graph and the queue files (never Chroma: its demo rows
+  are upserted again unchanged) and seeds afresh;
+- any other folder is not the demo's: it changed since (a tenant's policy or manifest set with
+  `kb-tenants`, a drained queue, a producer's line, real nodes), it holds data and no
+  footprint, its state is in PostgreSQL, or running daemons use it. The demo then refuses
+  (exit 2) and names what changed: it never runs on such a folder, so it changes nothing there.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from core.base.chroma import STORE_LOCK_NAME
@@ -27,44 +33,124 @@ from core.base.config.config import Settings
 from core.base.io.files import create_private_file, file_size
 from core.base.io.locks import ProcessLock
 from core.base.rules.errors import LockHeld
-from core.base.state.graph import count_nodes_and_edges
+from core.base.state.graph import count_nodes_and_edges, edge_pages, node_pages
 from core.base.state.state import open_graph
 from core.drain.stores.dead_letter_file import spill_dir
+from core.suite.demo_footprint import DemoFootprint, FootprintBuilder, changes, describe
 
 #: The demo's footprint file, in the data folder it owns.
 FOOTPRINT_FILE = ".kb-demo.json"
+#: Bytes read from a queue file at a time while hashing it.
+READ_BYTES = 1 << 20
 
-
-@dataclass(frozen=True, slots=True)
-class DemoFootprint:
-    """What the demo's last run left: anything else means someone else wrote here since."""
-
-    nodes: int
-    edges: int
-    queue_bytes: int
-    draining_bytes: int
-    dead_letter_bytes: int
-
-
-#: A folder with no node, edge or queue line (what the daemons leave when they ran on nothing).
-EMPTY_FOOTPRINT = DemoFootprint(0, 0, 0, 0, 0)
+#: Why a folder is not the demo's own, as its refusal says it (after "<folder> ").
+NOT_OURS_FOREIGN = ("holds graph nodes or queue lines the demo did not write (and no footprint "
+                    f"{FOOTPRINT_FILE} of a demo run)")
+NOT_OURS_UNREADABLE = (f"holds data, and its footprint {FOOTPRINT_FILE} is not one this demo "
+                       "wrote (torn, edited, or an older demo's), so nothing proves the data is "
+                       "the demo's")
+NOT_OURS_POSTGRES = ("holds state in PostgreSQL (stateUrl), which the demo never resets; only "
+                     "an empty database is the demo's")
+NOT_OURS_IN_USE = "is in use by running daemons (stop them to start the story again)"
 
 
 def _footprint_path(settings: Settings) -> Path:
     return settings.data_dir / FOOTPRINT_FILE
 
 
+def _file_digest(path: Path) -> str | None:
+    """A file's sha256, read in bounded chunks; None when it is absent or empty."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as stream:
+            while chunk := stream.read(READ_BYTES):
+                digest.update(chunk)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return digest.hexdigest() if path.stat().st_size else None
+
+
+def _folder_digest(folder: Path) -> str | None:
+    """A digest of every file under `folder` (names and content); None when there is none."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(json.dumps([str(path.relative_to(folder)),
+                                  _file_digest(path)]).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _queue_file_digests(settings: Settings) -> dict[str, str | None]:
+    return {"queue": _file_digest(settings.lazy_edges_queue_path),
+            "draining": _file_digest(settings.draining_path),
+            "deadLetters": _file_digest(settings.dead_letter_path),
+            "spilled": _folder_digest(spill_dir(settings.dead_letter_path))}
+
+
+def _has_graph(settings: Settings) -> bool:
+    return bool(settings.state_url) or settings.graph_db_path.exists()
+
+
 async def measure(settings: Settings) -> DemoFootprint:
-    """The folder's footprint now (the graph read-only; a missing file counts as empty)."""
+    """The folder's footprint now: every node and edge (the graph read-only, a page at a
+    time; a missing file counts as empty) and every queue file."""
+    builder = FootprintBuilder()
+    if _has_graph(settings):
+        graph = await open_graph(settings, read_only=True)
+        try:
+            tables = await graph.table_names()
+            if {"nodes", "edges"} <= tables:
+                async for page in node_pages(graph):
+                    builder.add_nodes(page)
+                async for page in edge_pages(graph):
+                    builder.add_edges(page)
+        finally:
+            await graph.close()
+    for key, digest in (await asyncio.to_thread(_queue_file_digests, settings)).items():
+        builder.add_file(key, digest)
+    return builder.footprint()
+
+
+async def holds_nothing(settings: Settings) -> bool:
+    """No node, edge or queue line (what the daemons leave when they ran on nothing)."""
     nodes = edges = 0
-    if settings.graph_db_path.exists():
+    if _has_graph(settings):
         graph = await open_graph(settings, read_only=True)
         try:
             nodes, edges = await count_nodes_and_edges(graph, await graph.table_names())
         finally:
             await graph.close()
-    return DemoFootprint(nodes, edges, file_size(settings.lazy_edges_queue_path),
-                         file_size(settings.draining_path), file_size(settings.dead_letter_path))
+    files = (settings.lazy_edges_queue_path, settings.draining_path, settings.dead_letter_path)
+    return nodes == edges == 0 and not any(file_size(path) for path in files) \
+        and _folder_digest(spill_dir(settings.dead_letter_path)) is None
+
+
+async def claim_folder(settings: Settings, *, reset: bool = True) -> str | None:
+    """None when this run may call the data folder its own (see the module docstring), else
+    why not, as a phrase after the folder's name; nothing is changed then. The folder of the
+    demo's last run exactly as it left it is put back to the start (`remove_demo_state`)
+    unless `reset` is off (the neo demo empties its whole folder itself)."""
+    if not settings.state_url and is_fresh(settings):
+        return None
+    if await holds_nothing(settings):
+        return None
+    if settings.state_url:
+        return NOT_OURS_POSTGRES
+    footprint = recorded(settings)
+    if footprint is None:
+        return NOT_OURS_UNREADABLE if _footprint_path(settings).exists() else NOT_OURS_FOREIGN
+    found = changes(footprint, await measure(settings))
+    if found:
+        return f"holds data the demo did not write ({describe(found)} since its last run)"
+    if store_in_use(settings):
+        # A running daemon has the graph open: removing it from under the daemon would lose
+        # what it writes next.
+        return NOT_OURS_IN_USE
+    if reset:
+        remove_demo_state(settings)
+    return None
 
 
 def store_in_use(settings: Settings) -> bool:
@@ -88,9 +174,9 @@ def is_fresh(settings: Settings) -> bool:
 def recorded(settings: Settings) -> DemoFootprint | None:
     """The footprint the demo's last run wrote, or None (none, or unreadable)."""
     try:
-        data = json.loads(_footprint_path(settings).read_text(encoding="utf-8"))
-        return DemoFootprint(**{k: int(data[k]) for k in DemoFootprint.__dataclass_fields__})
-    except (OSError, ValueError, TypeError, KeyError):
+        return DemoFootprint.from_json(
+            json.loads(_footprint_path(settings).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
         return None
 
 
@@ -100,7 +186,7 @@ def remember(settings: Settings, footprint: DemoFootprint) -> None:
     temporary = path.with_suffix(".tmp")
     with os.fdopen(create_private_file(temporary, os.O_WRONLY | os.O_TRUNC), "w",
                    encoding="utf-8") as handle:
-        handle.write(json.dumps(asdict(footprint), sort_keys=True) + "\n")
+        handle.write(json.dumps(footprint.to_json(), sort_keys=True) + "\n")
     temporary.replace(path)
 
 

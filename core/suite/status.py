@@ -1,6 +1,6 @@
 """Where things stand, gathered: the queue, the dead letters, the graph, each daemon's last tick,
-each tenant's drift and the recent alerts, as one typed `StatusReport` (its JSON is what
-`status --json` prints; `core.suite.status_text` renders it for a person).
+each tenant's drift, the recent alerts and the archive folder, as one typed `StatusReport`
+(its JSON is what `status --json` prints; `core.suite.status_text` renders it for a person).
 
 Status is what an operator runs while the daemons are busy, often because something looks
 wrong, so it must never make things worse:
@@ -9,7 +9,8 @@ wrong, so it must never make things worse:
 - it never writes: SQLite is opened read-only, the queue files are only read. A missing
   database or queue file means "nothing yet", not an error;
 - it reads files as streams of bounded lines, so a queue of millions of lines, or one
-  runaway line, costs a read and not the memory to hold it.
+  runaway line, costs a read and not the memory to hold it; of the archive folder it reads
+  one `stat` per file and the newest archive's header line.
 
 Everything it shows comes from what the daemons already record (`daemon_ticks`, each
 drainer's `drainer_ticks` row, telemetry, `alerts_fired`, the files), so it is exactly as
@@ -43,6 +44,7 @@ from core.base.state.tenants import list_tenants
 from core.drain.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.drain.stores.drainer_queue import local_drainer
 from core.drain.stores.queue_files import QueueFileCounts, describe_queue_file
+from core.reconcile.stores.archive_files import ArchiveFolder, describe_archive_folder
 
 
 def _iso(epoch_ms: int | None) -> str | None:
@@ -208,6 +210,8 @@ class StatusReport:
     draining: QueueFileStatus
     dead_letters: DeadLetterStatus
     graph: GraphStatus
+    #: The tombstone archive folder of this host (`<dataDir>/tombstones/`).
+    archives: ArchiveFolder
     ticks: dict[str, TickShown] = field(default_factory=dict)
     tenants: tuple[TenantDrift, ...] = ()
     alerts: tuple[RecentAlert, ...] = ()
@@ -321,10 +325,11 @@ async def _alerts(graph: GraphDB, tables: set[str]) -> tuple[RecentAlert, ...]:
 async def gather_status(settings: Settings, *, now: int | None = None) -> StatusReport:
     """Everything `daemons.status` shows. Read-only; never opens Chroma; a missing file or
     database is shown as absent, not raised."""
-    queue, draining, dead = await asyncio.gather(
+    queue, draining, dead, archives = await asyncio.gather(
         asyncio.to_thread(describe_queue_file, settings.lazy_edges_queue_path),
         asyncio.to_thread(describe_queue_file, settings.draining_path),
         asyncio.to_thread(count_dead_letters, settings.dead_letter_path),
+        asyncio.to_thread(describe_archive_folder, settings.tombstones_dir),
     )
     report = StatusReport(
         leader=LeaderShown(ELECTED if settings.state_url else NOT_ELECTED, None),
@@ -338,6 +343,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
         draining=QueueFileStatus.of(settings.draining_path, draining),
         dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),
         graph=GraphStatus(state_location(settings), present=False),
+        archives=archives,
     )
     # A database at `stateUrl` is always there to read (an unreachable one is an outage,
     # StoreUnavailable); only the SQLite file may not have been created yet.
@@ -352,6 +358,7 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
             report.generated_at, report.config, report.queue, report.draining,
             report.dead_letters,
             graph=await graph_status(graph, tables, path=report.graph.path),
+            archives=report.archives,
             ticks=ticks, tenants=await _tenants(graph, tables),
             alerts=await _alerts(graph, tables),
             drainers=await _drainers(graph, ticks, local=local),

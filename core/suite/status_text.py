@@ -101,7 +101,24 @@ def _took(duration_ms: int) -> str:
 def _files_part(status: StatusReport) -> list[Any]:
     return [table("Files", ["what", "path"],
                   [["graph", status.graph.path], ["queue", status.queue.path],
-                   ["dead letters", status.dead_letters.path]])]
+                   ["dead letters", status.dead_letters.path],
+                   ["archives", status.archives.path]])]
+
+
+def _archives_part(status: StatusReport, now: int) -> list[Any]:
+    """The archive folder in one line: how many, their bytes, and the newest (kb-reconcile
+    archives lists them all)."""
+    folder = status.archives
+    if not folder.count:
+        return ["Archives: none yet (a pass archives chunks before it tombstones them)"]
+    newest = folder.newest
+    said = ""
+    if newest is not None:
+        whose = (f"tenant {newest.tenant_id}, created {ago(newest.created_at, now)}"
+                 if newest.problem is None else newest.problem)
+        said = f"; newest {newest.name} ({whose})"
+    return [f"Archives: {_plural(folder.count, 'file')}, {folder.bytes:,} bytes{said}; "
+            "kb-reconcile archives lists them"]
 
 
 def _result(tick: TickShown) -> str:
@@ -240,6 +257,7 @@ def render_status_text(status: StatusReport, *, header: bool = True,
                      if config.memory_core_chroma else "") + ")", ""]
     for section in (_graph_part(status), _queue_part(status, now), _ticks_part(status, now),
                     _drainers_part(status, now), _leader_part(status),
-                    _tenants_part(status, now), _alerts_part(status, now), _files_part(status)):
+                    _tenants_part(status, now), _alerts_part(status, now),
+                    _archives_part(status, now), _files_part(status)):
         parts += [*section, ""]
     return as_text(*parts[:-1], width=width)

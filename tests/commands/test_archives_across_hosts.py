@@ -188,3 +188,82 @@ def test_restore_names_the_file_and_the_database_when_no_host_wrote_that_archive
     assert missing.stderr.count("\n") == 1
     assert "/elsewhere/nope.jsonl: archive not found" in missing.stderr
     assert "'nope.jsonl'" in missing.stderr and url in missing.stderr
+
+
+def test_the_listing_shows_the_local_file_and_its_shared_copy_on_every_host(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    host_a, host_b, _settings, _before, archive = _host_a_tombstones(tmp_path, postgres_server)
+    listed_a = on(host_a, "daemons.reconcile", "archives", "--json")
+    assert listed_a.returncode == 0, listed_a.stderr
+    shown = json.loads(listed_a.stdout)
+    assert shown["shared"] is True
+    rows = {a["where"]: a for a in shown["archives"]}
+    assert set(rows) == {"local", "shared"} and len(shown["archives"]) == 2
+    for row in rows.values():
+        assert (row["name"], row["tenantId"], row["chunks"], row["restorable"]) == (
+            archive.name, "acme", 4, 4)
+        assert row["path"] == str(archive)
+    assert rows["shared"]["bytes"] == archive.stat().st_size == rows["local"]["bytes"]
+    assert rows["shared"]["host"] and "host" not in rows["local"]
+    assert rows["shared"]["createdAt"] == rows["local"]["createdAt"]
+
+    shutil.rmtree(host_a.parent / "data")
+    listed_b = on(host_b, "daemons.reconcile", "archives", "acme", "--json")
+    assert listed_b.returncode == 0, listed_b.stderr
+    [only] = json.loads(listed_b.stdout)["archives"]
+    assert only == rows["shared"], "host B lists the shared copy as host A did"
+    assert json.loads(on(host_b, "daemons.reconcile", "archives", "beta",
+                         "--json").stdout)["archives"] == []
+    text = on(host_b, "daemons.reconcile", "archives").stdout
+    assert archive.name in text and "shared (by " in text
+
+
+async def _old_shared_archive(settings: Settings, *, days_ago: int) -> Path:
+    """An archive of acme written `days_ago` days ago on host A, and its shared copy, by the
+    archive writer and the shared store themselves."""
+    from core.base.io.clock import now_ms
+    from core.base.rules.rows import ColumnPage
+    from core.reconcile.stores.archives import TombstoneArchive, sync_archives
+    from core.reconcile.stores.shared_archives import SharedArchives
+
+    archive = TombstoneArchive.new_unsynced(
+        settings.tombstones_dir, collection=settings.knowledge_base_collection,
+        tenant_id="acme", pass_id="old-pass", now_ms=now_ms() - days_ago * 86_400_000,
+        first_page=ColumnPage(["gone"], [{"tenantId": "acme"}], ["doc"], [[0.5, 0.25]]))
+    sync_archives([archive])
+    graph = await open_graph(settings)
+    try:
+        await SharedArchives(graph, host="a").store([archive])
+    finally:
+        await graph.close()
+    # Its head is dated when it was copied (by its pass, in real life): that long ago too.
+    await _sql(settings, f"UPDATE tombstone_archives SET created_at = "
+                         f"{archive.header.created_at_ms} WHERE name = '{archive.path.name}'")
+    return archive.path
+
+
+def test_the_retention_job_prunes_old_shared_copies_and_keeps_the_tenants_newest(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    host_a, host_b, settings, _before, archive = _host_a_tombstones(tmp_path, postgres_server)
+    old = asyncio.run(_old_shared_archive(settings, days_ago=30))
+    for host in (host_a, host_b):
+        with host.open("a") as config:
+            config.write(f"gcEnabled = true\narchiveMaxAgeMs = {7 * 86_400_000}\n")
+    names = {a["name"] for a in json.loads(on(host_b, "daemons.reconcile", "archives",
+                                                "--json").stdout)["archives"]}
+    assert names == {archive.name, old.name}
+
+    pruned_b = on(host_b, "daemons.reconcile", "gc", "--json")
+    assert pruned_b.returncode == 0, pruned_b.stderr
+    shown = json.loads(pruned_b.stdout)["archives"]
+    assert shown["shared"] == {"expired": [old.name], "pruned": [old.name], "kept": []}
+    assert shown["local"] == {"expired": [], "pruned": [], "kept": []}
+    listed = json.loads(on(host_b, "daemons.reconcile", "archives", "--json").stdout)
+    assert [a["name"] for a in listed["archives"]] == [archive.name], "its newest stays"
+    assert old.exists(), "host B cannot reach host A's files"
+
+    pruned_a = json.loads(on(host_a, "daemons.reconcile", "gc", "--json").stdout)["archives"]
+    assert pruned_a["local"]["pruned"] == [str(old)] and pruned_a["shared"]["pruned"] == []
+    assert not old.exists() and archive.exists()

@@ -60,7 +60,7 @@ def test_errors_are_prefixed_with_the_console_script_as_typed(config: Path,
     home = tmp_path / "home"
     typed = script("kb-tenants", "show", "nosuch", "--config", str(config), home=home)
     assert typed.returncode == 2
-    assert typed.stderr.startswith("kb-tenants: error: tenant 'nosuch'"), typed.stderr
+    assert typed.stderr.startswith('kb-tenants: error: no tenant "nosuch"'), typed.stderr
     typed = script("kb-reconcile", "explain", "nosuch", "--config", str(config), home=home)
     assert typed.returncode == 2
     assert typed.stderr.startswith("kb-reconcile: error: "), typed.stderr

@@ -10,20 +10,33 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from core.base.chroma import VectorStore
 from core.base.rules.graph_schema import NeoEra
 from core.drain.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.reconcile.rules.manifests import PathCoverage, diff_tenant_manifest
-from core.suite.demo_dataset import build_demo_dataset, synthetic_embedding
+from core.suite.demo_dataset import DEMO_REVISION, build_demo_dataset, synthetic_embedding
+from core.suite.demo_footprint import (
+    MAX_TENANT_NODES,
+    DemoFootprint,
+    FootprintBuilder,
+    changes,
+    describe,
+)
 from tests.neo_graphs import (
     assert_original_schema_unchanged,
     build_neo_graph,
     documents,
     original_entries,
 )
-from tests.support import make_settings, run_module, seed
+from tests.support import child_env, make_settings, run_module, seed
 
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}
+#: git as an operator's, without their own configuration.
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_GLOBAL": "/dev/null",
+           "GIT_CONFIG_NOSYSTEM": "1"}
 
 
 def run_demo(folder: Path) -> subprocess.CompletedProcess[str]:
@@ -64,6 +77,69 @@ def test_the_force_pushed_tenant_has_two_orphaned_paths_and_one_missing_path() -
     for row in rows:
         coverage.observe(row.metadata)
     assert coverage.missing() == {manifest.repo_slug: ("src/index.py",)}
+
+
+def footprint_of(nodes: list[tuple[Any, ...]], edges: list[tuple[Any, ...]],
+                 queue: str | None = "q1") -> DemoFootprint:
+    builder = FootprintBuilder()
+    builder.add_nodes(nodes)
+    builder.add_edges(edges)
+    builder.add_file("queue", queue)
+    return builder.footprint()
+
+
+def demo_like_nodes(*, policy: Any = None, paths: tuple[str, ...] = ("a.md",),
+                    yielded: tuple[str, ...] = ("a.md",)) -> list[tuple[Any, ...]]:
+    config = {"version": 1, "repoSlug": "hooli/search",
+              **({"reconciliationPolicy": policy} if policy is not None else {})}
+    manifest = {"manifests": {"hooli/search": {
+        "repoSlug": "hooli/search", "pathsAfterPush": list(paths), "updatedAt": 1,
+        "extractionSnapshot": {"yieldedSourcePaths": list(yielded), "updatedAt": 1}}}}
+    return [("CONCEPT:a", "CONCEPT", "{}", ""),
+            ("kb-config:hooli", "KnowledgeBaseTenantConfig", json.dumps(config), ""),
+            ("kb-manifest:hooli", "KnowledgeBaseTenantManifest", json.dumps(manifest), "")]
+
+
+EDGES = [("CONCEPT:a", "CONCEPT:a", "R", 1.0, "{}")]
+
+
+def test_a_footprint_names_the_tenant_part_that_changed_where_counts_stay_the_same() -> None:
+    then = footprint_of(demo_like_nodes(), EDGES)
+    assert changes(then, footprint_of(demo_like_nodes(), EDGES)) == []
+    assert DemoFootprint.from_json(json.loads(json.dumps(then.to_json()))) == then
+    assert changes(then, footprint_of(demo_like_nodes(policy={"orphanVersionGap": 5}),
+                                      EDGES)) == ["tenant hooli's policy was set"]
+    assert changes(footprint_of(demo_like_nodes(policy={"orphanVersionGap": 5}), EDGES),
+                   footprint_of(demo_like_nodes(policy={"orphanVersionGap": 6}), EDGES)) == [
+        "tenant hooli's policy changed"]
+    assert changes(then, footprint_of(demo_like_nodes(paths=("b.md",)), EDGES)) == [
+        "tenant hooli's manifest of hooli/search changed"]
+    assert changes(then, footprint_of(demo_like_nodes(yielded=()), EDGES)) == [
+        "tenant hooli's yield snapshot of hooli/search changed"]
+    assert changes(then, footprint_of(demo_like_nodes()[:2], EDGES)) == [
+        "tenant hooli's manifest node was removed"]
+    reinforced = [("CONCEPT:a", "CONCEPT:a", "R", 1.5, "{}")]
+    assert changes(then, footprint_of(demo_like_nodes(), reinforced)) == [
+        "the graph's edges changed (1 then, 1 now)"]
+    assert changes(then, footprint_of(demo_like_nodes(), EDGES, queue=None)) == [
+        "the lazy-edge queue changed"]
+    renamed = [(*row[:3], row[3]) if row[0] != "CONCEPT:a" else ("CONCEPT:a", "X", "{}", "")
+               for row in demo_like_nodes()]
+    assert changes(then, footprint_of(renamed, EDGES)) == [
+        "the graph's nodes changed (3 then, 3 now)"]
+
+
+def test_a_footprint_sees_a_change_past_its_named_tenants_and_names_only_the_first_few() -> None:
+    many = [(f"kb-config:t{n:05}", "KnowledgeBaseTenantConfig", '{"version": 1}', "")
+            for n in range(MAX_TENANT_NODES + 5)]
+    then = footprint_of(many, [])
+    assert len(then.tenant_nodes) == MAX_TENANT_NODES
+    later = [*many[:-1], (many[-1][0], many[-1][1], '{"version": 2}', "")]
+    assert changes(then, footprint_of(later, [])) == [
+        f"the graph's nodes changed ({len(many)} then, {len(many)} now)"]
+    assert describe(["a", "b", "c", "d", "e"]) == "a; b; c; and 2 more"
+    with pytest.raises(ValueError, match="not a footprint"):
+        DemoFootprint.from_json({"nodes": 1, "edges": 0, "queue_bytes": 0})
 
 
 def graph_facts(folder: Path) -> dict[str, Any]:
@@ -109,20 +185,101 @@ def test_five_runs_tell_the_same_story(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists(), "nothing may be written under $HOME"
 
 
-def test_a_folder_someone_else_wrote_to_is_never_reset(tmp_path: Path) -> None:
+def assert_refused(done: subprocess.CompletedProcess[str], *named: str) -> None:
+    """Exit 2 with one line on stderr that says what is not the demo's, names each of
+    `named`, and says where to run instead."""
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    (line,) = done.stderr.strip().splitlines()
+    assert "the demo changes nothing there" in line and "in a folder of its own" in line, line
+    for part in named:
+        assert part in line, (part, line)
+    assert done.stdout == ""
+
+
+def folder_state(folder: Path) -> dict[str, Any]:
+    """Every node and edge as stored, and the queue files' bytes."""
+    conn = sqlite3.connect(f"file:{folder / 'data' / 'graph.sqlite'}?mode=ro", uri=True)
+    with closing(conn):
+        graph = {"nodes": sorted(conn.execute("SELECT * FROM nodes")),
+                 "edges": sorted(conn.execute("SELECT * FROM edges"))}
+    queues = folder / "data" / "memory-core"
+    return {**graph, "files": {p.name: p.read_bytes() for p in sorted(queues.rglob("*"))
+                               if p.is_file()}}
+
+
+def test_a_folder_someone_else_wrote_to_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
     assert run_demo(tmp_path).returncode == 0
     queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
     produced = b'{"source":"CONCEPT:real","target":"CONCEPT:work","relationship":"R"}\n'
     with queue.open("ab") as stream:
         stream.write(produced)
-    facts = graph_facts(tmp_path)
+    before = folder_state(tmp_path)
     again = run_demo(tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert "not a fresh run" in again.stdout
-    assert "no queue lines (an earlier run appended them" in again.stdout
-    assert graph_facts(tmp_path)["versions"] == facts["versions"], "no version raised twice"
-    linked = any(e[:2] == ("CONCEPT:real", "CONCEPT:work") for e in graph_facts(tmp_path)["edges"])
-    assert linked or "CONCEPT:real" in queue.read_text(), "the producer's line is not lost"
+    assert_refused(again, f"{tmp_path / 'data'} holds data the demo did not write",
+                   "the lazy-edge queue changed since its last run", "--config")
+    assert folder_state(tmp_path) == before, "nothing changed: the producer's line is kept"
+
+
+def kb_tenants(config: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`kb-tenants ARGS --config CONFIG`, which must succeed."""
+    done = run_module("daemons.tenants", *args, "--config", str(config), home=home)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def operator_sets_hooli(config: Path, repo: Path) -> dict[str, Any]:
+    """What an operator does between two demo runs: a policy for the demo's force-pushed
+    tenant, and its manifest read from a git work tree of 4 paths; `kb-tenants show` after."""
+    repo.mkdir()
+    for name in ("README.md", "docs/guide.md", "src/index.py", "src/new.py"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(name)
+    for words in (("init", "-q", "-b", "main"), ("add", "-A"), ("commit", "-qm", "push")):
+        subprocess.run(["git", *words], cwd=repo, check=True, capture_output=True,
+                       env={**child_env(repo.parent / "home"), **GIT_ENV})
+    home = repo.parent / "home"
+    kb_tenants(config, "set-policy", "hooli", "--orphan-version-gap", "7",
+               "--auto-tombstone", "off", home=home)
+    kb_tenants(config, "set-manifest", "hooli", "--repo-slug", "hooli/search",
+               "--from-git", str(repo), home=home)
+    shown: dict[str, Any] = json.loads(kb_tenants(config, "show", "hooli", "--json",
+                                                  home=home).stdout)
+    [manifest] = shown["manifests"]
+    assert (manifest["repoSlug"], manifest["pathCount"]) == ("hooli/search", 4), \
+        "the operator's manifest, not the demo's 3 paths"
+    assert manifest["revision"] != DEMO_REVISION
+    assert shown["policy"]["orphanVersionGap"] == {"source": "tenant policy", "value": 7}
+    assert shown["policy"]["autoTombstoneSetting"] == "off"
+    return shown
+
+
+#: What the refusal names after `operator_sets_hooli`.
+OPERATOR_CHANGES = ("tenant hooli's policy was set",
+                    "tenant hooli's manifest of hooli/search changed", "since its last run")
+
+
+def test_a_demo_rerun_changes_neither_the_policy_nor_the_manifest_an_operator_set(
+        tmp_path: Path) -> None:
+    assert run_demo(tmp_path).returncode == 0
+    shown = operator_sets_hooli(tmp_path / "kb.toml", tmp_path / "hooli-search")
+    before = folder_state(tmp_path)
+    again = run_demo(tmp_path)
+    assert_refused(again, *OPERATOR_CHANGES)
+    assert json.loads(kb_tenants(tmp_path / "kb.toml", "show", "hooli", "--json",
+                                 home=tmp_path / "home").stdout) == shown
+    assert folder_state(tmp_path) == before
+
+
+def test_a_folder_with_an_older_or_torn_footprint_is_refused(tmp_path: Path) -> None:
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    queue.parent.mkdir(parents=True)
+    queue.write_text('{"source":"CONCEPT:a","target":"CONCEPT:b","relationship":"R"}\n')
+    footprint = tmp_path / "data" / ".kb-demo.json"
+    footprint.write_text('{"nodes": 0, "edges": 0, "queue_bytes": 64, "draining_bytes": 0, '
+                         '"dead_letter_bytes": 0}\n')
+    refused = run_demo(tmp_path)
+    assert_refused(refused, "its footprint .kb-demo.json is not one this demo wrote")
+    assert [p.name for p in queue.parent.iterdir()] == ["lazy-edges.jsonl"]
 
 
 async def test_the_demo_refuses_a_store_that_holds_other_data(tmp_path: Path) -> None:
@@ -167,8 +324,6 @@ def run_daemons_until_ready_then_stop(folder: Path) -> None:
 
 def assert_full_story(stdout: str) -> None:
     assert "13 queue lines" in stdout and "8 linked" in stdout, stdout
-    assert "changed since the demo's last run" not in stdout
-    assert "not a fresh run" not in stdout
     assert "again: the same story from the start" in stdout
     for tenant, kind in (("acme", "drifted"), ("globex", "clean"),
                          ("initech", "slightly behind"), ("hooli", "force-pushed")):
@@ -198,16 +353,17 @@ def test_the_demo_run_twice_tells_the_full_story_twice(tmp_path: Path) -> None:
         assert_full_story(run.stdout)
 
 
-def test_a_folder_with_foreign_data_is_not_said_to_have_changed_since_a_run(
+def test_a_folder_with_foreign_data_and_no_footprint_is_refused_untouched(
         tmp_path: Path) -> None:
     queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
     queue.parent.mkdir(parents=True)
-    queue.write_text('{"source":"CONCEPT:a","target":"CONCEPT:b","relationship":"R"}\n')
+    line = '{"source":"CONCEPT:a","target":"CONCEPT:b","relationship":"R"}\n'
+    queue.write_text(line)
     shown = run_demo(tmp_path)
-    assert shown.returncode == 0, shown.stderr
-    assert "changed since the demo's last run" not in shown.stdout
-    assert "holds graph nodes or queue lines the demo did not write" in shown.stdout
-    assert "again: the same story from the start" not in shown.stdout
+    assert_refused(shown, "holds graph nodes or queue lines the demo did not write")
+    assert "since its last run" not in shown.stderr
+    assert [p.name for p in queue.parent.iterdir()] == ["lazy-edges.jsonl"]
+    assert queue.read_text() == line and not (tmp_path / "data" / "graph.sqlite").exists()
 
 
 def test_the_demo_json_is_one_object_with_every_tenant_kind(tmp_path: Path) -> None:
@@ -276,3 +432,19 @@ def test_the_neo_demo_never_writes_into_a_folder_it_did_not_make(tmp_path: Path)
     assert (folder / "kb.toml").read_text() == "mine\n"
     both = run_neo_demo(tmp_path, "--neo", str(folder), "--config", str(folder / "kb.toml"))
     assert both.returncode == 2 and "not with --config" in both.stderr
+
+
+def test_a_neo_demo_rerun_changes_neither_the_policy_nor_the_manifest_an_operator_set(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "neo-demo"
+    assert run_neo_demo(tmp_path, "--neo", str(folder)).returncode == 0
+    config = folder / "kb.toml"
+    shown = operator_sets_hooli(config, tmp_path / "hooli-search")
+    graph = folder / "neo/.neo-ai-data/sqlite/memory-core-graph.sqlite"
+    before = documents(graph)
+    again = run_neo_demo(tmp_path, "--neo", str(folder))
+    assert_refused(again, f"{folder} holds data the demo did not write", *OPERATOR_CHANGES,
+                   "--neo <a new folder>")
+    assert json.loads(kb_tenants(config, "show", "hooli", "--json",
+                                 home=tmp_path / "home").stdout) == shown
+    assert documents(graph) == before and config.is_file()

@@ -121,7 +121,9 @@ def test_a_force_push_orphans_exactly_the_removed_files_chunks(
     repo = new_repo(tmp_path)
     base = commit_files(repo, {"a.md": "a", "src/b.py": "b"}, "base")
     pushed = commit_files(repo, {"c.md": "c", "src/d.py": "d"}, "pushed")
-    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(repo))
+    # Recorded before the tenant has a configuration: added on purpose.
+    made = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--from-git", str(repo),
+                   "--create")
     assert made.returncode == 0, made.stderr
     assert pushed in made.stdout and "4 paths" in made.stdout
     prepare(config, chunks_of(["a.md", "src/b.py", "c.md", "src/d.py"],
@@ -161,11 +163,14 @@ def test_a_force_push_orphans_exactly_the_removed_files_chunks(
     assert "c.md#0" in text.stdout and "missing: e.md" in text.stdout
 
 
-def test_a_manifest_for_an_unconfigured_tenant_is_kept_and_says_the_pass_skips_it(
+def test_a_manifest_for_an_unconfigured_tenant_needs_create_and_says_the_pass_skips_it(
     tmp_path: Path, config: Path
 ) -> None:
+    refused = tenants(config, "set-manifest", "nobody", "--repo-slug", "r", "--paths-file",
+                      "-", stdin="a.md\n")
+    assert refused.returncode == 2 and 'no tenant "nobody"' in refused.stderr
     made = tenants(config, "set-manifest", "nobody", "--repo-slug", "r", "--paths-file", "-",
-                   stdin="a.md\n")
+                   "--create", stdin="a.md\n")
     assert made.returncode == 0, made.stderr
     assert "has no configuration node" in made.stderr
     shown = json.loads(tenants(config, "show", "nobody", "--json").stdout)
@@ -249,9 +254,10 @@ def test_a_manifest_matching_none_of_the_repos_chunks_is_refused_unless_forced(
     assert "matches none of the 4 chunks of repo r" in line
     assert "chunk paths: lib/x.py, lib/y.py; manifest paths: other/x.py, other/y.py" in line
     assert json.loads(tenants(config, "show", "acme", "--json").stdout)["manifests"] == []
-    # Another repo of the same tenant has no chunk yet: nothing to match, recorded.
+    # Another repo of the same tenant has no chunk yet: nothing to match, recorded (a new
+    # repo, added on purpose).
     other = tenants(config, "set-manifest", "acme", "--repo-slug", "new", "--paths-file", "-",
-                    stdin=listing)
+                    "--create", stdin=listing)
     assert other.returncode == 0, other.stderr
     forced = tenants(config, "set-manifest", "acme", "--repo-slug", "r", "--paths-file", "-",
                      "--force", stdin=listing)
@@ -347,7 +353,7 @@ def test_set_policy_keeps_the_version_and_show_names_each_values_source(
         assert len([ln for ln in done.stderr.splitlines() if ln.strip()]) == 1
     assert json.loads(tenants(config, "show", "acme", "--json").stdout) == shown
     unknown = tenants(config, "set-policy", "nobody", "--auto-tombstone", "off")
-    assert unknown.returncode == 2 and "set-config first" in unknown.stderr
+    assert unknown.returncode == 2 and "set-config adds a tenant" in unknown.stderr
 
 
 def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_nothing(

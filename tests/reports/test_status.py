@@ -261,7 +261,7 @@ def test_an_old_state_file_carries_on_with_its_drain_tick_shown_as_its_drainer(
 
     old = status_json(tmp_path)
     assert path.read_bytes() == before, "status reads an old file without changing it"
-    assert set(old) == KEYS_BEFORE | {"drainers", "leader"}
+    assert set(old) == KEYS_BEFORE | {"drainers", "leader", "archives"}
     assert old["ticks"]["drain"]["startedAt"] == 1_000_000
     assert old["drainers"] == [{
         "drainer": "", "host": None, "local": True, "lastTick": old["ticks"]["drain"],

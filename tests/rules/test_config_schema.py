@@ -16,11 +16,11 @@ from core.base.config.alert_rules import parse_alert_rules
 from core.base.config.config_schema import (
     KEYS,
     KEYS_BY_NAME,
-    Secret,
     Settings,
     toml_literal,
     url_without_user_info,
 )
+from core.base.config.secret import Secret
 
 
 def test_every_key_has_one_entry_and_a_settings_field_of_its_name() -> None:

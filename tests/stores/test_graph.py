@@ -11,9 +11,11 @@ from core.base.rules.errors import StoreUnavailable
 from core.base.rules.nodes import EdgeRow, NodeRow
 from core.base.state.graph import (
     MAX_WEIGHT,
+    edge_pages,
     existing_ids,
     link_edges,
     link_nodes,
+    node_pages,
     upsert_node,
     upsert_nodes,
 )
@@ -215,3 +217,20 @@ async def test_jobs_sharing_one_connection_take_it_in_turn(graph: GraphDB) -> No
     await asyncio.gather(*(writer(n) for n in range(5)), *(reader() for _ in range(5)))
     assert await existing_ids(graph, [f"CONCEPT:w{n}" for n in range(5)]) == {
         f"CONCEPT:w{n}" for n in range(5)}
+
+
+async def test_pages_read_every_node_and_edge_once_in_byte_order(graph: GraphDB) -> None:
+    # Ids that collate differently by locale, and edges that share a source and a target.
+    ids = ["CONCEPT:b", "CONCEPT:a", "concept:a", "CONCEPT:\u00e9", "", "CONCEPT:a b"]
+    async with graph.write() as tx:
+        await upsert_nodes(tx, [NodeRow(i, "CONCEPT", {"n": n}) for n, i in enumerate(ids)])
+        await link_edges(tx, [EdgeRow(s, t, r) for s in ids[:3] for t in ids[:3]
+                              for r in ("R", "Q")])
+    nodes = [row async for page in node_pages(graph, page_rows=2) for row in page]
+    assert [row[0] for row in nodes] == sorted(ids, key=lambda i: i.encode())
+    assert nodes[0][1:3] == ("CONCEPT", '{"n":4}')
+    edges = [row async for page in edge_pages(graph, page_rows=4) for row in page]
+    keys = [tuple(row[:3]) for row in edges]
+    assert keys == sorted({(s, t, r) for s in ids[:3] for t in ids[:3] for r in ("R", "Q")},
+                          key=lambda k: [part.encode() for part in k])
+    assert [row async for page in node_pages(graph, page_rows=len(ids)) for row in page] == nodes

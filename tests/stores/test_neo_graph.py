@@ -20,11 +20,13 @@ from core.base.rules.graph_schema import NeoEra
 from core.base.rules.nodes import EdgeRow, NodeRow, memory_node, minimal_session_node
 from core.base.state.daemon_state import TickRecord, get_value, last_ticks, record_tick, set_value
 from core.base.state.graph import (
+    edge_pages,
     existing_ids,
     identity_conflicts,
     insert_edges_if_absent,
     insert_nodes_if_absent,
     link_edges,
+    node_pages,
     nodes_by_id,
     upsert_node,
     upsert_nodes,
@@ -443,3 +445,18 @@ async def test_the_daemons_own_state_lives_in_their_prefixed_tables_of_the_same_
         assert conn.execute("SELECT COUNT(*) FROM kb_daemons_alerts_fired").fetchone()[0] == 1
         assert conn.execute("SELECT event_type FROM kb_ingestion_metrics").fetchall() == [
             ("reconcile",)]
+
+
+async def test_pages_read_every_document_of_the_originals_tables_once(
+        neo: GraphDB, built: Path) -> None:
+    async with neo.write() as tx:
+        await upsert_nodes(tx, [NodeRow(f"CONCEPT:{n}", "CONCEPT", {"n": n}) for n in range(5)])
+        await link_edges(tx, [EdgeRow("CONCEPT:0", f"CONCEPT:{n}", "R") for n in range(5)])
+    with closing(sqlite3.connect(built)) as conn:
+        stored_nodes = sorted(conn.execute("SELECT id, data FROM Nodes"))
+        stored_edges = sorted(conn.execute("SELECT source, target, id, type, data FROM Edges"))
+    nodes = [row async for page in node_pages(neo, page_rows=2) for row in page]
+    assert [(row[0], row[3]) for row in nodes] == stored_nodes
+    assert json.loads(nodes[-1][2]) == json.loads(stored_nodes[-1][1])["properties"]
+    edges = [row async for page in edge_pages(neo, page_rows=2) for row in page]
+    assert edges == stored_edges

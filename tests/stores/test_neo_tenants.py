@@ -189,7 +189,8 @@ def test_set_manifest_and_set_yield_write_the_originals_entry_and_keep_the_other
     before = schema_entries(path)
     (tmp_path / "paths.txt").write_text("z.md\ny.md\n")
     assert kb_tenants(config, capsys, "set-manifest", "acme", "--repo-slug", REPO_B,
-                      "--paths-file", str(tmp_path / "paths.txt"), "--force") == 0
+                      "--paths-file", str(tmp_path / "paths.txt"), "--force",
+                      "--create") == 0
     after = properties(path, "kb-manifest:acme")
     entry = after["manifests"][REPO_B]
     assert entry == {"repoSlug": REPO_B, "pathsAfterPush": ["y.md", "z.md"],
@@ -213,6 +214,37 @@ def test_set_manifest_and_set_yield_write_the_originals_entry_and_keep_the_other
     assert logged(path, era, "kb-manifest:acme")
     if era in BARE_ERAS:
         assert visible_to_the_original(path, "kb-manifest:acme")
+
+
+def test_remove_yield_and_remove_manifest_rewrite_the_map_and_keep_the_other_repos(
+    tmp_path: Path, era: NeoEra, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The original's merge never deletes a key: a removal writes the node's whole
+    `manifests` map without the entry (or its snapshot), through its triggers."""
+    original = tenant_manifest("acme", REPO_A, ["a.md", "b.md"], 1_000)
+    receipt = {**original.properties["manifests"][REPO_A], "materializationReceipt": {"x": 1}}
+    snapshot = {"yieldedSourcePaths": ["y.md"], "extractionIdentity": IDENTITY,
+                "updatedAt": 2_000}
+    stray = {"repoSlug": REPO_B, "pathsAfterPush": ["y.md"], "updatedAt": 2_000,
+             "extractionSnapshot": snapshot}
+    stored = {**original.properties, "manifests": {REPO_A: receipt, REPO_B: stray}}
+    path = graph(tmp_path, era, tenant_config("acme"),
+                 Node(original.id, original.label, stored))
+    config = config_file(tmp_path)
+    before = schema_entries(path)
+    assert kb_tenants(config, capsys, "remove-yield", "acme", "--repo-slug", REPO_B) == 0
+    unsnapped = {k: v for k, v in stray.items() if k != "extractionSnapshot"}
+    assert properties(path, "kb-manifest:acme") == {
+        **stored, "manifests": {REPO_A: receipt, REPO_B: unsnapped}}
+    assert kb_tenants(config, capsys, "remove-manifest", "acme", "--repo-slug", REPO_B) == 0
+    assert properties(path, "kb-manifest:acme") == {**stored, "manifests": {REPO_A: receipt}}
+    assert documents(path)["kb-manifest:acme"]["label"] == "KnowledgeBaseTenantManifest"
+    assert_original_schema_unchanged(before, path)
+    assert logged(path, era, "kb-manifest:acme")
+    unchanged = file_bytes(path)
+    assert kb_tenants(config, capsys, "remove-manifest", "acme", "--repo-slug", REPO_B) == 0
+    assert "nothing to remove" in capsys.readouterr().out
+    assert file_bytes(path) == unchanged
 
 
 def test_set_repo_gives_the_platforms_entry_a_generation_and_refuses_an_undeclared_repo(

@@ -173,6 +173,12 @@ class ChromaReads(ChromaConnection):
             kwargs["ids"] = list(dict.fromkeys(ids))
         return column_page(await self._run(name, "get", **kwargs))
 
+    async def any_where(self, name: str, *, where: Mapping[str, Any]) -> bool:
+        """Whether any row matches `where`: one ids-only `get` of at most one row (what a
+        command asks before it writes under a name, say a repo with chunks)."""
+        result = await self._run(name, "get", where=dict(where), include=[], limit=1)
+        return bool(result.get("ids"))
+
     async def ids_where(self, name: str, *, where: Mapping[str, Any],
                         ids: Sequence[str] | None = None) -> list[str]:
         """Every id matching `where` (and among `ids` when given), in ONE ids-only `get` (no

@@ -33,6 +33,7 @@ from core.base.config.chroma_server import (
 from core.base.config.chroma_server import (
     url_without_user_info as url_without_user_info,
 )
+from core.base.config.secret import Secret as Secret
 from core.base.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.base.rules.numbers import valid_max_age, valid_max_count
 
@@ -214,6 +215,9 @@ KEYS: tuple[Key, ...] = (
     Key("gcDefragThreshold", "number", 0.10,
         "a pass deleting over a tenth of the collection leaves the index worth compacting",
         _at_least(0), ">= 0"),
+    Key("archiveMaxAgeMs", "integer", 0,
+        "0 keeps every archive (the only way back for what a pass deleted); an age lets the "
+        "retention job prune older ones, never a tenant's newest", _at_least(0), ">= 0"),
     Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
     Key("alertingIntervalMs", "integer", 900_000,
         "four looks an hour notice drift within one reconcile interval",
@@ -230,24 +234,6 @@ KEYS: tuple[Key, ...] = (
 )
 
 KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
-
-
-@dataclass(frozen=True, slots=True)
-class Secret:
-    """A credential: its repr and str say only that it is there, so no log line, traceback,
-    error or report that shows the object holding it can show the credential."""
-
-    value: str = field(repr=False)
-
-    def __repr__(self) -> str:
-        return "Secret(<redacted>)"
-
-    def __str__(self) -> str:
-        return "<redacted>"
-
-    def reveal(self) -> str:
-        """The credential itself, for the one place that sends it (the Chroma client)."""
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +283,9 @@ class Settings:
     gc_retention: Mapping[str, Any]
     gc_auto_delete: bool
     gc_defrag_threshold: float
+    #: Archives older than this (ms) are pruned by the retention job, a tenant's newest
+    #: never; 0 keeps every archive.
+    archive_max_age_ms: int
     alerting_enabled: bool
     alerting_interval_ms: int
     alerting_cooldown_ms: int

@@ -70,7 +70,8 @@ def records(drawn: TextTable, *, width: int) -> str:
     """The table as records, for a page narrower than its columns' longest words: each row's
     first cell on a line of its own, then `header: value` a line each, wrapped between words
     under the value, so no word or time is cut in two."""
-    lines = textwrap.wrap(drawn.record_title, width) if drawn.record_title else []
+    lines = (textwrap.wrap(drawn.record_title, width, break_long_words=False,
+                           break_on_hyphens=False) if drawn.record_title else [])
     for row in drawn.cells:
         lines += textwrap.wrap(row[0] if row else "-", width, initial_indent="  ",
                                subsequent_indent="    ")

@@ -14,7 +14,7 @@ of writing it.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -83,6 +83,20 @@ async def upsert_nodes(
     await tx.executemany(
         tx.sql.upsert_node, [(n.id, n.label, properties_json(n.properties), removal) for n in nodes]
     )
+
+
+async def rewrite_node_keys(tx: Transaction, node: NodeRow) -> None:
+    """Set each top-level key of `node.properties` on the existing node to exactly that value:
+    an object replaces the stored one whole instead of being merged into it, so a key inside
+    it can go (an upsert's merge never deletes one on a graph that keeps every key). The
+    node's other keys are kept; a node that does not exist is not created."""
+    if tx.model is not None:
+        await tx.model.rewrite_node_keys(tx, node)
+        return
+    if not node.properties or not await tx.query(tx.sql.node_properties, (node.id,)):
+        return
+    await upsert_nodes(tx, [NodeRow(node.id, node.label, {})], drop_keys=tuple(node.properties))
+    await upsert_nodes(tx, [node])
 
 
 async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
@@ -210,6 +224,40 @@ async def count_nodes_and_edges(reader: Reader, tables: Collection[str]) -> tupl
     edges = int((await reader.query(reader.sql.count_edges))[0][0]) \
         if "edges" in tables else 0
     return nodes, edges
+
+
+#: Rows per page of `node_pages` / `edge_pages`: what one read holds in memory at a time.
+PAGE_ROWS = 1000
+
+
+async def node_pages(reader: Reader, *, page_rows: int = PAGE_ROWS
+                     ) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """Every node as stored, a page at a time in id order (`Statements.node_page`'s columns):
+    a graph of any size is read in bounded memory, and the same graph in the same order."""
+    after: str | None = None
+    while True:
+        page = [tuple(row) for row in await reader.query(reader.sql.node_page,
+                                                         (after, page_rows))]
+        if page:
+            yield page
+        if len(page) < page_rows:
+            return
+        after = str(page[-1][0])
+
+
+async def edge_pages(reader: Reader, *, page_rows: int = PAGE_ROWS
+                     ) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """Every edge as stored, a page at a time in the order of its unique key
+    (`Statements.edge_page`'s columns), in bounded memory as `node_pages`."""
+    after: tuple[str | None, str | None, str | None] = (None, None, None)
+    while True:
+        page = [tuple(row) for row in await reader.query(reader.sql.edge_page,
+                                                         (*after, page_rows))]
+        if page:
+            yield page
+        if len(page) < page_rows:
+            return
+        after = (str(page[-1][0]), str(page[-1][1]), str(page[-1][2]))
 
 
 async def provenance_counts(reader: Reader) -> dict[str, tuple[int, int, int, int]]:

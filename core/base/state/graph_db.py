@@ -167,6 +167,11 @@ class GraphModel(Protocol):
         """Create nodes or merge properties into them."""
         ...
 
+    async def rewrite_node_keys(self, tx: Transaction, node: NodeRow) -> None:
+        """Set top-level keys of an existing node to exactly the values given (no merge
+        into them); the other keys kept, a missing node left missing."""
+        ...
+
     async def insert_edges_if_absent(self, tx: Transaction, edges: Iterable[EdgeLike]) -> None:
         """Create edges that do not exist, without reinforcing the others."""
         ...

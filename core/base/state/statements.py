@@ -44,6 +44,14 @@ class Statements:
     node_properties: str
     #: (label, prefix length, prefix) -> id, properties, by id
     nodes_by_label_and_prefix: str
+    #: (after id or None, limit) -> id, label, properties, document: the next page of every
+    #: node by id (byte order), the first page for None; `document` is the stored row's own
+    #: text where it holds more than label and properties (the original's `data`), else ''
+    node_page: str
+    #: (after key's 3 parts or None x3, limit) -> the key's 3 parts, then the edge's content
+    #: columns: the next page of every edge by a unique key of 3 texts (byte order; this
+    #: project's (source, target, relationship), the original's (source, target, id))
+    edge_page: str
     #: () -> table name, every table of the state
     table_names: str
     #: (table name) -> a row when the table exists

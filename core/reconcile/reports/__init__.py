@@ -1,1 +1,1 @@
-"""The reconcile's views for people: `explain` and `tenants show`."""
+"""The reconcile's views for people: `explain`, `tenants show` and `archives`."""

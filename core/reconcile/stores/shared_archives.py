@@ -22,6 +22,9 @@ and their bytes must match the head's size and SHA-256, or the copy is refused (
 exit 2, nothing restored). The bytes are then restored exactly as a local file is
 (`core.reconcile.restore`), line checksums and preserve-live rules included.
 
+**Listing and pruning** (`shared_heads`, `remove_shared`): `reconcile archives` lists every
+head; the retention pass removes old copies, parts then head, in one transaction.
+
 SQLite mode has none of this: `shared_archives` gives None and the engine does no extra work.
 The SQL below is PostgreSQL's only (the tables are its schema version 3).
 """
@@ -75,6 +78,10 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
 """
 _HEAD: Final = ("SELECT parts, size, sha256, host, path FROM tombstone_archives "
                 "WHERE name = $1")
+_HEADS: Final = ("SELECT name, tenant_id, collection, host, path, created_at, size "
+                  "FROM tombstone_archives ORDER BY created_at, name")
+_REMOVE_PARTS: Final = "DELETE FROM tombstone_archive_parts WHERE name = ANY($1::text[])"
+_REMOVE_HEADS: Final = "DELETE FROM tombstone_archives WHERE name = ANY($1::text[])"
 # Only the parts the head counts: a pass still adding to the archive cannot tear the read.
 _PARTS: Final = ("SELECT part, content FROM tombstone_archive_parts WHERE name = $1 "
                  "AND part < $2 ORDER BY part")
@@ -168,6 +175,36 @@ def shared_archives(settings: Settings, graph: GraphDB) -> SharedArchives | None
     """The pass's shared copies when the state is shared (`stateUrl`), else None: a SQLite
     state has one host, and its archive files are all there is."""
     return SharedArchives(graph) if settings.state_url else None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedHead:
+    """A shared archive as its head row names it."""
+
+    name: str
+    tenant_id: str
+    collection: str
+    #: The host that wrote it, and the path it wrote it at there.
+    host: str
+    path: str
+    created_at_ms: int
+    size: int
+
+
+async def shared_heads(graph: GraphDB) -> list[SharedHead]:
+    """Every shared archive's head, oldest first ([] for a database without them)."""
+    if SHARED_ARCHIVE_TABLE not in await graph.table_names():
+        return []
+    return [SharedHead(str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]),
+                       int(r[6])) for r in await graph.query(_HEADS)]
+
+
+async def remove_shared(graph: GraphDB, names: Sequence[str]) -> None:
+    """Remove these shared archives, their parts first then their heads, in one transaction
+    (the retention job's pruning)."""
+    async with graph.write() as tx:
+        await tx.execute(_REMOVE_PARTS, [list(names)])
+        await tx.execute(_REMOVE_HEADS, [list(names)])
 
 
 async def fetch(graph: GraphDB, name: str) -> bytes | None:

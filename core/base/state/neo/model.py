@@ -196,6 +196,22 @@ class NeoGraphModel:
         if updates:
             await tx.executemany(update_node(user_id=has_user_id), updates)
 
+    async def rewrite_node_keys(self, tx: Transaction, node: NodeRow) -> None:
+        """The node's document with each top-level key of `node.properties` set to exactly
+        its value (what no `upsertNode` can do: its merge keeps every key, so a removal
+        writes the whole object that held the key), its label and other keys as stored;
+        written only when it changes (its trigger logs it), never created."""
+        rows = await tx.query(NODE_DOCUMENTS, (_json_ids([node.id]),))
+        document = _document(rows[0][1]) if rows else None
+        if document is None:
+            return
+        old = document.get("properties")
+        properties = {**(old if isinstance(old, Mapping) else {}), **node.properties}
+        rewritten = {**document, "properties": properties}
+        if rewritten != document:
+            await tx.executemany(update_node(user_id=self.layout.nodes_user_id),
+                                 [self._node_params(node.id, rewritten, update=True)])
+
     @staticmethod
     def _occupied(write: NeoNodeWrite, document: Mapping[str, Any] | None) -> bool:
         return (write.label == AGENT_MEMORY_LABEL and document is not None

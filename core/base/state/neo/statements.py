@@ -105,6 +105,12 @@ NEO = dataclasses.replace(dataclasses.replace(SQLITE, **_renamed(SQLITE)),
     node_properties=f"SELECT {PROPERTIES} FROM Nodes WHERE id = ?",
     nodes_by_label_and_prefix=(f"SELECT id, {PROPERTIES} FROM Nodes "
                                f"WHERE substr(id, 1, ?2) = ?3 AND {LABEL} = ?1 ORDER BY id"),
+    node_page=(f"SELECT id, {LABEL}, {PROPERTIES}, data FROM Nodes "
+               "WHERE ?1 IS NULL OR id > ?1 ORDER BY id LIMIT ?2"),
+    # The original's edges are unique by id only: (source, target, id) is a unique key.
+    edge_page=("SELECT source, target, id, type, data FROM Edges "
+               "WHERE ?1 IS NULL OR (source, target, id) > (?1, ?2, ?3) "
+               "ORDER BY source, target, id LIMIT ?4"),
     table_exists=("SELECT 1 FROM sqlite_master WHERE type = 'table' "
                   f"AND name = '{OWN_PREFIX}' || ?"),
 )

@@ -109,6 +109,12 @@ POSTGRES = Statements(
     node_properties="SELECT properties FROM nodes WHERE id = $1",
     nodes_by_label_and_prefix=('SELECT id, properties FROM nodes WHERE label = $1 AND '
                                'substr(id, 1, $2) = $3 ORDER BY id COLLATE "C"'),
+    node_page=("SELECT id, label, properties, '' FROM nodes "
+               'WHERE $1::text IS NULL OR id COLLATE "C" > $1 ORDER BY id COLLATE "C" LIMIT $2'),
+    edge_page=("SELECT source, target, relationship, weight, properties FROM edges "
+               'WHERE $1::text IS NULL OR (source COLLATE "C", target COLLATE "C", '
+               'relationship COLLATE "C") > ($1::text, $2::text, $3::text) ORDER BY '
+               'source COLLATE "C", target COLLATE "C", relationship COLLATE "C" LIMIT $4'),
     table_names=_TABLES,
     table_exists=_TABLES + " AND tablename = $1",
     insert_metric="""

@@ -87,6 +87,11 @@ SQLITE = Statements(
     # substr, not LIKE: LIKE is case-insensitive and would also list `KB-CONFIG:` nodes.
     nodes_by_label_and_prefix=("SELECT id, properties FROM nodes "
                                "WHERE label = ? AND substr(id, 1, ?) = ? ORDER BY id"),
+    node_page=("SELECT id, label, properties, '' FROM nodes "
+               "WHERE ?1 IS NULL OR id > ?1 ORDER BY id LIMIT ?2"),
+    edge_page=("SELECT source, target, relationship, weight, properties FROM edges "
+               "WHERE ?1 IS NULL OR (source, target, relationship) > (?1, ?2, ?3) "
+               "ORDER BY source, target, relationship LIMIT ?4"),
     table_names="SELECT name FROM sqlite_master WHERE type = 'table'",
     table_exists="SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
     insert_metric="""
