@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -101,10 +102,26 @@ def write_config(path: Path) -> None:
     path.write_text('[knowledgeBase]\ndataDir = "data"\n', encoding="utf-8")
 
 
-def run_once(command: Command, *, config: Path, env: Mapping[str, str]) -> float:
-    """Run one command to its end; its wall time from spawn to exit. A command that fails
-    raises BenchmarkError quoting its stderr (its time would mean nothing)."""
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a command: its wall time from spawn to exit, and the CPU time (user +
+    system) it used, which a busy machine inflates far less than the wall time."""
+
+    wall_s: float
+    cpu_s: float
+
+
+def children_cpu_s() -> float:
+    """User + system CPU time of this process's waited-for children so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(command: Command, *, config: Path, env: Mapping[str, str]) -> Run:
+    """Run one command to its end and time it. A command that fails raises BenchmarkError
+    quoting its stderr (its time would mean nothing)."""
     words = [str(config) if word == "CONFIG" else word for word in command.words]
+    cpu_before = children_cpu_s()
     started = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, *words], env=dict(env), cwd=repo_root(),
@@ -117,35 +134,37 @@ def run_once(command: Command, *, config: Path, env: Mapping[str, str]) -> float
     if done.returncode != 0:
         raise BenchmarkError(f"{command.shown()} exited {done.returncode}; stderr:\n"
                              f"{done.stderr[-STDERR_TAIL_CHARS:]}")
-    return wall_s
+    return Run(wall_s, children_cpu_s() - cpu_before)
 
 
 def time_commands(timed: Sequence[Command], *, runs: int, config: Path,
-                  env: Mapping[str, str]) -> dict[str, list[float]]:
+                  env: Mapping[str, str]) -> dict[str, list[Run]]:
     """One untimed run of each command, then `runs` rounds of one timed run each."""
     for command in timed:
         run_once(command, config=config, env=env)
-    walls: dict[str, list[float]] = {command.name: [] for command in timed}
+    timings: dict[str, list[Run]] = {command.name: [] for command in timed}
     for round_number in range(runs):
         progress(f"startup: round {round_number + 1} of {runs}")
         for command in timed:
-            walls[command.name].append(run_once(command, config=config, env=env))
-    return walls
+            timings[command.name].append(run_once(command, config=config, env=env))
+    return timings
 
 
-def figures(timed: Sequence[Command], walls: Mapping[str, list[float]]) -> dict[str, Any]:
-    """Each command's median, best and runs, and its median over the bare interpreter's;
-    the target on the slowest of the targeted commands."""
-    bare_s = statistics.median(walls["bare"])
+def figures(timed: Sequence[Command], runs: Mapping[str, list[Run]]) -> dict[str, Any]:
+    """Each command's median wall time, best and runs, its median over the bare interpreter's
+    and its median CPU time; the target on the slowest of the targeted commands (wall)."""
+    bare_s = statistics.median(run.wall_s for run in runs["bare"])
     rows: dict[str, Any] = {}
     for command in timed:
-        median_s = statistics.median(walls[command.name])
+        walls = [run.wall_s for run in runs[command.name]]
+        median_s = statistics.median(walls)
         rows[command.name] = {
             "command": command.shown(),
             "medianS": round(median_s, 3),
-            "minS": round(min(walls[command.name]), 3),
-            "runsS": [round(wall, 3) for wall in walls[command.name]],
+            "minS": round(min(walls), 3),
+            "runsS": [round(wall, 3) for wall in walls],
             "overBareS": round(median_s - bare_s, 3),
+            "cpuMedianS": round(statistics.median(run.cpu_s for run in runs[command.name]), 3),
             "targeted": command.targeted,
         }
     worst = max(rows[command.name]["overBareS"] for command in timed if command.targeted)
@@ -165,10 +184,10 @@ def run_startup_benchmark(runs: int) -> dict[str, Any]:
         run_child(MODULE, ["--seed", str(config)], env=env)
         timed = commands()
         load_before = os.getloadavg()[0]
-        walls = time_commands(timed, runs=runs, config=config, env=env)
+        timings = time_commands(timed, runs=runs, config=config, env=env)
         return {"runs": runs, "loadAverage1mBefore": round(load_before, 2),
                 "loadAverage1mAfter": round(os.getloadavg()[0], 2),
-                **figures(timed, walls)}
+                **figures(timed, timings)}
     finally:
         remove_tree(workdir)
 
@@ -176,8 +195,8 @@ def run_startup_benchmark(runs: int) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     """The start-up section of the printed table."""
     body = format_table(
-        ["command", "median s", "best s", "over bare s"],
-        [[row["command"], row["medianS"], row["minS"], row["overBareS"]]
+        ["command", "median s", "best s", "over bare s", "CPU s"],
+        [[row["command"], row["medianS"], row["minS"], row["overBareS"], row["cpuMedianS"]]
          for row in result["commands"].values()],
     )
     return (f"Start-up: whole process, median of {result['runs']} (load average "

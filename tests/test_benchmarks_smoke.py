@@ -136,6 +136,7 @@ def test_each_command_start_up_is_timed_against_a_bare_interpreter(
     for row in commands.values():
         assert len(row["runsS"]) == startup["runs"] >= 1
         assert 0 < row["minS"] <= row["medianS"]
+        assert row["cpuMedianS"] > 0
         assert row["overBareS"] == pytest.approx(row["medianS"] - startup["bareS"], abs=0.002)
     assert {name for name, row in commands.items() if row["targeted"]} == {
         "status", "health", "tenants-show"}
