@@ -27,11 +27,12 @@ from benchmarks import (
     postgres_bench,
     reconcile_bench,
     scale_bench,
+    startup_bench,
 )
 from benchmarks.harness import Target, emit_report, machine, progress
 
 BENCHMARKS = ("drain", "drain-server", "drain-neo", "postgres", "reconcile", "legacy", "scale",
-              "idle")
+              "idle", "startup")
 
 
 def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
@@ -65,6 +66,9 @@ def run_all(*, smoke: bool, repeats: int, only: Sequence[str],
         "idle": (lambda: idle_bench.run_idle_benchmark(
             idle_bench.SMOKE_WINDOW_S if smoke else idle_bench.FULL_WINDOW_S),
             idle_bench.table),
+        "startup": (lambda: startup_bench.run_startup_benchmark(
+            startup_bench.SMOKE_RUNS if smoke else startup_bench.FULL_RUNS),
+            startup_bench.table),
     }
     started = time.monotonic()
     for name in BENCHMARKS:

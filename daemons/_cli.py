@@ -21,23 +21,16 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
 
-from core.base.config.config import Settings
-from core.base.rules.camel_json import Figures
-from core.base.rules.errors import KbError
+from core.base.rules.errors import LOGGED_NOTE, KbError
 from core.base.rules.terminal_text import inert, shown_text
 from core.base.runtime.logs import quiet_on_terminal, scrub_shown
 from core.base.runtime.process import limit_malloc_arenas, restrict_umask
-from core.base.runtime.settings import load_settings
-from core.suite.oneshot import OneShot, run_jobs_once
-from core.suite.scheduler import DaemonSpec, RuntimeOptions
-from core.suite.serve import serve
-from core.suite.tick import LOGGED_NOTE
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -241,60 +234,3 @@ def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoRetur
         emit_failure(unexpected_error(exc))
         code = EXIT_FAILED
     raise SystemExit(code)
-
-
-async def tick_once(
-    daemon: DaemonSpec,
-    settings: Settings,
-    *,
-    dry_run: bool,
-    as_json: bool,
-    summarize: Callable[[Mapping[str, Figures]], str],
-    succeeded: Callable[[Figures], bool] = lambda _figures: True,
-) -> int:
-    """A daemon's `--tick`: each of its jobs once, as its scheduler runs them (the first job's
-    figures, then each other job's under its name), printed as one JSON object with `--json`,
-    else as the few lines `summarize` makes of the figures by job name.
-    Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
-    when a stop signal ended it early. A failure propagates to `run_main`, which prints the
-    one `{"ok": false, "error": ...}` object."""
-    done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run,
-                               elected=daemon.name if daemon.elected else None)
-    main = done.figures[daemon.jobs[0].name]
-    shown = main.json()
-    for job in daemon.jobs[1:]:
-        if job.name in done.figures:
-            shown[job.name] = done.figures[job.name].json()
-    ok = succeeded(main.figures)
-    if as_json:
-        emit_json({"ok": ok, **shown})
-    else:
-        write_text(summarize({name: result.figures for name, result in done.figures.items()}))
-        sys.stdout.flush()
-    return exit_code(ok=ok, run=done.run)
-
-
-def exit_code(*, ok: bool, run: OneShot) -> int:
-    """CONTRACT's code for a one-shot run: stopped by a signal (128 + its number), else 0 or 1."""
-    stopped = run.stopped_exit_code
-    if stopped is not None:
-        return stopped
-    return EXIT_OK if ok else EXIT_FAILED
-
-
-def serve_main(
-    prog: str,
-    *,
-    config: str | None,
-    build_specs: Callable[[Settings], Sequence[DaemonSpec]],
-    dry_run: bool = False,
-) -> NoReturn:
-    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
-
-    async def main() -> int:
-        quiet_on_terminal(verbose=True)  # a daemon's log is its record, on a terminal too
-        settings = load_settings(config)
-        return await serve(settings, build_specs(settings),
-                           options=RuntimeOptions(dry_run=dry_run))
-
-    run_main(prog, main)

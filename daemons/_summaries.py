@@ -8,13 +8,11 @@ command to run next (the console scripts, `kb-status` and friends).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from core.alerting.alerting_pass import AlertingDisabled, AlertingFigures
-from core.base.reports.tables import as_text, table
 from core.base.rules.camel_json import Figures
-from core.base.rules.tenants import TenantConfig
 from core.drain.eager_backfill import (
     DrainFailed,
     DrainSkipped,
@@ -30,17 +28,13 @@ from core.reconcile.rules.reconcile_outcome import (
     ReconcileFigures,
     TenantFigures,
 )
+from daemons._summaries_admin import counted
 
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
 TENANTS_NAMED = 5
 #: Archives a pass's summary names (`--json` and `kb-reconcile archives` list every one).
 ARCHIVES_NAMED = 3
-
-
-def counted(number: int, noun: str, plural: str | None = None) -> str:
-    """`1 session`, `2 sessions`, `0 summaries` (pass `plural` where adding an s is wrong)."""
-    return f"{number:,} {noun if number == 1 else (plural or noun + 's')}"
 
 
 def ingest_line(live: LiveIngestFigures | LiveIngestSkipped, *, dry_run: bool) -> str:
@@ -256,30 +250,3 @@ def backfill_summary(figures: EagerBackfillFigures) -> str:
         if hidden > 0:
             lines.append(f"    ... and {hidden} more (see the log)")
     return "\n".join(lines) + "\n"
-
-
-def enqueue_summary(appended: int, queue: Path) -> str:
-    """`kb-enqueue`: how many lines went where, and when they are linked."""
-    if not appended:
-        return "nothing appended: stdin held no edge lines\n"
-    return (f"appended {counted(appended, 'edge line')} to {queue}; the drain daemon links "
-            f"{'it' if appended == 1 else 'them'} on its next tick (kb-drain --tick to do it "
-            "now)\n")
-
-
-def set_config_summary(tenant_id: str, version: int, repo_slug: str | None) -> str:
-    """`kb-tenants set-config`: the new version and what it means."""
-    repo = f" (repo {repo_slug})" if repo_slug else ""
-    return (f"tenant {tenant_id}{repo}: config version {version}; chunks stamped with an "
-            "older version are now stale\nkb-reconcile --tick --dry-run lists them\n")
-
-
-def tenants_listing(tenants: Sequence[TenantConfig]) -> str:
-    """`kb-tenants list`: a table of the configured tenants, or how to add the first."""
-    if not tenants:
-        return ("no tenants configured yet; add one with "
-                "kb-tenants set-config TENANT --repo-slug R\n")
-    return as_text(f"{counted(len(tenants), 'tenant')} configured:",
-                   table(None, ["tenant", "config version", "repo"],
-                         [[t.tenant_id, t.version, t.repo_slug] for t in tenants],
-                         numeric=["config version"]))

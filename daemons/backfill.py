@@ -31,10 +31,10 @@ from daemons._cli import (
     Parser,
     add_run_flags,
     emit_json,
-    exit_code,
     run_main,
     write_text,
 )
+from daemons._daemon_cli import exit_code
 from daemons._summaries import backfill_summary
 
 PROG = "daemons.backfill"

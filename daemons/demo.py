@@ -57,11 +57,11 @@ from daemons._cli import (
     add_config_flag,
     command_name,
     emit_json,
-    exit_code,
     run_main,
     write_text,
 )
-from daemons._summaries import counted
+from daemons._daemon_cli import exit_code
+from daemons._summaries_admin import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
 

@@ -19,7 +19,8 @@ from core.drain.stores.drainer_queue import read_drainer_queue
 from core.drain.stores.queue_files import refuse_symlinked_queue
 from core.suite.scheduler import DaemonSpec
 from core.suite.tick import Job
-from daemons._cli import Parser, add_run_flags, run_main, serve_main, tick_once
+from daemons._cli import Parser, add_run_flags, run_main
+from daemons._daemon_cli import serve_main, tick_once
 from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"

@@ -31,7 +31,7 @@ from daemons._cli import (
     write_error,
     write_text,
 )
-from daemons._summaries import enqueue_summary
+from daemons._summaries_admin import enqueue_summary
 
 PROG = "daemons.enqueue"
 SCRIPT = "kb-enqueue"

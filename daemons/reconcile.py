@@ -65,12 +65,11 @@ from daemons._cli import (
     command_name,
     emit_json,
     run_main,
-    serve_main,
     split_leading_config,
-    tick_once,
     write_error,
     write_text,
 )
+from daemons._daemon_cli import serve_main, tick_once
 from daemons._summaries import reconcile_tick_summary
 
 PROG = "daemons.reconcile"

@@ -79,7 +79,7 @@ from daemons._cli import (
     write_error,
     write_text,
 )
-from daemons._summaries import set_config_summary, tenants_listing
+from daemons._summaries_admin import set_config_summary, tenants_listing
 from daemons._tenant_parser import build_parser, tenant_argument
 from daemons._tenant_removal import run_remove
 

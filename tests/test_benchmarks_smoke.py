@@ -16,8 +16,8 @@ from tests.bench_smoke import SmokeRun, run_smoke
 from tests.postgres_server import PostgresServer
 
 #: This module's sections: the drain's three stores, PostgreSQL (which compares its drain with
-#: the embedded one), the legacy path and the idle daemon.
-DRAIN_SECTIONS = ("drain", "drain-server", "drain-neo", "postgres", "legacy", "idle")
+#: the embedded one), the legacy path, the idle daemon and the commands' start-up.
+DRAIN_SECTIONS = ("drain", "drain-server", "drain-neo", "postgres", "legacy", "idle", "startup")
 
 
 @pytest.fixture(scope="module")
@@ -124,12 +124,35 @@ def test_the_idle_daemon_is_measured_and_stops_cleanly(
     assert idle["cpuPercentOfOneCore"] >= 0
 
 
+def test_each_command_start_up_is_timed_against_a_bare_interpreter(
+    smoke_run: SmokeRun,
+) -> None:
+    lines, report = smoke_run[0], smoke_run[1]
+    startup = report["startup"]
+    commands = startup["commands"]
+    assert commands.keys() == {"bare", "status", "health", "tenants-show", "explain"}
+    assert commands["bare"]["command"] == "python -c pass"
+    assert commands["bare"]["overBareS"] == 0
+    for row in commands.values():
+        assert len(row["runsS"]) == startup["runs"] >= 1
+        assert 0 < row["minS"] <= row["medianS"]
+        assert row["cpuMedianS"] > 0
+        assert row["overBareS"] == pytest.approx(row["medianS"] - startup["bareS"], abs=0.002)
+    assert {name for name, row in commands.items() if row["targeted"]} == {
+        "status", "health", "tenants-show"}
+    [target] = startup["targets"]
+    assert target["name"].startswith("start-up: status/tenants/health within 0.3 s")
+    assert target["value"] == max(commands[name]["overBareS"]
+                                  for name in ("status", "health", "tenants-show"))
+    assert any(line.startswith("Start-up:") for line in lines)
+
+
 def test_every_target_is_reported_with_its_verdict(
     smoke_run: SmokeRun,
 ) -> None:
     targets = smoke_run[1]["targets"]
     names = " ".join(t["name"] for t in targets)
-    for part in ("drainer / floor", "drain (PostgreSQL)", "baseline", "idle"):
+    for part in ("drainer / floor", "drain (PostgreSQL)", "baseline", "idle", "start-up"):
         assert part in names
     for target in targets:
         assert {"name", "value", "limit", "kind", "met"} <= target.keys()

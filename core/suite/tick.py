@@ -29,7 +29,7 @@ from core.base.chroma import VectorStore
 from core.base.config.config import Settings
 from core.base.io.clock import now_ms
 from core.base.rules.camel_json import Figures, to_json
-from core.base.rules.errors import KbError, LockHeld, StoreUnavailable
+from core.base.rules.errors import LOGGED_NOTE, KbError, LockHeld, StoreUnavailable
 from core.base.runtime.context import TickContext, TickControl
 from core.base.runtime.logs import scrub_shown
 from core.base.state.daemon_state import DrainerQueue, TickRecord, record_tick
@@ -42,10 +42,6 @@ log = structlog.get_logger(__name__)
 F = TypeVar("F", bound=Figures)
 #: A tick: its context and whether it is a dry run in, its figures out.
 TickFn = Callable[[TickContext, bool], Awaitable[Figures]]
-
-#: The note `run_tick` adds to an unexpected exception it logged with its traceback, so the
-#: command around it reports it in one line instead of logging the traceback again.
-LOGGED_NOTE = "(logged above as tick.failed, with its traceback)"
 
 #: A tick may run at most max(its interval, this) before it is cancelled.
 MIN_TICK_TIMEOUT_S = 300.0

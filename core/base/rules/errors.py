@@ -6,6 +6,11 @@ command cannot go on. The CLI layer maps them to exit codes in one place (`daemo
 
 from __future__ import annotations
 
+#: The note a tick adds to an unexpected exception it logged with its traceback
+#: (`core.suite.tick.run_tick`), so the command around it (`daemons._cli.run_main`) reports it
+#: in one line instead of logging the traceback again.
+LOGGED_NOTE = "(logged above as tick.failed, with its traceback)"
+
 
 class KbError(Exception):
     """Base of every error this project raises on purpose."""
