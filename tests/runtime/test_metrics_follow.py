@@ -16,11 +16,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.base.chroma import VectorStore
-from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.config_file import load_config
-from core.base.state.graph import upsert_node
-from core.base.state.state import open_graph
 from core.suite.metrics_reads import FOLLOW_INTERVAL_S
 from tests.runtime.test_monitoring import (
     Samples,
@@ -31,25 +27,7 @@ from tests.runtime.test_monitoring import (
     free_port,
     wait_for,
 )
-from tests.support import REPO, child_env, seed
-
-
-async def _seed(config: Path) -> None:
-    """Tenant `acme` at version 4 with four chunks, stamps 1 to 4: two are actionable."""
-    settings = load_config(str(config)).settings
-    graph = await open_graph(settings)
-    try:
-        await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
-                          {"version": 4, "repoSlug": "acme/repo"})
-    finally:
-        await graph.close()
-    vectors = await VectorStore.open(settings)
-    try:
-        await seed(vectors, settings.knowledge_base_collection, [
-            (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
-            for i, v in (("a1", 1), ("a2", 2), ("a3", 3), ("a4", 4))])
-    finally:
-        await vectors.close()
+from tests.support import REPO, child_env, seed_acme_drift
 
 
 def _samples(port: int) -> Samples | None:
@@ -74,7 +52,7 @@ def test_a_pass_run_beside_the_daemon_shows_in_its_metrics_within_the_follow_int
     config.write_text('[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n'
                       "reconciliationEnabled = true\nreconciliationAutoTombstone = true\n"
                       f"metricsPort = {port}\n")
-    asyncio.run(_seed(config))
+    asyncio.run(seed_acme_drift(load_config(str(config)).settings))
     home = tmp_path / "home"
     exempt = _command(config, home, "daemons.tenants", "set-policy", "acme",
                       "--auto-tombstone", "off")
