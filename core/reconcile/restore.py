@@ -23,7 +23,7 @@ accepted counts its rows as restored.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,9 @@ from core.reconcile.rules.archive_format import (
 from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
+
+#: Commits a restore's holds on (tenant, chunk ids) (`core.reconcile.stores.restore_holds`).
+HoldChunks = Callable[[str, Sequence[str]], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,8 @@ class _Restore:
     refused: list[LineProblem] = field(default_factory=list)
     unreadable: list[LineProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Commits the holds of (tenant, chunk ids) before those chunks are written back.
+    hold: HoldChunks | None = None
 
     def read_first_line(self, path: Path, raw: bytes) -> bool:
         """Learn the archive's format from its first line; True when that line was a header
@@ -223,6 +228,9 @@ class _Restore:
                 to_add[row_id] = (number, chunk.row)
         if not to_add:
             return
+        if self.hold is not None and self.tenant_id is not None:
+            # Held before they exist again: a pass that reads one finds its hold (race-safe).
+            await self.hold(self.tenant_id, list(to_add))
         # Created here, outside the isolation below, so that a store that cannot hold the
         # collection at all fails the restore instead of refusing every line.
         await vectors.ensure_collection(self.collection)
@@ -306,6 +314,7 @@ async def restore_archive(
     collection: str,
     stopping: Callable[[], bool] = lambda: False,
     content: bytes | None = None,
+    hold: HoldChunks | None = None,
 ) -> RestoreResult:
     """Put back the archived chunks of `path` that are absent now, into `collection` (the
     knowledge-base collection) only, for the archive's own tenant only; see the module's
@@ -317,9 +326,10 @@ async def restore_archive(
     `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
     it again finishes the rest). With `content` (the bytes of a shared archive, read from the
     state on another host's behalf) those bytes are restored, by the same rules, and `path`
-    only names them.
+    only names them. With `hold`, the chunks of each batch are held (committed) before they
+    are written back (CONTRACT "Tombstones": a restore stays restored).
     """
-    state = _Restore(collection)
+    state = _Restore(collection, hold=hold)
     state.withdrawals = await asyncio.to_thread(_withdrawals, path, content)
     with archive_line_batches(path, content=content) as batches:
         first = True
