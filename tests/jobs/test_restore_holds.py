@@ -20,10 +20,12 @@ from core.reconcile.deletion import DeletionPlan, TenantRule, TombstoneProgress,
 from core.reconcile.deletion_inputs import DeletionTarget
 from core.reconcile.restore import restore_archive
 from core.reconcile.retention import retention_tick
+from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.restore_holds import tenant_evidence
 from core.reconcile.rules.tombstone_bands import id_bands
 from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.restore_holds import RestoreHolds, RestoreHoldWriter, tenant_holds
+from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from core.suite.tick import run_tick
 from tests.support import make_settings, read_archived_chunks, seed
 
@@ -56,7 +58,7 @@ async def tombstoned_then_restored(context: TickContext) -> Path:
     """A pass tombstones the tenant's stale chunks; the archive is restored with its holds."""
     figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
     [archive] = figures["archives"]
-    assert await context.vectors.count(KB) == 0
+    assert await live_ids(context.vectors) == set()
     result = await restore_archive(context.vectors, Path(archive), collection=KB,
                                    hold=RestoreHoldWriter(context.graph, Path(archive).name))
     assert result.restored == len(IDS)
@@ -129,13 +131,16 @@ async def test_a_pass_after_the_restore_deletes_nothing_restored_until_the_versi
     await tombstoned_then_restored(context)
 
     figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
-    assert figures["tombstonedCount"] == 0
+    assert figures["tombstonedCount"] == 0 and figures["archives"] == []
+    [tenant] = figures["tenants"]
+    assert (tenant["actionableCount"], tenant["restoreHeldCount"]) == (len(IDS), len(IDS))
     assert await live_ids(vectors) == set(IDS)
 
     await configure(graph, 5)  # the evidence changed after the restore: the hold lapses
     figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
     assert figures["tombstonedCount"] == len(IDS)
     assert await live_ids(vectors) == set()
+    assert await tenant_holds(graph, "acme") == []  # the lapsed holds are gone
 
 
 async def test_retention_deletes_no_held_chunk(
@@ -157,3 +162,24 @@ async def test_retention_deletes_no_held_chunk(
     gc_archives = [p for p in context.settings.tombstones_dir.iterdir() if p != archive]
     archived = {c.row.id for p in gc_archives for _, c in read_archived_chunks(p)}
     assert archived >= {"new0", "new1"}
+
+
+async def test_a_manifest_replaced_after_the_restore_lapses_the_hold(
+    tmp_path: Path, settings: Any, graph: GraphDB, vectors: VectorStore
+) -> None:
+    context = tombstoning(tmp_path, settings, graph, vectors, reconciliationManifestGraceMs=0)
+    await configure(graph, 4)
+    await set_tenant_manifest(graph, "acme", RepoManifest("acme/repo", ("b.md",), 5_000))
+    await seed(vectors, KB, [chunk(i, stamp=4) for i in IDS])  # orphans of that manifest
+    await seed(vectors, KB, [("keep", {**chunk("keep", stamp=4)[1], "sourcePath": "b.md"})])
+    await tombstoned_then_restored(context)
+
+    figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
+    assert figures["tombstonedCount"] == 0
+    assert await live_ids(vectors) == set(IDS)
+
+    # The same claim set again after the restore: a new manifest, the hold lapses.
+    await set_tenant_manifest(graph, "acme", RepoManifest("acme/repo", ("b.md",), now_ms()))
+    figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
+    assert figures["tombstonedCount"] == len(IDS)
+    assert await live_ids(vectors) == set()

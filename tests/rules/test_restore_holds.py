@@ -4,6 +4,7 @@ never because a pass read the evidence from before the restore."""
 
 from __future__ import annotations
 
+from core.base.rules.rows import ChromaRow
 from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.restore_holds import (
@@ -13,6 +14,8 @@ from core.reconcile.rules.restore_holds import (
     holds_in_force,
     tenant_evidence,
 )
+from core.reconcile.rules.scan_verdicts import ScanRules
+from core.reconcile.rules.tenant_scan import TenantTally
 
 IDENTITY = "a" * 64
 
@@ -62,3 +65,15 @@ def test_without_evidence_every_hold_is_in_force_and_lapsed_ones_are_named() -> 
     new = RestoreHold("acme", "c2", "b.jsonl", 20, tenant_evidence(4, {}))
     assert holds_in_force([old, new], None) == (frozenset({"c1", "c2"}), ())
     assert holds_in_force([old, new], tenant_evidence(4, {})) == (frozenset({"c2"}), (old,))
+
+
+def test_a_tally_counts_restore_held_chunks_and_never_chooses_them() -> None:
+    rules = ScanRules("acme", 4, 2, {}, None, read_ms=10_000, max_stale_fraction=1.0)
+    tally = TenantTally(rules, cap=10, restore_held=frozenset({"c1", "legacy"}))
+    tally.add_page([
+        ChromaRow(row_id, {"tenantId": "acme", "tenantConfigVersion": 1, **at}, None, None)
+        for row_id, at in (("c1", {"ingestedAt": 5}), ("c2", {"ingestedAt": 6}),
+                           ("legacy", {}))])
+    chosen = tally.first_to_go()
+    assert chosen.order == ("c2",)
+    assert (tally.actionable_count, tally.restore_held_count) == (3, 2)
