@@ -50,6 +50,7 @@ from core.reconcile.reports.explain import render_plan
 from core.reconcile.restore import RestoreResult, restore_archive
 from core.reconcile.retention import RetentionDisabled, RetentionFigures, retention_tick
 from core.reconcile.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
+from core.reconcile.rules.restore_holds import release_command
 from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.archives import ensure_archive_file
 from core.reconcile.stores.restore_holds import RestoreHoldWriter
@@ -305,12 +306,17 @@ def restore_problems(result: RestoreResult) -> str:
 
 
 def restore_summary(result: RestoreResult) -> str:
-    """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`."""
+    """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`,
+    then, when it put chunks back, that they are held and how to lift the hold."""
     withdrawn = (f", withdrawn {result.withdrawn} (archived, not deleted: never put back)"
                  if result.withdrawn else "")
+    held = (f"\nheld {result.held_count}: no pass deletes them until the tenant's version is "
+            f"raised again or its manifest or yield snapshot replaced; "
+            f"{release_command(result.tenant_id or '')} lifts the hold"
+            if result.held_count else "")
     return (f"restored {result.restored}, kept live {result.kept_live}, refused "
             f"{len(result.refused)}, unreadable {len(result.unreadable)}{withdrawn} (chunks "
-            f"of tenant {result.tenant_id}) from {result.path}")
+            f"of tenant {result.tenant_id}) from {result.path}{held}")
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:

@@ -42,5 +42,5 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
                                f"{outcome.error}")
     return build_plan(outcome, tally, policy, manifests,
                       enabled=context.settings.reconciliation_enabled,
-                      retention=await tenant_expiry(context, tenant))
+                      retention=await tenant_expiry(context, tenant), holds=holds)
 

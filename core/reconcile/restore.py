@@ -53,6 +53,7 @@ from core.reconcile.rules.archive_format import (
     unseal,
     withdrawn_ids,
 )
+from core.reconcile.rules.restore_holds import release_command
 from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
@@ -89,6 +90,13 @@ class RestoreResult:
     #: Lines that could not be read (torn, edited, not an archive line).
     unreadable: tuple[LineProblem, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: Whether the restored chunks are held (`hold` given: what the command does).
+    held: bool = False
+
+    @property
+    def held_count(self) -> int:
+        """The chunks this restore put back and holds."""
+        return self.restored if self.held else 0
 
     @property
     def clean(self) -> bool:
@@ -102,7 +110,8 @@ class RestoreResult:
             self.path, self.collection, self.tenant_id, self.format, self.restored,
             self.kept_live, len(self.refused), len(self.unreadable),
             tuple(sorted((*self.unreadable, *self.refused), key=lambda p: p.line_number)),
-            self.warnings, self.withdrawn or None)
+            self.warnings, self.withdrawn or None, self.held_count or None,
+            release_command(self.tenant_id or "") if self.held_count else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,10 @@ class RestoreFigures:
     warnings: tuple[str, ...]
     #: Chunk lines withdrawn by the archive (archived, not deleted): written only when some.
     withdrawn: int | None = field(default=None, metadata=omitted_when_none())
+    #: The chunks put back and held (no pass deletes them until the tenant's evidence changes
+    #: or the hold is lifted), and the command that lifts it: written only when some.
+    held: int | None = field(default=None, metadata=omitted_when_none())
+    release: str | None = field(default=None, metadata=omitted_when_none())
 
 
 @dataclass(slots=True)
@@ -282,7 +295,8 @@ class _Restore:
 
         return RestoreResult(path, self.collection, self.tenant_id, self.format, self.restored,
                              self.kept_live, self.withdrawn, in_file_order(self.refused),
-                             in_file_order(self.unreadable), tuple(self.warnings))
+                             in_file_order(self.unreadable), tuple(self.warnings),
+                             self.hold is not None)
 
 
 def _withdrawals(path: Path, content: bytes | None) -> list[tuple[int, dict[str, Any]]]:

@@ -57,13 +57,36 @@ def tombstoning(tmp_path: Path) -> tuple[Path, Settings]:
 def test_a_restore_stays_restored_until_the_version_is_raised_again(tmp_path: Path) -> None:
     config, settings = tombstoning(tmp_path)
     [archive] = tick(tmp_path, config)["archives"]
-    restore(tmp_path, config, archive)
+    done = command(tmp_path, "daemons.reconcile", "restore", archive, "--config", str(config),
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    restored = json.loads(done.stdout)
+    assert (restored["restored"], restored["held"], restored["release"]) == (
+        2, 2, "kb-tenants release acme")
     assert live(settings, ["old1", "old2"]) == {"old1", "old2"}
 
     figures = tick(tmp_path, config)
     assert (figures["tombstonedCount"], figures["archives"]) == (0, [])
     assert figures["tenants"][0]["restoreHeldCount"] == 2
     assert live(settings, ["old1", "old2"]) == {"old1", "old2"}
+
+    # explain shows them held, not "would delete"; status counts them.
+    explained = command(tmp_path, "daemons.reconcile", "explain", "acme", "--json",
+                        "--config", str(config))
+    assert explained.returncode == 0, explained.stderr
+    plan = json.loads(explained.stdout)
+    marks = {c["id"]: (c.get("restoreHeld"), c["wouldDelete"]) for c in plan["chunks"]}
+    assert (marks["old1"], marks["old2"]) == ((True, False), (True, False))
+    assert plan["restoreHolds"] == {"chunkCount": 2, "archives": [Path(archive).name],
+                                    "release": "kb-tenants release acme"}
+    assert plan["guards"]["wouldDelete"] == 0
+    text = command(tmp_path, "daemons.reconcile", "explain", "acme", "--config", str(config))
+    assert "held (restored)" in text.stdout and "kb-tenants release acme" in text.stdout
+    status = command(tmp_path, "daemons.status", "--json", "--config", str(config))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["tenants"][0]["restoreHeldCount"] == 2
+    shown = command(tmp_path, "daemons.status", "--config", str(config))
+    assert "restore-held" in shown.stdout and "kb-tenants release acme" in shown.stdout
 
     raised = command(tmp_path, "daemons.tenants", "set-config", "acme", "--config", str(config))
     assert raised.returncode == 0, raised.stderr

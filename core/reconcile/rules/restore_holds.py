@@ -52,6 +52,11 @@ class RestoreHold:
     evidence: HoldEvidence
 
 
+def release_command(tenant_id: str) -> str:
+    """The command that lifts a tenant's restore holds (for the messages that name it)."""
+    return f"kb-tenants release {tenant_id}"
+
+
 def tenant_evidence(version: int, manifests: Mapping[str, RepoManifest]) -> HoldEvidence:
     """The evidence of a tenant at `version` with these manifests (by repo)."""
     stored: dict[str, Any] = {}
