@@ -23,10 +23,10 @@ accepted counts its rows as restored.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -58,8 +58,14 @@ from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
 
-#: Commits a restore's holds on (tenant, chunk ids) (`core.reconcile.stores.restore_holds`).
-HoldChunks = Callable[[str, Sequence[str]], Awaitable[None]]
+class HoldChunks(Protocol):
+    """A restore's holds (`core.reconcile.stores.restore_holds.RestoreHoldWriter`)."""
+
+    async def hold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Commit the holds of these chunks, before they are written back."""
+
+    async def unhold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Drop the holds of these chunks again (the store refused them: not restored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +249,8 @@ class _Restore:
             return
         if self.hold is not None and self.tenant_id is not None:
             # Held before they exist again: a pass that reads one finds its hold (race-safe).
-            await self.hold(self.tenant_id, list(to_add))
+            await self.hold.hold(self.tenant_id, list(to_add))
+        refused_before = len(self.refused)
         # Created here, outside the isolation below, so that a store that cannot hold the
         # collection at all fails the restore instead of refusing every line.
         await vectors.ensure_collection(self.collection)
@@ -254,6 +261,10 @@ class _Restore:
         # decides the dimension, and the archive's usual one should win.
         for lines in sorted(by_dimension.values(), key=len, reverse=True):
             await self.add_isolating_refusals(vectors, lines)
+        refused = [p.chunk_id for p in self.refused[refused_before:]
+                   if p.chunk_id is not None and p.chunk_id in to_add]
+        if refused and self.hold is not None and self.tenant_id is not None:
+            await self.hold.unhold(self.tenant_id, refused)
 
     async def add_isolating_refusals(self, vectors: VectorStore,
                                      lines: list[tuple[int, ChromaRow]]) -> None:

@@ -27,6 +27,7 @@ from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.restore_holds import RestoreHolds, RestoreHoldWriter, tenant_holds
 from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from core.suite.tick import run_tick
+from tests.jobs.test_restore import store_refused_archive
 from tests.support import make_settings, read_archived_chunks, seed
 
 pytestmark = pytest.mark.both_backends
@@ -77,16 +78,17 @@ async def test_a_restore_commits_its_holds_before_it_writes_the_chunks_back(
     await seed(vectors, KB, [chunk(i) for i in IDS])
     figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
     [archive] = figures["archives"]
-    writer = RestoreHoldWriter(graph, Path(archive).name)
     seen: list[tuple[int, set[str]]] = []
 
-    async def hold(tenant_id: str, ids: Any) -> None:
-        await writer(tenant_id, ids)
-        # Committed (a fresh read sees it) while none of its chunks exists yet.
-        seen.append((len(await tenant_holds(graph, tenant_id)),
-                     {r.id for r in await vectors.get_by_ids(KB, list(ids), include=())}))
+    class Watched(RestoreHoldWriter):
+        async def hold(self, tenant_id: str, ids: Any) -> None:
+            await super().hold(tenant_id, ids)
+            # Committed (a fresh read sees it) while none of its chunks exists yet.
+            seen.append((len(await tenant_holds(graph, tenant_id)),
+                         {r.id for r in await vectors.get_by_ids(KB, list(ids), include=())}))
 
-    await restore_archive(vectors, Path(archive), collection=KB, hold=hold)
+    await restore_archive(vectors, Path(archive), collection=KB,
+                          hold=Watched(graph, Path(archive).name))
     assert seen == [(len(IDS), set())]
     assert await live_ids(vectors) == set(IDS)
 
@@ -183,3 +185,14 @@ async def test_a_manifest_replaced_after_the_restore_lapses_the_hold(
     figures = (await run_tick("reconcile", context, reconcile_tick, dry_run=False)).json()
     assert figures["tombstonedCount"] == len(IDS)
     assert await live_ids(vectors) == set()
+
+
+async def test_a_line_the_store_refuses_is_not_held(
+    tmp_path: Path, settings: Any, graph: GraphDB, vectors: VectorStore
+) -> None:
+    await seed(vectors, KB, [chunk("a-live")])  # the collection holds 4-number embeddings
+    archive = store_refused_archive(tmp_path / "refused.jsonl")
+    writer = RestoreHoldWriter(graph, archive.name)
+    result = await restore_archive(vectors, archive, collection=KB, hold=writer)
+    assert (result.restored, len(result.refused), result.held_count) == (2, 2, 2)
+    assert [h.chunk_id for h in await tenant_holds(graph, "acme")] == ["a-good1", "a-good2"]

@@ -98,13 +98,16 @@ async def test_a_restores_writer_records_the_tenants_evidence_at_its_first_batch
     await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                       {"version": 4, "repoSlug": "acme/repo"})
     writer = RestoreHoldWriter(graph, "a.jsonl")
-    await writer("acme", ["c1", "c2"])
-    await writer("acme", ["c3"])
+    await writer.hold("acme", ["c1", "c2"])
+    await writer.hold("acme", ["c3"])
     held = await tenant_holds(graph, "acme")
     assert writer.held == 3 and len(held) == 3
     assert {h.evidence for h in held} == {tenant_evidence(4, {})}
     assert len({h.restored_at_ms for h in held}) == 1
     assert await current_evidence(graph, "acme") == tenant_evidence(4, {})
+    await writer.unhold("acme", ["c2"])  # refused by the store: not restored, not held
+    assert [h.chunk_id for h in await tenant_holds(graph, "acme")] == ["c1", "c3"]
+    assert writer.held == 2
 
 
 @pytest.mark.sqlite_only("a neo.mjs graph is a SQLite file")

@@ -124,8 +124,8 @@ async def release_holds(graph: GraphDB, tenant_id: str, *, archive: str | None =
 
 async def drop_lapsed_holds(graph: GraphDB, tenant_id: str,
                             holds: Sequence[RestoreHold]) -> None:
-    """Remove these lapsed holds, each only as it was read: a chunk held again since (by a
-    later restore) keeps its new hold."""
+    """Remove these holds (lapsed ones), each only as it was read: a chunk held again since
+    (by a later restore) keeps its new hold."""
     if not holds:
         return
     pairs = orjson.dumps([[h.chunk_id, h.restored_at_ms] for h in holds]).decode()
@@ -134,8 +134,9 @@ async def drop_lapsed_holds(graph: GraphDB, tenant_id: str,
 
 
 class RestoreHoldWriter:
-    """A restore's holds: called with each batch's chunk ids right before they are written
-    back; the evidence is read once, at the first batch."""
+    """A restore's holds: `hold` is called with each batch's chunk ids right before they are
+    written back (the evidence is read once, at the first batch), `unhold` with those the
+    store then refused (not restored, so not held)."""
 
     def __init__(self, graph: GraphDB, archive: str) -> None:
         self._graph = graph
@@ -143,13 +144,23 @@ class RestoreHoldWriter:
         self._restore: tuple[int, HoldEvidence] | None = None
         self.held = 0
 
-    async def __call__(self, tenant_id: str, ids: Sequence[str]) -> None:
+    async def hold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Commit the holds of these chunks of the tenant."""
         if self._restore is None:
             self._restore = (now_ms(), await current_evidence(self._graph, tenant_id))
         restored_at, evidence = self._restore
         await hold_chunks(self._graph, tenant_id=tenant_id, archive=self._archive,
                           restored_at_ms=restored_at, evidence=evidence, ids=ids)
         self.held += len(ids)
+
+    async def unhold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Drop this restore's holds of these chunks (a later restore's are kept)."""
+        if self._restore is None or not ids:
+            return
+        restored_at, evidence = self._restore
+        await drop_lapsed_holds(self._graph, tenant_id, [
+            RestoreHold(tenant_id, i, self._archive, restored_at, evidence) for i in ids])
+        self.held -= len(ids)
 
 
 class JudgedBy(Protocol):
