@@ -162,6 +162,15 @@ def build_parser() -> Parser:
     _add_policy_parser(commands)
     _add_generation_parsers(commands)
     _add_removal_parsers(commands)
+    release = _tenant_command(
+        commands, "release", "lift the hold a restore put on the chunks it put back",
+        "Lift the hold a restore put on the chunks it put back (every one of the tenant's, "
+        "or only those from one archive): the next pass judges them as any other chunk, and "
+        "deletes them when they are still actionable. Nothing to release is said, and exit "
+        "0.")
+    release.add_argument("--archive", metavar="ARCHIVE",
+                         help="only the holds of the chunks restored from this archive (its "
+                         "path or file name)")
     _tenant_command(commands, "show", "version, policy in force and manifests",
                     "The tenant's version and repo, the reconciliation policy in force (and "
                     "where each value comes from), and its manifests with their path counts "

@@ -42,6 +42,7 @@ from core.base.reports.tables import output_width
 from core.base.rules.camel_json import Figures, to_json
 from core.base.rules.errors import ConfigError
 from core.base.runtime.settings import load_settings
+from core.base.state.state import open_graph
 from core.reconcile.archive_listing import list_archives
 from core.reconcile.explain_tenant import explain_tenant
 from core.reconcile.reports.archives import render_archives
@@ -49,8 +50,10 @@ from core.reconcile.reports.explain import render_plan
 from core.reconcile.restore import RestoreResult, restore_archive
 from core.reconcile.retention import RetentionDisabled, RetentionFigures, retention_tick
 from core.reconcile.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
+from core.reconcile.rules.restore_holds import release_command
 from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.archives import ensure_archive_file
+from core.reconcile.stores.restore_holds import RestoreHoldWriter
 from core.reconcile.stores.shared_archives import shared_archive_content
 from core.suite.oneshot import OneShot, graceful_stop, within
 from core.suite.scheduler import DaemonSpec
@@ -265,14 +268,20 @@ async def run_restore(args: argparse.Namespace) -> int:
         ensure_archive_file(archive)
     pass_job = reconcile_daemon(settings).jobs[0]
     with graceful_stop(OneShot()) as run:
-        vectors = await VectorStore.open(settings)
+        graph = await open_graph(settings)
         try:
-            result = await within(
-                restore_archive(vectors, archive, collection=settings.knowledge_base_collection,
-                                stopping=lambda: run.control.stopping, content=content),
-                timeout_s=pass_job.effective_timeout_s, what="the restore")
+            vectors = await VectorStore.open(settings)
+            try:
+                result = await within(
+                    restore_archive(vectors, archive,
+                                    collection=settings.knowledge_base_collection,
+                                    stopping=lambda: run.control.stopping, content=content,
+                                    hold=RestoreHoldWriter(graph, archive.name)),
+                    timeout_s=pass_job.effective_timeout_s, what="the restore")
+            finally:
+                await vectors.close()
         finally:
-            await vectors.close()
+            await graph.close()
     for problem in (*result.unreadable, *result.refused):
         chunk = f" (chunk {problem.chunk_id!r})" if problem.chunk_id else ""
         write_error(f"{command_name(PROG)}: error: {archive}:{problem.line_number}: "
@@ -296,12 +305,17 @@ def restore_problems(result: RestoreResult) -> str:
 
 
 def restore_summary(result: RestoreResult) -> str:
-    """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`."""
+    """`restored 2, kept live 10, refused 1, unreadable 0 (chunks of tenant acme) from X`,
+    then, when it put chunks back, that they are held and how to lift the hold."""
     withdrawn = (f", withdrawn {result.withdrawn} (archived, not deleted: never put back)"
                  if result.withdrawn else "")
+    held = (f"\nheld {result.held_count}: no pass deletes them until the tenant's version is "
+            f"raised again or its manifest or yield snapshot replaced; "
+            f"{release_command(result.tenant_id or '')} lifts the hold"
+            if result.held_count else "")
     return (f"restored {result.restored}, kept live {result.kept_live}, refused "
             f"{len(result.refused)}, unreadable {len(result.unreadable)}{withdrawn} (chunks "
-            f"of tenant {result.tenant_id}) from {result.path}")
+            f"of tenant {result.tenant_id}) from {result.path}{held}")
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:

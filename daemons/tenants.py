@@ -14,6 +14,7 @@
         (--paths-file F | -) [--config F]
     python -m daemons.tenants remove-manifest TENANT --repo-slug R [--config F] [--json]
     python -m daemons.tenants remove-yield TENANT --repo-slug R [--config F] [--json]
+    python -m daemons.tenants release TENANT [--archive ARCHIVE] [--config F] [--json]
 
 `set-config` raises the tenant's config version by one (the first call gives 1) and says so
 (`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
@@ -81,6 +82,7 @@ from daemons._cli import (
 )
 from daemons._summaries_admin import set_config_summary, tenants_listing
 from daemons._tenant_parser import build_parser, tenant_argument
+from daemons._tenant_release import run_release
 from daemons._tenant_removal import run_remove
 
 __all__ = ["build_parser", "main", "tenant_argument"]
@@ -368,7 +370,8 @@ async def run_set_yield(args: argparse.Namespace) -> int:
 
 COMMANDS = {"set-config": run_set_config, "list": run_list, "set-manifest": run_set_manifest,
             "set-policy": run_set_policy, "show": run_show, "set-repo": run_set_repo,
-            "set-yield": run_set_yield, "remove-manifest": run_remove, "remove-yield": run_remove}
+            "set-yield": run_set_yield, "remove-manifest": run_remove, "remove-yield": run_remove,
+            "release": run_release}
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

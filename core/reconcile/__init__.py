@@ -42,6 +42,8 @@ Glossary (one word per idea):
   `ingestedAt $in` the strings read); deleted first, counted apart (`legacyTombstonedCount`).
 - **held**: an actionable chunk that no band can take (an `ingestedAt` after the pass's read
   or of another type, or a legacy one that is only an orphan): reported, never deleted.
+- **restore hold**: a chunk a restore put back, not deleted while the tenant's evidence is
+  the one of the restore or until `tenants release` (`restoreHeldCount`; rules/restore_holds).
 - **first to go**: under the cap, config-stale chunks (legacy ones first), then the oldest
   `ingestedAt` of every other reason together, then the smaller id (`first_to_go`).
 - **tombstone**: to delete a chunk after archiving it (`restore` puts it back).

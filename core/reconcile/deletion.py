@@ -30,6 +30,11 @@ the archive never claims a version that was not deleted.** How:
   line naming them (`TombstoneArchive.withdraw`), which restore honours: it never puts back a
   version that was not deleted. (Writing the archive only after the compare would leave a
   chunk deleted before it is on disk; withdrawing after the delete keeps "archived first".)
+- **Restore holds**: right before the fencing check, the band's archived ids are checked
+  against the holds a restore put on the chunks it put back (`RestoreHolds.withhold`,
+  judged against the evidence the tenant's plan was made with): a held chunk stays and is
+  withdrawn like a rewritten one. A restore commits its holds before it writes the chunks,
+  so a band that read a restored chunk always finds its hold.
 - **Atomic against our own writers** on the embedded store: the compound runs as one call on
   the store's one thread, which serves this process and every command through the door
   (`core.base.door.chroma_door`), so nothing of ours writes between the re-read and the delete.
@@ -64,9 +69,8 @@ a `DeletionPlan` handed to `run_bands`. Nothing else deletes (tests/test_structu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -75,15 +79,16 @@ from core.base.io.clock import now_ms
 from core.base.io.files import FilesystemFlush
 from core.base.rules.rows import ColumnPage, content_digests
 from core.base.runtime.fencing import ensure_still_leads
+from core.reconcile.deletion_inputs import DeletionPlan as DeletionPlan
+from core.reconcile.deletion_inputs import DeletionTarget as DeletionTarget
+from core.reconcile.deletion_inputs import TenantRule as TenantRule
 from core.reconcile.page_loop import until_stopping
-from core.reconcile.rules.reconcile_groups import split_page
+from core.reconcile.rules.reconcile_groups import only_rows, split_page
 from core.reconcile.rules.tombstone_bands import Band, predicate_where, rows_refused
 from core.reconcile.stores.archives import TombstoneArchive, sync_archives
 
 if TYPE_CHECKING:
-    from core.base.chroma import VectorStore
     from core.base.runtime.context import TickControl
-    from core.reconcile.stores.shared_archives import SharedArchives
 
 log = structlog.get_logger(__name__)
 
@@ -98,46 +103,6 @@ ARCHIVE_READ_ROWS: Final = 1_000
 #: Re-reads of a band whose fetched rows a rule refused, before refusing it (a band still
 #: changing after this many is left alone).
 BAND_VERIFY_ROUNDS: Final = 3
-
-
-@dataclass(frozen=True, slots=True)
-class TenantRule:
-    """What a fetched row of one tenant must pass to be deleted."""
-
-    #: The rule's verdict on one fetched row's metadata (True: it may go).
-    may_delete: Callable[[Mapping[str, Any]], bool]
-    #: When the pass started reading this tenant (epoch ms): no band reaches past it.
-    read_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class DeletionPlan:
-    """One reason to delete, for one tenant or several: see the module docstring."""
-
-    #: What the plan deletes, for its log lines (`stale`, `manifest-orphan`, ...).
-    reason: str
-    #: What every band's predicate shares (which tenants, and the reason's own clauses):
-    #: `predicate_where` adds the band's own.
-    clauses: tuple[Mapping[str, Any], ...]
-    #: Per tenant of the plan: the rule a fetched row must pass. A matched row of any other
-    #: tenant is refused.
-    rules: Mapping[str, TenantRule]
-    #: Planned by `plan_bands` (or a reason's own cutter) over sorted `ingestedAt` values.
-    bands: Sequence[Band]
-
-
-@dataclass(frozen=True, slots=True)
-class DeletionTarget:
-    """Where a pass deletes from and archives to; fixed for the whole pass."""
-
-    vectors: VectorStore
-    collection: str
-    tombstones_dir: Path
-    pass_id: str
-    #: With the state shared (`stateUrl`): where each band's archives are copied before its
-    #: delete, so that any host can restore them (`core.reconcile.stores.shared_archives`); None on
-    #: SQLite, where the files are all there is.
-    shared: SharedArchives | None = None
 
 
 @dataclass(slots=True)
@@ -225,7 +190,11 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
         # Nor, with the state shared, what is not in the database: committed (or raised, and
         # nothing of the band deleted) before the fencing check and the delete.
         await target.shared.store(touched)
-    withdrawn = await _delete_band(target, where, archived, digests, progress)
+    # A restored chunk's hold commits before the chunk is written, so a band that archived
+    # one finds its hold here: it stays, and is withdrawn like a rewritten one.
+    deleting, held = (await target.holds.withhold(archived, plan.rules)
+                      if target.holds is not None else (archived, set()))
+    withdrawn = held | await _delete_band(target, where, deleting, digests, progress)
     if withdrawn:
         await _withdraw(target, archived, withdrawn, progress, touched)
 
@@ -246,6 +215,8 @@ async def _delete_band(target: DeletionTarget, where: dict[str, Any],
     delete the identical rows by id with `where`: `VectorStore.delete_unchanged`), what went
     attributed to each tenant; returns the archived ids that did not go (to withdraw)."""
     ids = [i for tenant_ids in archived.values() for i in tenant_ids]
+    if not ids:
+        return set()
     # A host that no longer leads (state on PostgreSQL: `core.base.runtime.fencing`) deletes
     # nothing; the check is the last step before the request, after the archives are on disk.
     await ensure_still_leads(f"delete of a band of {len(ids)} chunks of {len(archived)} "
@@ -315,7 +286,7 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
             bad = rows_refused(rows, may_delete=rule.may_delete, read_ms=rule.read_ms,
                                by_id=band.legacy)
             refused.extend(bad)
-            kept = _only(rows, set(rows.ids) - set(bad))
+            kept = only_rows(rows, set(rows.ids) - set(bad))
             if len(kept):
                 allowed[tenant_id] = kept
         if allowed:
@@ -351,16 +322,6 @@ async def _settle_refused_rows(
         refused = await _archive_rows(target, plan, band, entered, archived, digests,
                                       progress)
     raise BandRefused(f"the band kept changing while it was read ({BAND_VERIFY_ROUNDS} rounds)")
-
-
-def _only(page: ColumnPage, keep: set[str]) -> ColumnPage:
-    """The rows of `page` whose ids are in `keep`."""
-    if len(keep) == len(page):
-        return page
-    index = [i for i, row_id in enumerate(page.ids) if row_id in keep]
-    embeddings = page.embeddings[index] if page.embeddings is not None and index else None
-    return ColumnPage([page.ids[i] for i in index], [page.metadatas[i] for i in index],
-                      [page.documents[i] for i in index], embeddings)
 
 
 def _write_pages(target: DeletionTarget, pages: Mapping[str, ColumnPage],

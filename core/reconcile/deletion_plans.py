@@ -34,6 +34,7 @@ from core.reconcile.rules.tombstone_bands import (
     legacy_stale_rule,
     stale_rule,
 )
+from core.reconcile.stores.restore_holds import RestoreHolds
 from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: Te
             await run(DeletionPlan(
                 "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
                 {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
-                                              rules.read_ms)},
+                                              rules.read_ms, scope.evidence)},
                 orphan_bands(oldest, band_rows=deletion.BAND_ROWS)))
         await _tombstone_generations(scope, tally, chosen.generations, run)
     finally:
@@ -95,7 +96,8 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
     for key, chunks in until_stopping(jobs, scope.context.control):
         await run(DeletionPlan(
             "generation-orphan", generations.clauses(key),
-            {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms)},
+            {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms,
+                                   scope.evidence)},
             orphan_bands(chunks, band_rows=deletion.BAND_ROWS)))
 
 
@@ -112,7 +114,8 @@ def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTa
     """Where this pass deletes from and archives to."""
     return DeletionTarget(context.vectors, policy.collection,
                           context.settings.tombstones_dir, policy.pass_id,
-                          shared_archives(context.settings, context.graph))
+                          shared_archives(context.settings, context.graph),
+                          RestoreHolds(context.graph))
 
 
 def legacy_plan(scope: TenantScope, ceiling: int | float,
@@ -123,7 +126,7 @@ def legacy_plan(scope: TenantScope, ceiling: int | float,
     return DeletionPlan(
         "stale-legacy", group_stale_clauses([tenant_id], ceiling),
         {tenant_id: TenantRule(legacy_stale_rule(tenant_id, scope.rules.stale_actionable),
-                               scope.rules.read_ms)},
+                               scope.rules.read_ms, scope.evidence)},
         legacy_bands(chunks, band_rows=deletion.BAND_ROWS))
 
 
@@ -136,7 +139,8 @@ def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
     return DeletionPlan(
         "stale", group_stale_clauses(ids, ceiling),
         {s.tenant.tenant_id: TenantRule(stale_rule(s.tenant.tenant_id,
-                                                   s.rules.stale_actionable), s.rules.read_ms)
+                                                   s.rules.stale_actionable), s.rules.read_ms,
+                                        s.evidence)
          for s in scopes},
         id_bands(chunks, band_rows=deletion.BAND_ROWS))
 

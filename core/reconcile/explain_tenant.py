@@ -12,6 +12,7 @@ from core.reconcile.one_tenant import reconcile_tenant
 from core.reconcile.retention import tenant_expiry
 from core.reconcile.rules.explain_plan import TenantPlan, build_plan
 from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.stores.restore_holds import tenant_holds
 from core.reconcile.stores.tenant_manifests import tenant_manifests
 
 if TYPE_CHECKING:
@@ -33,11 +34,13 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
                           "version (a pass never reconciles it)")
     manifests = await tenant_manifests(context.graph, tenant_id)
     policy = ReconcilePolicy.from_settings(context.settings, dry_run=True)
-    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True)
+    holds = await tenant_holds(context.graph, tenant_id)
+    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True,
+                                            holds=holds)
     if outcome.failed or tally is None:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
                                f"{outcome.error}")
     return build_plan(outcome, tally, policy, manifests,
                       enabled=context.settings.reconciliation_enabled,
-                      retention=await tenant_expiry(context, tenant))
+                      retention=await tenant_expiry(context, tenant), holds=holds)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -34,8 +34,10 @@ from core.reconcile.rules.reconcile import (
     stale_fraction_exceeded,
 )
 from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
+from core.reconcile.rules.restore_holds import RestoreHold, holds_in_force
 from core.reconcile.rules.tenant_scan import TenantTally
 from core.reconcile.scopes import TenantScope
+from core.reconcile.stores.restore_holds import drop_lapsed_holds
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
@@ -54,21 +56,35 @@ COUNT_PAGE_ROWS = 25_000
 async def reconcile_tenant(
     context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
     manifests: Mapping[str, RepoManifest], *, explain: bool = False,
+    holds: Sequence[RestoreHold] = (),
 ) -> tuple[TenantOutcome, TenantTally | None]:
     """Scan, guard and tombstone one tenant; never raises (a failure is recorded in the
     outcome with the phase it happened in, and logged with the tenant's id). Writes no
     telemetry (the caller does). With `explain`, nothing is deleted, every verdict is kept in
-    the tally and the guards are judged as if tombstoning were on (`reconcile explain`)."""
+    the tally and the guards are judged as if tombstoning were on (`reconcile explain`).
+    `holds`: the tenant's restore holds; those in force keep their chunks out of the
+    selection, and a pass that writes removes those that lapsed."""
     outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
     if tenant.version < 1:
         log.warning("reconcile.tenant_skipped", reason="no valid config version")
         return outcome, None
     scope = TenantScope.of(context, tenant, policy, manifests, explain=explain)
     scope.describe(outcome)
-    tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain)
+    held, lapsed = holds_in_force(holds, scope.evidence)
+    tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain, restore_held=held)
     await run_isolated(outcome, policy, reconcile_scope(scope, outcome, tally))
+    if lapsed and not (explain or policy.dry_run):
+        await run_isolated(outcome, policy, drop_lapsed(scope, lapsed))
     log_outcome(outcome, policy)
     return outcome, tally
+
+
+async def drop_lapsed(scope: TenantScope, lapsed: Sequence[RestoreHold]) -> None:
+    """Remove the tenant's lapsed holds (the evidence changed after their restore)."""
+    await drop_lapsed_holds(scope.context.graph, scope.tenant.tenant_id, lapsed)
+    log.info("reconcile.restore_holds_lapsed", lapsed=len(lapsed),
+             message="the evidence changed after the restore: these chunks are judged as "
+             "any other again")
 
 
 async def reconcile_scope(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
@@ -165,6 +181,7 @@ def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTall
     outcome.total_orphan_count = tally.total_orphan_count
     outcome.actionable_count = tally.actionable_count
     outcome.held_count = tally.held_count
+    outcome.restore_held_count = tally.restore_held_count
     outcome.malformed_count = tally.malformed_count
     if tally.generations is not None:
         outcome.parser_orphan_count = tally.generations.parser_orphan_count

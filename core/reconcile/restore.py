@@ -23,10 +23,10 @@ accepted counts its rows as restored.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -53,9 +53,19 @@ from core.reconcile.rules.archive_format import (
     unseal,
     withdrawn_ids,
 )
+from core.reconcile.rules.restore_holds import release_command
 from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
+
+class HoldChunks(Protocol):
+    """A restore's holds (`core.reconcile.stores.restore_holds.RestoreHoldWriter`)."""
+
+    async def hold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Commit the holds of these chunks, before they are written back."""
+
+    async def unhold(self, tenant_id: str, ids: Sequence[str]) -> None:
+        """Drop the holds of these chunks again (the store refused them: not restored)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,13 @@ class RestoreResult:
     #: Lines that could not be read (torn, edited, not an archive line).
     unreadable: tuple[LineProblem, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: Whether the restored chunks are held (`hold` given: what the command does).
+    held: bool = False
+
+    @property
+    def held_count(self) -> int:
+        """The chunks this restore put back and holds."""
+        return self.restored if self.held else 0
 
     @property
     def clean(self) -> bool:
@@ -99,7 +116,8 @@ class RestoreResult:
             self.path, self.collection, self.tenant_id, self.format, self.restored,
             self.kept_live, len(self.refused), len(self.unreadable),
             tuple(sorted((*self.unreadable, *self.refused), key=lambda p: p.line_number)),
-            self.warnings, self.withdrawn or None)
+            self.warnings, self.withdrawn or None, self.held_count or None,
+            release_command(self.tenant_id or "") if self.held_count else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +136,10 @@ class RestoreFigures:
     warnings: tuple[str, ...]
     #: Chunk lines withdrawn by the archive (archived, not deleted): written only when some.
     withdrawn: int | None = field(default=None, metadata=omitted_when_none())
+    #: The chunks put back and held (no pass deletes them until the tenant's evidence changes
+    #: or the hold is lifted), and the command that lifts it: written only when some.
+    held: int | None = field(default=None, metadata=omitted_when_none())
+    release: str | None = field(default=None, metadata=omitted_when_none())
 
 
 @dataclass(slots=True)
@@ -138,6 +160,8 @@ class _Restore:
     refused: list[LineProblem] = field(default_factory=list)
     unreadable: list[LineProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: Commits the holds of (tenant, chunk ids) before those chunks are written back.
+    hold: HoldChunks | None = None
 
     def read_first_line(self, path: Path, raw: bytes) -> bool:
         """Learn the archive's format from its first line; True when that line was a header
@@ -223,6 +247,10 @@ class _Restore:
                 to_add[row_id] = (number, chunk.row)
         if not to_add:
             return
+        if self.hold is not None and self.tenant_id is not None:
+            # Held before they exist again: a pass that reads one finds its hold (race-safe).
+            await self.hold.hold(self.tenant_id, list(to_add))
+        refused_before = len(self.refused)
         # Created here, outside the isolation below, so that a store that cannot hold the
         # collection at all fails the restore instead of refusing every line.
         await vectors.ensure_collection(self.collection)
@@ -233,6 +261,10 @@ class _Restore:
         # decides the dimension, and the archive's usual one should win.
         for lines in sorted(by_dimension.values(), key=len, reverse=True):
             await self.add_isolating_refusals(vectors, lines)
+        refused = [p.chunk_id for p in self.refused[refused_before:]
+                   if p.chunk_id is not None and p.chunk_id in to_add]
+        if refused and self.hold is not None and self.tenant_id is not None:
+            await self.hold.unhold(self.tenant_id, refused)
 
     async def add_isolating_refusals(self, vectors: VectorStore,
                                      lines: list[tuple[int, ChromaRow]]) -> None:
@@ -274,7 +306,8 @@ class _Restore:
 
         return RestoreResult(path, self.collection, self.tenant_id, self.format, self.restored,
                              self.kept_live, self.withdrawn, in_file_order(self.refused),
-                             in_file_order(self.unreadable), tuple(self.warnings))
+                             in_file_order(self.unreadable), tuple(self.warnings),
+                             self.hold is not None)
 
 
 def _withdrawals(path: Path, content: bytes | None) -> list[tuple[int, dict[str, Any]]]:
@@ -306,6 +339,7 @@ async def restore_archive(
     collection: str,
     stopping: Callable[[], bool] = lambda: False,
     content: bytes | None = None,
+    hold: HoldChunks | None = None,
 ) -> RestoreResult:
     """Put back the archived chunks of `path` that are absent now, into `collection` (the
     knowledge-base collection) only, for the archive's own tenant only; see the module's
@@ -317,9 +351,10 @@ async def restore_archive(
     `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
     it again finishes the rest). With `content` (the bytes of a shared archive, read from the
     state on another host's behalf) those bytes are restored, by the same rules, and `path`
-    only names them.
+    only names them. With `hold`, the chunks of each batch are held (committed) before they
+    are written back (CONTRACT "Tombstones": a restore stays restored).
     """
-    state = _Restore(collection)
+    state = _Restore(collection, hold=hold)
     state.withdrawals = await asyncio.to_thread(_withdrawals, path, content)
     with archive_line_batches(path, content=content) as batches:
         first = True

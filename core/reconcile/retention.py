@@ -55,6 +55,7 @@ from core.reconcile.rules.retention import (
     select_expired,
     tenant_retention,
 )
+from core.reconcile.stores.restore_holds import RestoreHolds
 from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
@@ -123,8 +124,10 @@ async def retention_tick(context: TickContext, dry_run: bool
         collection_count = await context.vectors.count(collection) if tenants else 0
     except CollectionMissing:
         collection_count, tenants = 0, []
+    # The restore holds: retention deletes no held chunk either (every hold in force).
     target = DeletionTarget(context.vectors, collection, settings.tombstones_dir,
-                            uuid.uuid4().hex, shared_archives(settings, context.graph))
+                            uuid.uuid4().hex, shared_archives(settings, context.graph),
+                            RestoreHolds(context.graph))
     done: list[TenantRetention] = []
     failed = 0
     for tenant in until_stopping(tenants, context.control):

@@ -8,7 +8,7 @@ Tenants the groups cannot serve exactly (a manifest, a policy of their own) go o
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -32,6 +32,7 @@ from core.reconcile.rules.reconcile_outcome import (
 )
 from core.reconcile.rules.tenant_policy import TenantPolicy
 from core.reconcile.scopes import resolve_policy
+from core.reconcile.stores.restore_holds import hold_counts, tenant_holds
 from core.reconcile.stores.tenant_manifests import all_manifests
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ async def reconcile_tick(
     if original_tenants(context.graph):  # the original's reconciler names the repo so
         tenants = named_as_recorded(tenants, await recorded_repos(context.graph))
     manifests = await all_manifests(context.graph)
-    outcomes = await reconcile_all_tenants(context, tenants, policy, manifests, recorder)
+    holding = set(await hold_counts(context.graph))
+    outcomes = await reconcile_all_tenants(context, tenants, policy, manifests, recorder,
+                                           holding=holding)
     return ReconcileFigures.of(
         outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
         pass_id=policy.pass_id, spool_flushed=recorder.flushed,
@@ -92,20 +95,26 @@ async def reconcile_tick(
 async def reconcile_all_tenants(
     context: TickContext, tenants: list[TenantConfig], policy: ReconcilePolicy,
     manifests: Mapping[str, Mapping[str, RepoManifest]], recorder: TelemetryRecorder,
+    *, holding: Collection[str] = frozenset(),
 ) -> list[TenantOutcome]:
     """Every tenant's outcome, in the tenants' order; fewer when the daemon is stopping.
     The tenants the groups cannot serve exactly (`groups_serve`) go one by one on the
     per-tenant path first, each tenant's row recorded as it is done; then the others by
-    groups, each group's rows recorded before the next."""
+    groups, each group's rows recorded before the next. The tenants `holding` restore holds
+    take the per-tenant path too: it judges their holds."""
     default = resolve_policy(None, policy)
-    grouped = [t for t in tenants if groups_serve(t, policy, default, manifests)]
+    grouped = [t for t in tenants if t.tenant_id not in holding
+               and groups_serve(t, policy, default, manifests)]
     grouped_ids = {t.tenant_id for t in grouped}
     outcomes: list[TenantOutcome] = []
     alone = [t for t in tenants if t.tenant_id not in grouped_ids]
     for tenant in until_stopping(alone, context.control):
         with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+            holds = (await tenant_holds(context.graph, tenant.tenant_id)
+                     if tenant.tenant_id in holding else ())
             outcome, _ = await reconcile_tenant(context, tenant, policy,
-                                                manifests.get(tenant.tenant_id, {}))
+                                                manifests.get(tenant.tenant_id, {}),
+                                                holds=holds)
         if not policy.dry_run:
             await recorder.record([outcome], policy)
         outcomes.append(outcome)

@@ -22,6 +22,7 @@ from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.reconcile_groups import TenantGroup
 from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.restore_holds import HoldEvidence, tenant_evidence
 from core.reconcile.rules.scan_verdicts import ScanRules
 from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
 from core.reconcile.rules.tenant_scan import TenantTally
@@ -51,6 +52,9 @@ class TenantScope:
     manifests: Mapping[str, RepoManifest]
     rules: ScanRules
     explain: bool
+    #: The evidence its chunks are judged by, that a restore's hold is judged against
+    #: (`core.reconcile.rules.restore_holds`).
+    evidence: HoldEvidence
 
     @classmethod
     def of(cls, context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
@@ -65,7 +69,8 @@ class TenantScope:
                           tenant_policy.grace_ms, read_ms=now_ms(),
                           max_stale_fraction=policy.max_stale_fraction,
                           signals=tenant_signals(tenant.tenant_repos, manifests))
-        return cls(context, tenant, policy, tenant_policy, manifests, rules, explain)
+        return cls(context, tenant, policy, tenant_policy, manifests, rules, explain,
+                   tenant_evidence(tenant.version, manifests))
 
     @property
     def deletes(self) -> bool:

@@ -45,6 +45,7 @@ from core.drain.stores.dead_letter_file import DeadLetterCounts, count_dead_lett
 from core.drain.stores.drainer_queue import local_drainer
 from core.drain.stores.queue_files import QueueFileCounts, describe_queue_file
 from core.reconcile.stores.archive_files import ArchiveFolder, describe_archive_folder
+from core.reconcile.stores.restore_holds import hold_counts
 
 
 def _iso(epoch_ms: int | None) -> str | None:
@@ -170,6 +171,8 @@ class TenantDrift:
     last_report_at_iso: str | None
     #: The guard that held the tenant (or some of its repos) in its latest report, if any.
     last_guard: str | None = None
+    #: Chunks a restore put back and holds now (`kb-tenants release` lifts the hold).
+    restore_held_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,12 +295,14 @@ def _detail_text(report: StaleReport | None, key: str) -> str | None:
 
 
 async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
-    """Every configured tenant with its version and latest stale report, plus any tenant that
-    has a report but no configuration node (version 0: it was removed or never configured)."""
+    """Every configured tenant with its version, latest stale report and restore holds, plus
+    any tenant that has a report or holds but no configuration node (version 0: it was
+    removed or never configured)."""
     configs = {t.tenant_id: t for t in await list_tenants(graph)} if "nodes" in tables else {}
     reports = await last_stale_counts(graph) if "kb_ingestion_metrics" in tables else {}
+    holds = await hold_counts(graph)  # one aggregate query
     drift: list[TenantDrift] = []
-    for tenant_id in sorted(set(configs) | set(reports)):
+    for tenant_id in sorted(set(configs) | set(reports) | set(holds)):
         config, report = configs.get(tenant_id), reports.get(tenant_id)
         drift.append(TenantDrift(
             tenant_id=tenant_id,
@@ -312,6 +317,7 @@ async def _tenants(graph: GraphDB, tables: set[str]) -> tuple[TenantDrift, ...]:
             last_report_at=report.timestamp_ms if report is not None else None,
             last_report_at_iso=_iso(report.timestamp_ms if report is not None else None),
             last_guard=_detail_text(report, "guard"),
+            restore_held_count=holds[tenant_id].chunks if tenant_id in holds else 0,
         ))
     return tuple(drift)
 

@@ -223,12 +223,23 @@ def _tenants_part(status: StatusReport, now: int) -> list[Any]:
     return [table("Tenants (counts from each tenant's latest reconcile report; a clean pass "
                   "writes none)",
                   ["tenant", "repo", "version", "last stale", "orphaned", "missing paths",
-                   "tombstoned", "held by", "reported"],
+                   "tombstoned", "held by", "restore-held", "reported"],
                   [[t.tenant_id, t.repo_slug, t.current_version, t.last_stale_count,
                     t.last_manifest_orphan_count, t.last_missing_path_count,
-                    t.last_tombstoned_count, t.last_guard, ago(t.last_report_at, now)]
+                    t.last_tombstoned_count, t.last_guard, t.restore_held_count,
+                    ago(t.last_report_at, now)]
                    for t in status.tenants],
-                  numeric=["version", "last stale", "orphaned", "missing paths", "tombstoned"])]
+                  numeric=["version", "last stale", "orphaned", "missing paths", "tombstoned",
+                           "restore-held"]),
+            *_holds_hint(status)]
+
+
+def _holds_hint(status: StatusReport) -> list[str]:
+    held = [t.tenant_id for t in status.tenants if t.restore_held_count]
+    if not held:
+        return []
+    return [f"  restore-held: chunks a restore put back; no pass deletes them until the "
+            f"tenant's evidence changes (kb-tenants release {held[0]} lifts the hold)"]
 
 
 def _alerts_part(status: StatusReport, now: int) -> list[Any]:

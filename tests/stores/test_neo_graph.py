@@ -109,7 +109,7 @@ async def test_a_graph_of_each_era_opens_as_the_originals_and_its_schema_stays_b
     ours = {e[1] for e in schema_entries(built) if e[0] == "table" and e[1].startswith("kb_")}
     assert ours == {"kb_ingestion_metrics", *(f"kb_daemons_{t}" for t in (
         "drain_generations", "drain_requeued", "daemon_ticks", "daemon_state",
-        "drainer_ticks", "alert_cooldowns", "alerts_fired"))}
+        "drainer_ticks", "alert_cooldowns", "alerts_fired", "restore_holds"))}
 
 
 async def test_the_originals_telemetry_table_is_created_as_it_would_and_never_altered(

@@ -47,7 +47,8 @@ NEO_SCHEMA_VERSION = 1
 #: or partly created state of ours.
 _KB_TABLES = frozenset({
     "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
-    "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired"})
+    "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired",
+    "restore_holds"})
 _KB_NODE_COLUMNS = frozenset({"id", "label", "properties"})
 _KB_EDGE_COLUMNS = frozenset({"source", "target", "relationship", "weight", "properties"})
 _NEO_NODE_COLUMNS = frozenset({"id", "data"})

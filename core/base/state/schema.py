@@ -12,4 +12,5 @@ from __future__ import annotations
 STATE_TABLES: tuple[str, ...] = (
     "nodes", "edges", "kb_ingestion_metrics", "drain_generations", "drain_requeued",
     "daemon_ticks", "daemon_state", "drainer_ticks", "alert_cooldowns", "alerts_fired",
+    "restore_holds",
 )

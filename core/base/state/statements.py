@@ -127,6 +127,22 @@ class Statements:
     rekey_cooldowns: str
     #: (channel)
     drop_cooldowns: str
+    # ------------------------------------------------------------------ restore holds
+    #: (tenant, archive, restored at, config version, evidence, evidence at, chunk ids as
+    #: JSON array): hold each chunk, replacing an earlier hold of it
+    hold_chunks: str
+    #: (tenant, chunk ids as JSON array) -> chunk, archive, restored at, config version,
+    #: evidence, evidence at: the holds of these chunks of the tenant
+    holds_of_chunks: str
+    #: (tenant) -> the same columns: every hold of the tenant, by chunk
+    tenant_holds: str
+    #: (tenant, archive or None) -> chunk: release the tenant's holds (of that archive only)
+    release_holds: str
+    #: (tenant, JSON array of [chunk, restored at]): drop exactly these holds (lapsed ones;
+    #: a chunk held again since, by a later restore, keeps its new hold)
+    drop_holds: str
+    #: () -> tenant, holds, archives, the latest restored at; by tenant
+    hold_counts: str
     # -------------------------------------------------------- graph, set-based forms
     #: `insert_node_if_absent`, `insert_edge_if_absent` and `link_edge` as ONE statement over
     #: many rows, each parameter an array (a column), for a backend that pays per statement

@@ -33,6 +33,8 @@ def _why(chunk: ChunkLine) -> str:
 
 
 def _action(chunk: ChunkLine) -> str:
+    if chunk.restore_held:
+        return "held (restored)"
     if chunk.held:
         return "held (no usable ingestedAt)"
     if chunk.would_delete:
@@ -59,6 +61,16 @@ def _guards(guards: GuardCheck) -> list[str]:
             if guards.over_cap else ""
         out.append(f"  a pass would archive, then delete {guards.would_delete:,} chunks{over}")
     return out
+
+
+def _restore_holds(plan: TenantPlan) -> list[str]:
+    holds = plan.restore_holds
+    if holds is None:
+        return []
+    return [f"  restore holds: {holds.chunk_count:,} chunks put back from "
+            f"{', '.join(holds.archives)} are held: no pass deletes them until the version "
+            f"is raised again or a manifest or yield snapshot is replaced; {holds.release} "
+            "lifts the hold"]
 
 
 def _retention(plan: TenantPlan) -> list[str]:
@@ -123,6 +135,8 @@ def _generations(plan: TenantPlan) -> list[Any]:
 
 
 def _generation_action(line: GenerationLine) -> str:
+    if line.restore_held:
+        return "held (restored)"
     if line.would_delete:
         return "delete this pass"
     return "actionable" if line.actionable else "waits"
@@ -151,9 +165,12 @@ def render_plan(plan: TenantPlan) -> str:
         f"{'on' if plan.auto_tombstone else 'off'}",
         f"  scanned {f.scanned:,}; config-stale {f.stale_count:,}; manifest orphans "
         f"{f.manifest_orphan_count:,}; total (each chunk once) {f.total_orphan_count:,}; "
-        f"actionable {f.actionable_count:,}; held {f.held_count:,}; missing paths "
+        f"actionable {f.actionable_count:,}; held {f.held_count:,}"
+        f"{f'; held by a restore {f.restore_held_count:,}' if f.restore_held_count else ''}"
+        f"; missing paths "
         f"{f.missing_path_count:,}; malformed {f.malformed_count:,}"]
     out += _guards(plan.guards)
+    out += _restore_holds(plan)
     out += _retention(plan)
     out += _manifests(plan)
     out += _malformed(plan)

@@ -9,9 +9,11 @@ hold the pass and the numbers behind it even while it is off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from core.base.rules.camel_json import omitted_when_none
 from core.reconcile.rules.generations import GenerationOrphan
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import (
@@ -21,6 +23,7 @@ from core.reconcile.rules.reconcile import (
     ReconcilePolicy,
 )
 from core.reconcile.rules.reconcile_outcome import TenantFigures, TenantOutcome
+from core.reconcile.rules.restore_holds import RestoreHold, release_command
 from core.reconcile.rules.retention import TenantRetention
 from core.reconcile.rules.scan_verdicts import MalformedChunk, RowVerdict
 from core.reconcile.rules.tenant_scan import TenantTally
@@ -30,6 +33,8 @@ WHY_DISABLED = "reconciliationEnabled is false: the daemon idles (explain and --
 WHY_MASTER_OFF = "reconciliationAutoTombstone is false (the master switch)"
 WHY_TENANT_OFF = "the tenant's policy sets autoTombstone off"
 WHY_NOTHING = "nothing is actionable"
+#: An optional key of the plan: written only when it says something.
+_OPTIONAL = omitted_when_none()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +56,27 @@ class ChunkLine:
     #: Among the chunks this pass would delete (within the cap, the first to go:
     #: `TenantTally.first_to_go`); False whenever the pass would delete nothing.
     would_delete: bool = False
+    #: Put back by a restore and held (true only then): no pass deletes it while the hold
+    #: is in force.
+    restore_held: bool | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
-    def of(cls, verdict: RowVerdict, *, would_delete: bool = False) -> ChunkLine:
+    def of(cls, verdict: RowVerdict, *, would_delete: bool = False,
+           restore_held: bool = False) -> ChunkLine:
         """The line of a row's verdict."""
         return cls(verdict.id, verdict.repo_slug, verdict.source_path, verdict.stamp,
                    verdict.ingested_at, verdict.reasons, verdict.version_gap,
-                   verdict.actionable, verdict.held, would_delete)
+                   verdict.actionable, verdict.held, would_delete, restore_held or None)
+
+
+@dataclass(frozen=True, slots=True)
+class HoldLine:
+    """The tenant's restore holds in force: how many chunks, from which archives, and the
+    command that lifts them."""
+
+    chunk_count: int
+    archives: tuple[str, ...]
+    release: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +121,8 @@ class GuardCheck:
     over_cap: int
     #: Why nothing would be deleted; None when something would.
     why_not: str | None
+    #: Actionable chunks a restore holds (not deleted); written only when some.
+    restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +147,8 @@ class TenantPlan:
     generation_orphans: tuple[GenerationLine, ...] = ()
     #: What retention (`gcRetention`, the tenant's override) would take now, nothing deleted.
     retention: TenantRetention | None = None
+    #: The restore holds in force (written only when there are some).
+    restore_holds: HoldLine | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +168,16 @@ class GenerationLine:
     why: str
     #: Among the chunks this pass would delete (see `ChunkLine.would_delete`).
     would_delete: bool = False
+    #: Held by a restore (see `ChunkLine.restore_held`).
+    restore_held: bool | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
-    def of(cls, orphan: GenerationOrphan, *, would_delete: bool = False) -> GenerationLine:
+    def of(cls, orphan: GenerationOrphan, *, would_delete: bool = False,
+           restore_held: bool = False) -> GenerationLine:
         """The line of a classified orphan."""
         return cls(orphan.id, orphan.kind, orphan.repo_slug, orphan.source_path, orphan.stamp,
                    orphan.declared, orphan.tier, orphan.reason, orphan.actionable,
-                   orphan.ingested_at, orphan.why, would_delete)
+                   orphan.ingested_at, orphan.why, would_delete, restore_held or None)
 
 
 def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> str | None:
@@ -165,7 +191,10 @@ def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) 
         return f"a guard is set to an invalid value: {', '.join(policy.invalid_pass_guards)}"
     if outcome.guard == GUARD_STALE_FRACTION:
         return "the stale-fraction guard holds the tenant"
-    if outcome.actionable_count - outcome.held_count <= 0:
+    if outcome.actionable_count - outcome.held_count - outcome.restore_held_count <= 0:
+        if outcome.restore_held_count:
+            return (f"its actionable chunks are held by a restore "
+                    f"({release_command(outcome.tenant_id)} lifts the hold)")
         if outcome.guard == GUARD_MANIFEST_MISMATCH:
             return (f"the manifest-mismatch guard holds the orphans of "
                     f"{', '.join(outcome.mismatched_repos)}")
@@ -175,7 +204,8 @@ def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) 
 
 def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> GuardCheck:
     """The guards' verdict and numbers for an outcome the pass judged in explain mode."""
-    deletable = max(0, outcome.actionable_count - outcome.held_count)
+    deletable = max(0, outcome.actionable_count - outcome.held_count
+                    - outcome.restore_held_count)
     why_not = _why_not(outcome, policy, enabled=enabled)
     would = 0 if why_not else min(deletable, policy.max_deletes_per_tick)
     return GuardCheck(
@@ -185,15 +215,17 @@ def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: boo
         total_complete=outcome.total_complete, max_stale_fraction=policy.max_stale_fraction,
         max_deletes_per_tick=policy.max_deletes_per_tick,
         invalid_guards=policy.invalid_guards, would_delete=would,
-        over_cap=max(0, deletable - policy.max_deletes_per_tick), why_not=why_not)
+        over_cap=max(0, deletable - policy.max_deletes_per_tick), why_not=why_not,
+        restore_held_count=outcome.restore_held_count or None)
 
 
 def build_plan(
     outcome: TenantOutcome, tally: TenantTally, policy: ReconcilePolicy,
     manifests: dict[str, RepoManifest], *, enabled: bool,
-    retention: TenantRetention | None = None,
+    retention: TenantRetention | None = None, holds: Sequence[RestoreHold] = (),
 ) -> TenantPlan:
-    """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id)."""
+    """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id);
+    `holds`: the tenant's restore holds (those in force are the tally's `restore_held`)."""
     missing = tally.missing_paths()
     lines = tuple(ManifestLine(slug, len(m.paths_after_push), m.updated_at, m.revision,
                                slug in tally.rules.ripe_repos, missing.get(slug, ()),
@@ -204,6 +236,7 @@ def build_plan(
     guards = guard_check(outcome, policy, enabled=enabled)
     # The chunks a pass would take first under the cap, marked only when it would delete.
     going = tally.first_to_go().ids if guards.why_not is None else frozenset()
+    held = tally.restore_held
     return TenantPlan(
         tenant_id=outcome.tenant_id, repo_slug=outcome.repo_slug,
         current_version=outcome.current_version,
@@ -211,9 +244,24 @@ def build_plan(
         manifest_grace_ms=outcome.manifest_grace_ms, auto_tombstone=outcome.auto_tombstone,
         invalid_policy=outcome.invalid_policy, figures=outcome.figures(),
         guards=guards, manifests=lines,
-        chunks=tuple(ChunkLine.of(v, would_delete=v.id in going) for v in chunks),
+        chunks=tuple(ChunkLine.of(v, would_delete=v.id in going,
+                                  restore_held=v.id in held) for v in chunks),
         malformed=tuple(sorted(tally.malformed, key=lambda m: m.id)),
-        generation_orphans=tuple(GenerationLine.of(o, would_delete=o.id in going) for o in sorted(
+        generation_orphans=tuple(GenerationLine.of(o, would_delete=o.id in going,
+                                                   restore_held=o.id in held) for o in sorted(
             tally.generations.rows if tally.generations else (),
             key=lambda o: (o.repo_slug, o.source_path, o.id, o.kind))),
-        retention=retention)
+        retention=retention, restore_holds=_hold_line(outcome.tenant_id, holds, held & {
+            v.id for v in (*tally.rows, *(tally.generations.rows if tally.generations
+                                          else ()))}))
+
+
+def _hold_line(tenant_id: str, holds: Sequence[RestoreHold],
+               shown: set[str] | frozenset[str]) -> HoldLine | None:
+    """The holds in force on the chunks the plan lists (a hold on a chunk that is gone, or
+    no longer stale or orphaned, has nothing to keep)."""
+    in_force = [h for h in holds if h.chunk_id in shown]
+    if not in_force:
+        return None
+    return HoldLine(len(in_force), tuple(sorted({h.archive for h in in_force})),
+                    release_command(tenant_id))

@@ -121,6 +121,21 @@ class GenerationTally:
         self.deletable.setdefault(key, []).append((ingested, orphan.id, orphan.source_path))
         self.paths.setdefault(key, set()).add(orphan.source_path)
 
+    def set_aside(self, held: frozenset[str]) -> int:
+        """Take the chunks a restore holds out of the deletable ones (once settled); how
+        many."""
+        if not held:
+            return 0
+        count = 0
+        for key, chunks in list(self.deletable.items()):
+            kept = [c for c in chunks if c[1] not in held]
+            count += len(chunks) - len(kept)
+            if kept:
+                self.deletable[key] = kept
+            else:
+                del self.deletable[key]
+        return count
+
     @property
     def orphan_ids(self) -> set[str]:
         """Every generation orphan's id (kept rows only)."""

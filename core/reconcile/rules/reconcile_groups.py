@@ -146,3 +146,13 @@ def rows_by_tenant(rows: Iterable[ChromaRow]) -> dict[str, list[ChromaRow]]:
     return split
 
 
+
+
+def only_rows(page: ColumnPage, keep: set[str]) -> ColumnPage:
+    """The rows of `page` whose ids are in `keep`."""
+    if len(keep) == len(page):
+        return page
+    index = [i for i, row_id in enumerate(page.ids) if row_id in keep]
+    embeddings = page.embeddings[index] if page.embeddings is not None and index else None
+    return ColumnPage([page.ids[i] for i in index], [page.metadatas[i] for i in index],
+                      [page.documents[i] for i in index], embeddings)

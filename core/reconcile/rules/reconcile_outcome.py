@@ -53,6 +53,8 @@ class TenantOutcome:
     legacy_tombstoned_count: int = 0
     #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
     held_count: int = 0
+    #: Actionable chunks a restore holds (`core.reconcile.rules.restore_holds`): not deleted.
+    restore_held_count: int = 0
     #: Chunks read whose fields have unexpected types (skipped field by field, counted:
     #: `core.reconcile.rules.tenant_scan`).
     malformed_count: int = 0
@@ -117,7 +119,8 @@ class TenantOutcome:
                              self.parser_orphan_count or None,
                              self.extraction_orphan_count or None,
                              self.legacy_tombstoned_count or None,
-                             self.rewritten_kept_count or None)
+                             self.rewritten_kept_count or None,
+                             self.restore_held_count or None)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
@@ -141,6 +144,7 @@ class TenantOutcome:
             max_deletes_per_tick=policy.max_deletes_per_tick,
             scanned=self.scanned,
             held_count=self.held_count or None,
+            restore_held_count=self.restore_held_count or None,
             legacy_tombstoned_count=self.legacy_tombstoned_count or None,
             malformed_count=self.malformed_count or None,
             guard=self.guard,
@@ -187,8 +191,9 @@ class TenantFigures:
     #: Chosen chunks rewritten (or gone) between their archive and their delete: kept, their
     #: archive lines withdrawn; written only when there are some.
     rewritten_kept_count: int | None = field(default=None, metadata=_OPTIONAL)
-
-
+    #: Actionable chunks a restore holds: not deleted until the evidence changes after the
+    #: restore or `tenants release` lifts the hold; written only when there are some.
+    restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,8 @@ class ReconcileDetail:
     manifest_mismatch_repos: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     manifest_mismatch_count: int | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
+    #: Actionable chunks a restore holds (`restoreHeldCount`).
+    restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
     #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id (`legacyTombstonedCount`).
     legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
     #: Chunks read whose fields have unexpected types (`malformedCount`).

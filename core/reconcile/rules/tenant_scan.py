@@ -75,6 +75,9 @@ class TenantTally:
     #: Deletions a pass may make (0 when it deletes nothing: nothing kept for bands).
     cap: int
     keep_rows: bool = False
+    #: The chunks a restore holds (holds in force: `core.reconcile.rules.restore_holds`):
+    #: counted as they are, never chosen to go.
+    restore_held: frozenset[str] = frozenset()
     scanned: int = 0
     stale_count: int = 0
     stale_actionable_count: int = 0
@@ -83,6 +86,8 @@ class TenantTally:
     total_orphan_count: int = 0
     actionable_count: int = 0
     held_count: int = 0
+    #: Actionable chunks a restore holds (`restore_held`), set aside from the selection.
+    restore_held_count: int = 0
     #: Actionable chunks with a legacy `ingestedAt`, deleted by id (`RowVerdict.legacy`).
     legacy_count: int = 0
     #: The tenant's chunks with fields of unexpected types (see the module docstring).
@@ -105,6 +110,7 @@ class TenantTally:
     _orphan_actionable: Counter[str] = field(default_factory=Counter)
     _only_orphan_actionable: Counter[str] = field(default_factory=Counter)
     _only_orphan_held: Counter[str] = field(default_factory=Counter)
+    _only_orphan_restore_held: Counter[str] = field(default_factory=Counter)
     #: Repos the manifest-mismatch guard holds (set by `settle`), and the orphans it holds.
     mismatched_repos: tuple[str, ...] = ()
     mismatch_held_count: int = 0
@@ -167,8 +173,14 @@ class TenantTally:
             if verdict.orphan_actionable and not verdict.stale_actionable:
                 self._only_orphan_actionable[slug] += 1
                 self._only_orphan_held[slug] += verdict.held
+                self._only_orphan_restore_held[slug] += (verdict.id in self.restore_held
+                                                         and not verdict.held)
         if self.keep_rows:
             self.rows.append(verdict)
+        if verdict.id in self.restore_held and (verdict.legacy or (verdict.actionable
+                                                                   and not verdict.held)):
+            self.restore_held_count += 1
+            return
         if verdict.legacy:
             self.legacy_count += 1
             value = metadata.get(INGESTED_KEY)
@@ -199,6 +211,7 @@ class TenantTally:
             self.total_orphan_count += gen.extra_orphans
             self.actionable_count += gen.extra_actionable
             self.held_count += gen.extra_held
+            self.restore_held_count += gen.set_aside(self.restore_held)
 
     def _settle_manifests(self) -> None:
         held = tuple(sorted(
@@ -213,6 +226,7 @@ class TenantTally:
             self.orphan_actionable_count -= self._orphan_actionable[slug]
             self.actionable_count -= self._only_orphan_actionable[slug]
             self.held_count -= self._only_orphan_held[slug]
+            self.restore_held_count -= self._only_orphan_restore_held[slug]
             self.oldest_orphans.pop(slug, None)
         self.rows = [replace(v, orphan_actionable=False, held=v.held and v.stale_actionable)
                      if v.orphan and v.repo_slug in held else v for v in self.rows]

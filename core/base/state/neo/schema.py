@@ -20,7 +20,13 @@ from __future__ import annotations
 import re
 
 from core.base.rules.graph_schema import NeoEra
-from core.base.state.sqlite.schema import ALERTS_DDL, DRAIN_DDL, DRAINER_TICKS_DDL, STATE_DDL
+from core.base.state.sqlite.schema import (
+    ALERTS_DDL,
+    DRAIN_DDL,
+    DRAINER_TICKS_DDL,
+    HOLDS_DDL,
+    STATE_DDL,
+)
 
 # ---------------------------------------------------------------- the original's graph, quoted
 
@@ -172,7 +178,7 @@ OWN_PREFIX = "kb_daemons_"
 #: The daemons' own tables and indexes, by the name they have in this project's schema.
 OWN_NAMES: tuple[str, ...] = (
     "drain_generations", "drain_requeued", "daemon_ticks", "daemon_state", "drainer_ticks",
-    "alert_cooldowns", "alerts_fired", "alerts_fired_at")
+    "alert_cooldowns", "alerts_fired", "alerts_fired_at", "restore_holds")
 _OWN_NAME = re.compile(r"\b(" + "|".join(OWN_NAMES) + r")\b")
 
 
@@ -185,7 +191,8 @@ def own_names(sql: str) -> str:
 #: The daemons' own tables on a neo.mjs graph file: this project's DDL, renamed (every
 #: statement a `CREATE ... IF NOT EXISTS`: running it on a file that has them changes nothing).
 OWN_DDL: tuple[str, ...] = tuple(own_names(ddl) for ddl in (DRAIN_DDL, STATE_DDL,
-                                                            DRAINER_TICKS_DDL, ALERTS_DDL))
+                                                            DRAINER_TICKS_DDL, ALERTS_DDL,
+                                                            HOLDS_DDL))
 _CREATES = re.compile(r"CREATE\s+(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+(\w+)"
                       r"(?:\s+ON\s+(\w+))?")
 

@@ -206,6 +206,22 @@ CREATE TABLE IF NOT EXISTS leader_leases (
 );
 """
 
+#: 5 -> 6: the restore holds (`core.reconcile.stores.restore_holds`), as SQLite's
+#: `restore_holds`: in the shared state, every host's passes see the holds any host's restore
+#: wrote.
+_RESTORE_HOLDS = """
+CREATE TABLE IF NOT EXISTS restore_holds (
+    tenant_id TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    archive TEXT NOT NULL,
+    restored_at BIGINT NOT NULL,
+    config_version BIGINT NOT NULL,
+    evidence TEXT NOT NULL,
+    evidence_at BIGINT NOT NULL,
+    PRIMARY KEY (tenant_id, chunk_id)
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _FUNCTIONS + _TABLES, _DRAINER_PER_HOST, _SHARED_ARCHIVES, _DRAINER_TICKS,
-    _LEADER_LEASES)
+    _LEADER_LEASES, _RESTORE_HOLDS)

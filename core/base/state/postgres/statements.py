@@ -87,6 +87,9 @@ def _rollup(*group: str) -> str:
             f"WHERE {_ROLLUP_WINDOW} GROUP BY {columns} ORDER BY {order}")
 
 
+_HOLD_COLUMNS = ("tenant_id, chunk_id, archive, restored_at, config_version, evidence, "
+                 "evidence_at")
+_HELD = "chunk_id, archive, restored_at, config_version, evidence, evidence_at"
 _DRAINER_TICK_COLUMNS = ("drainer, host, started_at, finished_at, duration_ms, ok, figures, "
                          "queue_lines, draining, dead_letters")
 
@@ -201,6 +204,22 @@ DO UPDATE SET fired_at = excluded.fired_at
         "ON CONFLICT(tenant_id, repo_slug, metric, severity, channel) "
         "DO UPDATE SET fired_at = GREATEST(alert_cooldowns.fired_at, excluded.fired_at)"),
     drop_cooldowns="DELETE FROM alert_cooldowns WHERE channel = $1",
+    hold_chunks=(f"INSERT INTO restore_holds({_HOLD_COLUMNS}) "
+                 "SELECT $1, value, $2, $3, $4, $5, $6 FROM jsonb_array_elements_text($7::jsonb) "
+                 "ON CONFLICT(tenant_id, chunk_id) DO UPDATE SET archive = excluded.archive, "
+                 "restored_at = excluded.restored_at, "
+                 "config_version = excluded.config_version, evidence = excluded.evidence, "
+                 "evidence_at = excluded.evidence_at"),
+    holds_of_chunks=(f"SELECT {_HELD} FROM restore_holds WHERE tenant_id = $1 "
+                     "AND chunk_id IN (SELECT jsonb_array_elements_text($2::jsonb))"),
+    tenant_holds=(f"SELECT {_HELD} FROM restore_holds WHERE tenant_id = $1 "
+                  'ORDER BY chunk_id COLLATE "C"'),
+    release_holds=("DELETE FROM restore_holds WHERE tenant_id = $1 "
+                   "AND ($2::text IS NULL OR archive = $2) RETURNING chunk_id"),
+    drop_holds=("DELETE FROM restore_holds WHERE tenant_id = $1 AND (chunk_id, restored_at) IN "
+                "(SELECT e ->> 0, (e ->> 1)::bigint FROM jsonb_array_elements($2::jsonb) e)"),
+    hold_counts=("SELECT tenant_id, COUNT(*), COUNT(DISTINCT archive), MAX(restored_at) "
+                 'FROM restore_holds GROUP BY tenant_id ORDER BY tenant_id COLLATE "C"'),
     insert_nodes_columns=("INSERT INTO nodes(id, label, properties) "
                           "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
                           "ON CONFLICT DO NOTHING"),

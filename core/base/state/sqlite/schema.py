@@ -132,5 +132,27 @@ CREATE TABLE IF NOT EXISTS alerts_fired (
 CREATE INDEX IF NOT EXISTS alerts_fired_at ON alerts_fired(fired_at);
 """
 
+# The chunks a restore put back (`core.reconcile.stores.restore_holds`): no pass or retention
+# run deletes one while its hold is in force. One row per (tenant, chunk), written BEFORE the
+# chunks (so a pass that reads a restored chunk finds its hold), with the evidence that stood
+# when it was restored: the tenant's config version and a fingerprint of its manifests and
+# yield snapshots (`core.reconcile.rules.restore_holds`). A new table: a file of an earlier
+# version gains it at its next writable open, and a read-only open of one reads no hold.
+HOLDS_DDL = """
+CREATE TABLE IF NOT EXISTS restore_holds (
+    tenant_id TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    -- The file name of the archive the chunk came back from.
+    archive TEXT NOT NULL,
+    restored_at INTEGER NOT NULL,
+    -- The evidence at restore time: the config version, the manifests' fingerprint and the
+    -- newest `updatedAt` among them (epoch ms, 0 when the tenant has none).
+    config_version INTEGER NOT NULL,
+    evidence TEXT NOT NULL,
+    evidence_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, chunk_id)
+);
+"""
+
 ALL_DDL: tuple[str, ...] = (GRAPH_DDL, TELEMETRY_DDL, DRAIN_DDL, STATE_DDL, DRAINER_TICKS_DDL,
-                            ALERTS_DDL)
+                            ALERTS_DDL, HOLDS_DDL)

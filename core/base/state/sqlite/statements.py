@@ -61,6 +61,9 @@ _ROLLUP_COLUMNS = f"""
 _ROLLUP_WINDOW = "timestamp >= ? AND timestamp < ? AND (? IS NULL OR tenant_id = ?)"
 
 
+_HOLD_COLUMNS = ("tenant_id, chunk_id, archive, restored_at, config_version, evidence, "
+                 "evidence_at")
+_HELD = "chunk_id, archive, restored_at, config_version, evidence, evidence_at"
 _DRAINER_TICK_COLUMNS = ("drainer, host, started_at, finished_at, duration_ms, ok, figures, "
                          "queue_lines, draining, dead_letters")
 
@@ -177,4 +180,21 @@ DO UPDATE SET fired_at = excluded.fired_at
         "ON CONFLICT(tenant_id, repo_slug, metric, severity, channel) "
         "DO UPDATE SET fired_at = MAX(fired_at, excluded.fired_at)"),
     drop_cooldowns="DELETE FROM alert_cooldowns WHERE channel = ?",
+    # `WHERE true`: an upsert's SELECT needs one (SQLite's parser, "Parsing Ambiguity").
+    hold_chunks=(f"INSERT INTO restore_holds({_HOLD_COLUMNS}) "
+                 "SELECT ?1, value, ?2, ?3, ?4, ?5, ?6 FROM json_each(?7) WHERE true "
+                 "ON CONFLICT(tenant_id, chunk_id) DO UPDATE SET archive = excluded.archive, "
+                 "restored_at = excluded.restored_at, "
+                 "config_version = excluded.config_version, evidence = excluded.evidence, "
+                 "evidence_at = excluded.evidence_at"),
+    holds_of_chunks=(f"SELECT {_HELD} FROM restore_holds WHERE tenant_id = ? "
+                     "AND chunk_id IN (SELECT value FROM json_each(?))"),
+    tenant_holds=f"SELECT {_HELD} FROM restore_holds WHERE tenant_id = ? ORDER BY chunk_id",
+    release_holds=("DELETE FROM restore_holds WHERE tenant_id = ?1 "
+                   "AND (?2 IS NULL OR archive = ?2) RETURNING chunk_id"),
+    drop_holds=("DELETE FROM restore_holds WHERE tenant_id = ? AND (chunk_id, restored_at) IN "
+                "(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') "
+                "FROM json_each(?))"),
+    hold_counts=("SELECT tenant_id, COUNT(*), COUNT(DISTINCT archive), MAX(restored_at) "
+                 "FROM restore_holds GROUP BY tenant_id ORDER BY tenant_id"),
 )
