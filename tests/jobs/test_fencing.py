@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from chromadb.api.models.Collection import Collection
 
 from core.base.chroma import VectorStore
 from core.base.config.config import Settings
@@ -71,3 +74,25 @@ async def test_a_delete_whose_fencing_check_is_fresh_is_sent(tmp_path: Path) -> 
     settings = tombstoning(tmp_path)
     await seed_acme_drift(settings)
     assert await _pass_under(settings, SlowFence(answer_s=0.0, valid_for_s=30.0)) == (2, 2)
+
+
+async def test_a_pause_inside_the_compound_s_read_past_the_validity_sends_no_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The check is fresh when the compound starts, but its whole-row read before the delete
+    stalls past the check's validity (a leader paused mid-read): the delete is not sent."""
+    settings = tombstoning(tmp_path)
+    await seed_acme_drift(settings)
+    real_get = Collection.get
+
+    def stalling_get(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        if "embeddings" in (kwargs.get("include") or ()):  # the reads of whole rows
+            time.sleep(0.6)
+        return real_get(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "get", stalling_get)
+    tombstoned, left = await _pass_under(settings, SlowFence(answer_s=0.0, valid_for_s=0.3))
+    assert (tombstoned, left) == (0, 4)
+    fenced_lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()
+                    if '"leadership.fenced"' in line]
+    assert fenced_lines and "not sent" in fenced_lines[0]["reason"]

@@ -195,6 +195,10 @@ class ChromaConnection:
         # A fenced delete is looked at once more on the Chroma thread, the last step before
         # its request is sent (`core.base.io.fence_deadline`).
         send_by = current_deadline() if method in ("delete", DELETE_UNCHANGED) else None
+        if method == DELETE_UNCHANGED and not isinstance(self._client, DaemonStoreClient):
+            # The compound reads before it deletes: its delete is looked at once more after
+            # the read, so a pause during the read cannot let it leave late.
+            kwargs = {**kwargs, "send_by": send_by, "action": f"{method} on {name!r}"}
         for attempt in (1, 2):
             call = partial(self._call_on_collection, name, method, kwargs)
             try:

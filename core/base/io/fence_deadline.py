@@ -6,7 +6,8 @@ may take the lead until one lease after that renewal, by the server's clock
 leader paused between the check and its request (SIGSTOP, a hung event loop, a suspended
 machine) would otherwise send it once a standby leads. So the check sets a deadline for the
 task's next delete (`allow_until`), and the Chroma adapter looks at it on its own thread, the
-last step before the request is sent (`refuse_when_late`): a late delete is not sent
+last step before the request is sent (`refuse_when_late`; for the compound that reads rows
+before it deletes them, again after the read): a late delete is not sent
 (FenceExpired). What is left is a pause landing between that look and the request's bytes
 leaving, a few instructions, and a request already on the wire.
 
