@@ -58,6 +58,7 @@ from core.reconcile.stores.archives import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
 
+
 class HoldChunks(Protocol):
     """A restore's holds (`core.reconcile.stores.restore_holds.RestoreHoldWriter`)."""
 

@@ -143,6 +143,8 @@ class Statements:
     drop_holds: str
     #: () -> tenant, holds, archives, the latest restored at; by tenant
     hold_counts: str
+    #: (tenant ids as JSON array) -> tenant: those of these tenants that hold any chunk
+    held_tenants: str
     # -------------------------------------------------------- graph, set-based forms
     #: `insert_node_if_absent`, `insert_edge_if_absent` and `link_edge` as ONE statement over
     #: many rows, each parameter an array (a column), for a backend that pays per statement

@@ -171,10 +171,20 @@ class JudgedBy(Protocol):
 
 
 class RestoreHolds:
-    """The deletion engine's view of the holds: which of a band's archived ids are held now."""
+    """The deletion engine's view of the holds: which of a band's archived ids are held now
+    (one query per band for its tenants, and one per tenant of them that holds any chunk)."""
 
     def __init__(self, graph: GraphDB) -> None:
         self._graph = graph
+        self._table = False  # seen once, the table stays (it is never dropped)
+
+    async def _held_tenants(self, tenant_ids: Sequence[str]) -> set[str]:
+        if not self._table:
+            self._table = await _has_table(self._graph)
+            if not self._table:
+                return set()
+        rows = await self._graph.query(self._graph.sql.held_tenants, (_ids_json(tenant_ids),))
+        return {str(row[0]) for row in rows}
 
     async def withhold(
         self, archived: Mapping[str, list[str]], rules: Mapping[str, JudgedBy],
@@ -183,7 +193,10 @@ class RestoreHolds:
         against the evidence the tenant's plan was made with, its rule's `evidence`; a plan
         made without any holds every hold in force), and the ids kept."""
         held: set[str] = set()
+        holding = await self._held_tenants(list(archived))
         for tenant_id, ids in archived.items():
+            if tenant_id not in holding:
+                continue
             holds = await holds_of_chunks(self._graph, tenant_id, ids)
             rule = rules.get(tenant_id)
             kept, _ = holds_in_force(holds, rule.evidence if rule is not None else None)

@@ -220,6 +220,8 @@ DO UPDATE SET fired_at = excluded.fired_at
                 "(SELECT e ->> 0, (e ->> 1)::bigint FROM jsonb_array_elements($2::jsonb) e)"),
     hold_counts=("SELECT tenant_id, COUNT(*), COUNT(DISTINCT archive), MAX(restored_at) "
                  'FROM restore_holds GROUP BY tenant_id ORDER BY tenant_id COLLATE "C"'),
+    held_tenants=("SELECT DISTINCT tenant_id FROM restore_holds "
+                  "WHERE tenant_id IN (SELECT jsonb_array_elements_text($1::jsonb))"),
     insert_nodes_columns=("INSERT INTO nodes(id, label, properties) "
                           "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
                           "ON CONFLICT DO NOTHING"),

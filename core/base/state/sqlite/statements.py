@@ -197,4 +197,6 @@ DO UPDATE SET fired_at = excluded.fired_at
                 "FROM json_each(?))"),
     hold_counts=("SELECT tenant_id, COUNT(*), COUNT(DISTINCT archive), MAX(restored_at) "
                  "FROM restore_holds GROUP BY tenant_id ORDER BY tenant_id"),
+    held_tenants=("SELECT DISTINCT tenant_id FROM restore_holds "
+                  "WHERE tenant_id IN (SELECT value FROM json_each(?))"),
 )
