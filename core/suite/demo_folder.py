@@ -22,6 +22,7 @@ it did not write is ever written over (`judge_folder`, the one judgement):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -36,7 +37,15 @@ from core.base.rules.errors import LockHeld
 from core.base.state.graph import count_nodes_and_edges, edge_pages, node_pages
 from core.base.state.state import open_graph
 from core.drain.stores.dead_letter_file import spill_dir
-from core.suite.demo_footprint import DemoFootprint, FootprintBuilder, changes, describe
+from core.drain.stores.queue_files import producers_held
+from core.suite.demo_footprint import (
+    FILE_NAMES,
+    DemoFootprint,
+    FootprintBuilder,
+    changes,
+    describe,
+)
+from core.suite.migrate import daemons_stopped
 
 #: The demo's footprint file, in the data folder it owns.
 FOOTPRINT_FILE = ".kb-demo.json"
@@ -144,12 +153,30 @@ async def claim_folder(settings: Settings, *, reset: bool = True) -> str | None:
     found = changes(footprint, await measure(settings))
     if found:
         return f"holds data the demo did not write ({describe(found)} since its last run)"
-    if store_in_use(settings):
-        # A running daemon has the graph open: removing it from under the daemon would lose
-        # what it writes next.
+    if not reset:
+        return NOT_OURS_IN_USE if store_in_use(settings) else None
+    return await asyncio.to_thread(_reset_unless_changed, settings, footprint)
+
+
+def _reset_unless_changed(settings: Settings, footprint: DemoFootprint) -> str | None:
+    """(blocking) `remove_demo_state`, holding the daemons' locks (none runs or starts
+    meanwhile: removing the graph under a daemon would lose what it writes next) and the
+    queue producers' lock, under which the queue files are compared once more with the
+    footprint: a line appended since the folder was measured is seen, never removed."""
+    queue = settings.lazy_edges_queue_path
+    try:
+        with contextlib.ExitStack() as held:
+            held.enter_context(daemons_stopped(settings, hint="stop them to start the "
+                                               "story again"))
+            if queue.parent.is_dir():
+                held.enter_context(producers_held(queue))
+            if _queue_file_digests(settings) != {key: footprint.files.get(key)
+                                                  for key in FILE_NAMES}:
+                return ("holds data the demo did not write (its queue files changed since "
+                        "its last run)")
+            remove_demo_state(settings)
+    except LockHeld:
         return NOT_OURS_IN_USE
-    if reset:
-        remove_demo_state(settings)
     return None
 
 

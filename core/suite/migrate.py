@@ -105,10 +105,12 @@ def _checked_target(target_url: str) -> str:
 
 
 @contextlib.contextmanager
-def _daemons_stopped(settings: Settings) -> Iterator[None]:
-    """Hold the locks a running daemon holds, so none writes the source during the copy and
-    none starts beside it (LockHeld, exit 1, when one runs). A lock whose folder does not
-    exist is not needed (no daemon ever ran there) and is not created."""
+def daemons_stopped(settings: Settings, *,
+                    hint: str = "stop the daemons before kb-migrate") -> Iterator[None]:
+    """Hold the locks a running daemon holds (the drainer's, the embedded store's), so none
+    writes the folder meanwhile and none starts beside it (LockHeld, exit 1, when one runs;
+    `hint` says what to do). A lock whose folder does not exist is not needed (no daemon
+    ever ran there) and is not created."""
     locks: list[ProcessLock] = []
     try:
         queue = settings.lazy_edges_queue_path
@@ -117,7 +119,7 @@ def _daemons_stopped(settings: Settings) -> Iterator[None]:
         if not settings.server_mode and settings.chroma_path.is_dir():
             locks.append(ProcessLock(settings.chroma_path / STORE_LOCK_NAME,
                                      purpose=f"embedded Chroma store {settings.chroma_path}",
-                                     hint="stop the daemons before kb-migrate").acquire())
+                                     hint=hint).acquire())
         yield
     finally:
         for lock in reversed(locks):
@@ -142,7 +144,7 @@ async def migrate_state(settings: Settings, *, target_url: str,
     if not source.is_file():
         raise ConfigError(f"{source}: no SQLite state file there (graphDbPath); nothing to "
                           "migrate")
-    with _daemons_stopped(settings):
+    with daemons_stopped(settings):
         snapshot = await SqliteSnapshot.open(source)
         try:
             return await _copy_snapshot(settings, snapshot, url, page_rows=page_rows)

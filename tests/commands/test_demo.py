@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
 import sqlite3
 import subprocess
+import sys
+import time
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -30,7 +34,7 @@ from tests.neo_graphs import (
     documents,
     original_entries,
 )
-from tests.support import child_env, make_settings, run_module, seed
+from tests.support import REPO, child_env, make_settings, run_module, seed
 
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}
 #: git as an operator's, without their own configuration.
@@ -218,6 +222,42 @@ def test_a_folder_someone_else_wrote_to_is_refused_and_left_as_it_is(tmp_path: P
     assert_refused(again, f"{tmp_path / 'data'} holds data the demo did not write",
                    "the lazy-edge queue changed since its last run", "--config")
     assert folder_state(tmp_path) == before, "nothing changed: the producer's line is kept"
+
+
+def _blocked_on(inode: int) -> bool:
+    """Whether a process waits for an flock on the file of this inode (/proc/locks: "->")."""
+    return any("->" in line and line.split()[-3].endswith(f":{inode}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_line_appended_while_the_demo_waits_to_reset_is_seen_and_kept(
+    tmp_path: Path,
+) -> None:
+    """A producer holds the queue's lock (mid-append) when the demo, having found its folder
+    as it left it, comes to reset it: the demo waits for the lock, compares the queue again,
+    sees the producer's line and refuses; the line is kept."""
+    assert run_demo(tmp_path).returncode == 0
+    queue = tmp_path / "data" / "memory-core" / "lazy-edges.jsonl"
+    produced = b'{"source":"CONCEPT:real","target":"CONCEPT:work","relationship":"R"}\n'
+    producer = os.open(queue, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(producer, fcntl.LOCK_EX)
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "daemons.demo", "--config", str(tmp_path / "kb.toml")],
+            cwd=REPO, env=child_env(tmp_path / "home"), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not _blocked_on(os.fstat(producer).st_ino):
+            assert demo.poll() is None, demo.communicate()
+            assert time.monotonic() < deadline, "the demo never waited for the queue's lock"
+            time.sleep(0.05)
+        os.write(producer, produced)
+    finally:
+        os.close(producer)
+    out, err = demo.communicate(timeout=120)
+    assert_refused(subprocess.CompletedProcess(demo.args, demo.returncode, out, err),
+                   "its queue files changed since its last run")
+    assert queue.read_bytes().endswith(produced), "the producer's line is kept"
 
 
 def kb_tenants(config: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:

@@ -150,6 +150,16 @@ def _locked(path: Path, flags: int) -> Iterator[tuple[int, os.stat_result] | Non
             os.close(fd)
 
 
+@contextmanager
+def producers_held(path: Path) -> Iterator[None]:
+    """Hold the producers' lock on the queue at `path` (the file created empty when absent,
+    never through a symlink), so no producer appends until this is left. A producer that
+    waited meanwhile checks the path again once it has the lock (the protocol), so the file
+    may be removed under this hold and the producer's line goes to a new file, not lost."""
+    with _locked(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW):
+        yield
+
+
 def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProblem]:
     """The library producer call: check every line, then append all of them in one locked
     write, or none when any is malformed (the problems are returned). Raises
