@@ -68,13 +68,16 @@ def serve_main(
     config: str | None,
     build_specs: Callable[[Settings], Sequence[DaemonSpec]],
     dry_run: bool = False,
+    metrics_port: Callable[[Settings], tuple[str, int]] | None = None,
 ) -> NoReturn:
-    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit."""
+    """The daemon-mode entry point of a `daemons.*` module: load the config, serve, exit.
+    `metrics_port` picks a daemon's own metrics key and port (None: `metricsPort`)."""
 
     async def main() -> int:
         quiet_on_terminal(verbose=True)  # a daemon's log is its record, on a terminal too
         settings = load_settings(config)
         return await serve(settings, build_specs(settings),
-                           options=RuntimeOptions(dry_run=dry_run))
+                           options=RuntimeOptions(dry_run=dry_run),
+                           metrics_port=None if metrics_port is None else metrics_port(settings))
 
     run_main(prog, main)

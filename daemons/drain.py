@@ -1,4 +1,5 @@
-"""`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon.
+"""`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon;
+`python -m daemons.drain forget DRAINER`: forget a gone drainer (`daemons._drainer_forget`).
 
 Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
 (`core.drain.rem_tick.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
@@ -7,6 +8,7 @@ its schedule until SIGTERM or Ctrl-C.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
@@ -19,8 +21,9 @@ from core.drain.stores.drainer_queue import read_drainer_queue
 from core.drain.stores.queue_files import refuse_symlinked_queue
 from core.suite.scheduler import DaemonSpec
 from core.suite.tick import Job
-from daemons._cli import Parser, add_run_flags, run_main
+from daemons._cli import Parser, add_run_flags, agreed_config, run_main, split_leading_config
 from daemons._daemon_cli import serve_main, tick_once
+from daemons._drainer_forget import FORGET, build_forget_parser, run_forget
 from daemons._summaries import drain_tick_summary
 
 PROG = "daemons.drain"
@@ -31,7 +34,9 @@ DAEMON = DRAIN_JOB
 def build_parser() -> Parser:
     """Flags of the drain daemon."""
     parser = Parser(prog=SCRIPT, description="The drain daemon: each REM tick live-ingests "
-                    "newly summarized sessions, then drains the lazy-edge queue.")
+                    "newly summarized sessions, then drains the lazy-edge queue.",
+                    epilog=f"Forget a gone drainer: {SCRIPT} {FORGET} DRAINER [--config F] "
+                    "[--json].")
     add_run_flags(parser, tick=True)
     return parser
 
@@ -72,15 +77,24 @@ async def tick_once_now(config: str | None, *, dry_run: bool, as_json: bool) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Entry point."""
-    args = build_parser().parse_args(argv)
+    """Entry point: `forget DRAINER`, one tick, or the daemon."""
+    before, argv = split_leading_config(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [FORGET]:
+        forget_parser = build_forget_parser(SCRIPT)
+        forget_args = forget_parser.parse_args(argv[1:])
+        forget_args.config = agreed_config(forget_parser, before, forget_args.config)
+        run_main(PROG, lambda: run_forget(forget_args))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.config = agreed_config(parser, before, args.config)
     if args.tick:
         run_main(PROG, lambda: tick_once_now(args.config, dry_run=args.dry_run,
                                                 as_json=args.json))
     if args.json:
         build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
     serve_main(PROG, config=args.config, build_specs=lambda s: [drain_daemon(s)],
-               dry_run=args.dry_run)
+               dry_run=args.dry_run,
+               metrics_port=lambda s: ("drainMetricsPort", s.drain_metrics_port))
 
 
 if __name__ == "__main__":

@@ -366,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         if args.json:
             build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
         serve_main(PROG, config=args.config, build_specs=lambda s: [reconcile_daemon(s)],
-                   dry_run=args.dry_run)
+                   dry_run=args.dry_run,
+                   metrics_port=lambda s: ("reconcileMetricsPort", s.reconcile_metrics_port))
     run_main(PROG, lambda: run_one_pass(args))
 
 

@@ -25,7 +25,9 @@ What is exposed:
   from each drainer's own tick record, so every host's drainer shows on every host: when its
   last tick finished (`kb_drainer_last_tick_timestamp_seconds`), whether it was ok
   (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
-  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`). Read at start, after each tick of
+  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`), and whether it is gone
+  (`kb_drainer_gone`: no tick for `drainerGoneIntervals` intervals; a forgotten drainer's
+  series go). Read at start, after each tick of
   this process and, while /metrics is served, every `FOLLOW_INTERVAL_S`;
 - whether this process leads the reconcile passes (`kb_reconcile_is_leader`, 0 in a process
   without kb-reconcile) and who it saw lead at its last heartbeat (`kb_reconcile_leader`, 1
@@ -69,10 +71,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.base.config.config import Settings
+from core.base.io.clock import now_ms
 from core.base.rules.camel_json import Figures
 from core.base.rules.errors import ConfigError, StoreUnavailable
 from core.base.state.daemon_state import DrainerTick, last_drainer_ticks
 from core.base.state.graph_db import GraphDB
+from core.drain.rules.drainers import is_gone
 from core.drain.stores.dead_letter_file import count_dead_letters
 from core.drain.stores.queue_files import count_newlines
 from core.reconcile.rules.reconcile_outcome import ReconcileFigures, TenantFigures
@@ -175,18 +179,7 @@ class Metrics:
                               registry=r)
         self.in_progress = Gauge("kb_tick_in_progress", "1 while a tick of the job runs.",
                                  ["job"], registry=r)
-        drainer_labels = ["drainer", "host"]
-        self.drainer_last_tick = Gauge(
-            "kb_drainer_last_tick_timestamp_seconds", "When each drainer's last tick "
-            "finished (as it recorded it in the shared state), by drainer id and host.",
-            drainer_labels, registry=r)
-        self.drainer_ok = Gauge("kb_drainer_last_tick_ok", "1 when the drainer's last tick "
-                                "completed successfully, else 0.", drainer_labels, registry=r)
-        self.drainer_queue = Gauge("kb_drainer_queue_lines", "Lines in the drainer's queue "
-                                   "when its last tick ended.", drainer_labels, registry=r)
-        self.drainer_dead = Gauge("kb_drainer_dead_letters", "Lines in the drainer's "
-                                  "dead-letter file when its last tick ended.", drainer_labels,
-                                  registry=r)
+        self.drainer_gauges = _drainer_gauges(r)
         self.is_leader = Gauge("kb_reconcile_is_leader", "1 while this process leads the "
                                "reconcile passes (PostgreSQL advisory lock; on SQLite, the "
                                "one process running them), else 0.", registry=r)
@@ -274,11 +267,17 @@ class Metrics:
         self.held.labels(name, guard).set(1 if guard else 0)
         self._guards[name] = guard
 
-    def show_drainers(self, drainers: Sequence[DrainerTick]) -> None:
-        """Each drainer's gauges from its recorded tick (one series per drainer: a drainer
-        that moved host keeps only its new `host`)."""
-        gauges = (self.drainer_last_tick, self.drainer_ok, self.drainer_queue,
-                  self.drainer_dead)
+    def show_drainers(self, drainers: Sequence[DrainerTick], *, now: int) -> None:
+        """Each drainer's gauges from its recorded tick, and whether it is gone at `now` (one
+        series per drainer: a drainer that moved host keeps only its new `host`; a drainer
+        whose row was forgotten loses its series)."""
+        gauges = self.drainer_gauges
+        last_tick, ok, queue, dead, gone = gauges
+        present = {d.queue.drainer for d in drainers}
+        for name in [n for n in self._drainer_hosts if n not in present]:
+            for gauge in gauges:
+                gauge.remove(name, self._drainer_hosts[name])
+            del self._drainer_hosts[name]
         for d in drainers:
             name, host = d.queue.drainer, d.queue.host
             shown = self._drainer_hosts.get(name)
@@ -286,10 +285,13 @@ class Metrics:
                 for gauge in gauges:
                     gauge.remove(name, shown)
             self._drainer_hosts[name] = host
-            self.drainer_last_tick.labels(name, host).set(d.tick.finished_at / 1000)
-            self.drainer_ok.labels(name, host).set(1 if d.tick.ok else 0)
-            self.drainer_queue.labels(name, host).set(d.queue.queue_lines)
-            self.drainer_dead.labels(name, host).set(d.queue.dead_letters)
+            gone.labels(name, host).set(
+                1 if is_gone(d.tick.finished_at, now, interval_ms=self.settings.rem_interval_ms,
+                             intervals=self.settings.drainer_gone_intervals) else 0)
+            last_tick.labels(name, host).set(d.tick.finished_at / 1000)
+            ok.labels(name, host).set(1 if d.tick.ok else 0)
+            queue.labels(name, host).set(d.queue.queue_lines)
+            dead.labels(name, host).set(d.queue.dead_letters)
 
     def show_leadership(self, *, leads: bool, holder: str | None) -> None:
         """What this process's election saw at its last heartbeat: whether it leads, and
@@ -301,15 +303,16 @@ class Metrics:
         self.leader.labels(label).set(1 if holder else 0)
         self._leader_shown = label
 
-    def serve(self, port: int) -> None:
+    def serve(self, port: int, *, key: str = "metricsPort") -> None:
         """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
-        a thread of the library's. A port that is taken is a configuration error (exit 2)."""
+        a thread of the library's. A port that is taken is a configuration error (exit 2)
+        naming `key`, the setting the port came from."""
         try:
             self._server, _thread = start_http_server(port, addr="127.0.0.1",
                                                       registry=self.registry)
         except OSError as exc:
             if exc.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise ConfigError(f"metricsPort = {port}: 127.0.0.1:{port} is "
+                raise ConfigError(f"{key} = {port}: 127.0.0.1:{port} is "
                                   f"{'taken' if exc.errno == errno.EADDRINUSE else 'not allowed'}"
                                   " (choose another port, or 0 to turn metrics off)") from None
             raise
@@ -324,6 +327,26 @@ class Metrics:
             self._server = None
 
 
+def _drainer_gauges(r: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge, Gauge, Gauge]:
+    """Each drainer's series (labels `drainer`, `host`): last tick, ok, queue lines, dead
+    letters, gone."""
+    labels = ["drainer", "host"]
+    return (
+        Gauge("kb_drainer_last_tick_timestamp_seconds", "When each drainer's last tick "
+              "finished (as it recorded it in the shared state), by drainer id and host.",
+              labels, registry=r),
+        Gauge("kb_drainer_last_tick_ok", "1 when the drainer's last tick completed "
+              "successfully, else 0.", labels, registry=r),
+        Gauge("kb_drainer_queue_lines", "Lines in the drainer's queue when its last tick "
+              "ended.", labels, registry=r),
+        Gauge("kb_drainer_dead_letters", "Lines in the drainer's dead-letter file when its "
+              "last tick ended.", labels, registry=r),
+        Gauge("kb_drainer_gone", "1 when the drainer has recorded no tick for "
+              "drainerGoneIntervals x remIntervalMs (kb-drain forget removes its row), else 0.",
+              labels, registry=r),
+    )
+
+
 async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
     """Show every drainer's recorded tick (best effort: a read that fails is logged and the
     gauges keep their last values; it never fails the daemon)."""
@@ -335,4 +358,4 @@ async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
     except Exception:
         log.warning("metrics.drainers_unread", exc_info=True)
         return
-    metrics.show_drainers(drainers)
+    metrics.show_drainers(drainers, now=now_ms())

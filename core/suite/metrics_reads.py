@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import structlog
 
 from core.base.config.config import Settings
+from core.base.io.clock import now_ms
 from core.base.runtime.waiting import wait_for_stop
 from core.base.state.daemon_state import (
     DrainerTick,
@@ -95,4 +96,4 @@ async def follow_recorded_state(settings: Settings, metrics: Metrics, jobs: Sequ
             continue
         failing = False
         metrics.follow(recorded)
-        metrics.show_drainers(drainers)
+        metrics.show_drainers(drainers, now=now_ms())

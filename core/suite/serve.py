@@ -106,9 +106,12 @@ async def serve(
     notifier: Notifier | None = None,
     clock: Callable[[], int] = now_ms,
     stop: asyncio.Event | None = None,
+    metrics_port: tuple[str, int] | None = None,
 ) -> int:
     """Run the daemons until SIGTERM/SIGINT (or until `stop` is set by an embedding caller);
-    return the exit code (0 after a clean stop). A second signal exits at once (EXIT_FORCED)."""
+    return the exit code (0 after a clean stop). A second signal exits at once (EXIT_FORCED).
+    `/metrics` is served on `metrics_port` (the key and port of a daemon run alone: its own),
+    else on `metricsPort`; 0 is off."""
     options = options or RuntimeOptions()
     stop = stop or asyncio.Event()
 
@@ -125,8 +128,9 @@ async def serve(
     if not settings.state_url:  # SQLite: one host, whose reconcile daemon (if any) leads
         for spec in (s for s in specs if s.elected):
             metrics.show_leadership(leads=True, holder=holder_name(spec.name))
-    if settings.metrics_port:  # a taken port is a config error before any tick
-        metrics.serve(settings.metrics_port)
+    key, port = metrics_port or ("metricsPort", settings.metrics_port)
+    if port:  # a taken port is a config error before any tick
+        metrics.serve(port, key=key)
     try:
         with stop_on_signals(request_stop, forced_exit=lambda _signum: EXIT_FORCED):
             return await _serve_until_stopped(settings, specs, options=options,

@@ -41,6 +41,7 @@ from core.base.state.postgres.leader_lock import current_leader
 from core.base.state.state import open_graph, state_location
 from core.base.state.telemetry import last_stale_counts
 from core.base.state.tenants import list_tenants
+from core.drain.rules.drainers import is_gone
 from core.drain.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.drain.stores.drainer_queue import local_drainer
 from core.drain.stores.queue_files import QueueFileCounts, describe_queue_file
@@ -134,6 +135,9 @@ class DrainerShown:
     queue_lines: int | None
     draining: bool | None
     dead_letters: int | None
+    #: No tick for `drainerGoneIntervals` intervals (`core.drain.rules.drainers`): it may be
+    #: forgotten (`kb-drain forget`).
+    gone: bool = False
 
 
 #: What `leader.election` says: the reconcile passes are elected through PostgreSQL's advisory
@@ -253,19 +257,27 @@ async def _ticks(graph: GraphDB, tables: set[str]) -> dict[str, TickShown]:
             for name, record in sorted((await last_ticks(graph)).items())}
 
 
-async def _drainers(graph: GraphDB, ticks: dict[str, TickShown], *, local: str | None
-                    ) -> tuple[DrainerShown, ...]:
-    """Every drainer's row; a state written before drainers had rows (a SQLite file of an
-    earlier version) shows its one `drain` tick as its drainer, without queue figures."""
+async def _drainers(graph: GraphDB, ticks: dict[str, TickShown], settings: Settings, *,
+                    local: str | None, now: int) -> tuple[DrainerShown, ...]:
+    """Every drainer's row, each said gone or not; a state written before drainers had rows
+    (a SQLite file of an earlier version) shows its one `drain` tick as its drainer, without
+    queue figures."""
+
+    def gone(finished_at: int) -> bool:
+        return is_gone(finished_at, now, interval_ms=settings.rem_interval_ms,
+                       intervals=settings.drainer_gone_intervals)
+
     rows = await last_drainer_ticks(graph)
     if rows:
         return tuple(DrainerShown(r.queue.drainer, r.queue.host, r.queue.drainer == local,
                                   _tick_shown(r.tick), r.queue.queue_lines, r.queue.draining,
-                                  r.queue.dead_letters) for r in rows)
+                                  r.queue.dead_letters, gone(r.tick.finished_at))
+                     for r in rows)
     drain = ticks.get(DRAIN_JOB)
     if drain is None:
         return ()
-    return (DrainerShown("", None, local == "", drain, None, None, None),)
+    return (DrainerShown("", None, local == "", drain, None, None, None,
+                         gone(drain.finished_at)),)
 
 
 async def _leader(settings: Settings) -> LeaderShown:
@@ -367,7 +379,8 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
             archives=report.archives,
             ticks=ticks, tenants=await _tenants(graph, tables),
             alerts=await _alerts(graph, tables),
-            drainers=await _drainers(graph, ticks, local=local),
+            drainers=await _drainers(graph, ticks, settings, local=local,
+                                     now=report.generated_at),
             leader=await _leader(settings))
     finally:
         await graph.close()

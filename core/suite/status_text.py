@@ -14,6 +14,7 @@ from typing import Any
 
 from core.base.reports.tables import DEFAULT_WIDTH, as_text, table
 from core.base.rules.timestamps import iso_from_ms
+from core.drain.rules.drainers import shown_name
 from core.suite.status import NOT_ELECTED, QueueFileStatus, StatusReport, TickShown
 
 #: What the "oldest line" time was read from, in words.
@@ -205,16 +206,22 @@ def _drainers_part(status: StatusReport, now: int) -> list[Any]:
         return ["Drainers: none has ticked yet"]
     rows = []
     for d in status.drainers:
-        name = (d.drainer[:12] or "(single)") + (" (this host)" if d.local else "")
+        name = (shown_name(d.drainer) + (" (this host)" if d.local else "")
+                + (" (gone)" if d.gone else ""))
         rows.append([name, d.host or "-", ago(d.last_tick.started_at, now),
                      _result(d.last_tick), _took(d.last_tick.duration_ms),
                      tick_phrase(d.last_tick.figures), d.queue_lines,
                      None if d.draining is None else ("left" if d.draining else "no"),
                      d.dead_letters])
-    return [table("Drainers (queue figures as each recorded them at its last tick)",
-                  ["drainer", "host", "last tick", "result", "took", "what it did", "queue lines",
-                   ".draining", "dead letters"],
-                  rows, numeric=["queue lines", "dead letters"])]
+    part: list[Any] = [table("Drainers (queue figures as each recorded them at its last tick)",
+                             ["drainer", "host", "last tick", "result", "took", "what it did",
+                              "queue lines", ".draining", "dead letters"],
+                             rows, numeric=["queue lines", "dead letters"])]
+    gone = [shown_name(d.drainer) for d in status.drainers if d.gone]
+    if gone:
+        part.append(f"Gone (no tick for drainerGoneIntervals x remIntervalMs): {', '.join(gone)}; "
+                    "`kb-drain forget DRAINER` removes one's row")
+    return part
 
 
 def _tenants_part(status: StatusReport, now: int) -> list[Any]:

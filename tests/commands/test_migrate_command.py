@@ -9,6 +9,7 @@ import asyncio
 import json
 import sqlite3
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,37 @@ def test_a_leftover_draining_file_resumes_at_its_copied_offset_on_postgresql(
     assert not draining.exists()
     assert pg(url, f"SELECT count(*) FROM drain_generations "
                    f"WHERE generation = '{segment.id}'") == [(0,)]
+
+
+def test_the_sqlite_drainer_copied_by_migrate_is_shown_gone_and_can_be_forgotten(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """After kb-migrate the SQLite file's drainer (id '') is a row nobody ticks again: it is
+    shown gone once its intervals pass, and `kb-drain forget '(single)'` removes it."""
+    write_config(tmp_path / "kb.toml")
+    drained = run(tmp_path, "daemons.drain", "--tick", "--json")
+    assert drained.returncode == 0, drained.stderr
+    url = fresh_database(postgres_server)
+    done = migrate(tmp_path, "--to", url, "--json")
+    assert done.returncode == 0, done.stderr
+    write_config(tmp_path / "pg.toml", stateUrl=url, remIntervalMs=1_000,
+                 drainerGoneIntervals=1)
+    drained = run(tmp_path, "daemons.drain", "--tick", "--json", config="pg.toml")
+    assert drained.returncode == 0, drained.stderr
+
+    def drainers() -> dict[str, Any]:
+        shown = run(tmp_path, "daemons.status", "--json", config="pg.toml")
+        assert shown.returncode == 0, shown.stderr
+        return {d["drainer"]: d for d in one_json_object(shown)["drainers"]}
+
+    assert "" in drainers() and len(drainers()) == 2
+    deadline = time.monotonic() + 30
+    while not drainers()[""]["gone"]:
+        assert time.monotonic() < deadline, "the copied drainer never showed as gone"
+        time.sleep(0.2)
+    text = run(tmp_path, "daemons.status", config="pg.toml").stdout
+    assert "(single) (gone)" in text
+    forgot = run(tmp_path, "daemons.drain", "forget", "(single)", config="pg.toml")
+    assert forgot.returncode == 0, forgot.stderr
+    assert "forgot drainer (single)" in forgot.stdout
+    assert list(drainers()) != [] and "" not in drainers()

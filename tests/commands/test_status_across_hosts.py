@@ -284,3 +284,66 @@ def test_a_drain_daemon_places_its_first_tick_by_its_own_drainer_not_another_hos
     drainers = {d["drainer"]: d for d in a.status_json()["drainers"]}
     assert set(drainers) == {a.drainer_id(), b.drainer_id(), c.drainer_id()}
     assert drainers[c.drainer_id()]["queueLines"] == 1
+
+
+def test_a_drainer_without_a_tick_for_its_intervals_is_shown_gone_and_can_be_forgotten(
+    hosts: Callable[..., Host],
+) -> None:
+    """a and b ticked once. Judged by an hour's intervals they are not gone and forgetting one
+    is refused; judged by 1 s intervals (host w's config, whose drain daemon serves /metrics)
+    both soon are: status and /metrics say so, `kb-drain forget` removes b's row and series,
+    and b's next tick shows it again."""
+    a, b = _two_drainers_ticked(hosts)
+    ids = {a.drainer_id(), b.drainer_id()}
+    watcher = hosts("watcher")
+    refused = watcher.run("daemons.drain", "forget", b.drainer_id()[:12])
+    assert refused.returncode == 2, refused.stderr
+    assert "is not gone" in refused.stderr and "drainerGoneIntervals" in refused.stderr
+    assert not any(d["gone"] for d in watcher.status_json()["drainers"])
+
+    port = free_port()
+    w = hosts("w", metricsPort=port, remIntervalMs=1_000, drainerGoneIntervals=2)
+    w.start("daemons.drain")
+    host = socket.gethostname()
+
+    def gone_series(samples: Samples | None) -> dict[str, float]:
+        return {} if samples is None else {
+            dict(labels)["drainer"]: value for (name, labels), value in samples.items()
+            if name == "kb_drainer_gone" and dict(labels)["host"] == host}
+
+    def a_and_b_gone() -> bool:
+        assert w.process is not None and w.process.poll() is None, w.log.read_text()
+        shown = gone_series(scrape(port))
+        return all(shown.get(i) == 1 for i in ids)
+
+    wait_until(a_and_b_gone, 60, "w's /metrics to show a and b gone")
+    gone = {d["drainer"]: d["gone"] for d in w.status_json()["drainers"]}
+    assert {i: gone[i] for i in ids} == dict.fromkeys(ids, True)
+    text = w.status_text()
+    assert f"{b.drainer_id()[:12]} (gone)" in text and "kb-drain forget DRAINER" in text
+
+    forgot = w.run("daemons.drain", "forget", b.drainer_id()[:12], "--json")
+    assert forgot.returncode == 0, forgot.stderr
+    assert json.loads(forgot.stdout)["drainer"] == b.drainer_id()
+    assert b.drainer_id() not in {d["drainer"] for d in watcher.status_json()["drainers"]}
+    wait_until(lambda: b.drainer_id() not in gone_series(scrape(port))
+               and a.drainer_id() in gone_series(scrape(port)), 60,
+               "w's /metrics to drop b's series and keep a's")
+    again = w.run("daemons.drain", "forget", b.drainer_id())
+    assert again.returncode == 2 and "no drainer" in again.stderr, again.stderr
+
+    back = b.run("daemons.drain", "--tick")
+    assert back.returncode == 0, back.stderr
+    shown = {d["drainer"]: d for d in watcher.status_json()["drainers"]}
+    assert b.drainer_id() in shown and shown[b.drainer_id()]["gone"] is False
+
+
+def test_forget_on_a_sqlite_state_is_refused_as_it_has_one_drainer(tmp_path: Path) -> None:
+    config = tmp_path / "kb.toml"
+    config.write_text('[knowledgeBase]\ndataDir = "data"\n', encoding="utf-8")
+    refused = run_module("daemons.drain", "forget", "(single)", "--json", "--config",
+                         str(config), home=tmp_path / "home")
+    assert refused.returncode == 2, refused.stderr
+    assert "one drainer" in refused.stderr
+    assert json.loads(refused.stdout)["ok"] is False
+    assert not (tmp_path / "data").exists(), "a refused forget creates nothing"

@@ -265,7 +265,8 @@ def test_an_old_state_file_carries_on_with_its_drain_tick_shown_as_its_drainer(
     assert old["ticks"]["drain"]["startedAt"] == 1_000_000
     assert old["drainers"] == [{
         "drainer": "", "host": None, "local": True, "lastTick": old["ticks"]["drain"],
-        "queueLines": None, "draining": None, "deadLetters": None}]
+        "queueLines": None, "draining": None, "deadLetters": None,
+        "gone": True}]  # its one tick is from 1970: long past drainerGoneIntervals
     assert old["leader"] == {"election": "none", "holder": None}
     text = run_command(tmp_path, "daemons.status").stdout
     assert "3 lines: 2 linked, 1 re-queued, 0 dead-lettered" in text.split("Drainers")[1]

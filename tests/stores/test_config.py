@@ -123,6 +123,22 @@ def test_out_of_range_or_mistyped_values_fall_back_to_their_default(
     assert loaded.settings.invalid_guards == ()
 
 
+def test_each_daemon_takes_its_own_metrics_port_else_metrics_port(tmp_path: Path) -> None:
+    unset = resolve_config({"knowledgeBase": {"metricsPort": 9100}}, base_dir=tmp_path)
+    assert (unset.settings.drain_metrics_port, unset.settings.reconcile_metrics_port) == (
+        9100, 9100)
+    own = resolve_config({"knowledgeBase": {"metricsPort": 9100, "drainMetricsPort": 9101,
+                                            "reconcileMetricsPort": 0}}, base_dir=tmp_path)
+    assert (own.settings.metrics_port, own.settings.drain_metrics_port,
+            own.settings.reconcile_metrics_port) == (9100, 9101, 0)
+    assert not own.warnings
+    bad = resolve_config({"knowledgeBase": {"metricsPort": 9100, "drainMetricsPort": "9101"}},
+                         base_dir=tmp_path)
+    assert bad.settings.drain_metrics_port == 9100
+    assert [w.key for w in bad.warnings] == ["drainMetricsPort"]
+    assert "metricsPort's value" in bad.warnings[0].message
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [

@@ -11,6 +11,7 @@ import pytest
 from core.base.state.daemon_state import (
     DrainerQueue,
     TickRecord,
+    forget_drainer,
     last_drainer_ticks,
     last_ticks,
     record_tick,
@@ -48,6 +49,23 @@ async def test_each_drainer_keeps_its_own_last_tick_and_queue_figures(graph: Gra
     ticks = await last_ticks(graph)
     assert set(ticks) == {"drain", "reconcile"}
     assert ticks["drain"] == _tick(3_000, requeued=1)
+
+
+async def test_forgetting_a_drainer_removes_its_row_unless_it_ticked_since_it_was_read(
+    graph: GraphDB,
+) -> None:
+    a = DrainerQueue("a" * 32, "host-a", 0, False, 0)
+    b = DrainerQueue("b" * 32, "host-b", 0, False, 0)
+    await record_tick(graph, _tick(1_000), drainer=a)
+    await record_tick(graph, _tick(2_000), drainer=b)
+    read = {d.queue.drainer: d for d in await last_drainer_ticks(graph)}
+    await record_tick(graph, _tick(5_000), drainer=a)  # a ticks after the read
+
+    assert await forget_drainer(graph, read[a.drainer]) is False
+    assert await forget_drainer(graph, read[b.drainer]) is True
+    left = await last_drainer_ticks(graph)
+    assert [(d.queue.drainer, d.tick.started_at) for d in left] == [(a.drainer, 5_000)]
+    assert await forget_drainer(graph, read[b.drainer]) is False  # already gone
 
 
 async def test_a_postgresql_state_of_schema_version_2_gains_drainer_ticks_and_keeps_its_ticks(

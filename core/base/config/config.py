@@ -306,6 +306,8 @@ def _resolved(
             value = parse_alert_rules(value)
             warnings.extend(ConfigWarning(key.name, f"{TABLE}.{where} {problem}")
                             for where, problem in value.problems())
+        elif value is None and key.inherits is not None:
+            value = resolved[KEYS_BY_NAME[key.inherits].field_name]
         resolved[key.field_name] = value
     return resolved
 

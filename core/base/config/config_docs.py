@@ -4,7 +4,7 @@ table (`make docs`: `python -m daemons.docs --readme README.md`) and `config/kb.
 
 from __future__ import annotations
 
-from core.base.config.config_schema import KEYS, TABLE, toml_literal
+from core.base.config.config_schema import KEYS, KEYS_BY_NAME, TABLE, toml_literal
 
 CLOSED_NOTE = "**an invalid value deletes nothing** (the guard fails closed)"
 
@@ -72,6 +72,9 @@ def render_example_toml() -> str:
         elif key.type == "rules":
             lines.append(f"# {key.name} = []")
             lines.extend(EXAMPLE_ALERT_RULES_TOML)
+        elif key.inherits is not None:  # unset: the other key's value, so no literal default
+            lines.append(f"# {key.name} = {toml_literal(KEYS_BY_NAME[key.inherits].default)}"
+                         f"  # unset: {key.inherits}'s value")
         else:
             lines.append(f"# {key.name} = {key.default_text}")
         lines.append("")

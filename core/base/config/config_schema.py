@@ -34,6 +34,7 @@ from core.base.config.chroma_server import (
     url_without_user_info as url_without_user_info,
 )
 from core.base.config.secret import Secret as Secret
+from core.base.config.toml_text import toml_literal as toml_literal
 from core.base.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.base.rules.numbers import valid_max_age, valid_max_count
 
@@ -69,6 +70,8 @@ class Key:
     closed_effect: str = "deleting nothing"
     #: The allowed values of an "enum" key.
     choices: tuple[str, ...] = ()
+    #: The key whose resolved value this one takes when it is not set (its default is None).
+    inherits: str | None = None
     #: A key that names where data lives or what is acted on: an invalid value is a
     #: configuration error (exit 2), never a default, since a default would read or write
     #: another store, folder or collection than the operator named.
@@ -110,6 +113,8 @@ class Key:
         """The default as it would be written in TOML (path defaults shown under dataDir)."""
         if self.under_data_dir is not None:
             return f'"<dataDir>/{self.under_data_dir}"'
+        if self.inherits is not None:
+            return f"<{self.inherits}'s value>"
         return toml_literal(self.default)
 
 
@@ -231,6 +236,14 @@ KEYS: tuple[Key, ...] = (
         choices=LOG_FORMATS),
     Key("metricsPort", "integer", 0, "off unless asked; loopback only when on", _port,
         "in [0, 65535]"),
+    Key("drainMetricsPort", "integer", None, "the drain daemon alone (its own unit) serves here; "
+        "`python -m daemons` serves on `metricsPort`", _port, "in [0, 65535]",
+        inherits="metricsPort"),
+    Key("reconcileMetricsPort", "integer", None, "the reconcile daemon alone serves here",
+        _port, "in [0, 65535]", inherits="metricsPort"),
+    Key("drainerGoneIntervals", "integer", 3, "a drainer with no tick for this many "
+        "`remIntervalMs` is shown gone and may be forgotten (`kb-drain forget`)",
+        _at_least(1), ">= 1"),
 )
 
 KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
@@ -294,6 +307,10 @@ class Settings:
     alert_rules: AlertRules
     log_format: str
     metrics_port: int
+    #: A daemon run alone serves here (`drainMetricsPort`, ...; unset: `metricsPort`'s).
+    drain_metrics_port: int
+    reconcile_metrics_port: int
+    drainer_gone_intervals: int
     #: The file these settings came from; None when every key took its default.
     source: Path | None = field(default=None, compare=False)
     #: Keys that fail closed whose configured value was invalid (TOML names): each is at its
@@ -368,22 +385,3 @@ class Settings:
     def memory_core_collections(self) -> frozenset[str]:
         """The collections that live on the memory core's server (`memory_core_url`)."""
         return frozenset((self.memory_collection, self.summary_collection))
-
-
-def toml_literal(value: Any) -> str:
-    """Render a default as TOML source (for docs and the example file)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, int):
-        return f"{value:_}" if abs(value) >= 10_000 else str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (tuple, list)) and not value:
-        return "[]"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k} = {toml_literal(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"no TOML literal for {value!r}")
-
-

@@ -142,3 +142,12 @@ async def last_success_stamps(graph: GraphDB) -> dict[str, int]:
         except (TypeError, ValueError):
             continue
     return stamps
+
+
+async def forget_drainer(graph: GraphDB, tick: DrainerTick) -> bool:
+    """Remove a drainer's row, if its last tick is still `tick` (a drainer that ticked since
+    it was read keeps its row): True when the row went."""
+    async with graph.write() as tx:
+        removed = await tx.query(tx.sql.forget_drainer,
+                                 (tick.queue.drainer, tick.tick.finished_at))
+    return bool(removed)

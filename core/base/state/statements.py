@@ -104,6 +104,8 @@ class Statements:
     #: () -> drainer, host, started, finished, duration, ok, figures, queue lines, draining,
     #: dead letters; by drainer
     drainer_ticks: str
+    #: (drainer, finished at) -> drainer: remove its row if its last tick is still that one
+    forget_drainer: str
     # ------------------------------------------------------------------------ alerts
     #: (fired at, tenant, repo, metric, value, threshold, severity, channel, subject,
     #: delivered, error)

@@ -177,6 +177,8 @@ ON CONFLICT(generation) DO UPDATE SET committed_offset = excluded.committed_offs
         "dead_letters = excluded.dead_letters"),
     drainer_ticks=(f"SELECT {_DRAINER_TICK_COLUMNS} FROM drainer_ticks "
                    "ORDER BY drainer COLLATE \"C\""),
+    forget_drainer=("DELETE FROM drainer_ticks WHERE drainer = $1 AND finished_at = $2 "
+                    "RETURNING drainer"),
     insert_fired="""
 INSERT INTO alerts_fired(fired_at, tenant_id, repo_slug, metric, value, threshold, severity,
                          channel, subject, delivered, error)
