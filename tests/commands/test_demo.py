@@ -20,8 +20,8 @@ from core.base.chroma import VectorStore
 from core.base.rules.graph_schema import NeoEra
 from core.drain.rules.queue_lines import EdgeLine, MalformedLine, parse_line
 from core.reconcile.rules.manifests import PathCoverage, diff_tenant_manifest
-from core.suite.demo_dataset import DEMO_REVISION, build_demo_dataset, synthetic_embedding
-from core.suite.demo_footprint import (
+from core.suite.demo.dataset import DEMO_REVISION, build_demo_dataset, synthetic_embedding
+from core.suite.demo.footprint import (
     MAX_TENANT_NODES,
     DemoFootprint,
     FootprintBuilder,
