@@ -238,7 +238,7 @@ PURE_RULE_TESTS = tuple(f"tests.rules.{path.stem}"
 #: What such a test must not load, even indirectly.
 STORE_MODULES = ("chromadb", "aiosqlite", "asyncpg", "sqlite3", "httpx", "daemons")
 #: The only modules of core/ such a test may load: the pure rules and their packages.
-PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config)(\.\w+)?)?")
+PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config)(\.\w+)*)?")
 #: The layer folders tests live in, like the code they test; the only test modules at the top
 #: are about the whole repository.
 TEST_FOLDERS = {"rules", "stores", "jobs", "runtime", "reports", "commands", "reliability"}
@@ -264,9 +264,9 @@ def test_nothing_under_the_rules_tests_imports_a_store() -> None:
 
 
 def rule_modules() -> list[str]:
-    """Every module of the pure rule packages (their own __init__ aside)."""
+    """Every module of the pure rule packages and their sub-packages (the __init__s aside)."""
     return sorted(".".join(path.relative_to(REPO).with_suffix("").parts)
-                  for package in RULE_PACKAGES for path in package.glob("*.py")
+                  for package in RULE_PACKAGES for path in package.rglob("*.py")
                   if path.stem != "__init__")
 
 

@@ -34,8 +34,8 @@ from core.reconcile.rules.tombstone_bands import (
     legacy_stale_rule,
     stale_rule,
 )
+from core.reconcile.stores.archives.shared import shared_archives
 from core.reconcile.stores.restore_holds import RestoreHolds
-from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext

@@ -25,7 +25,7 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.state import open_graph
-from core.reconcile.restore import restore_archive
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.rules.manifests import RepoManifest, diff_tenant_manifest
 from core.reconcile.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
 from core.reconcile.rules.tombstone_bands import deletion_bound

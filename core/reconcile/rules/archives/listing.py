@@ -24,7 +24,7 @@ from typing import Final
 
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
     LEGACY_FORMAT,
     WITHDRAWN_MARK,

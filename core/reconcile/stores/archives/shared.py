@@ -20,12 +20,12 @@ never appended to.
 the path host A wrote, so A's full path works too). The parts must be complete and in order,
 and their bytes must match the head's size and SHA-256, or the copy is refused (ArchiveError:
 exit 2, nothing restored). The bytes are then restored exactly as a local file is
-(`core.reconcile.restore`), line checksums and preserve-live rules included.
+(`core.reconcile.archives.restore`), line checksums and preserve-live rules included.
 
 **Listing and pruning** (`shared_heads`, `remove_shared`): `reconcile archives` lists every
 head; the retention pass removes old copies, parts then head, in one transaction.
 
-SQLite mode has none of this: `shared_archives` gives None and the engine does no extra work.
+SQLite mode has none of this: `shared_archives()` gives None and the engine does no extra work.
 The SQL below is PostgreSQL's only (the tables are its schema version 3).
 """
 
@@ -44,7 +44,7 @@ import structlog
 from core.base.io.clock import now_ms
 from core.base.rules.errors import KbError
 from core.base.state.state import open_graph
-from core.reconcile.stores.archives import ArchiveError, TombstoneArchive
+from core.reconcile.stores.archives.files import ArchiveError, TombstoneArchive
 
 if TYPE_CHECKING:
     from core.base.config.config import Settings
