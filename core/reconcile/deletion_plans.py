@@ -85,9 +85,8 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
                                  chosen: Mapping[Any, list[tuple[Number, str, str]]],
                                  run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
     """Each generation job (one tier of one old stamp of one repo,
-    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of the
-    same engine: archived first,
-    decided by the store at delete time, within the cap."""
+    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of
+    the same engine: archived first, decided by the store at delete time, within the cap."""
     generations = tally.generations
     if generations is None:
         return

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.base.rules.rows import ChromaRow
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
-from core.reconcile.rules.generations import (
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot
+from core.reconcile.rules.generations.orphans import (
     REASON_EXTRACTION,
     TIER_SUPERSEDED,
     TIER_UNYIELDED,

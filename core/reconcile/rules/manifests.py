@@ -31,7 +31,7 @@ from core.base.rules.numbers import is_real_number
 from core.base.rules.rows import id_and_metadata
 from core.base.rules.tenants import normalize_tenant_id, team_visible
 from core.base.rules.terminal_text import inert
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot, snapshot_from
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot, snapshot_from
 
 MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
 MANIFEST_PREFIX: Final = "kb-manifest:"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.generations import GenerationSignal
+from core.reconcile.rules.generations.orphans import GenerationSignal
 from core.reconcile.rules.manifests import (
     INGESTED_KEY,
     PATH_KEY,

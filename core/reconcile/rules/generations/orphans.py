@@ -24,7 +24,7 @@ Never guessed: a repo without a declared generation, a chunk without the stamp (
 malformed one), a chunk of another tenant, or without a string `sourcePath`, is never a
 generation orphan.
 
-In a pass (`core.reconcile.rules.generation_tally`), a replacement counts only when its `ingestedAt`
+In a pass (`tally`), a replacement counts only when its `ingestedAt`
 is a number at or before the pass's read: the decision rests on what existed when the pass began
 reading, so a replacement arriving while the pass pages through the tenant never makes an
 early delete (the old rows go on the next pass).
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.extraction_snapshot import (
+from core.reconcile.rules.generations.extraction_snapshot import (
     SNAPSHOT_KEY,
     ExtractionSnapshot,
     is_extraction_identity,
