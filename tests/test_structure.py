@@ -2,7 +2,8 @@
 
 - the import contracts (`.importlinter`) pass, and breaking one (a rule importing a store)
   fails `lint-imports`;
-- no function in core/ is longer than MAX_FUNCTION_LINES, no module than MAX_MODULE_LINES;
+- no function in core/ is longer than MAX_FUNCTION_LINES, no module than MAX_MODULE_LINES,
+  no folder holds more than MAX_FOLDER_MODULES modules;
 - no SQL text, and no call that runs SQL, outside the stores (the state's backends in
   core/base/state/ and each wing's stores/);
 - no Chroma call outside the Chroma adapter (the package core/base/chroma/);
@@ -28,6 +29,9 @@ from tests.support import REPO
 MAX_FUNCTION_LINES = 60
 #: A module longer than this does more than one thing: make it a package (issue #24).
 MAX_MODULE_LINES = 400
+#: A folder of more modules than this (its __init__ counted) stops showing its design: cut it
+#: by the ideas it holds (issue #33).
+MAX_FOLDER_MODULES = 15
 CORE = REPO / "core"
 WINGS = ("drain", "reconcile", "alerting")
 #: The Chroma adapter: the one package that imports chromadb and calls the client.
@@ -157,6 +161,13 @@ def test_no_module_in_core_is_longer_than_the_limit() -> None:
     long = [f"{path.relative_to(REPO)} ({lines} lines)" for path in python_files(CORE)
             if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
     assert long == [], f"make each a package of modules that do one thing ({MAX_MODULE_LINES})"
+
+
+def test_no_folder_in_core_holds_more_than_the_limit() -> None:
+    crowded = [f"{folder.relative_to(REPO)} ({modules} modules)"
+               for folder in sorted({CORE, *(path.parent for path in python_files(CORE))})
+               if (modules := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES]
+    assert crowded == [], f"cut each by the ideas it holds ({MAX_FOLDER_MODULES} modules)"
 
 
 def outside_stores() -> Iterator[Path]:
