@@ -8,6 +8,7 @@
   core/base/state/ and each wing's stores/);
 - no Chroma call outside the Chroma adapter (the package core/base/chroma/);
 - exactly one module outside the stores deletes from the vector store: the deletion engine;
+- the reconcile wing imports at the top of its modules (numpy aside) and in no circle;
 - the tests live in the folder of the layer they test; those of the pure rules (tests/rules/)
   import and load nothing but pure rules (and the tests' oracles, pure too), and every rule
   module has a direct test.
@@ -47,6 +48,10 @@ RULE_PACKAGES = (CORE / "base" / "rules", CORE / "base" / "config",
 #: handed to its band runner).
 DELETION_ENGINE = CORE / "reconcile" / "deletion.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+#: The wing whose modules import at the top and in no circle (issue #33), and the libraries a
+#: function there may still import when first used (start-up speed: numpy is heavy).
+TOP_IMPORTS_WING = CORE / "reconcile"
+LAZY_LIBRARIES = {"numpy"}
 
 #: SQL as it is written in a string: a statement's opening words.
 SQL = re.compile(
@@ -169,6 +174,51 @@ def test_no_folder_in_core_holds_more_than_the_limit() -> None:
                for folder in sorted({CORE, *(path.parent for path in python_files(CORE))})
                if (modules := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES]
     assert crowded == [], f"cut each by the ideas it holds ({MAX_FOLDER_MODULES} modules)"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_reconcile_wing_imports_nothing_inside_a_function() -> None:
+    found = [f"{where(path, node)} {name}" for path in python_files(TOP_IMPORTS_WING)
+             for function in ast.walk(parsed(path))
+             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node, name in imported_modules(ast.Module(body=function.body, type_ignores=[]))
+             if name.split(".")[0] not in LAZY_LIBRARIES]
+    assert found == [], "import at the top of the module (a circle is cut by moving a name)"
+
+
+def test_the_reconcile_wing_imports_in_no_circle() -> None:
+    """Not even through imports made for type checking only: a circle hidden under
+    `TYPE_CHECKING` is still two modules that need each other."""
+    modules = {module_name(path): path for path in python_files(TOP_IMPORTS_WING)}
+    imports: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imports[name] |= {target for target in (node.module, *(
+                    f"{node.module}.{alias.name}" for alias in node.names)) if target in modules}
+            elif isinstance(node, ast.Import):
+                imports[name] |= {alias.name for alias in node.names if alias.name in modules}
+        imports[name].discard(name)
+    circles = []
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            circles.append(" -> ".join([*trail[trail.index(name):], name]))
+            return
+        if name in done:
+            return
+        for target in sorted(imports[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(modules):
+        visit(name, [])
+    assert circles == []
 
 
 def outside_stores() -> Iterator[Path]:

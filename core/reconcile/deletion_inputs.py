@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.reconcile.rules.restore_holds import HoldEvidence
 from core.reconcile.rules.tombstone_bands import Band
+from core.reconcile.stores.archives.shared import SharedArchives
+from core.reconcile.stores.restore_holds import RestoreHolds
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
-    from core.reconcile.rules.restore_holds import HoldEvidence
-    from core.reconcile.stores.archives.shared import SharedArchives
-    from core.reconcile.stores.restore_holds import RestoreHolds
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,12 +34,12 @@ from core.reconcile.rules.tombstone_bands import (
     legacy_stale_rule,
     stale_rule,
 )
+from core.reconcile.scopes import GroupRead, TenantScope
 from core.reconcile.stores.archives.shared import shared_archives
 from core.reconcile.stores.restore_holds import RestoreHolds
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
-    from core.reconcile.scopes import GroupRead, TenantScope
 
 log = structlog.get_logger(__name__)
 

@@ -21,6 +21,7 @@ file cannot be detected.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import re
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
@@ -47,7 +49,6 @@ from core.reconcile.rules.archives.format import (
 
 if TYPE_CHECKING:
     from core.base.rules.rows import ColumnPage
-    from core.reconcile.stores.archives.shared import SharedCopy
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,17 @@ def archive_file_name(*, collection: str, tenant_id: str, now_ms: int) -> str:
 # --------------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SharedCopy:
+    """What of one archive file is in the shared state (`stateUrl` only:
+    `core.reconcile.stores.archives.shared` writes it): its first `size` bytes, in `parts`,
+    and the running SHA-256 of those bytes."""
+
+    parts: int = 0
+    size: int = 0
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
 
 
 class TombstoneArchive:

@@ -35,7 +35,7 @@ import asyncio
 import hashlib
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -44,7 +44,7 @@ import structlog
 from core.base.io.clock import now_ms
 from core.base.rules.errors import KbError
 from core.base.state.state import open_graph
-from core.reconcile.stores.archives.files import ArchiveError, TombstoneArchive
+from core.reconcile.stores.archives.files import ArchiveError, SharedCopy, TombstoneArchive
 
 if TYPE_CHECKING:
     from core.base.config.config import Settings
@@ -85,16 +85,6 @@ _REMOVE_HEADS: Final = "DELETE FROM tombstone_archives WHERE name = ANY($1::text
 # Only the parts the head counts: a pass still adding to the archive cannot tear the read.
 _PARTS: Final = ("SELECT part, content FROM tombstone_archive_parts WHERE name = $1 "
                  "AND part < $2 ORDER BY part")
-
-
-@dataclass(frozen=True, slots=True)
-class SharedCopy:
-    """What of one archive file is in the database: its first `size` bytes, in `parts`, and
-    the running SHA-256 of those bytes."""
-
-    parts: int = 0
-    size: int = 0
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
 
 
 class SharedCopyRefused(KbError):
