@@ -79,7 +79,7 @@ async def _one_pass(root: Path, url: str, tenants: int, *, shared: bool) -> dict
     from core.base.state.state import open_graph
     from core.reconcile import deletion_plans
     from core.reconcile.run_pass import reconcile_tick
-    from core.reconcile.stores import shared_archives
+    from core.reconcile.stores.archives import shared as shared_archives
     from core.suite.tick import run_tick
     from tests.support import make_settings
 

@@ -12,7 +12,7 @@ telemetry and deletes nothing.
 
 Every run tells the same story, and writes over nothing it did not write: in a data folder that
 is fresh, or that the demo's last run left and nobody else wrote to since, it starts again
-from nothing (`core.suite.demo_folder`); any other folder (a tenant's policy or manifest set
+from nothing (`core.suite.demo.folder`); any other folder (a tenant's policy or manifest set
 there since, a drained queue, real nodes) it refuses (exit 2, one line naming what changed and
 how to run it in a folder of its own) and changes nothing in it.
 
@@ -20,7 +20,7 @@ The demo writes only into a store that holds nothing but its own rows: pointed a
 other data it refuses (exit 2) rather than mix made-up sessions into real ones.
 
 `--neo [DIR]` tells the same story on a neo.mjs deployment's own graph: a made-up checkout in
-a folder of the demo's own (default `.kb-neo-demo`; `core.suite.demo_neo`), whose graph is the
+a folder of the demo's own (default `.kb-neo-demo`; `core.suite.demo.neo`), whose graph is the
 original's latest schema holding what the platform would (its frontier, tenant configs and
 telemetry), rebuilt on every run that finds it as the last one left it; a folder the demo
 did not make, or one that changed since (the same judgement), is exit 2, never written.
@@ -45,10 +45,10 @@ from core.drain.rem_tick import RemTickFigures
 from core.drain.rules.drain_plan import DrainStats
 from core.drain.rules.ingest import LiveIngestFigures
 from core.reconcile.rules.reconcile_outcome import ReconcileFigures
-from core.suite import demo_folder as demo_state
-from core.suite.demo_dataset import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
-from core.suite.demo_neo import CONFIG, NEO_DEMO_FOLDER, claim_neo_demo, seed_platform
-from core.suite.demo_neo_folder import MARKER
+from core.suite.demo import folder as demo_state
+from core.suite.demo.dataset import TENANTS, DemoDataset, Seeded, build_demo_dataset, seed_demo
+from core.suite.demo.neo import CONFIG, NEO_DEMO_FOLDER, claim_neo_demo, seed_platform
+from core.suite.demo.neo_folder import MARKER
 from core.suite.oneshot import one_shot, run_job
 from core.suite.status import gather_status
 from core.suite.status_text import render_status_text

@@ -22,7 +22,7 @@ pass's own scan, rules and guards; nothing deleted, nothing written) and prints 
 table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
 tenant without a configuration node, 1 when a store cannot be read.
 
-`archives` lists the tombstone archives (`core.reconcile.archive_listing`): this host's files
+`archives` lists the tombstone archives (`core.reconcile.archives.listing`): this host's files
 and, with `stateUrl`, the shared copies; an archive that cannot be used is listed with its
 problem (exit 0). Never opens Chroma.
 """
@@ -43,18 +43,18 @@ from core.base.rules.camel_json import Figures, to_json
 from core.base.rules.errors import ConfigError
 from core.base.runtime.settings import load_settings
 from core.base.state.state import open_graph
-from core.reconcile.archive_listing import list_archives
+from core.reconcile.archives.listing import list_archives
+from core.reconcile.archives.restore import RestoreResult, restore_archive
 from core.reconcile.explain_tenant import explain_tenant
 from core.reconcile.reports.archives import render_archives
 from core.reconcile.reports.explain import render_plan
-from core.reconcile.restore import RestoreResult, restore_archive
 from core.reconcile.retention import RetentionDisabled, RetentionFigures, retention_tick
 from core.reconcile.rules.reconcile_outcome import ReconcileDisabled, ReconcileFigures
 from core.reconcile.rules.restore_holds import release_command
 from core.reconcile.run_pass import reconcile_tick
-from core.reconcile.stores.archives import ensure_archive_file
+from core.reconcile.stores.archives.files import ensure_archive_file
+from core.reconcile.stores.archives.shared import shared_archive_content
 from core.reconcile.stores.restore_holds import RestoreHoldWriter
-from core.reconcile.stores.shared_archives import shared_archive_content
 from core.suite.oneshot import OneShot, graceful_stop, within
 from core.suite.scheduler import DaemonSpec
 from core.suite.tick import Job, open_context

@@ -63,8 +63,11 @@ from core.reconcile.known_names import (
 )
 from core.reconcile.manifest_match import match_repo_chunks
 from core.reconcile.reports.tenant_show import gather_tenant, render_tenant
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot, is_extraction_identity
-from core.reconcile.rules.generations import repo_generation
+from core.reconcile.rules.generations.extraction_snapshot import (
+    ExtractionSnapshot,
+    is_extraction_identity,
+)
+from core.reconcile.rules.generations.orphans import repo_generation
 from core.reconcile.rules.manifests import RepoManifest, normalize_manifest_paths
 from core.reconcile.rules.tenant_policy import policy_patch
 from core.reconcile.stores.claimed_paths import paths_at, paths_from_bytes

@@ -32,7 +32,7 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB, Transaction
 from core.base.state.state import open_graph
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
     LEGACY_FORMAT,
     ArchivedChunk,

@@ -2,13 +2,16 @@
 
 - the import contracts (`.importlinter`) pass, and breaking one (a rule importing a store)
   fails `lint-imports`;
-- no function in core/ is longer than MAX_FUNCTION_LINES, no module than MAX_MODULE_LINES;
+- no function in core/ is longer than MAX_FUNCTION_LINES, no module than MAX_MODULE_LINES,
+  no folder holds more than MAX_FOLDER_MODULES modules;
 - no SQL text, and no call that runs SQL, outside the stores (the state's backends in
   core/base/state/ and each wing's stores/);
 - no Chroma call outside the Chroma adapter (the package core/base/chroma/);
 - exactly one module outside the stores deletes from the vector store: the deletion engine;
+- the reconcile wing imports at the top of its modules (numpy aside) and in no circle;
 - the tests live in the folder of the layer they test; those of the pure rules (tests/rules/)
-  import and load nothing but pure rules, and every rule module has a direct test.
+  import and load nothing but pure rules (and the tests' oracles, pure too), and every rule
+  module has a direct test.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from tests.support import REPO
 MAX_FUNCTION_LINES = 60
 #: A module longer than this does more than one thing: make it a package (issue #24).
 MAX_MODULE_LINES = 400
+#: A folder of more modules than this (its __init__ counted) stops showing its design: cut it
+#: by the ideas it holds (issue #33).
+MAX_FOLDER_MODULES = 15
 CORE = REPO / "core"
 WINGS = ("drain", "reconcile", "alerting")
 #: The Chroma adapter: the one package that imports chromadb and calls the client.
@@ -42,6 +48,10 @@ RULE_PACKAGES = (CORE / "base" / "rules", CORE / "base" / "config",
 #: handed to its band runner).
 DELETION_ENGINE = CORE / "reconcile" / "deletion.py"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+#: The wing whose modules import at the top and in no circle (issue #33), and the libraries a
+#: function there may still import when first used (start-up speed: numpy is heavy).
+TOP_IMPORTS_WING = CORE / "reconcile"
+LAZY_LIBRARIES = {"numpy"}
 
 #: SQL as it is written in a string: a statement's opening words.
 SQL = re.compile(
@@ -84,19 +94,23 @@ def test_the_import_contracts_hold() -> None:
     assert "0 broken" in done.stdout
 
 
-def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path) -> None:
+@pytest.mark.parametrize("module", ["core/base/rules/numbers.py",
+                                    "core/reconcile/rules/archives/format.py"])
+def test_a_rule_that_imports_a_store_breaks_the_contracts(tmp_path: Path, module: str) -> None:
+    """A rule of a sub-package of the rules (a concern inside the layer) is held too."""
     copy = tmp_path / "tree"
     copy.mkdir()
     for name in ("core", "daemons"):
         shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".importlinter", copy / ".importlinter")
-    rule = copy / "core" / "base" / "rules" / "numbers.py"
+    rule = copy / module
     rule.write_text(rule.read_text(encoding="utf-8") + "\nimport core.base.state.sqlite  # noqa\n",
                     encoding="utf-8")
     done = subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=copy, capture_output=True,
                           text=True, check=False)
     assert done.returncode != 0, "lint-imports must fail (and so make lint and CI)"
-    assert "core.base.rules.numbers -> core.base.state.sqlite" in done.stdout
+    importer = module.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> core.base.state.sqlite" in done.stdout
     assert "rules do no I/O" in done.stdout and "BROKEN" in done.stdout
 
 
@@ -157,6 +171,58 @@ def test_no_module_in_core_is_longer_than_the_limit() -> None:
     long = [f"{path.relative_to(REPO)} ({lines} lines)" for path in python_files(CORE)
             if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES]
     assert long == [], f"make each a package of modules that do one thing ({MAX_MODULE_LINES})"
+
+
+def test_no_folder_in_core_holds_more_than_the_limit() -> None:
+    crowded = [f"{folder.relative_to(REPO)} ({modules} modules)"
+               for folder in sorted({CORE, *(path.parent for path in python_files(CORE))})
+               if (modules := len(list(folder.glob("*.py")))) > MAX_FOLDER_MODULES]
+    assert crowded == [], f"cut each by the ideas it holds ({MAX_FOLDER_MODULES} modules)"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_the_reconcile_wing_imports_nothing_inside_a_function() -> None:
+    found = [f"{where(path, node)} {name}" for path in python_files(TOP_IMPORTS_WING)
+             for function in ast.walk(parsed(path))
+             if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node, name in imported_modules(ast.Module(body=function.body, type_ignores=[]))
+             if name.split(".")[0] not in LAZY_LIBRARIES]
+    assert found == [], "import at the top of the module (a circle is cut by moving a name)"
+
+
+def test_the_reconcile_wing_imports_in_no_circle() -> None:
+    """Not even through imports made for type checking only: a circle hidden under
+    `TYPE_CHECKING` is still two modules that need each other."""
+    modules = {module_name(path): path for path in python_files(TOP_IMPORTS_WING)}
+    imports: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imports[name] |= {target for target in (node.module, *(
+                    f"{node.module}.{alias.name}" for alias in node.names)) if target in modules}
+            elif isinstance(node, ast.Import):
+                imports[name] |= {alias.name for alias in node.names if alias.name in modules}
+        imports[name].discard(name)
+    circles = []
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            circles.append(" -> ".join([*trail[trail.index(name):], name]))
+            return
+        if name in done:
+            return
+        for target in sorted(imports[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(modules):
+        visit(name, [])
+    assert circles == []
 
 
 def outside_stores() -> Iterator[Path]:
@@ -235,10 +301,12 @@ TESTS = REPO / "tests"
 RULES_TESTS = TESTS / "rules"
 PURE_RULE_TESTS = tuple(f"tests.rules.{path.stem}"
                         for path in sorted(RULES_TESTS.glob("test_*.py")))
+#: The tests' oracles (the original's whole-list engines): pure, so a rules test may use them.
+ORACLES = TESTS / "oracles.py"
 #: What such a test must not load, even indirectly.
 STORE_MODULES = ("chromadb", "aiosqlite", "asyncpg", "sqlite3", "httpx", "daemons")
 #: The only modules of core/ such a test may load: the pure rules and their packages.
-PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config)(\.\w+)?)?")
+PURE = re.compile(r"core(\.base|\.drain|\.reconcile|\.alerting)?(\.(rules|config)(\.\w+)*)?")
 #: The layer folders tests live in, like the code they test; the only test modules at the top
 #: are about the whole repository.
 TEST_FOLDERS = {"rules", "stores", "jobs", "runtime", "reports", "commands", "reliability"}
@@ -256,17 +324,18 @@ def test_tests_live_in_the_folder_of_the_layer_they_test() -> None:
 def test_nothing_under_the_rules_tests_imports_a_store() -> None:
     files = sorted(RULES_TESTS.rglob("*.py"))
     assert any(path.name.startswith("test_") for path in files), "tests/rules/ holds tests"
-    found = [f"{where(path, node)} {name}" for path in files
+    found = [f"{where(path, node)} {name}" for path in [*files, ORACLES]
              for node, name in imported_modules(parsed(path))
-             if name.startswith(STORE_MODULES) or name.startswith("tests.")
+             if name.startswith(STORE_MODULES)
+             or (name.startswith("tests.") and name != "tests.oracles")
              or (name.startswith("core") and not PURE.fullmatch(name))]
     assert found == [], "a rules test uses plain data only (tests.support opens stores)"
 
 
 def rule_modules() -> list[str]:
-    """Every module of the pure rule packages (their own __init__ aside)."""
+    """Every module of the pure rule packages and their sub-packages (the __init__s aside)."""
     return sorted(".".join(path.relative_to(REPO).with_suffix("").parts)
-                  for package in RULE_PACKAGES for path in package.glob("*.py")
+                  for package in RULE_PACKAGES for path in package.rglob("*.py")
                   if path.stem != "__init__")
 
 

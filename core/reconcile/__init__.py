@@ -18,8 +18,7 @@ one module per job:
   predicate; the only module outside the stores that deletes from the vector store;
 - `recording`: telemetry rows and the spool;
 - `explain_tenant`: `reconcile explain`, one tenant's pass run with nothing deleted;
-- `archive_listing`: `reconcile archives`, every archive and what it still holds;
-- `archive_pruning`: the retention pass's removal of archives older than `archiveMaxAgeMs`.
+- `archives`: the tombstone archives after their pass: listed, pruned, restored from.
 
 Glossary (one word per idea):
 

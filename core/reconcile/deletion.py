@@ -85,7 +85,7 @@ from core.reconcile.deletion_inputs import TenantRule as TenantRule
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.rules.reconcile_groups import only_rows, split_page
 from core.reconcile.rules.tombstone_bands import Band, predicate_where, rows_refused
-from core.reconcile.stores.archives import TombstoneArchive, sync_archives
+from core.reconcile.stores.archives.files import TombstoneArchive, sync_archives
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickControl

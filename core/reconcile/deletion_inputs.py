@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.reconcile.rules.restore_holds import HoldEvidence
 from core.reconcile.rules.tombstone_bands import Band
+from core.reconcile.stores.archives.shared import SharedArchives
+from core.reconcile.stores.restore_holds import RestoreHolds
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
-    from core.reconcile.rules.restore_holds import HoldEvidence
-    from core.reconcile.stores.restore_holds import RestoreHolds
-    from core.reconcile.stores.shared_archives import SharedArchives
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ class DeletionTarget:
     tombstones_dir: Path
     pass_id: str
     #: With the state shared (`stateUrl`): where each band's archives are copied before its
-    #: delete, so that any host can restore them (`core.reconcile.stores.shared_archives`); None on
+    #: delete, so that any host can restore them (`core.reconcile.stores.archives.shared`); None on
     #: SQLite, where the files are all there is.
     shared: SharedArchives | None = None
     #: The restore holds, re-read for each band right before its delete (None: no state).

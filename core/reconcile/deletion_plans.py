@@ -34,12 +34,12 @@ from core.reconcile.rules.tombstone_bands import (
     legacy_stale_rule,
     stale_rule,
 )
+from core.reconcile.scopes import GroupRead, TenantScope
+from core.reconcile.stores.archives.shared import shared_archives
 from core.reconcile.stores.restore_holds import RestoreHolds
-from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
-    from core.reconcile.scopes import GroupRead, TenantScope
 
 log = structlog.get_logger(__name__)
 
@@ -85,9 +85,8 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
                                  chosen: Mapping[Any, list[tuple[Number, str, str]]],
                                  run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
     """Each generation job (one tier of one old stamp of one repo,
-    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of the
-    same engine: archived first,
-    decided by the store at delete time, within the cap."""
+    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of
+    the same engine: archived first, decided by the store at delete time, within the cap."""
     generations = tally.generations
     if generations is None:
         return

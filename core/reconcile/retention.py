@@ -6,7 +6,7 @@ chunk re-ingested since the read has a later `ingestedAt` and no longer matches)
 `reconciliationMaxDeletesPerTick` per tenant, the oldest first.
 
 Then, with `archiveMaxAgeMs`, the archives older than that are pruned, never a tenant's newest
-(`core.reconcile.archive_pruning`).
+(`core.reconcile.archives.pruning`).
 
 Tenants are the configured ones (`list_tenants`, as the reconciliation pass), not the
 telemetry rollup the original enumerates. A tenant's scan holds its chunks' (id, repo,
@@ -30,7 +30,7 @@ from core.base.rules.tenants import TenantConfig
 from core.base.state.telemetry import insert_metric_rows, new_metric_row
 from core.base.state.telemetry_spool import MetricSpool
 from core.base.state.tenants import list_tenants
-from core.reconcile.archive_pruning import ArchivePruning, prune_archives
+from core.reconcile.archives.pruning import ArchivePruning, prune_archives
 from core.reconcile.deletion import (
     BAND_ROWS,
     DeletionPlan,
@@ -55,8 +55,8 @@ from core.reconcile.rules.retention import (
     select_expired,
     tenant_retention,
 )
+from core.reconcile.stores.archives.shared import shared_archives
 from core.reconcile.stores.restore_holds import RestoreHolds
-from core.reconcile.stores.shared_archives import shared_archives
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
@@ -158,7 +158,7 @@ async def retention_tick(context: TickContext, dry_run: bool
 
 async def _prune_archives(context: TickContext, dry_run: bool
                           ) -> tuple[ArchivePruning | None, str | None]:
-    """The pass's archive pruning (`core.reconcile.archive_pruning`), unless the pass was
+    """The pass's archive pruning (`core.reconcile.archives.pruning`), unless the pass was
     stopped; a failure is logged and returned, never raised (the tenants' work stands)."""
     if context.control.stopping:
         return None, None

@@ -22,7 +22,7 @@ from core.reconcile.group_reads import reconcile_by_groups
 from core.reconcile.one_tenant import reconcile_tenant
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.recording import TelemetryRecorder
-from core.reconcile.rules.generations import declares_generations
+from core.reconcile.rules.generations.orphans import declares_generations
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.reconcile_outcome import (

@@ -17,7 +17,7 @@ from core.base.io.clock import now_ms
 from core.base.rules.rows import ChromaRow
 from core.base.rules.telemetry import smallest_repo
 from core.base.rules.tenants import TenantConfig
-from core.reconcile.rules.generations import declared_repo_slugs, tenant_signals
+from core.reconcile.rules.generations.orphans import declared_repo_slugs, tenant_signals
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.reconcile_groups import TenantGroup

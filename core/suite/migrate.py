@@ -17,7 +17,8 @@ Guarantees:
   Any failure (a row PostgreSQL refuses, a checksum that differs) rolls it all back: the target
   is left empty, the run says which table (exit 1), and a rerun starts clean.
 - Verified before commit: per table, the row count and a checksum of every row's canonical
-  rendering (`core.base.rules.state_copy`) read back inside the transaction must equal the source's.
+  rendering (`core.base.rules.state.verified_copy`) read back inside the transaction must
+  equal the source's.
 - The drain carries on: each offset row (`drain_generations`) is tagged with the drainer id of
   this host's queue (`core.drain.stores.drainer_identity`, created here when the queue has none
   yet), the id the host's drainer reads on its first tick on PostgreSQL: its `.draining` file
@@ -42,7 +43,7 @@ from core.base.config.state_url import InvalidStateUrl, parse_state_url
 from core.base.io.locks import ProcessLock
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.errors import ConfigError, StoreUnavailable
-from core.base.rules.state_copy import (
+from core.base.rules.state.verified_copy import (
     JSON_COLUMNS,
     CopyPlan,
     SchemaMismatch,

@@ -45,7 +45,7 @@ from core.drain.rules.drainers import is_gone
 from core.drain.stores.dead_letter_file import DeadLetterCounts, count_dead_letters
 from core.drain.stores.drainer_queue import local_drainer
 from core.drain.stores.queue_files import QueueFileCounts, describe_queue_file
-from core.reconcile.stores.archive_files import ArchiveFolder, describe_archive_folder
+from core.reconcile.stores.archives.folder import ArchiveFolder, describe_archive_folder
 from core.reconcile.stores.restore_holds import hold_counts
 
 

@@ -224,8 +224,8 @@ async def _old_shared_archive(settings: Settings, *, days_ago: int) -> Path:
     archive writer and the shared store themselves."""
     from core.base.io.clock import now_ms
     from core.base.rules.rows import ColumnPage
-    from core.reconcile.stores.archives import TombstoneArchive, sync_archives
-    from core.reconcile.stores.shared_archives import SharedArchives
+    from core.reconcile.stores.archives.files import TombstoneArchive, sync_archives
+    from core.reconcile.stores.archives.shared import SharedArchives
 
     archive = TombstoneArchive.new_unsynced(
         settings.tombstones_dir, collection=settings.knowledge_base_collection,

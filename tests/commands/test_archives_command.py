@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from core.reconcile.archive_listing import list_archives
+from core.reconcile.archives.listing import list_archives
 from core.reconcile.reports.archives import render_archives
-from core.reconcile.rules.archive_format import seal, withdrawn_line
-from core.reconcile.rules.archive_listing import NO_HEADER
+from core.reconcile.rules.archives.format import seal, withdrawn_line
+from core.reconcile.rules.archives.listing import NO_HEADER
 from core.suite.status import gather_status
 from core.suite.status_text import render_status_text
 from daemons import reconcile, status, tenants

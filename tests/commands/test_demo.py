@@ -19,9 +19,9 @@ import pytest
 from core.base.chroma import VectorStore
 from core.base.rules.graph_schema import NeoEra
 from core.drain.rules.queue_lines import EdgeLine, MalformedLine, parse_line
-from core.reconcile.rules.manifests import PathCoverage, diff_tenant_manifest
-from core.suite.demo_dataset import DEMO_REVISION, build_demo_dataset, synthetic_embedding
-from core.suite.demo_footprint import (
+from core.reconcile.rules.manifests import PathCoverage
+from core.suite.demo.dataset import DEMO_REVISION, build_demo_dataset, synthetic_embedding
+from core.suite.demo.footprint import (
     MAX_TENANT_NODES,
     DemoFootprint,
     FootprintBuilder,
@@ -34,6 +34,7 @@ from tests.neo_graphs import (
     documents,
     original_entries,
 )
+from tests.oracles import diff_tenant_manifest
 from tests.support import REPO, child_env, make_settings, run_module, seed
 
 PROVENANCE = {"MENTIONED_IN", "DISCUSSED_IN", "REFERENCED_BY"}

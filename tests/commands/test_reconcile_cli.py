@@ -16,7 +16,7 @@ from core.base.chroma import VectorStore
 from core.base.config.config import Settings
 from core.base.runtime.config_file import load_config
 from core.base.state.state import open_graph
-from core.reconcile.rules.archive_format import ArchiveHeader, seal
+from core.reconcile.rules.archives.format import ArchiveHeader, seal
 from tests.support import run_module, seed_acme_drift
 
 

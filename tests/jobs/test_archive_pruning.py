@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from core.base.rules.rows import ColumnPage
-from core.reconcile.stores.archives import TombstoneArchive, sync_archives
+from core.reconcile.stores.archives.files import TombstoneArchive, sync_archives
 from daemons import reconcile
 from tests.support import log_events
 

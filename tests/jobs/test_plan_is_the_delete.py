@@ -34,8 +34,8 @@ from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB
 from core.reconcile import deletion
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.explain_tenant import explain_tenant
-from core.reconcile.restore import restore_archive
 from core.reconcile.retention import retention_tick
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.run_pass import reconcile_tick

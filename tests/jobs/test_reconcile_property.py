@@ -25,13 +25,14 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.state import open_graph
-from core.reconcile.restore import restore_archive
-from core.reconcile.rules.manifests import RepoManifest, diff_tenant_manifest
-from core.reconcile.rules.reconcile import diff_tenant_chunks, stale_fraction_exceeded
+from core.reconcile.archives.restore import restore_archive
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile import stale_fraction_exceeded
 from core.reconcile.rules.tombstone_bands import deletion_bound
 from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 from core.suite.tick import run_tick
+from tests.oracles import diff_tenant_chunks, diff_tenant_manifest
 from tests.support import make_settings, read_archived_chunks, seed
 
 FULL: tuple[Include, ...] = ("metadatas", "documents", "embeddings")

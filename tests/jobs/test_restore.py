@@ -18,10 +18,10 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB
-from core.reconcile.restore import restore_archive
-from core.reconcile.rules.archive_format import LEGACY_WARNING, ArchiveHeader, seal
+from core.reconcile.archives.restore import restore_archive
+from core.reconcile.rules.archives.format import LEGACY_WARNING, ArchiveHeader, seal
 from core.reconcile.run_pass import reconcile_tick
-from core.reconcile.stores.archives import ArchiveError
+from core.reconcile.stores.archives.files import ArchiveError
 from core.suite.tick import run_tick
 from tests.chroma_server import ChromaServer
 from tests.support import make_settings, read_archived_chunks, run_module, seed

@@ -16,9 +16,9 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.deletion import DeletionPlan, TenantRule, TombstoneProgress, run_bands
 from core.reconcile.deletion_inputs import DeletionTarget
-from core.reconcile.restore import restore_archive
 from core.reconcile.retention import retention_tick
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.restore_holds import tenant_evidence

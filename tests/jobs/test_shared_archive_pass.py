@@ -20,7 +20,7 @@ from core.base.state.graph_db import GraphDB
 from core.reconcile import deletion
 from core.reconcile.retention import retention_tick
 from core.reconcile.run_pass import reconcile_tick
-from core.reconcile.stores.shared_archives import fetch
+from core.reconcile.stores.archives.shared import fetch
 from core.suite.tick import run_tick
 from tests.support import make_settings, seed
 

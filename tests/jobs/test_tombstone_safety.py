@@ -23,7 +23,7 @@ from core.base.rules.tenants import TENANT_CONFIG_LABEL
 from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB
-from core.reconcile.restore import restore_archive
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.run_pass import reconcile_tick
 from core.suite.tick import run_tick
 from tests.support import DIM, make_settings, read_archived_chunks, seed

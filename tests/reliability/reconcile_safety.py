@@ -27,7 +27,7 @@ from core.base.rules.rows import ChromaRow
 from core.base.runtime.context import TickContext
 from core.base.state.state import open_graph
 from core.base.state.tenants import set_tenant_config
-from core.reconcile.restore import restore_archive
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.run_pass import reconcile_tick
 from tests.support import embedding_for, make_settings
 

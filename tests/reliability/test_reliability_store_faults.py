@@ -25,7 +25,7 @@ from core.base.state.graph_db import GraphDB
 from core.base.state.state import open_graph
 from core.base.state.tenants import set_tenant_config
 from core.drain.queue_drain import drain_queue
-from core.reconcile.restore import restore_archive
+from core.reconcile.archives.restore import restore_archive
 from core.reconcile.run_pass import reconcile_tick
 from tests.chroma_server import ChromaServer
 from tests.support import (

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.base.rules.rows import ColumnPage
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ArchiveHeader,
     chunk_lines,
     seal,
     withdrawn_line,
 )
-from core.reconcile.rules.archive_listing import (
+from core.reconcile.rules.archives.listing import (
     EMPTY,
     NO_HEADER,
     DatedArchive,

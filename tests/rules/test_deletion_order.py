@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from core.base.rules.rows import ChromaRow, ColumnPage, content_digests
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ArchiveHeader,
     unseal,
     withdrawn_ids,

@@ -7,18 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from core.base.rules.rows import ChromaRow
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
-from core.reconcile.rules.generations import (
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot
+from core.reconcile.rules.generations.orphans import (
     REASON_EXTRACTION,
     TIER_SUPERSEDED,
     TIER_UNYIELDED,
     declared_extractions,
     declared_parsers,
-    diff_tenant_extraction_identity,
-    diff_tenant_parser_identity,
     repo_generation,
 )
-from core.reconcile.rules.reconcile import diff_tenant_chunks
+from tests.oracles import (
+    diff_tenant_chunks,
+    diff_tenant_extraction_identity,
+    diff_tenant_parser_identity,
+)
 
 DECLARED = {"parserId": "docker-mcp-source", "parserVersion": "1.1.0"}
 SUPERSED = {"parserId": "docker-mcp-source", "parserVersion": "1.0.0"}

@@ -1,16 +1,16 @@
-"""`core.reconcile.rules.generation_tally`: a pass's generation signals over its pages, the union
+"""`core.reconcile.rules.generations.tally`: a pass's generation signals over its pages, the union
 with
 the other signals, and the deletion jobs it plans (pure)."""
 
 from __future__ import annotations
 
-from core.reconcile.rules.generation_tally import GenerationJobKey, GenerationTally
-from core.reconcile.rules.generations import (
+from core.reconcile.rules.generations.orphans import (
     KIND_PARSER,
     TIER_SUPERSEDED,
     TIER_UNYIELDED,
     tenant_signals,
 )
+from core.reconcile.rules.generations.tally import GenerationJobKey, GenerationTally
 from core.reconcile.rules.manifests import RepoManifest
 
 REPO = "org/repo"

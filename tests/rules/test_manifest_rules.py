@@ -12,7 +12,6 @@ import pytest
 
 from core.base.rules.rows import ChromaRow
 from core.reconcile.rules.manifests import (
-    ManifestDiff,
     ManifestMatch,
     ManifestOrphan,
     ManifestPathError,
@@ -20,13 +19,11 @@ from core.reconcile.rules.manifests import (
     PathCoverage,
     RepoManifest,
     claimed_paths,
-    diff_tenant_manifest,
     manifest_patch,
     manifests_from_properties,
     normalize_manifest_paths,
-    ordered_union,
 )
-from core.reconcile.rules.reconcile import diff_tenant_chunks, manifest_mismatched
+from core.reconcile.rules.reconcile import manifest_mismatched
 from core.reconcile.rules.scan_verdicts import ScanRules
 from core.reconcile.rules.tenant_policy import (
     FROM_CONFIG,
@@ -35,6 +32,7 @@ from core.reconcile.rules.tenant_policy import (
     resolve_tenant_policy,
 )
 from core.reconcile.rules.tenant_scan import TenantTally
+from tests.oracles import ManifestDiff, diff_tenant_chunks, diff_tenant_manifest, ordered_union
 
 
 def row(row_id: str, stamp: Any = 5, **metadata: Any) -> dict[str, Any]:

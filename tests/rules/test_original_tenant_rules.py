@@ -13,7 +13,7 @@ from core.base.rules.tenants import (
     original_config_properties,
     team_visible,
 )
-from core.reconcile.rules.generations import RepoGeneration, declared_in_place
+from core.reconcile.rules.generations.orphans import RepoGeneration, declared_in_place
 from core.reconcile.rules.manifests import RepoManifest, original_manifest_patch
 
 ENTRY = {"cloneUrl": "https://github.com/acme/repo.git", "credentialRef": "vault:gh",

@@ -11,15 +11,7 @@ import pytest
 
 from core.base.rules.camel_json import to_json
 from core.base.rules.rows import ChromaRow, ColumnPage
-from core.reconcile.rules.reconcile import (
-    DEFAULT_ORPHAN_VERSION_GAP,
-    EMPTY_DIFF,
-    actionable_stamp_ceiling,
-    diff_tenant_chunks,
-    is_actionable_stamp,
-    resolve_orphan_version_gap,
-    stale_fraction_exceeded,
-)
+from core.reconcile.rules.reconcile import actionable_stamp_ceiling, stale_fraction_exceeded
 from core.reconcile.rules.tombstone_bands import (
     FLOAT_BOUND_SLACK_ULPS,
     Band,
@@ -29,6 +21,13 @@ from core.reconcile.rules.tombstone_bands import (
     plan_bands,
     rule_violations,
     store_bound,
+)
+from tests.oracles import (
+    DEFAULT_ORPHAN_VERSION_GAP,
+    EMPTY_DIFF,
+    diff_tenant_chunks,
+    is_actionable_stamp,
+    resolve_orphan_version_gap,
 )
 
 

@@ -5,7 +5,7 @@ never because a pass read the evidence from before the restore."""
 from __future__ import annotations
 
 from core.base.rules.rows import ChromaRow
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.restore_holds import (
     HoldEvidence,

@@ -1,10 +1,10 @@
-"""`core.base.rules.state_copy`: what "copied exactly" means for kb-migrate (pure)."""
+"""`core.base.rules.state.verified_copy`: what "copied exactly" means for kb-migrate (pure)."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.base.rules.state_copy import (
+from core.base.rules.state.verified_copy import (
     SchemaMismatch,
     TableTally,
     check_table,

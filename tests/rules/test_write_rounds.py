@@ -1,12 +1,12 @@
-"""`core.base.rules.write_rounds`: a batch of keyed writes split into rounds of distinct keys gives,
-round after round, exactly what the rows give one by one."""
+"""`core.base.rules.state.write_rounds`: a batch of keyed writes split into rounds of distinct
+keys gives, round after round, exactly what the rows give one by one."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.base.rules.write_rounds import distinct_key_rounds
+from core.base.rules.state.write_rounds import distinct_key_rounds
 
 
 def first(row: tuple[str, int]) -> str:

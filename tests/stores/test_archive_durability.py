@@ -23,8 +23,12 @@ from core.base.io import files
 from core.base.rules.rows import ColumnPage
 from core.base.runtime.context import TickContext
 from core.base.state.graph_db import GraphDB
-from core.reconcile.stores import archives
-from core.reconcile.stores.archives import SYNCFS_MIN_ARCHIVES, TombstoneArchive, sync_archives
+from core.reconcile.stores.archives import files as archives
+from core.reconcile.stores.archives.files import (
+    SYNCFS_MIN_ARCHIVES,
+    TombstoneArchive,
+    sync_archives,
+)
 from tests.jobs.test_reconcile_pass import (
     archived_rows,
     chunk,

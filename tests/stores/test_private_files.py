@@ -15,7 +15,7 @@ from core.base.rules.telemetry import MetricRow
 from core.base.state.sqlite.connection import SqliteGraph
 from core.base.state.telemetry_spool import MetricSpool
 from core.drain.stores.queue_files import append_locked
-from core.reconcile.stores.archives import TombstoneArchive
+from core.reconcile.stores.archives.files import TombstoneArchive
 
 pytestmark = pytest.mark.usefixtures("umask_022")
 

@@ -1,4 +1,4 @@
-"""Shared archives (`core.reconcile.stores.shared_archives`) on the session's real PostgreSQL: an
+"""Shared archives (`core.reconcile.stores.archives.shared`) on the session's real PostgreSQL: an
 archive copied part by part reads back as exactly its file, a copy continues across the pass's
 plans,
 a name another pass holds is refused, and a damaged copy is refused rather than restored."""
@@ -13,8 +13,8 @@ import pytest
 from core.base.config.config import Settings
 from core.base.rules.rows import ColumnPage
 from core.base.state.graph_db import GraphDB
-from core.reconcile.stores.archives import ArchiveError, TombstoneArchive, sync_archives
-from core.reconcile.stores.shared_archives import (
+from core.reconcile.stores.archives.files import ArchiveError, TombstoneArchive, sync_archives
+from core.reconcile.stores.archives.shared import (
     SharedArchives,
     SharedCopyRefused,
     fetch,

@@ -26,7 +26,7 @@ from core.base.rules.nodes import MAX_WEIGHT as MAX_WEIGHT
 from core.base.rules.nodes import MIN_WEIGHT as MIN_WEIGHT
 from core.base.rules.nodes import REINFORCE_FACTOR as REINFORCE_FACTOR
 from core.base.rules.nodes import EdgeLike, EdgeRow, NodeRow
-from core.base.rules.write_rounds import distinct_key_rounds
+from core.base.rules.state.write_rounds import distinct_key_rounds
 from core.base.state.graph_db import GraphDB, Reader, Transaction
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ async def _write_rows(tx: Transaction, row_sql: str, columns_sql: str,
                       rows: Sequence[tuple[Any, ...]], *, key_width: int) -> None:
     """Run `row_sql` for each row in order, or, where the backend has a set-based form
     (`columns_sql`), that form once per round of distinct keys (the first `key_width`
-    columns): the same outcome (`core.base.rules.write_rounds`) in a few statements instead of
+    columns): the same outcome (`core.base.rules.state.write_rounds`) in a few statements instead of
     one per row, which is what a PostgreSQL drain spent most of its time waiting on."""
     if not columns_sql:
         await tx.executemany(row_sql, rows)

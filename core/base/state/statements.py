@@ -150,7 +150,7 @@ class Statements:
     # -------------------------------------------------------- graph, set-based forms
     #: `insert_node_if_absent`, `insert_edge_if_absent` and `link_edge` as ONE statement over
     #: many rows, each parameter an array (a column), for a backend that pays per statement
-    #: (PostgreSQL). The rows of one call have distinct keys (`core.base.rules.write_rounds`);
+    #: (PostgreSQL). The rows of one call have distinct keys (`core.base.rules.state.write_rounds`);
     #: empty: the backend runs the row statement once per row (SQLite, in-process).
     insert_nodes_columns: str = ""
     insert_edges_columns: str = ""

@@ -9,7 +9,7 @@ the rows become records (`core.base.reports.tables`): no name or time is cut in 
 from __future__ import annotations
 
 from core.base.reports.tables import DEFAULT_WIDTH, as_text, table
-from core.reconcile.rules.archive_listing import LOCAL, ArchiveListing, ListedArchive
+from core.reconcile.rules.archives.listing import LOCAL, ArchiveListing, ListedArchive
 
 
 def _where(archive: ListedArchive) -> str:

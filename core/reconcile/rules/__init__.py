@@ -1,4 +1,5 @@
 """The reconcile's pure rules: staleness and the guards (`reconcile`), each row's verdict
 (`scan_verdicts`), a tenant's tally (`tenant_scan`), groups (`reconcile_groups`), the
-deletion predicates (`tombstone_bands`, `orphan_bands`), manifests and generations,
-retention, tenant policy, the archive format and the explain plan."""
+deletion predicates (`tombstone_bands`, `orphan_bands`), manifests, generation orphans
+(`generations`), retention, tenant policy, restore holds, the tombstone archives
+(`archives`) and the explain plan."""

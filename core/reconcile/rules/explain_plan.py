@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.base.rules.camel_json import omitted_when_none
-from core.reconcile.rules.generations import GenerationOrphan
+from core.reconcile.rules.generations.orphans import GenerationOrphan
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import (
     GUARD_INVALID_CONFIG,

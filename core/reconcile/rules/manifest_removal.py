@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.reconcile.rules.extraction_snapshot import SNAPSHOT_KEY
+from core.reconcile.rules.generations.extraction_snapshot import SNAPSHOT_KEY
 from core.reconcile.rules.manifests import MANIFESTS_PROPERTY
 
 

@@ -8,7 +8,7 @@ signal: routine pushes must not raise it.
 
 Two kinds of disagreement, as the original's ticket names them:
 
-- a **manifest orphan** (`diff_tenant_manifest`, matching the original's `diffTenantManifest`):
+- a **manifest orphan** (`manifest_orphan`, row by row, the original's `diffTenantManifest`):
   a chunk of a repo with a usable manifest whose `sourcePath` is a non-empty string not in
   `pathsAfterPush`, ingested (`ingestedAt` finite) at or before the manifest's `updatedAt`. A
   chunk ingested after the manifest is outside its authority and never judged by it; a chunk
@@ -23,15 +23,14 @@ judged against: no baseline, no deletion).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.base.rules.rows import id_and_metadata
 from core.base.rules.tenants import normalize_tenant_id, team_visible
 from core.base.rules.terminal_text import inert
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot, snapshot_from
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot, snapshot_from
 
 MANIFEST_LABEL: Final = "KnowledgeBaseTenantManifest"
 MANIFEST_PREFIX: Final = "kb-manifest:"
@@ -294,68 +293,10 @@ def manifest_orphan(
     return ManifestOrphan(row_id, manifest.repo_slug, path, ingested, manifest.updated_at)
 
 
-@dataclass(frozen=True, slots=True)
-class ManifestDiff:
-    """The verdict on a set of rows (JSON: `{manifestOrphans, orphanCount, actionableIds,
-    actionableCount}`, the original's shape)."""
-
-    manifest_orphans: tuple[ManifestOrphan, ...] = ()
-    orphan_count: int = field(init=False, default=0)
-    actionable_ids: tuple[str, ...] = ()
-    actionable_count: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "orphan_count", len(self.manifest_orphans))
-        object.__setattr__(self, "actionable_count", len(self.actionable_ids))
-
-
 def manifest_ripe(manifest: RepoManifest, *, now_ms: int, grace_ms: float | None) -> bool:
     """Whether the manifest's orphans are actionable: it is at least `grace_ms` old (never,
     when the grace is None: an invalid setting fails closed)."""
     return grace_ms is not None and now_ms - manifest.updated_at >= grace_ms
-
-
-def diff_tenant_manifest(
-    rows: Any, manifests_by_repo: Any, *, now_ms: int | None = None,
-    grace_ms: float | None = None,
-) -> ManifestDiff:
-    """Classify one tenant's rows (`{id, metadata}` mappings or ChromaRow-like objects)
-    against its manifests (a stored `{repoSlug: entry}` map or parsed `RepoManifest`s).
-
-    Every orphan is actionable, as in the original, unless `now_ms` is given: then only the
-    orphans of manifests at least `grace_ms` old are (`manifest_ripe`). Each id counts once;
-    order is the input's. Malformed input of any kind gives the empty result.
-    """
-    if not isinstance(rows, (list, tuple)) or not isinstance(manifests_by_repo, Mapping):
-        return ManifestDiff()
-    manifests = {slug: m if isinstance(m, RepoManifest) else usable_manifest(slug, m)
-                 for slug, m in manifests_by_repo.items()}
-    usable = {slug: m for slug, m in manifests.items() if m is not None}
-    if not usable:
-        return ManifestDiff()
-    orphans: list[ManifestOrphan] = []
-    actionable: list[str] = []
-    seen: set[str] = set()
-    for row in rows:
-        row_id, metadata = id_and_metadata(row)
-        if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
-            continue
-        orphan = manifest_orphan(row_id, metadata, usable)
-        if orphan is None:
-            continue
-        seen.add(row_id)
-        orphans.append(orphan)
-        if now_ms is None or manifest_ripe(usable[orphan.repo_slug], now_ms=now_ms,
-                                           grace_ms=grace_ms):
-            actionable.append(row_id)
-    return ManifestDiff(tuple(orphans), actionable_ids=tuple(actionable))
-
-
-def ordered_union(*id_lists: Sequence[str]) -> tuple[str, ...]:
-    """Every id of the lists once, in first-seen order (config-stale ids first, then the
-    manifest orphans that are not also stale: the original's first version counted an id in
-    both twice)."""
-    return tuple(dict.fromkeys(i for ids in id_lists for i in ids))
 
 
 class PathCoverage:

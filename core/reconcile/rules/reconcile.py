@@ -1,29 +1,26 @@
-"""Config-invalidation reconciliation's rules (pure): which of a tenant's chunks are stale,
-which of those may be tombstoned, and when a pass must hold back.
+"""Config-invalidation reconciliation's rules (pure): the stale chunks' `where` and threshold,
+and when a pass must hold back.
 
 A chunk is **stale** when its `tenantConfigVersion` is a real number below its tenant's
 current version; it is **actionable** when it is at least `reconciliationOrphanVersionGap`
-versions behind. Plain data in, plain data out; no I/O, no clock. The pass around it is
-`core.reconcile`; the band predicates it deletes by are `core.reconcile.rules.tombstone_bands`.
+versions behind, by the store's own comparison (`stamp <= current - gap`:
+`actionable_stamp_ceiling`). Each row is judged by `core.reconcile.rules.scan_verdicts`; the
+band predicates it deletes by are `core.reconcile.rules.tombstone_bands`. Plain data in, plain
+data out; no I/O, no clock. The pass around it is `core.reconcile`.
 
-Fail-safe throughout: a current version that is not a positive number, a stamp that is not a
-real number, a row without a string id give nothing to act on; a destructive guard configured
-with an invalid value deletes nothing (`ReconcilePolicy.deletes_allowed`).
+Fail-safe throughout: a current version that is not a positive number or a stamp that is not a
+real number gives nothing to act on; a destructive guard configured with an invalid value
+deletes nothing (`ReconcilePolicy.deletes_allowed`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from core.base.config.config import KEYS_BY_NAME, Settings
-from core.base.rules.numbers import is_real_number
-from core.base.rules.rows import id_and_metadata
+from core.base.config.config import Settings
 
-#: The default gap (the config table's, never re-spelled); never a stand-in for an invalid one.
-DEFAULT_ORPHAN_VERSION_GAP: float = KEYS_BY_NAME["reconciliationOrphanVersionGap"].default
 #: The metadata keys the engine reads (CONTRACT's knowledge-base chunk fields).
 TENANT_KEY = "tenantId"
 STAMP_KEY = "tenantConfigVersion"
@@ -38,98 +35,6 @@ GUARD_MANIFEST_MISMATCH = "manifest-mismatch"
 #: grace fail closed too, but each only for what it governs).
 PASS_GUARDS: tuple[str, ...] = ("reconciliationMaxDeletesPerTick",
                                 "reconciliationMaxStaleFraction")
-
-
-def resolve_orphan_version_gap(value: Any) -> float | None:
-    """The gap threshold to use: `value` when it is a finite number >= 1, else None, which
-    makes nothing actionable by version (the setting fails closed: a looser default such as
-    2 could delete what a stricter intended value would have kept).
-
-    The floor is 1 because every stale chunk has a gap of at least 1: a threshold of 1 means
-    "no grace", and anything lower would mean nothing different but look like a typo.
-    """
-    return value if is_real_number(value) and value >= 1 else None
-
-
-@dataclass(frozen=True, slots=True)
-class StaleOrphan:
-    """A chunk stamped with an older config version than its tenant's current one."""
-
-    id: str
-    tenant_config_version: int | float
-    version_gap: int | float
-
-
-@dataclass(frozen=True, slots=True)
-class TenantDiff:
-    """The engine's verdict on a set of rows (JSON: `{staleOrphans, staleCount, actionableIds,
-    actionableCount}`)."""
-
-    stale_orphans: tuple[StaleOrphan, ...] = ()
-    #: How many rows are stale (each id once).
-    stale_count: int = field(init=False, default=0)
-    actionable_ids: tuple[str, ...] = ()
-    #: How many stale rows are at least the gap threshold behind.
-    actionable_count: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "stale_count", len(self.stale_orphans))
-        object.__setattr__(self, "actionable_count", len(self.actionable_ids))
-
-
-EMPTY_DIFF = TenantDiff()
-
-
-def diff_tenant_chunks(
-    rows: Any, current_version: Any, orphan_version_gap: Any = None
-) -> TenantDiff:
-    """Classify one tenant's rows into stale orphans and the actionable subset.
-
-    A row is stale when its `tenantConfigVersion` is a real, finite number (a bool is not)
-    below `current_version`; its gap is `current_version - stamp`; it is actionable when the
-    gap is at least the resolved threshold (see `resolve_orphan_version_gap`: an invalid or
-    missing one makes nothing actionable).
-
-    Fail-safe throughout: a current version that is not a positive number (a tenant with no
-    config node is at 0), rows that are not a list, a row without a string id, and a row
-    whose stamp is missing or not a number (ingested before stamps existed) give nothing to
-    act on. Each id counts once (a duplicate row is never acted on twice); order is
-    the input's.
-    """
-    if not isinstance(rows, (list, tuple)):
-        return EMPTY_DIFF
-    if not is_real_number(current_version) or current_version <= 0:
-        return EMPTY_DIFF
-    threshold = resolve_orphan_version_gap(orphan_version_gap)
-    seen: set[str] = set()
-    stale: list[StaleOrphan] = []
-    actionable: list[str] = []
-    for row in rows:
-        row_id, metadata = id_and_metadata(row)
-        if not isinstance(row_id, str) or row_id in seen or not isinstance(metadata, Mapping):
-            continue
-        stamp: Any = metadata.get(STAMP_KEY)
-        if not is_real_number(stamp) or not stamp < current_version:
-            continue
-        seen.add(row_id)
-        gap = current_version - stamp
-        stale.append(StaleOrphan(row_id, stamp, gap))
-        # The store's own comparison (`stamp <= current - threshold`), not `gap >= threshold`:
-        # in floating point the two differ (2 - 7e-216 >= 2, yet 7e-216 <= 0 is false), and a
-        # chunk this rule calls actionable must be one the delete's `where` selects.
-        if threshold is not None and stamp <= current_version - threshold:
-            actionable.append(row_id)
-    return TenantDiff(tuple(stale), actionable_ids=tuple(actionable))
-
-
-def is_actionable_stamp(stamp: Any, current_version: Any, orphan_version_gap: Any) -> bool:
-    """Whether one stamp is actionable under `diff_tenant_chunks`' rule (pure): a real number
-    below a positive current version by at least the resolved gap (never, when the gap is
-    invalid)."""
-    threshold = resolve_orphan_version_gap(orphan_version_gap)
-    return (threshold is not None and is_real_number(current_version) and current_version > 0
-            and is_real_number(stamp) and stamp < current_version
-            and stamp <= current_version - threshold)
 
 
 def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.generations import GenerationSignal
+from core.reconcile.rules.generations.orphans import GenerationSignal
 from core.reconcile.rules.manifests import (
     INGESTED_KEY,
     PATH_KEY,
@@ -66,8 +66,10 @@ class ScanRules:
             if manifest_ripe(m, now_ms=self.read_ms, grace_ms=self.grace_ms)))
 
     def stale_actionable(self, stamp: Any) -> bool:
-        """The config-stale rule on one stamp: `stamp <= current - gap` (the store's own
-        comparison, see `core.reconcile.rules.reconcile.diff_tenant_chunks`)."""
+        """The config-stale rule on one stamp: `stamp <= current - gap`, the store's own
+        comparison, not `gap >= threshold`: in floating point the two differ (2 - 7e-216 >= 2,
+        yet 7e-216 <= 0 is false), and a chunk this rule calls actionable must be one the
+        delete's `where` selects."""
         return (self.gap is not None and self.current_version > 0 and is_real_number(stamp)
                 and stamp < self.current_version and stamp <= self.current_version - self.gap)
 

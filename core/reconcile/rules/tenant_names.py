@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any, Final
 
-from core.reconcile.rules.generations import declared_repo_slugs
+from core.reconcile.rules.generations.orphans import declared_repo_slugs
 
 #: How alike two names must be to be offered as "did you mean" (difflib's ratio; its default,
 #: which offers `hooli` for `hoolli` and `hooli/search` for `hooli/serch`, not `acme`).

@@ -44,7 +44,10 @@ FROM_INVALID: Final = "invalid: fails closed"
 
 
 def valid_gap(value: Any) -> bool:
-    """An orphan version gap: a finite number >= 1 (a bool is not)."""
+    """An orphan version gap: a finite number >= 1 (a bool is not). Any other value fails
+    closed (nothing is actionable by version: a looser default such as 2 could delete what a
+    stricter intended value would have kept). The floor is 1 because every stale chunk has a
+    gap of at least 1: 1 means "no grace", and anything lower would look like a typo."""
     return is_real_number(value) and value >= 1
 
 

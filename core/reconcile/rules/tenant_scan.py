@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.reconcile.rules.generation_tally import GenerationTally
+from core.reconcile.rules.generations.tally import GenerationTally
 from core.reconcile.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, PathCoverage
 from core.reconcile.rules.orphan_bands import OldestOrphans
 from core.reconcile.rules.reconcile import TENANT_KEY, manifest_mismatched

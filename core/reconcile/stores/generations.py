@@ -1,6 +1,6 @@
 """A tenant's declared generations (`tenantRepos` of `kb-config:<tenantId>`) and its repos'
 extraction snapshots (in `kb-manifest:<tenantId>`): the statements. The rules are
-`core.reconcile.rules.generations`'."""
+`core.reconcile.rules.generations.orphans`'."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from core.base.rules.tenants import (
 )
 from core.base.state.graph import original_tenants, upsert_nodes
 from core.base.state.graph_db import GraphDB
-from core.reconcile.rules.extraction_snapshot import ExtractionSnapshot
-from core.reconcile.rules.generations import (
+from core.reconcile.rules.generations.extraction_snapshot import ExtractionSnapshot
+from core.reconcile.rules.generations.orphans import (
     TENANT_REPOS_KEY,
     RepoGeneration,
     declared_in_place,
@@ -40,7 +40,7 @@ async def set_tenant_repo(graph: GraphDB, tenant_id: str, slug: str,
     which config is current). Returns the list stored. LookupError for a tenant without a
     configuration node (a pass never visits it). On a neo.mjs graph the generation goes into
     the platform's own entry of the repo, which keeps its other keys, and a repo without one
-    is a LookupError (`core.reconcile.rules.generations.declared_in_place`)."""
+    is a LookupError (`core.reconcile.rules.generations.orphans.declared_in_place`)."""
     node_id = tenant_config_node_id(tenant_id)
     async with graph.write() as tx:
         rows = await tx.query(tx.sql.node_by_id_and_label, (node_id, TENANT_CONFIG_LABEL))

@@ -146,7 +146,7 @@ ALTER TABLE drain_generations ADD COLUMN IF NOT EXISTS drainer TEXT NOT NULL DEF
 CREATE INDEX IF NOT EXISTS drain_generations_drainer ON drain_generations(drainer);
 """
 
-#: 2 -> 3: archives every host can read (`core.reconcile.stores.shared_archives`). An archive is a
+#: 2 -> 3: archives every host can read (`core.reconcile.stores.archives.shared`). An archive is a
 #: head row (its identity, and the size and SHA-256 of all its parts together) and its parts in
 #: order, one per band that added rows to it: the bytes of the local file, appended as they
 #: were made durable. PostgreSQL only: SQLite's state has one host, and its file is enough.

@@ -4,7 +4,7 @@ prune.
 - `read_contents`: one read of an archive's lines gives its identity (the header's tenant,
   collection, pass and creation time; a format-1 archive's tenant from its first line), its
   chunk lines, and how many of them a restore could still put back: the distinct ids of the
-  well-formed chunk lines that belong to the archive (`archive_format.refusal`) and that no
+  well-formed chunk lines that belong to the archive (`format.refusal`) and that no
   later withdrawn line withdraws. The store is not asked: a restorable chunk that lives again
   now would be kept live by a restore, not overwritten. An archive that cannot be used at all
   (no readable header, empty) says so in `problem`, and so does one with unreadable lines.
@@ -24,7 +24,7 @@ from typing import Final
 
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
     LEGACY_FORMAT,
     WITHDRAWN_MARK,

@@ -1,5 +1,5 @@
 """A tenant's generation signals over one pass (pure): `GenerationTally` gathers the
-generation orphans page by page (`core.reconcile.rules.generations` classifies each row), counts
+generation orphans page by page (`orphans` classifies each row), counts
 them in the union with the other signals, and plans the deletable chunks per job (one tier of one
 stamp of one repo: one predicate the store evaluates exactly).
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.generations import (
+from core.reconcile.rules.generations.orphans import (
     KIND_PARSER,
     STAMPERS,
     TIER_UNYIELDED,

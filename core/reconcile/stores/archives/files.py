@@ -5,7 +5,7 @@ written, then made durable (each file fsynced, or many at once by one `syncfs`, 
 file's folder fsynced: `sync_archives`) BEFORE its delete is sent. A chunk archived but not
 deleted (rewritten since, or gone already) is withdrawn after the delete by a withdrawn line
 (`TombstoneArchive.withdraw`), which restore honours. The lines' format and checksums are
-`core.reconcile.rules.archive_format`'s.
+`core.reconcile.rules.archives.format`'s.
 
 **Restore is preserve-live** (`restore_archive`): lines are checked against the header and
 then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which
@@ -21,6 +21,7 @@ file cannot be detected.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import os
 import re
@@ -28,6 +29,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final
@@ -37,7 +39,7 @@ import structlog
 from core.base.config.private_data import PRIVATE_FILE_MODE
 from core.base.io.files import FilesystemFlush, fsync_dir, make_private_dirs, write_all
 from core.base.rules.errors import ConfigError
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_SUFFIX,
     ArchiveHeader,
     chunk_lines,
@@ -47,7 +49,6 @@ from core.reconcile.rules.archive_format import (
 
 if TYPE_CHECKING:
     from core.base.rules.rows import ColumnPage
-    from core.reconcile.stores.shared_archives import SharedCopy
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +91,17 @@ def archive_file_name(*, collection: str, tenant_id: str, now_ms: int) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class SharedCopy:
+    """What of one archive file is in the shared state (`stateUrl` only:
+    `core.reconcile.stores.archives.shared` writes it): its first `size` bytes, in `parts`,
+    and the running SHA-256 of those bytes."""
+
+    parts: int = 0
+    size: int = 0
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+
 class TombstoneArchive:
     """An archive being written during one tenant's tombstoning.
 
@@ -110,7 +122,7 @@ class TombstoneArchive:
         self.durable = True
         self.created_directory = False
         #: What of the file is copied into the shared state (`stateUrl` only: see
-        #: `core.reconcile.stores.shared_archives`); kept with the file, so every plan of the pass
+        #: `core.reconcile.stores.archives.shared`); kept with the file, so every plan of the pass
         #: that adds to it continues the same copy.
         self.shared_copy: SharedCopy | None = None
 
@@ -302,7 +314,7 @@ def archive_line_batches(
     """The archive's non-blank lines with their 1-based numbers, RESTORE_BATCH_LINES at a
     time, read as bytes (so a crash cutting a character in half spoils only that line).
     With `content` (an archive's bytes from the shared state:
-    `core.reconcile.stores.shared_archives`) those bytes are read instead of the file, line for line
+    `core.reconcile.stores.archives.shared`) those bytes are read instead of the file, line for line
     the same way. Raises ArchiveError
     when the file cannot be used at all. Blocking: take each batch through a thread."""
     if content is not None:

@@ -19,14 +19,14 @@ from typing import Final
 from core.base.io.files import fsync_dir
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_SUFFIX,
     ArchiveHeader,
     parse_header,
     unseal,
 )
-from core.reconcile.rules.archive_listing import NO_HEADER, ArchiveContents, read_contents
-from core.reconcile.stores.archives import ArchiveError, archive_line_batches
+from core.reconcile.rules.archives.listing import NO_HEADER, ArchiveContents, read_contents
+from core.reconcile.stores.archives.files import ArchiveError, archive_line_batches
 
 #: The most of a file read to find its header: a header line is about 200 bytes.
 HEADER_BYTES: Final = 4096

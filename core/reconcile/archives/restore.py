@@ -1,9 +1,9 @@
 """Restoring a tombstone archive, preserve-live: only absent ids come back, only into the
 knowledge-base collection, only for the archive's own tenant, and never a chunk line a later
 withdrawn line of the archive withdraws (archived but not deleted: rewritten since, or gone
-already; `core.reconcile.rules.archive_format`).
+already; `core.reconcile.rules.archives.format`).
 
-Lines are checked against the archive's header (`core.reconcile.rules.archive_format.refusal`) and
+Lines are checked against the archive's header (`core.reconcile.rules.archives.format.refusal`) and
 then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which leaves
 any id that exists untouched even if it appeared a moment after the check; an id that exists
 under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under another
@@ -39,7 +39,7 @@ from core.base.chroma import (
 from core.base.rules.camel_json import json_name, omitted_when_none
 from core.base.rules.rows import ChromaRow
 from core.base.rules.terminal_text import shown_text
-from core.reconcile.rules.archive_format import (
+from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
     LEGACY_FORMAT,
     LEGACY_WARNING,
@@ -54,7 +54,7 @@ from core.reconcile.rules.archive_format import (
     withdrawn_ids,
 )
 from core.reconcile.rules.restore_holds import release_command
-from core.reconcile.stores.archives import ArchiveError, archive_line_batches
+from core.reconcile.stores.archives.files import ArchiveError, archive_line_batches
 
 log = structlog.get_logger(__name__)
 

@@ -1,7 +1,7 @@
 """A manifest's `extractionSnapshot` (pure): the paths one extraction profile yields, recorded
 by `tenants set-yield` beside the repo's manifest (the successor's yield authority; the
 manifest's `pathsAfterPush` stays the authority on physical deletion). See
-`core.reconcile.rules.generations`."""
+`core.reconcile.rules.generations.orphans`."""
 
 from __future__ import annotations
 

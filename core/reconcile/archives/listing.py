@@ -1,8 +1,8 @@
 """`reconcile archives`: every archive there is to restore from, with what it holds.
 
 The local files under `<dataDir>/tombstones/` and, with `stateUrl`, the shared copies in the
-database (`core.reconcile.stores.shared_archives`, which any host can restore from), each read
-once and described by its own lines (`core.reconcile.rules.archive_listing`): tenant, time,
+database (`core.reconcile.stores.archives.shared`, which any host can restore from), each read
+once and described by its own lines (`core.reconcile.rules.archives.listing`): tenant, time,
 chunks, and how many of them a restore could still put back. Chroma is never opened, and
 nothing is written (the state is opened read-only).
 
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.base.state.state import open_graph
-from core.reconcile.rules.archive_listing import (
+from core.reconcile.rules.archives.listing import (
     LOCAL,
     SHARED,
     ArchiveContents,
     ArchiveListing,
     ListedArchive,
 )
-from core.reconcile.stores.archive_files import archive_contents, archive_paths
-from core.reconcile.stores.archives import ArchiveError
-from core.reconcile.stores.shared_archives import fetch, shared_heads
+from core.reconcile.stores.archives.files import ArchiveError
+from core.reconcile.stores.archives.folder import archive_contents, archive_paths
+from core.reconcile.stores.archives.shared import fetch, shared_heads
 
 if TYPE_CHECKING:
     from core.base.config.config import Settings

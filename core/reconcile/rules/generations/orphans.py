@@ -24,7 +24,7 @@ Never guessed: a repo without a declared generation, a chunk without the stamp (
 malformed one), a chunk of another tenant, or without a string `sourcePath`, is never a
 generation orphan.
 
-In a pass (`core.reconcile.rules.generation_tally`), a replacement counts only when its `ingestedAt`
+In a pass (`tally`), a replacement counts only when its `ingestedAt`
 is a number at or before the pass's read: the decision rests on what existed when the pass began
 reading, so a replacement arriving while the pass pages through the tenant never makes an
 early delete (the old rows go on the next pass).
@@ -32,12 +32,12 @@ early delete (the old rows go on the next pass).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.extraction_snapshot import (
+from core.reconcile.rules.generations.extraction_snapshot import (
     SNAPSHOT_KEY,
     ExtractionSnapshot,
     is_extraction_identity,
@@ -275,7 +275,8 @@ class GenerationClassifier:
     the replacement pass and the classification pass of the original in one read.
 
     `read_ms`: in a pass, a replacement counts only with a numeric `ingestedAt` at or before
-    it; None (the original's engine): any row at the declared generation counts."""
+    it; None (the original's engine, as the tests' oracle runs it): any row at the declared
+    generation counts."""
 
     signal: GenerationSignal
     tenant_id: str
@@ -313,60 +314,6 @@ class GenerationClassifier:
         return [GenerationOrphan(i, kind, repo, path, stamp, declared[repo], tier, ingested,
                                  tier == TIER_UNYIELDED or (repo, path) in self.replaced)
                 for i, repo, path, stamp, tier, ingested in self.candidates]
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationDiff:
-    """A signal's result, as the original's engine returns it."""
-
-    orphans: tuple[GenerationOrphan, ...]
-    actionable_ids: tuple[str, ...]
-
-    @property
-    def orphan_count(self) -> int:
-        return len(self.orphans)
-
-    @property
-    def actionable_count(self) -> int:
-        return len(self.actionable_ids)
-
-
-def _diff(rows: Sequence[Any], tenant_id: Any, signal: GenerationSignal) -> GenerationDiff:
-    if not isinstance(tenant_id, str) or not tenant_id:
-        return GenerationDiff((), ())
-    classifier = GenerationClassifier(signal, tenant_id)
-    for row in rows:
-        classifier.observe(row.id, row.metadata)
-    orphans = tuple(classifier.orphans())
-    return GenerationDiff(orphans, tuple(o.id for o in orphans if o.actionable))
-
-
-def diff_tenant_parser_identity(
-    rows: Sequence[Any], tenant_id: Any, declared_by_repo: Mapping[str, Any],
-    yielded_paths_by_repo: Mapping[str, Iterable[str]] | None = None,
-) -> GenerationDiff:
-    """The original's `diffTenantParserIdentity` (PR #17395): `declared_by_repo` maps a repo
-    to `{parserId, parserVersion}` (a pair that is not two strings is never guessed at), the
-    yielded paths are the repo's without a freshness fence (the pass fences them)."""
-    declared = {slug: (d[PARSER_ID_KEY], d[PARSER_VERSION_KEY])
-                for slug, d in (declared_by_repo or {}).items()
-                if isinstance(d, Mapping) and isinstance(d.get(PARSER_ID_KEY), str)
-                and isinstance(d.get(PARSER_VERSION_KEY), str)}
-    authority = {slug: YieldAuthority(frozenset(paths), None)
-                 for slug, paths in (yielded_paths_by_repo or {}).items()}
-    return _diff(rows, tenant_id, GenerationSignal(KIND_PARSER, declared, authority))
-
-
-def diff_tenant_extraction_identity(
-    rows: Sequence[Any], tenant_id: Any, declared_by_repo: Mapping[str, Stamp],
-    snapshots: Mapping[str, ExtractionSnapshot | None],
-) -> GenerationDiff:
-    """The successor's `diffTenantExtractionIdentity`: the yield authority is the repo's
-    snapshot while it carries the declared identity, fenced by its `updatedAt`."""
-    authority = {slug: a for slug, d in declared_by_repo.items()
-                 if (a := extraction_authority(snapshots.get(slug), d[0])) is not None}
-    return _diff(rows, tenant_id, GenerationSignal(KIND_EXTRACTION, declared_by_repo,
-                                                   authority))
 
 
 def tenant_signals(tenant_repos: Any, manifests: Mapping[str, RepoManifest]

@@ -20,12 +20,12 @@ never appended to.
 the path host A wrote, so A's full path works too). The parts must be complete and in order,
 and their bytes must match the head's size and SHA-256, or the copy is refused (ArchiveError:
 exit 2, nothing restored). The bytes are then restored exactly as a local file is
-(`core.reconcile.restore`), line checksums and preserve-live rules included.
+(`core.reconcile.archives.restore`), line checksums and preserve-live rules included.
 
 **Listing and pruning** (`shared_heads`, `remove_shared`): `reconcile archives` lists every
 head; the retention pass removes old copies, parts then head, in one transaction.
 
-SQLite mode has none of this: `shared_archives` gives None and the engine does no extra work.
+SQLite mode has none of this: `shared_archives()` gives None and the engine does no extra work.
 The SQL below is PostgreSQL's only (the tables are its schema version 3).
 """
 
@@ -35,7 +35,7 @@ import asyncio
 import hashlib
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -44,7 +44,7 @@ import structlog
 from core.base.io.clock import now_ms
 from core.base.rules.errors import KbError
 from core.base.state.state import open_graph
-from core.reconcile.stores.archives import ArchiveError, TombstoneArchive
+from core.reconcile.stores.archives.files import ArchiveError, SharedCopy, TombstoneArchive
 
 if TYPE_CHECKING:
     from core.base.config.config import Settings
@@ -85,16 +85,6 @@ _REMOVE_HEADS: Final = "DELETE FROM tombstone_archives WHERE name = ANY($1::text
 # Only the parts the head counts: a pass still adding to the archive cannot tear the read.
 _PARTS: Final = ("SELECT part, content FROM tombstone_archive_parts WHERE name = $1 "
                  "AND part < $2 ORDER BY part")
-
-
-@dataclass(frozen=True, slots=True)
-class SharedCopy:
-    """What of one archive file is in the database: its first `size` bytes, in `parts`, and
-    the running SHA-256 of those bytes."""
-
-    parts: int = 0
-    size: int = 0
-    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
 
 
 class SharedCopyRefused(KbError):

@@ -1,6 +1,6 @@
 """The demo on a neo.mjs deployment's own graph (`kb-demo --neo`): a made-up checkout in a
 folder of the demo's own, whose graph is the original's (the latest schema, E3) with what the
-platform would already hold, so that the usual demo (`core.suite.demo_dataset`) then runs its drain
+platform would already hold, so that the usual demo (`core.suite.demo.dataset`) then runs its drain
 tick and report-only pass on the original's `Nodes`/`Edges` and tenant nodes.
 
 The folder (`claim_neo_demo`): `kb.toml` (the daemons' config: `neoRoot` and, so that no
@@ -31,8 +31,8 @@ from core.base.rules.tenants import (
 from core.base.state.graph import upsert_nodes
 from core.base.state.state import open_graph
 from core.base.state.telemetry import record_ingestion_metric
-from core.suite.demo_dataset import TENANTS, DemoTenant
-from core.suite.demo_neo_folder import claim_demo_folder, create_original_graph, write_new_file
+from core.suite.demo.dataset import TENANTS, DemoTenant
+from core.suite.demo.neo_folder import claim_demo_folder, create_original_graph, write_new_file
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +66,7 @@ def demo_config() -> str:
 
 
 async def claim_neo_demo(folder: Path) -> Path:
-    """Claim the folder (`core.suite.demo_neo_folder.claim_demo_folder`: exit 2 for one the
+    """Claim the folder (`core.suite.demo.neo_folder.claim_demo_folder`: exit 2 for one the
     demo did not make), write its config and make the checkout's graph (`NEO_DEMO_ERA`'s
     fresh boot: the config's `neoRoot` requires one); returns the config's path."""
     claim_demo_folder(folder, made=MADE)

@@ -10,7 +10,7 @@ it did not write is ever written over (`judge_folder`, the one judgement):
 - a fresh folder (no graph, no queue file), or one that holds no node, edge or queue line (the
   daemons ran on it before any data arrived: their tick records stay) is its own;
 - each run leaves, when it is done, a footprint file `<dataDir>/.kb-demo.json`: a digest of
-  every node, edge and queue file (`core.suite.demo_footprint`). A later run whose folder
+  every node, edge and queue file (`core.suite.demo.footprint`). A later run whose folder
   still matches it exactly removes the graph and the queue files (never Chroma: its demo rows
   are upserted again unchanged) and seeds afresh;
 - any other folder is not the demo's: it changed since (a tenant's policy or manifest set with
@@ -38,7 +38,7 @@ from core.base.state.graph import count_nodes_and_edges, edge_pages, node_pages
 from core.base.state.state import open_graph
 from core.drain.stores.dead_letter_file import spill_dir
 from core.drain.stores.queue_files import producers_held
-from core.suite.demo_footprint import (
+from core.suite.demo.footprint import (
     FILE_NAMES,
     DemoFootprint,
     FootprintBuilder,

@@ -334,7 +334,7 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
         version = await tenant_version(context.graph, tenant.tenant_id)
         while version < tenant.version:
             # On a neo.mjs graph the repo is in the platform's `tenantRepos`, never a
-            # top-level `repoSlug` (`core.suite.demo_neo` wrote the platform's nodes).
+            # top-level `repoSlug` (`core.suite.demo.neo` wrote the platform's nodes).
             slug = None if original_tenants(context.graph) else tenant.repo_slug
             version = (await set_tenant_config(context.graph, tenant.tenant_id,
                                                repo_slug=slug)).version

@@ -1,7 +1,7 @@
 """Pruning old archives (`archiveMaxAgeMs`), a step of the retention pass: the archive files
 under `<dataDir>/tombstones/` and, with `stateUrl`, the shared copies in the database, older
 than the age by their header's `createdAt`, never the newest of a tenant
-(`core.reconcile.rules.archive_listing.archives_to_prune`). 0, the default, keeps every
+(`core.reconcile.rules.archives.listing.archives_to_prune`). 0, the default, keeps every
 archive and reads nothing.
 
 Only an archive known to be whole is removed: each candidate is read through before it goes
@@ -23,15 +23,15 @@ import structlog
 from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
 from core.base.runtime.fencing import ensure_still_leads
-from core.reconcile.rules.archive_listing import DatedArchive, archives_to_prune
-from core.reconcile.stores.archive_files import (
+from core.reconcile.rules.archives.listing import DatedArchive, archives_to_prune
+from core.reconcile.stores.archives.files import ArchiveError
+from core.reconcile.stores.archives.folder import (
     archive_contents,
     archive_paths,
     read_header,
     remove_archive,
 )
-from core.reconcile.stores.archives import ArchiveError
-from core.reconcile.stores.shared_archives import fetch, remove_shared, shared_heads
+from core.reconcile.stores.archives.shared import fetch, remove_shared, shared_heads
 
 if TYPE_CHECKING:
     from core.base.config.config import Settings

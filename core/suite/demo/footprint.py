@@ -2,7 +2,7 @@
 and what changed since, named as an operator would name it.
 
 The demo resets a folder only when it can prove that nobody else wrote there since its own
-last run (`core.suite.demo_folder`). Counts cannot prove it: `kb-tenants set-policy` rewrites
+last run (`core.suite.demo.folder`). Counts cannot prove it: `kb-tenants set-policy` rewrites
 a tenant's config node and leaves every count as it was. So the footprint is a sha256 over the
 content of every node and edge (ids and properties, as stored) and of every queue file; a
 change of a single byte anywhere is a difference. Tenant nodes (ids starting `kb-`: configs,
