@@ -132,7 +132,7 @@ def emit_report(report: Mapping[str, Any]) -> None:
 
 
 def set_up_child() -> None:
-    """A child process set up as every command sets up its own (`daemons._cli.run_main`: the
+    """A child process set up as every command sets up its own (`daemons.cli.commands.run_main`: the
     malloc arena cap, before any store opens), every contender alike, floors included; and
     logging of warnings and errors only, on stderr: a benchmark measures the work, not the
     logging of it, and info lines per batch would fill the parent's capture for nothing."""

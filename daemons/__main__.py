@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NoReturn
 
-from daemons._cli import Parser, add_config_flag
-from daemons._daemon_cli import serve_main
+from daemons.cli.commands import Parser, add_config_flag
+from daemons.cli.serving import serve_main
 from daemons.drain import drain_daemon
 from daemons.reconcile import reconcile_daemon
 

@@ -27,15 +27,15 @@ from core.drain.eager_backfill import (
 )
 from core.suite.oneshot import run_jobs_once
 from core.suite.tick import Job
-from daemons._cli import (
+from daemons.cli.commands import (
     Parser,
     add_run_flags,
     emit_json,
     run_main,
     write_text,
 )
-from daemons._daemon_cli import exit_code
-from daemons._summaries import backfill_summary
+from daemons.cli.serving import exit_code
+from daemons.cli.summaries import backfill_summary
 
 PROG = "daemons.backfill"
 SCRIPT = "kb-backfill"

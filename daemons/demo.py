@@ -52,7 +52,7 @@ from core.suite.demo.neo_folder import MARKER
 from core.suite.oneshot import one_shot, run_job
 from core.suite.status import gather_status
 from core.suite.status_text import render_status_text
-from daemons._cli import (
+from daemons.cli.commands import (
     Parser,
     add_config_flag,
     command_name,
@@ -60,8 +60,8 @@ from daemons._cli import (
     run_main,
     write_text,
 )
-from daemons._daemon_cli import exit_code
-from daemons._summaries_admin import counted
+from daemons.cli.serving import exit_code
+from daemons.cli.summaries_admin import counted
 from daemons.drain import drain_spec
 from daemons.reconcile import reconcile_daemon
 

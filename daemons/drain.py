@@ -1,5 +1,5 @@
 """`python -m daemons.drain [--config F] [--tick] [--dry-run] [--json]`: the drain daemon;
-`python -m daemons.drain forget DRAINER`: forget a gone drainer (`daemons._drainer_forget`).
+`python -m daemons.drain forget DRAINER`: forget a gone drainer (`daemons.cli.drainer_forget`).
 
 Each REM tick live-ingests newly summarized sessions, then drains the lazy-edge queue
 (`core.drain.rem_tick.rem_tick`). `--tick` runs one tick and exits; without it the daemon runs on
@@ -21,10 +21,16 @@ from core.drain.stores.drainer_queue import read_drainer_queue
 from core.drain.stores.queue_files import refuse_symlinked_queue
 from core.suite.scheduler import DaemonSpec
 from core.suite.tick import Job
-from daemons._cli import Parser, add_run_flags, agreed_config, run_main, split_leading_config
-from daemons._daemon_cli import serve_main, tick_once
-from daemons._drainer_forget import FORGET, build_forget_parser, run_forget
-from daemons._summaries import drain_tick_summary
+from daemons.cli.commands import (
+    Parser,
+    add_run_flags,
+    agreed_config,
+    run_main,
+    split_leading_config,
+)
+from daemons.cli.drainer_forget import FORGET, build_forget_parser, run_forget
+from daemons.cli.serving import serve_main, tick_once
+from daemons.cli.summaries import drain_tick_summary
 
 PROG = "daemons.drain"
 SCRIPT = "kb-drain"

@@ -19,7 +19,7 @@ import structlog
 
 from core.base.runtime.settings import load_settings
 from core.drain.stores.queue_files import enqueue_edges
-from daemons._cli import (
+from daemons.cli.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -31,7 +31,7 @@ from daemons._cli import (
     write_error,
     write_text,
 )
-from daemons._summaries_admin import enqueue_summary
+from daemons.cli.summaries_admin import enqueue_summary
 
 PROG = "daemons.enqueue"
 SCRIPT = "kb-enqueue"

@@ -19,7 +19,7 @@ from core.base.reports.tables import as_text, output_width, table
 from core.base.rules.camel_json import to_json
 from core.base.runtime.settings import load_settings
 from core.suite.migrate import MigrationFigures, migrate_state
-from daemons._cli import (
+from daemons.cli.commands import (
     EXIT_FAILED,
     EXIT_OK,
     Parser,

@@ -58,7 +58,7 @@ from core.reconcile.stores.restore_holds import RestoreHoldWriter
 from core.suite.oneshot import OneShot, graceful_stop, within
 from core.suite.scheduler import DaemonSpec
 from core.suite.tick import Job, open_context
-from daemons._cli import (
+from daemons.cli.commands import (
     EXIT_OK,
     EXIT_USAGE,
     Parser,
@@ -72,8 +72,8 @@ from daemons._cli import (
     write_error,
     write_text,
 )
-from daemons._daemon_cli import serve_main, tick_once
-from daemons._summaries import reconcile_tick_summary
+from daemons.cli.serving import serve_main, tick_once
+from daemons.cli.summaries import reconcile_tick_summary
 
 PROG = "daemons.reconcile"
 SCRIPT = "kb-reconcile"

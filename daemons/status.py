@@ -20,7 +20,7 @@ from core.base.rules.camel_json import to_json
 from core.base.runtime.settings import load_settings
 from core.suite.status import gather_status
 from core.suite.status_text import render_status_text
-from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, run_main, write_text
+from daemons.cli.commands import EXIT_OK, Parser, add_config_flag, emit_json, run_main, write_text
 
 PROG = "daemons.status"
 SCRIPT = "kb-status"

@@ -73,7 +73,7 @@ from core.reconcile.rules.tenant_policy import policy_patch
 from core.reconcile.stores.claimed_paths import paths_at, paths_from_bytes
 from core.reconcile.stores.generations import set_extraction_snapshot, set_tenant_repo
 from core.reconcile.stores.tenant_manifests import set_tenant_manifest
-from daemons._cli import (
+from daemons.cli.commands import (
     EXIT_OK,
     agreed_config,
     command_name,
@@ -83,10 +83,10 @@ from daemons._cli import (
     write_error,
     write_text,
 )
-from daemons._summaries_admin import set_config_summary, tenants_listing
-from daemons._tenant_parser import build_parser, tenant_argument
-from daemons._tenant_release import run_release
-from daemons._tenant_removal import run_remove
+from daemons.cli.summaries_admin import set_config_summary, tenants_listing
+from daemons.cli.tenant_parser import build_parser, tenant_argument
+from daemons.cli.tenant_release import run_release
+from daemons.cli.tenant_removal import run_remove
 
 __all__ = ["build_parser", "main", "tenant_argument"]
 

@@ -148,7 +148,7 @@ def test_a_command_that_printed_its_object_gets_no_second_one(
     that one object."""
     import daemons.status
     from core.base.rules.errors import StoreUnavailable
-    from daemons._cli import emit_json
+    from daemons.cli.commands import emit_json
 
     async def printed_then_failed(config: str | None, *, as_json: bool) -> int:
         emit_json({"ok": True})

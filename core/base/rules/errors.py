@@ -1,14 +1,15 @@
 """Exceptions that end a command, each tied to the exit code CONTRACT gives it.
 
 Errors the caller must decide about are values (result objects); these are the ones where the
-command cannot go on. The CLI layer maps them to exit codes in one place (`daemons/_cli.py`).
+command cannot go on. The CLI layer maps them to exit codes in one place
+(`daemons/cli/commands.py`).
 """
 
 from __future__ import annotations
 
 #: The note a tick adds to an unexpected exception it logged with its traceback
-#: (`core.suite.tick.run_tick`), so the command around it (`daemons._cli.run_main`) reports it
-#: in one line instead of logging the traceback again.
+#: (`core.suite.tick.run_tick`), so the command around it (`daemons.cli.commands.run_main`)
+#: reports it in one line instead of logging the traceback again.
 LOGGED_NOTE = "(logged above as tick.failed, with its traceback)"
 
 

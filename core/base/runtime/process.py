@@ -7,7 +7,7 @@ Chroma store its `chroma.sqlite3`, its index folders and files, SQLite its journ
 usual umask 022 those were 0644 in 0755 folders, readable by every local user.
 `restrict_umask` sets PRIVATE_UMASK (`core.base.config.private_data`) for the whole process, so
 whatever anything in it creates is its owner's alone; it is called first thing in
-`daemons._cli.run_main`, the one place every command starts.
+`daemons.cli.commands.run_main`, the one place every command starts.
 
 The malloc arena cap. glibc gives each thread that allocates its own malloc arena, up to eight
 per core, and memory freed in one arena is not reused by another. A daemon has many threads

@@ -20,7 +20,7 @@ from core.base.runtime.settings import load_settings
 from core.base.state.daemon_state import forget_drainer, last_drainer_ticks
 from core.base.state.state import open_graph
 from core.drain.rules.drainers import gone_after_ms, is_gone, named_drainer, shown_name
-from daemons._cli import EXIT_OK, Parser, add_config_flag, emit_json, write_text
+from daemons.cli.commands import EXIT_OK, Parser, add_config_flag, emit_json, write_text
 
 FORGET = "forget"
 

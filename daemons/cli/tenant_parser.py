@@ -9,7 +9,7 @@ from pathlib import Path
 
 from core.base.rules.tenants import normalize_tenant_id
 from core.reconcile.rules.tenant_policy import AUTO_CHOICES
-from daemons._cli import Parser, add_config_flag
+from daemons.cli.commands import Parser, add_config_flag
 
 SCRIPT = "kb-tenants"
 

@@ -12,7 +12,7 @@ from core.base.runtime.settings import load_settings
 from core.base.state.state import open_graph
 from core.reconcile.known_names import refuse_unknown_holder
 from core.reconcile.stores.restore_holds import release_holds, tenant_holds
-from daemons._cli import EXIT_OK, emit_json, write_text
+from daemons.cli.commands import EXIT_OK, emit_json, write_text
 
 
 async def run_release(args: argparse.Namespace) -> int:

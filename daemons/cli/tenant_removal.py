@@ -12,7 +12,7 @@ from core.base.state.state import open_graph
 from core.reconcile.known_names import refuse_unknown_holder
 from core.reconcile.rules.tenant_names import removal_hint
 from core.reconcile.stores.tenant_manifests import remove_manifest_entry
-from daemons._cli import EXIT_OK, emit_json, write_text
+from daemons.cli.commands import EXIT_OK, emit_json, write_text
 
 
 async def run_remove(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """What the admin commands (`kb-enqueue`, `kb-tenants`) say to a person when not `--json`, and
 `counted`, the count with its noun that every summary uses (pure: figures in, text out; the
-house rules for these lines are in `daemons._summaries`).
+house rules for these lines are in `daemons.cli.summaries`).
 
-Apart from `daemons._summaries` because that module names the figures of every daemon job
+Apart from `daemons.cli.summaries` because that module names the figures of every daemon job
 (and so imports every wing's tick), which these commands never run: they stay quick to start
 (README "Performance", the start-up section).
 """

@@ -1,7 +1,8 @@
-"""What the daemon commands share beyond `daemons._cli`: a daemon's `--tick` (its jobs once, as
-its scheduler runs them), the exit code of a one-shot run, and the daemon-mode entry point.
+"""What the daemon commands share beyond `daemons.cli.commands`: a daemon's `--tick` (its jobs
+once, as its scheduler runs them), the exit code of a one-shot run, and the daemon-mode entry
+point.
 
-Apart from `daemons._cli` because these need the scheduler, the one-shot runner and the
+Apart from `daemons.cli.commands` because these need the scheduler, the one-shot runner and the
 serving loop (and through them every wing's tick and the metrics exposition), which the
 commands that run no daemon job (`kb-status`, `kb-tenants`, `kb-enqueue`) never load: their
 start-up stays close to a bare interpreter's (README "Performance", the start-up section).
@@ -20,7 +21,7 @@ from core.base.runtime.settings import load_settings
 from core.suite.oneshot import OneShot, run_jobs_once
 from core.suite.scheduler import DaemonSpec, RuntimeOptions
 from core.suite.serve import serve
-from daemons._cli import EXIT_FAILED, EXIT_OK, emit_json, run_main, write_text
+from daemons.cli.commands import EXIT_FAILED, EXIT_OK, emit_json, run_main, write_text
 
 
 async def tick_once(

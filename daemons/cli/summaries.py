@@ -28,7 +28,7 @@ from core.reconcile.rules.reconcile_outcome import (
     ReconcileFigures,
     TenantFigures,
 )
-from daemons._summaries_admin import counted
+from daemons.cli.summaries_admin import counted
 
 DRY_RUN_NOTE = " [dry run: nothing written]"
 #: Tenants named one per line in a pass's summary; the rest are counted (`kb-status` lists all).
