@@ -34,7 +34,7 @@ from core.base.state.graph_db import GraphDB, Transaction
 from core.base.state.state import open_graph
 from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
-    LEGACY_FORMAT,
+    FIRST_FORMAT,
     ArchivedChunk,
     ArchiveHeader,
     json_object,
@@ -300,6 +300,6 @@ def read_archived_chunks(path: Path) -> Iterator[tuple[ArchiveHeader | None, Arc
                         pass
                 record = unseal(raw) if header is not None else json_object(raw)
                 yield header, parse_chunk(
-                    record, expected_format=ARCHIVE_FORMAT if header else LEGACY_FORMAT)
+                    record, expected_format=ARCHIVE_FORMAT if header else FIRST_FORMAT)
             except ValueError:
                 continue

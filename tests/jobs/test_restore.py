@@ -19,7 +19,7 @@ from core.base.runtime.context import TickContext
 from core.base.state.graph import upsert_node
 from core.base.state.graph_db import GraphDB
 from core.reconcile.archives.restore import restore_archive
-from core.reconcile.rules.archives.format import LEGACY_WARNING, ArchiveHeader, seal
+from core.reconcile.rules.archives.format import FIRST_FORMAT_WARNING, ArchiveHeader, seal
 from core.reconcile.run_pass import reconcile_tick
 from core.reconcile.stores.archives.files import ArchiveError
 from core.suite.tick import run_tick
@@ -259,7 +259,7 @@ async def test_a_format_1_archive_is_restored_preserve_live_with_a_warning(
         legacy_line("x", tenant="other"), legacy_line("m", collection="neo-agent-memory"),
         legacy_line("cut")[:30]])
     result = await restore_archive(vectors, archive, collection=KB)
-    assert result.format == 1 and result.warnings == (LEGACY_WARNING,)
+    assert result.format == 1 and result.warnings == (FIRST_FORMAT_WARNING,)
     assert (result.restored, result.kept_live) == (1, 1)
     assert [p.line_number for p in result.refused] == [3, 4, 5]
     assert [p.line_number for p in result.unreadable] == [6]

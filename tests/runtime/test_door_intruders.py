@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from core.base.door.chroma_door import ENSURE_COLLECTION, HELLO, encode_frame
-from core.base.door.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
+from core.base.door.door_socket import EARLIER_DOOR_FILE, PID_NAME, door_folder, door_path
 from tests.other_user import OtherUser, finish, let_traverse, other_user
 from tests.support import REPO, child_env, make_settings, run_module, unix_socket_to
 
@@ -317,7 +317,7 @@ def test_a_stale_door_and_an_old_tcp_door_file_are_one_line_and_nothing_reaches_
     squatter = intruder.start("listen", "tcp")
     assert squatter.stdout is not None
     port = int(squatter.stdout.readline().split()[1])
-    (held.chroma / LEGACY_DOOR_FILE).write_text(json.dumps(
+    (held.chroma / EARLIER_DOOR_FILE).write_text(json.dumps(
         {"pid": held.holder.pid, "port": port, "secret": "s" * 64}))
     result = held.command()
     report = finish(squatter)

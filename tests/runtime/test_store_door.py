@@ -19,7 +19,7 @@ import structlog.testing
 from core.base.chroma import VectorStore
 from core.base.chroma.errors import peer_error
 from core.base.door.chroma_door import ENSURE_COLLECTION, HELLO, DaemonStoreClient, decode_body
-from core.base.door.door_socket import LEGACY_DOOR_FILE, PID_NAME, door_folder, door_path
+from core.base.door.door_socket import EARLIER_DOOR_FILE, PID_NAME, door_folder, door_path
 from core.base.rules.errors import LockHeld, StoreUnavailable
 from core.base.rules.rows import ChromaRow, content_digests
 from core.base.runtime.store_door import RefusalLog, StoreDoor
@@ -114,12 +114,12 @@ async def test_a_leftover_door_of_this_user_is_reclaimed_and_an_old_tcp_door_fil
             dead.bind(f"/proc/self/fd/{fd}/{door_path(chroma).name}")
     finally:
         os.close(fd)
-    (chroma / LEGACY_DOOR_FILE).write_text('{"pid": 1, "port": 9, "secret": "s"}\n')
+    (chroma / EARLIER_DOOR_FILE).write_text('{"pid": 1, "port": 9, "secret": "s"}\n')
     door = await StoreDoor.open(vectors, chroma)
     try:
         assert mode(folder) == 0o700
         assert (folder / PID_NAME).read_text() == f"{os.getpid()}\n"
-        assert not (chroma / LEGACY_DOOR_FILE).exists()
+        assert not (chroma / EARLIER_DOOR_FILE).exists()
         client = await in_thread(lambda: DaemonStoreClient.connect(
             chroma, rebuild_error=peer_error))  # the command's checks pass on it
         assert client.daemon_pid == os.getpid()

@@ -61,7 +61,7 @@ PID_NAME = "pid"
 _PENDING = ".pending"
 #: The TCP door's file of earlier versions (a port and a secret); removed when a daemon opens
 #: the new door, never read.
-LEGACY_DOOR_FILE = ".kb-daemons.door"
+EARLIER_DOOR_FILE = ".kb-daemons.door"
 #: The longest socket address Linux accepts (`sun_path` is 108 bytes with its NUL).
 _SUN_PATH_MAX = 107
 #: How often a command tries again to connect while the daemon's accept queue is full.
@@ -113,7 +113,7 @@ def open_listening(chroma_path: Path, *, backlog: int) -> Listening:
     """Create (or reclaim) the owner-only door folder, write the pid, bind and listen; the
     socket appears under its name only once it listens. StoreUnavailable (one line) when the
     door's place holds something this daemon must not reuse."""
-    _remove_legacy_door(chroma_path)
+    _remove_earlier_door(chroma_path)
     folder = door_folder(chroma_path)
     fd = _own_folder(folder)
     try:
@@ -194,13 +194,13 @@ def _write_pid(fd: int) -> None:
     os.rename(pending, PID_NAME, src_dir_fd=fd, dst_dir_fd=fd)
 
 
-def _remove_legacy_door(chroma_path: Path) -> None:
+def _remove_earlier_door(chroma_path: Path) -> None:
     """The TCP door's file of an earlier version held a secret: gone, when it is ours."""
-    legacy = chroma_path / LEGACY_DOOR_FILE
-    found = _lstat_entry(legacy)
+    earlier = chroma_path / EARLIER_DOOR_FILE
+    found = _lstat_entry(earlier)
     if found is not None and found.kind == FILE and found.owner == os.geteuid():
         with suppress(FileNotFoundError):
-            legacy.unlink()
+            earlier.unlink()
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ E2 and E3 keep a raw memory under its bare id as an `AGENT_MEMORY` node
 E2 graph from before the ingestor's move to bare ids (#17777) from one after it; every E2 graph is
 taken as after it. Before it, the original already wrote each new memory's bare-id node at write
 time (MemoryService), so an endpoint resolves to the node the graph holds; only a memory whose one
-node is a legacy `memory:X` projection (with `chromaId`) gets its bare-id node from its Chroma
+node is an old-form `memory:X` projection (with `chromaId`) gets its bare-id node from its Chroma
 row, as the latest original gives it one (its offline migration then folds the two).
 
 A `SchemaVersion('graph', n)` other than 1 is a schema this version does not know: refused, as

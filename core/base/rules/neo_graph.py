@@ -305,7 +305,7 @@ def resolve_endpoint(node_id: str, era: NeoEra,
                      stored: Mapping[str, StoredNode]) -> Resolution:
     """`GraphService.resolveNodeId` / `ingestSingleRow` in E2/E3 (§3.3): `memory:X` that is
     not a Chroma-backed MEMORY node is a semantic node of its own; `X` as AGENT_MEMORY is the
-    memory; `X` under another label is a conflict; otherwise nothing (a legacy `memory:X`
+    memory; `X` under another label is a conflict; otherwise nothing (an old-form `memory:X`
     with `chromaId` is left to the original's migration). E1/V0 and every other id: the id
     itself when it is stored."""
     key = memory_key(node_id) if era.bare_memory_ids else None

@@ -41,8 +41,8 @@ from core.base.rules.rows import ChromaRow
 from core.base.rules.terminal_text import shown_text
 from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
-    LEGACY_FORMAT,
-    LEGACY_WARNING,
+    FIRST_FORMAT,
+    FIRST_FORMAT_WARNING,
     TENANT_KEY,
     WITHDRAWN_MARK,
     ArchivedChunk,
@@ -181,14 +181,14 @@ class _Restore:
             self.read_withdrawals()
             return True
         try:
-            legacy = parse_chunk(json_object(raw), expected_format=LEGACY_FORMAT)
+            first = parse_chunk(json_object(raw), expected_format=FIRST_FORMAT)
         except ValueError:
             raise ArchiveError(
                 f"{path}:1: no readable archive header (a torn or edited header, or not a "
                 "tombstone archive); nothing restored") from None
-        self.format, self.tenant_id = LEGACY_FORMAT, legacy.tenant_id
-        self.warnings.append(LEGACY_WARNING)
-        log.warning("tombstones.legacy_archive", path=str(path), message=LEGACY_WARNING)
+        self.format, self.tenant_id = FIRST_FORMAT, first.tenant_id
+        self.warnings.append(FIRST_FORMAT_WARNING)
+        log.warning("tombstones.legacy_archive", path=str(path), message=FIRST_FORMAT_WARNING)
         return False
 
     def read_withdrawals(self) -> None:

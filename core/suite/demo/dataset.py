@@ -7,7 +7,7 @@ It is shaped so that one drain tick and one reconcile pass each have real work t
   sessions that were never summarized (back-filled as minimal sessions);
 - a lazy-edge queue of provenance edges (`MENTIONED_IN`, `DISCUSSED_IN`, `REFERENCED_BY`) to
   targets that exist, targets the drain must back-fill, targets that were hallucinated (no
-  Chroma row: re-queued), one legacy uppercase `SESSION:` target, and malformed lines (dead-
+  Chroma row: re-queued), one old producer's uppercase `SESSION:` target, and malformed lines (dead-
   lettered at once);
 - three tenants whose knowledge-base chunks carry several config versions: one drifted (stale
   and actionable chunks), one slightly behind, one clean; and a fourth whose repo was
@@ -181,7 +181,7 @@ def _memories(now_ms: int) -> list[ChromaRow]:
     for session in SESSIONS:
         for n in range(1, MEMORIES_PER_SESSION + 1):
             at = now_ms - session.age_ms - (MEMORIES_PER_SESSION - n + 1) * 60_000
-            # Memories are written by the agent runtime: ISO, except one legacy epoch-ms row.
+            # Memories are written by the agent runtime: ISO, except one older epoch-ms row.
             style = "epoch-ms" if n == 2 else "iso-z"
             rows.append(_row(
                 memory_id(session, n),
@@ -255,7 +255,7 @@ def queue_lines() -> list[bytes]:
         _edge("CONCEPT:sqlite", "memory:demo-m-s04-1", "MENTIONED_IN", 0.8,
               "compares WAL mode with the old store"),
         _edge("CONCEPT:lazy-edges", "SESSION:demo-s05", "DISCUSSED_IN", 1.0,
-              "legacy uppercase target from a pre-normalization producer"),
+              "uppercase target from a pre-normalization producer"),
         _edge("memory:demo-m-s06-3", "AGENT:librarian", "REFERENCED_BY", 0.5,
               "an old evaluation the librarian still quotes"),
         _edge("CONCEPT:tenant-isolation", "memory:demo-m-s07-1", "MENTIONED_IN", 0.7,

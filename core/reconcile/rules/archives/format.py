@@ -37,9 +37,9 @@ import orjson
 from core.base.rules.numbers import is_real_number, is_whole_number
 from core.base.rules.rows import ChromaRow, ColumnPage
 
-#: The format this version writes; `LEGACY_FORMAT` is still read.
+#: The format this version writes; `FIRST_FORMAT` is still read.
 ARCHIVE_FORMAT: Final = 2
-LEGACY_FORMAT: Final = 1
+FIRST_FORMAT: Final = 1
 ARCHIVE_SUFFIX: Final = ".jsonl"
 KIND_HEADER: Final = "header"
 KIND_CHUNK: Final = "chunk"
@@ -51,7 +51,7 @@ WITHDRAWN_MARK: Final = b'"kind":"withdrawn"'
 TENANT_KEY: Final = "tenantId"
 _CHECKSUM_SUFFIX = re.compile(rb',"sha256":"([0-9a-f]{64})"\}\s*$')
 
-LEGACY_WARNING: Final = (
+FIRST_FORMAT_WARNING: Final = (
     "format-1 archive (written before archives had headers and checksums): restored "
     "preserve-live, for its own tenant and the knowledge-base collection only, but an edited "
     "line cannot be detected"

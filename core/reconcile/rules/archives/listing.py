@@ -26,7 +26,7 @@ from core.base.rules.camel_json import omitted_when_none
 from core.base.rules.timestamps import iso_from_ms
 from core.reconcile.rules.archives.format import (
     ARCHIVE_FORMAT,
-    LEGACY_FORMAT,
+    FIRST_FORMAT,
     WITHDRAWN_MARK,
     json_object,
     parse_chunk,
@@ -96,9 +96,9 @@ def _first_line(reading: _Reading, raw: bytes) -> bool:
             ARCHIVE_FORMAT, header.collection, header.tenant_id)
         reading.pass_id, reading.created_at_ms = header.pass_id, header.created_at_ms
         return True
-    legacy = parse_chunk(json_object(raw), expected_format=LEGACY_FORMAT)
+    first = parse_chunk(json_object(raw), expected_format=FIRST_FORMAT)
     reading.format, reading.collection, reading.tenant_id = (
-        LEGACY_FORMAT, legacy.collection, legacy.tenant_id)
+        FIRST_FORMAT, first.collection, first.tenant_id)
     return False
 
 
