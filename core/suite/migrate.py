@@ -2,7 +2,7 @@
 
 What is copied: every table of the state (`core.base.state.schema.STATE_TABLES`): the graph with
 the tenant configs, manifests and policies (they are `kb-config:` / `kb-manifest:` nodes), the
-telemetry, the drain's offsets and re-queue tokens, the tick records and daemon values, the
+telemetry, the drain's offsets and re-queued line ids, the tick records and daemon values, the
 alert cooldowns and history. Chroma and the queue files are not state: they stay where they
 are (the drainer keeps its queue; see docs/beyond-one-machine.md).
 

@@ -55,11 +55,11 @@ _fence: ContextVar[Fence | None] = ContextVar("kb_fence", default=None)
 @contextmanager
 def fenced(fence: Fence) -> Iterator[None]:
     """Run the enclosed tick under `fence` (every delete in it checks it first)."""
-    token = _fence.set(fence)
+    previous = _fence.set(fence)
     try:
         yield
     finally:
-        _fence.reset(token)
+        _fence.reset(previous)
         allow_until(None)
 
 
