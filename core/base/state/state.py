@@ -44,7 +44,7 @@ async def open_graph(
         raise ConfigError(choice.refusal or f"{path}: no neo.mjs graph there")
     file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
     try:
-        found = await read_found_schema(file)
+        found = await read_found_schema(file.conn.execute_fetchall, file.path)
         choice = choose_schema(found, settings.graph_schema, path=str(path),
                                neo_root=settings.neo_root is not None)
         if choice.refusal is not None:

@@ -101,7 +101,7 @@ class NeoGraph(SqliteGraph):
         cookie = int((await tx.query(_SCHEMA_COOKIE))[0][0])
         if cookie == self._cookie:
             return
-        found = await read_found_schema(self._file)
+        found = await read_found_schema(self._file.conn.execute_fetchall, self._file.path)
         if found.neo is None:
             raise StoreUnavailable(f"SQLite {self.path}: the file no longer holds a neo.mjs "
                                    f"graph: found {found.found}")

@@ -36,19 +36,16 @@ import structlog
 from core.base.io.files import create_private_file, make_private_dirs
 from core.base.rules.errors import ConfigError, ConnectionLost, KbError, StoreUnavailable
 from core.base.state.graph_db import ConnectionTurn, GraphDataError, GraphModel
+from core.base.state.sqlite.found_schema import read_found_schema
 from core.base.state.sqlite.read_only import ImmutableRead, read_only_uri
 from core.base.state.sqlite.schema import ALL_DDL
 from core.base.state.sqlite.statements import SQLITE
+from core.base.state.sqlite.waits import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS
+from core.base.state.sqlite.waits import WAL_RETRY_S
 from core.base.state.statements import Statements
 
 log = structlog.get_logger(__name__)
 
-#: How long a write waits for another writer before the tick gives up (ms). Long enough to ride
-#: out a neighbour's batch commit (tens of ms), short enough that a stuck writer fails the tick
-#: instead of hanging it.
-BUSY_TIMEOUT_MS = 5_000
-#: Between tries of the switch to WAL while another opener has a new file busy.
-WAL_RETRY_S = 0.02
 #: SQLite primary result codes that say the database cannot be used right now (permission,
 #: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
 #: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
@@ -295,9 +292,7 @@ class SqliteGraph:
         """
         file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
         try:
-            from core.base.state.sqlite.found_schema import read_found_schema
-
-            found = await read_found_schema(file)
+            found = await read_found_schema(file.conn.execute_fetchall, file.path)
             if found.kind not in ("kb", "new"):
                 raise ConfigError(f"{path}: not this project's graph schema: found {found.found}")
         except BaseException:

@@ -7,17 +7,17 @@ or, for the configuration check every command runs before any store opens, from 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from core.base.rules.errors import StoreUnavailable
 from core.base.rules.graph_schema import NEW, FoundSchema, SchemaObject, classify_schema
-from core.base.state.sqlite.connection import BUSY_TIMEOUT_MS
 from core.base.state.sqlite.read_only import read_only_uri
+from core.base.state.sqlite.waits import BUSY_TIMEOUT_MS
 
-if TYPE_CHECKING:
-    from core.base.state.sqlite.connection import SqliteFile
+#: An open file's `execute_fetchall` (aiosqlite's): a statement and its parameters to rows.
+FetchAll = Callable[..., Awaitable[Iterable[Any]]]
 
 #: SQLite's result code for a file that is not a database (a text file, a truncated one).
 _NOT_A_DATABASE = 26
@@ -36,21 +36,22 @@ def _schema_versions_sql(table: str) -> str:
     return f"SELECT id, version FROM {_quoted(table)}"
 
 
-async def read_found_schema(file: SqliteFile) -> FoundSchema:
-    """The schema of the open file (`core.base.rules.graph_schema.classify_schema`), read from
-    `sqlite_master`, the tables' columns and a `SchemaVersion` table: reads only."""
+async def read_found_schema(fetch_all: FetchAll, path: Path) -> FoundSchema:
+    """The schema of the file at `path`, open with `fetch_all` (`core.base.rules.graph_schema.
+    classify_schema`), read from `sqlite_master`, the tables' columns and a `SchemaVersion`
+    table: reads only."""
     try:
-        entries = list(await file.conn.execute_fetchall(_SCHEMA_OBJECTS))
+        entries = list(await fetch_all(_SCHEMA_OBJECTS))
         objects = [SchemaObject(str(t), str(n), str(tb),
-                                tuple(str(c[0]) for c in await file.conn.execute_fetchall(
+                                tuple(str(c[0]) for c in await fetch_all(
                                     _TABLE_COLUMNS, (n,))) if t == "table" else ())
                    for t, n, tb in entries]
         versions = None
         version_table = _version_table(objects)
         if version_table is not None:
-            versions = await _schema_versions(file.conn.execute_fetchall, version_table)
+            versions = await _schema_versions(fetch_all, version_table)
     except sqlite3.Error as exc:
-        return _unreadable(file.path, exc)
+        return _unreadable(path, exc)
     return classify_schema(objects, versions)
 
 
