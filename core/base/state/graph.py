@@ -121,10 +121,7 @@ async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     The rows are written grouped by source (a stable sort: the links of one edge keep their
     order, and links of different edges touch different rows, so the graph is the same as
     in the given order). Upserts in queue order land all over the edge index; grouped by
-    source they walk it. Measured on the drain benchmark's 45,000 links: 0.25 s instead of
-    0.38 in one batch, 0.29 instead of 0.32 in the drain's three, for a sort of about
-    0.015 s (on the source alone: a key of all three columns compares long common prefixes
-    and costs what it saves)."""
+    source they walk it (docs/performance.md has the figures)."""
     if tx.model is not None:
         await tx.model.link_edges(tx, edges)
         return
