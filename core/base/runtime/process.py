@@ -14,12 +14,8 @@ per core, and memory freed in one arena is not reused by another. A daemon has m
 that allocate: embedded Chroma's worker pool, aiosqlite's thread, asyncio's executor. Its
 resident set therefore grows by whatever each arena last held, long after a pass has freed it.
 
-Capping the arenas at two bounds that growth and cost no time (measured on this project's
-benchmarks):
-- a tombstoning pass over 1,000,000 chunks grew the process by 148 MB with glibc's defaults
-  and by 70 MB with two arenas, in 211 s and 192 s;
-- a bare paged scan of 200,000 chunks grew it by 128 MB with the defaults and by 48 MB with
-  one arena.
+Capping the arenas at two bounds that growth and costs no time (docs/performance.md,
+"Memory at 1,000,000 chunks").
 """
 
 from __future__ import annotations
