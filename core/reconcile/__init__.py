@@ -8,9 +8,12 @@ guards;
 the predicates a deletion runs by). This package is the I/O around them,
 one module per job:
 
-- `run_pass`: the pass over every tenant (`reconcile_tick`, the daemon's tick function);
-- `one_tenant`: one tenant scanned, settled, guarded and handed to its deletion plans;
-- `group_reads`: tenants read by groups (one read serves many), each then guarded alone;
+- `run_pass`: the pass over every tenant (`reconcile_tick`, the daemon's tick function), group
+  by group (`rules.reconcile_groups.plan_groups`);
+- `one_group`: **the one read path**: a group read (by one query, or its part of one sweep),
+  each tenant settled and guarded alone, the cleared ones handed to their deletion plans; a
+  tenant read alone, and `explain`'s, is a group of one;
+- `tenant_steps`: one read tenant's steps (settle, guard, count, lapsed holds), each isolated;
 - `scopes`: what a tenant's read, guards and plans share (`TenantScope`, `GroupRead`);
 - `page_loop`: the one page loop every metadata read goes through;
 - `deletion_plans`: which reasons to delete apply, built as `DeletionPlan`s;
@@ -29,9 +32,10 @@ Glossary (one word per idea):
   longer lists (actionable after the grace).
 - **guard**: a check that holds a tenant's deletions for the pass (the delete cap, the stale
   fraction, a manifest mismatch, an invalid setting that fails closed).
-- **group**: tenants at one current version read by one request (`tenantId $in [...]`); the
-  **sweep** is the read of the whole collection that serves every group at once when tenants
-  are small. A tenant read alone is a group of one in the deletion engine.
+- **group**: tenants read by one request: at one current version (`tenantId $in [...]`), or
+  one tenant alone (a manifest, a generation, a policy or restore holds of its own: a group
+  of one). The **sweep** is one read of the whole collection that serves every shared group at
+  once when tenants are small: a way the one path reads, not a path of its own.
 - **plan**: one reason to delete for one or more tenants (`DeletionPlan`): the `where` its
   bands share, each tenant's rule, and its bands.
 - **band**: the chunks of a plan whose `ingestedAt` falls in one range: one ids-only read,
@@ -47,15 +51,17 @@ Glossary (one word per idea):
   `ingestedAt` of every other reason together, then the smaller id (`first_to_go`).
 - **tombstone**: to delete a chunk after archiving it (`restore` puts it back).
 
-How to add a deletion reason (e.g. a generation-identity orphan, retention): write its pure
-parts in `core.reconcile.rules`: the `where` clauses every band of it shares (always naming the
-tenant), the rule a fetched row must pass (`may_delete(metadata)`), and how its bands are cut over
-the sorted `ingestedAt` of the chunks the scan found deletable (`plan_bands`, or a cutter like
-`orphan_bands` that narrows each band). Make the scan keep those chunks' `ingestedAt`
-(bounded by the cap), then, in `deletion_plans.tombstone_tenant`, build a `DeletionPlan` of
-them and hand it to `deletion.run_bands` with the tenant's shared progress (the cap counts
-every plan of the tenant). The engine keeps every guarantee for it: archived first and
-flushed, decided by the store at delete time, re-ingested chunks never deleted, the cap, one
-failure policy. Do not call the vector store's delete anywhere else (tests/test_structure.py
-fails if you do).
+How to add a deletion reason (e.g. a generation-identity orphan, retention) touches five
+files: (1) its pure rule, a module of `core.reconcile.rules`: the `where` clauses every band of
+it shares (always naming the tenant), the rule a fetched row must pass (`may_delete(metadata)`),
+and how its bands are cut over the sorted `ingestedAt` of the chunks the scan found deletable
+(`plan_bands`, or a cutter like `orphan_bands` that narrows each band); (2) `rules.tenant_scan`:
+the tally keeps those chunks' `ingestedAt` (bounded by the cap) in `first_to_go`'s one
+selection; (3) `deletion_plans.tombstone_tenant`: its `DeletionPlan`, handed to
+`deletion.run_bands` with the tenant's shared progress (the cap counts every plan of the
+tenant); (4) `rules.explain_plan`: its line in `explain`; (5) `rules.reconcile_outcome`: its
+count in the figures and telemetry. The engine keeps every guarantee for it: archived first
+and flushed, decided by the store at delete time, re-ingested chunks never deleted, the cap,
+one failure policy. Do not call the vector store's delete anywhere else
+(tests/test_structure.py fails if you do).
 """

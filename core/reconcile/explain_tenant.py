@@ -1,4 +1,5 @@
-"""`reconcile explain`: one tenant's pass run in explain mode, as a plan."""
+"""`reconcile explain`: one tenant's pass run in explain mode, as a plan: the tenant read as a
+group of one on the pass's one path (`one_group`), with nothing deleted."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import structlog
 
 from core.base.rules.errors import StoreUnavailable
 from core.base.state.tenants import list_tenants
-from core.reconcile.one_tenant import reconcile_tenant
+from core.reconcile.one_group import reconcile_group
 from core.reconcile.retention import tenant_expiry
 from core.reconcile.rules.explain_plan import TenantPlan, build_plan
 from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.rules.reconcile_groups import TenantGroup, reads_whole
 from core.reconcile.stores.restore_holds import tenant_holds
 from core.reconcile.stores.tenant_manifests import tenant_manifests
 
@@ -35,11 +37,14 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
     manifests = await tenant_manifests(context.graph, tenant_id)
     policy = ReconcilePolicy.from_settings(context.settings, dry_run=True)
     holds = await tenant_holds(context.graph, tenant_id)
-    outcome, tally = await reconcile_tenant(context, tenant, policy, manifests, explain=True,
-                                            holds=holds)
-    if outcome.failed or tally is None:
+    group = TenantGroup(tenant.version, (tenant,), reads_whole(tenant, manifests))
+    [outcome], read = await reconcile_group(context, group, policy,
+                                            manifests={tenant_id: manifests},
+                                            holds={tenant_id: holds}, explain=True)
+    if outcome.failed or read is None:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
                                f"{outcome.error}")
+    tally = read.tallies[tenant_id]
     return build_plan(outcome, tally, policy, manifests,
                       enabled=context.settings.reconciliation_enabled,
                       retention=await tenant_expiry(context, tenant), holds=holds)

@@ -1,6 +1,6 @@
-"""The loops of a pass. Every read of chunk metadata (one tenant's scan, a group's candidate
-read, a sweep of the whole collection) goes page by page through `read_pages`, which hands each
-page on and tells the tick it is alive; every loop over units of work (tenants, groups, plans,
+"""The loops of a pass. Every read of chunk metadata (a group's read, a sweep of the whole
+collection) goes page by page through `read_pages`, which hands each page on and tells the
+tick it is alive; every loop over units of work (tenants, groups, plans,
 bands) goes through `until_stopping`, the one place a pass hears that the daemon is stopping.
 
 Every read here is a read-only offset scan (`VectorStore.scan` / `metadata_pages`), so memory
@@ -16,12 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
 from core.base.rules.rows import ChromaRow, ColumnPage
-from core.reconcile.rules.reconcile_groups import (
-    TenantGroup,
-    group_candidate_where,
-    rows_by_tenant,
-    sweep_page,
-)
+from core.reconcile.rules.reconcile_groups import TenantGroup, rows_by_tenant, sweep_page
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
@@ -54,9 +49,9 @@ async def scan_group(
     vectors: VectorStore, collection: str, group: TenantGroup,
     on_rows: Callable[[str, list[ChromaRow]], None], *, control: TickControl,
 ) -> None:
-    """Read the group's candidate chunks (stamp below the group's version), metadatas only,
-    a page at a time, and hand each tenant's rows of a page to `on_rows(tenant_id, rows)` (a
-    row of any other tenant is never handed on)."""
+    """Read the group's chunks (`TenantGroup.read_where`: its candidates, or every chunk of a
+    `whole` group's tenant), metadatas only, a page at a time, and hand each tenant's rows of a
+    page to `on_rows(tenant_id, rows)` (a row of any other tenant is never handed on)."""
     members = set(group.tenant_ids)
 
     def split(page: list[ChromaRow]) -> None:
@@ -64,7 +59,7 @@ async def scan_group(
             if tenant_id in members:
                 on_rows(tenant_id, rows)
 
-    await read_pages(vectors.scan(collection, where=group_candidate_where(group),
+    await read_pages(vectors.scan(collection, where=group.read_where,
                                   include=("metadatas",)), split, control=control)
 
 

@@ -1,14 +1,14 @@
 """The reconciliation pass over every tenant: the tick function of the reconcile daemon.
 
-Tenants the groups cannot serve exactly (a manifest, a policy of their own) go one by one
-(`one_tenant`); the others by groups (`group_reads`). Each tenant's telemetry row is written
-(`recording`) before the pass counts as done.
+Every tenant is read as a member of a group (`core.reconcile.rules.reconcile_groups.
+plan_groups`; a tenant with a manifest or a policy of its own is a group of one) and takes the
+one path (`one_group`). Each group's telemetry rows are written (`recording`) before the next.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -18,20 +18,19 @@ from core.base.state.graph import original_tenants
 from core.base.state.telemetry import recorded_repos
 from core.base.state.telemetry_spool import MetricSpool
 from core.base.state.tenants import list_tenants
-from core.reconcile.group_reads import reconcile_by_groups
-from core.reconcile.one_tenant import reconcile_tenant
+from core.reconcile.one_group import read_sweep, reconcile_group
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.recording import TelemetryRecorder
-from core.reconcile.rules.generations.orphans import declares_generations
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.rules.reconcile_groups import TenantGroup, plan_groups
 from core.reconcile.rules.reconcile_outcome import (
     ReconcileDisabled,
     ReconcileFigures,
     TenantOutcome,
 )
-from core.reconcile.rules.tenant_policy import TenantPolicy
-from core.reconcile.scopes import resolve_policy
+from core.reconcile.rules.restore_holds import RestoreHold
+from core.reconcile.scopes import GroupRead
 from core.reconcile.stores.restore_holds import hold_counts, tenant_holds
 from core.reconcile.stores.tenant_manifests import all_manifests
 
@@ -50,14 +49,11 @@ async def reconcile_tick(
 
     Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
     run works either way and writes nothing: no telemetry, no archive, no delete. First, rows
-    an earlier pass could not write are written (the spool). A tenant with a manifest or a
-    policy of its own is read, guarded and tombstoned on its own (the path `reconcile
-    explain` runs); the others go by groups of one version
-    (`core.reconcile.rules.reconcile_groups`): one candidate read and one count read serve a group,
-    then each tenant is guarded and tombstoned on its own, and the group's telemetry rows are
-    written in one transaction. One tenant's failure is logged with its id and counted in
-    `failedTenants`, and the pass goes on to the next; a group read that fails falls back to one
-    read per tenant.
+    an earlier pass could not write are written (the spool). Then every group of tenants
+    (`reconcile_all_tenants`): one read serves the group, each tenant is guarded on its own,
+    and the group's telemetry rows are written in one transaction. One tenant's failure is
+    logged with its id and counted in `failedTenants`, and the pass goes on to the next; a
+    shared read that fails reads each of its tenants alone.
     `unrecordedRows` counts telemetry rows still not in SQLite when the pass ends (kept in
     the spool): such a pass has not succeeded. When the daemon is stopping, the pass returns
     between groups, tenants or bands (never inside one) with `stopped: true`; the next pass
@@ -98,29 +94,22 @@ async def reconcile_all_tenants(
     *, holding: Collection[str] = frozenset(),
 ) -> list[TenantOutcome]:
     """Every tenant's outcome, in the tenants' order; fewer when the daemon is stopping.
-    The tenants the groups cannot serve exactly (`groups_serve`) go one by one on the
-    per-tenant path first, each tenant's row recorded as it is done; then the others by
-    groups, each group's rows recorded before the next. The tenants `holding` restore holds
-    take the per-tenant path too: it judges their holds."""
-    default = resolve_policy(None, policy)
-    grouped = [t for t in tenants if t.tenant_id not in holding
-               and groups_serve(t, policy, default, manifests)]
-    grouped_ids = {t.tenant_id for t in grouped}
+    Every tenant takes one path (`one_group.reconcile_group`) as a member of its group
+    (`plan_groups`): first those read alone, then the shared groups, which one sweep of the
+    collection serves when it pays; each group's telemetry rows are recorded before the next
+    group. The tenants `holding` restore holds are read alone: their own read judges them."""
+    groups = plan_groups(tenants, policy, manifests, holding)
     outcomes: list[TenantOutcome] = []
-    alone = [t for t in tenants if t.tenant_id not in grouped_ids]
-    for tenant in until_stopping(alone, context.control):
-        with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
-            holds = (await tenant_holds(context.graph, tenant.tenant_id)
-                     if tenant.tenant_id in holding else ())
-            outcome, _ = await reconcile_tenant(context, tenant, policy,
-                                                manifests.get(tenant.tenant_id, {}),
-                                                holds=holds)
-        if not policy.dry_run:
-            await recorder.record([outcome], policy)
-        outcomes.append(outcome)
-        context.control.progress()
-    if not context.control.stopping:
-        outcomes += await reconcile_by_groups(context, grouped, policy, recorder)
+    for group in until_stopping(groups.alone, context.control):
+        [tenant] = group.tenants
+        holds = ({tenant.tenant_id: await tenant_holds(context.graph, tenant.tenant_id)}
+                 if tenant.tenant_id in holding else None)
+        outcomes += await reconcile_and_record(context, group, policy, recorder,
+                                               manifests=manifests, holds=holds)
+    swept = (await read_sweep(context, groups.shared_tenants, policy)
+             if groups.shared and not context.control.stopping else None)
+    for group in until_stopping(groups.shared, context.control):
+        outcomes += await reconcile_and_record(context, group, policy, recorder, swept=swept)
     if context.control.stopping:
         log.info("reconcile.stopping", tenantsLeft=len(tenants) - len(outcomes))
     place = {tenant.tenant_id: i for i, tenant in enumerate(tenants)}
@@ -128,20 +117,16 @@ async def reconcile_all_tenants(
     return outcomes
 
 
-def groups_serve(tenant: TenantConfig, policy: ReconcilePolicy, default: TenantPolicy,
-             manifests: Mapping[str, Mapping[str, RepoManifest]]) -> bool:
-    """Whether the groups serve this tenant: a valid version, no manifest (a group reads
-    candidates by version only; a manifest needs all the tenant's chunks) and the pass's
-    own policy in force (a group's shared bands use one gap; a tenant's own gap, grace or
-    autoTombstone, or an invalid stored value, takes the per-tenant path). When in doubt,
-    the per-tenant path: it is the reference the groups must equal. `default` is the pass's
-    own policy resolved once (`resolve_policy(None, policy)`), which is also what a tenant with
-    nothing stored resolves to."""
-    if tenant.version < 1 or manifests.get(tenant.tenant_id):
-        return False
-    if declares_generations(tenant.tenant_repos):  # its generation signals read every chunk
-        return False
-    own = default if tenant.stored_policy is None else resolve_policy(tenant.stored_policy, policy)
-    return not own.invalid_keys and (own.gap, own.grace_ms, own.deletes) == (
-        default.gap, default.grace_ms, default.deletes)
-
+async def reconcile_and_record(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy,
+    recorder: TelemetryRecorder, *, swept: GroupRead | None = None,
+    manifests: Mapping[str, Mapping[str, RepoManifest]] | None = None,
+    holds: Mapping[str, Sequence[RestoreHold]] | None = None,
+) -> list[TenantOutcome]:
+    """One group through the one path, its telemetry rows recorded (not on a dry run)."""
+    done, _ = await reconcile_group(context, group, policy, swept=swept, manifests=manifests,
+                                    holds=holds)
+    if not policy.dry_run:
+        await recorder.record(done, policy)
+    context.control.progress()
+    return done

@@ -1,15 +1,15 @@
 """What a tenant's read, guards and deletion plans share, apart from the steps that use it:
 a tenant's scope (`TenantScope`: the stores, the tenant, the policy in force, the rules fixed
 when its read began) and what a group's read found (`GroupRead`: a scope, an outcome and a
-tally per tenant). The reading steps (`one_tenant`, `group_reads`) and the deletion plans
-(`deletion_plans`) all import these, so none of them needs another to name them.
+tally per tenant). The group's path (`one_group`), the tenant's steps (`tenant_steps`) and the
+deletion plans (`deletion_plans`) all import these, so none of them needs another to name them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -22,21 +22,20 @@ from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.reconcile_groups import TenantGroup
 from core.reconcile.rules.reconcile_outcome import TenantOutcome
-from core.reconcile.rules.restore_holds import HoldEvidence, tenant_evidence
+from core.reconcile.rules.restore_holds import (
+    HoldEvidence,
+    RestoreHold,
+    holds_in_force,
+    tenant_evidence,
+)
 from core.reconcile.rules.scan_verdicts import ScanRules
-from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_tenant_policy
+from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_policy
 from core.reconcile.rules.tenant_scan import TenantTally
 
 if TYPE_CHECKING:
     from core.base.runtime.context import TickContext
 
 log = structlog.get_logger(__name__)
-
-def resolve_policy(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
-    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
-    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
-                                 global_grace_ms=policy.manifest_grace_ms,
-                                 global_auto_tombstone=policy.auto_tombstone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,29 +95,40 @@ class TenantScope:
 
 @dataclass(slots=True)
 class GroupRead:
-    """What the reads of a group of tenants found, per tenant: its scope, its figures so far,
-    its tally (the same one a per-tenant scan keeps), and its chunk count when a read
-    counted it."""
+    """What the read of a group of tenants found, per tenant: its scope, its figures so far,
+    its tally, its chunk count when the read counted it, and its restore holds that lapsed;
+    and whether the collection was missing (nothing of any tenant to reconcile)."""
 
     scopes: dict[str, TenantScope]
     outcomes: dict[str, TenantOutcome]
     tallies: dict[str, TenantTally]
-    counts: dict[str, int]
+    counts: dict[str, int] = field(default_factory=dict)
+    lapsed: dict[str, tuple[RestoreHold, ...]] = field(default_factory=dict)
+    collection_missing: bool = False
 
     @classmethod
     def empty(cls, context: TickContext, tenants: Sequence[TenantConfig],
-              policy: ReconcilePolicy) -> GroupRead:
-        """Nothing read yet (each tenant's read time is now; grouped tenants have no
-        manifest)."""
-        scopes = {t.tenant_id: TenantScope.of(context, t, policy, {}, explain=False)
-                  for t in tenants}
-        outcomes = {t.tenant_id: TenantOutcome(t.tenant_id, t.repo_slug, t.version)
-                    for t in tenants}
-        for tenant_id, scope in scopes.items():
-            scope.describe(outcomes[tenant_id])
-        return cls(scopes, outcomes,
-                   {t: TenantTally(s.rules, cap=s.cap, keep_rows=False)
-                    for t, s in scopes.items()}, {})
+              policy: ReconcilePolicy, *,
+              manifests: Mapping[str, Mapping[str, RepoManifest]] | None = None,
+              holds: Mapping[str, Sequence[RestoreHold]] | None = None,
+              explain: bool = False) -> GroupRead:
+        """Nothing read yet: each tenant's read time is now, its policy resolved, its restore
+        holds judged against its evidence (those in force keep their chunks out of the
+        selection; the lapsed ones are kept for the pass to remove)."""
+        read = cls({}, {}, {})
+        for tenant in tenants:
+            tenant_id = tenant.tenant_id
+            scope = TenantScope.of(context, tenant, policy, (manifests or {}).get(tenant_id, {}),
+                                   explain=explain)
+            outcome = TenantOutcome(tenant_id, tenant.repo_slug, tenant.version)
+            scope.describe(outcome)
+            held, lapsed = holds_in_force((holds or {}).get(tenant_id, ()), scope.evidence)
+            read.scopes[tenant_id], read.outcomes[tenant_id] = scope, outcome
+            read.tallies[tenant_id] = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain,
+                                                  restore_held=held)
+            if lapsed:
+                read.lapsed[tenant_id] = tuple(lapsed)
+        return read
 
     def tally(self, tenant_id: str, rows: list[ChromaRow]) -> None:
         """Add a page's candidate rows of one tenant."""
@@ -128,5 +138,7 @@ class GroupRead:
         """The part of a sweep's read that is this group's."""
         ids = group.tenant_ids
         return GroupRead({t: self.scopes[t] for t in ids}, {t: self.outcomes[t] for t in ids},
-                          {t: self.tallies[t] for t in ids},
-                          {t: self.counts[t] for t in ids if t in self.counts})
+                         {t: self.tallies[t] for t in ids},
+                         {t: self.counts[t] for t in ids if t in self.counts},
+                         {t: self.lapsed[t] for t in ids if t in self.lapsed},
+                         self.collection_missing)

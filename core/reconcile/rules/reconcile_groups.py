@@ -1,25 +1,30 @@
 """How a pass groups tenants so that one Chroma query serves many of them (pure).
 
-At fleet scale a pass costs what its round trips cost, a tenant's whatever its size
-(docs/performance.md). So small tenants are read by one sweep of the whole collection (their
-candidates and their counts for the stale-fraction guard at once), larger ones at the same
-current version share one candidate read (`tenantId $in [...] AND tenantConfigVersion <
-version`), and tenants of one ceiling share tombstoning bands. Each page is split back by
-`tenantId`, and every decision stays per tenant (`core.reconcile.rules.reconcile`).
+Every tenant is read as a member of a group (`plan_groups`). A tenant a shared read cannot
+serve exactly (a manifest, a generation, a policy or restore holds of its own) is a group of
+one; the others share a group per current version, read by one candidate query (`tenantId $in
+[...] AND tenantConfigVersion < version`) or, when they are small, all together by one sweep
+of the whole collection (their candidates and their counts for the stale-fraction guard at
+once): at fleet scale a pass costs what its round trips cost, a tenant's whatever its size
+(docs/performance.md). Each page is split back by `tenantId`, and every decision stays per
+tenant (`core.reconcile.rules.reconcile`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
 from core.base.rules.rows import ChromaRow, ColumnPage
 from core.base.rules.tenants import TenantConfig
+from core.reconcile.rules.generations.orphans import declares_generations
+from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy
 from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_policy
 from core.reconcile.rules.tombstone_bands import Band, Number, predicate_where
 
 #: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
@@ -36,15 +41,84 @@ TENANTS_PER_WHERE: Final = 5_000
 
 @dataclass(frozen=True, slots=True)
 class TenantGroup:
-    """Tenants that share one current version, so one candidate `where` serves them all."""
+    """Tenants that share one current version, so one candidate `where` serves them all; or
+    one tenant read alone, every chunk of it when `whole` (a manifest or a generation judges
+    chunks that are not candidates)."""
 
     version: int
     tenants: tuple[TenantConfig, ...]
+    whole: bool = False
 
     @property
     def tenant_ids(self) -> list[str]:
         """The group's tenant ids, in the group's order."""
         return [t.tenant_id for t in self.tenants]
+
+    @property
+    def read_where(self) -> dict[str, Any]:
+        """The `where` of the group's read: every chunk of its tenant when `whole`, else its
+        tenants' candidates (`group_candidate_where`)."""
+        if self.whole:
+            return tenants_where(self.tenant_ids)
+        return group_candidate_where(self)
+
+    def alone(self) -> list[TenantGroup]:
+        """Each of the group's tenants as a group of one (read on its own)."""
+        return [TenantGroup(self.version, (tenant,), self.whole) for tenant in self.tenants]
+
+
+@dataclass(frozen=True, slots=True)
+class PassGroups:
+    """A pass's tenants as the groups it reads, in the order it reads them: first the tenants
+    read alone (a group of one each), then the shared groups, which one sweep of the whole
+    collection may serve together (`sweep_pays`)."""
+
+    alone: tuple[TenantGroup, ...]
+    shared: tuple[TenantGroup, ...]
+
+    @property
+    def shared_tenants(self) -> list[TenantConfig]:
+        """The shared groups' tenants, in their order."""
+        return [tenant for group in self.shared for tenant in group.tenants]
+
+
+def plan_groups(
+    tenants: Sequence[TenantConfig], policy: ReconcilePolicy,
+    manifests: Mapping[str, Mapping[str, RepoManifest]], holding: Collection[str], *,
+    per_where: int = TENANTS_PER_WHERE,
+) -> PassGroups:
+    """Every tenant's group. Alone, in the tenants' order: each tenant `shares_reads` refuses
+    and each one `holding` restore holds (its own read judges them); the others grouped by
+    version (`group_tenants`)."""
+    default = resolve_policy(None, policy)
+    shared = [t for t in tenants if t.tenant_id not in holding
+              and shares_reads(t, policy, default, manifests.get(t.tenant_id, {}))]
+    shared_ids = {t.tenant_id for t in shared}
+    alone = tuple(
+        TenantGroup(t.version, (t,), reads_whole(t, manifests.get(t.tenant_id, {})))
+        for t in tenants if t.tenant_id not in shared_ids)
+    return PassGroups(alone, tuple(group_tenants(shared, per_where=per_where)))
+
+
+def reads_whole(tenant: TenantConfig, manifests: Mapping[str, RepoManifest]) -> bool:
+    """Whether the tenant's read takes every chunk of it, not only candidates: its manifests
+    (orphans and missing paths) and its generations judge chunks at any stamp."""
+    return bool(manifests) or declares_generations(tenant.tenant_repos)
+
+
+def shares_reads(tenant: TenantConfig, policy: ReconcilePolicy, default: TenantPolicy,
+                 manifests: Mapping[str, RepoManifest]) -> bool:
+    """Whether a shared group serves this tenant exactly: a valid version, a read of
+    candidates only (`reads_whole` false) and the pass's own policy in force (a group's
+    shared bands use one gap; a tenant's own gap, grace or autoTombstone, or an invalid stored
+    value, reads alone). When in doubt, alone: a group of one is the reference a shared group
+    must equal. `default` is the pass's own policy resolved once, which is also what a tenant
+    with nothing stored resolves to."""
+    if tenant.version < 1 or reads_whole(tenant, manifests):
+        return False
+    own = default if tenant.stored_policy is None else resolve_policy(tenant.stored_policy, policy)
+    return not own.invalid_keys and (own.gap, own.grace_ms, own.deletes) == (
+        default.gap, default.grace_ms, default.deletes)
 
 
 def group_tenants(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number, is_whole_number
+from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.retention import (
     POLICY_MAX_AGE,
     POLICY_MAX_COUNT,
@@ -142,6 +143,13 @@ def resolve_tenant_policy(
     else:
         auto = PolicyValue(global_auto_tombstone is True, FROM_CONFIG)
     return TenantPolicy(gap, grace, auto, str(setting), tuple(invalid))
+
+
+def resolve_policy(stored: Any, policy: ReconcilePolicy) -> TenantPolicy:
+    """The policy in force for a tenant whose node holds `stored`, under the pass's."""
+    return resolve_tenant_policy(stored, global_gap=policy.orphan_version_gap,
+                                 global_grace_ms=policy.manifest_grace_ms,
+                                 global_auto_tombstone=policy.auto_tombstone)
 
 
 def policy_patch(

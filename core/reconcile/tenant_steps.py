@@ -1,18 +1,15 @@
-"""One tenant's reconciliation: scan its chunks, settle its figures, apply the guards, and
-(when cleared) hand its deletion plans to the engine (`deletion_plans`). Never raises: a
-failure is recorded in the tenant's outcome with the phase it happened in, so one tenant
-cannot stop the others.
-
-Paging: the candidate read (`tenantId` and `tenantConfigVersion < current`, metadatas only) is
-read-only, so it pages by offset; memory is bounded by one page plus the `ingestedAt` of at
-most `reconciliationMaxDeletesPerTick` chunks (the oldest, which a capped pass deletes first).
+"""One tenant's steps after its group's read: settle its figures from its tally, apply its
+guards (counting it only as far as the stale-fraction guard needs), remove its lapsed restore
+holds; each run isolated (`run_isolated`), so a failure is recorded in the tenant's outcome with
+the phase it happened in and one tenant cannot stop the others. Its tombstoning is the deletion
+plans' (`deletion_plans`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -20,28 +17,22 @@ import structlog
 from core.base.chroma import CollectionMissing
 from core.base.rules.camel_json import to_json
 from core.base.rules.telemetry import smallest_repo
-from core.base.rules.tenants import TenantConfig
-from core.reconcile.deletion_plans import tombstone_tenant
-from core.reconcile.page_loop import read_pages
-from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_MANIFEST_MISMATCH,
     GUARD_STALE_FRACTION,
     TENANT_KEY,
     ReconcilePolicy,
-    candidate_where,
     stale_fraction_exceeded,
 )
 from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
-from core.reconcile.rules.restore_holds import RestoreHold, holds_in_force
+from core.reconcile.rules.restore_holds import RestoreHold
 from core.reconcile.rules.tenant_scan import TenantTally
 from core.reconcile.scopes import TenantScope
 from core.reconcile.stores.restore_holds import drop_lapsed_holds
 
 if TYPE_CHECKING:
     from core.base.chroma import VectorStore
-    from core.base.runtime.context import TickContext
 
 log = structlog.get_logger(__name__)
 
@@ -52,77 +43,30 @@ log = structlog.get_logger(__name__)
 COUNT_PAGE_ROWS = 25_000
 
 
-
-async def reconcile_tenant(
-    context: TickContext, tenant: TenantConfig, policy: ReconcilePolicy,
-    manifests: Mapping[str, RepoManifest], *, explain: bool = False,
-    holds: Sequence[RestoreHold] = (),
-) -> tuple[TenantOutcome, TenantTally | None]:
-    """Scan, guard and tombstone one tenant; never raises (a failure is recorded in the
-    outcome with the phase it happened in, and logged with the tenant's id). Writes no
-    telemetry (the caller does). With `explain`, nothing is deleted, every verdict is kept in
-    the tally and the guards are judged as if tombstoning were on (`reconcile explain`).
-    `holds`: the tenant's restore holds; those in force keep their chunks out of the
-    selection, and a pass that writes removes those that lapsed."""
-    outcome = TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
-    if tenant.version < 1:
-        log.warning("reconcile.tenant_skipped", reason="no valid config version")
-        return outcome, None
-    scope = TenantScope.of(context, tenant, policy, manifests, explain=explain)
-    scope.describe(outcome)
-    held, lapsed = holds_in_force(holds, scope.evidence)
-    tally = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain, restore_held=held)
-    await run_isolated(outcome, policy, reconcile_scope(scope, outcome, tally))
-    if lapsed and not (explain or policy.dry_run):
-        await run_isolated(outcome, policy, drop_lapsed(scope, lapsed))
-    log_outcome(outcome, policy)
-    return outcome, tally
-
-
-async def drop_lapsed(scope: TenantScope, lapsed: Sequence[RestoreHold]) -> None:
-    """Remove the tenant's lapsed holds (the evidence changed after their restore)."""
-    await drop_lapsed_holds(scope.context.graph, scope.tenant.tenant_id, lapsed)
-    log.info("reconcile.restore_holds_lapsed", lapsed=len(lapsed),
-             message="the evidence changed after the restore: these chunks are judged as "
-             "any other again")
-
-
-async def reconcile_scope(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
-    """Scan the tenant; then, when tombstoning is on for it and some chunks are actionable,
-    hold back when a guard says so, else tombstone the oldest up to the cap."""
-    await scan_tenant(scope, outcome, tally)
-    if await guard_tenant(scope, outcome, tally, counted=None):
-        await tombstone_tenant(scope, outcome, tally)
-
-
-async def guard_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
-                              counted: int | None) -> bool:
+async def guard_tenant(scope: TenantScope, outcome: TenantOutcome, counted: int | None) -> bool:
     """When tombstoning is on for the tenant (or explaining) and some chunks are actionable,
     apply the guards; True (and the phase TOMBSTONE) when the pass may tombstone it now.
-    `counted`: the tenant's chunk count when a group read already has it."""
+    `counted`: the tenant's chunk count when its read already has it."""
     if not ((scope.tenant_policy.deletes or scope.explain) and outcome.actionable_count > 0):
         return False
     if scope.policy.invalid_pass_guards:
         outcome.guard = GUARD_INVALID_CONFIG
         return False
     outcome.phase = Phase.COUNT
-    if await too_large_a_share(scope, outcome, tally, counted) or not scope.deletes:
+    if await too_large_a_share(scope, outcome, counted) or not scope.deletes:
         return False
     outcome.phase = Phase.TOMBSTONE
     return True
 
 
-async def too_large_a_share(
-    scope: TenantScope, outcome: TenantOutcome, tally: TenantTally, counted: int | None
-) -> bool:
-    """Count the tenant's chunks (known from the scan when it read them all, or `counted` by a
-    group read; else counted only as far as the answer needs: past actionable / fraction it
+async def too_large_a_share(scope: TenantScope, outcome: TenantOutcome,
+                            counted: int | None) -> bool:
+    """Count the tenant's chunks (`counted` by its read when it read them all or swept the
+    collection; else counted only as far as the answer needs: past actionable / fraction it
     cannot change) and apply the stale-fraction guard to the union of actionable chunks; True
     (and the guard set) when the pass must not tombstone this tenant."""
     policy = scope.policy
-    if scope.manifests:
-        outcome.total_chunks, outcome.total_complete = tally.scanned, True
-    elif counted is not None:
+    if counted is not None:
         outcome.total_chunks, outcome.total_complete = counted, True
     else:
         enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
@@ -143,20 +87,12 @@ async def too_large_a_share(
     return True
 
 
-
-
-async def scan_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
-    """Judge the tenant's chunks one page of metadatas at a time: only the possibly stale ones
-    (stamp below the current version) for a tenant without manifests, every chunk of the
-    tenant for one with manifests (orphans and missing paths need them all). Memory is one
-    page plus the tally's bounded keep, whatever the tenant's size."""
-    context, tenant = scope.context, scope.tenant
-    where = ({TENANT_KEY: tenant.tenant_id} if scope.manifests or scope.rules.signals
-             else candidate_where(tenant.tenant_id, tenant.version))
-    await read_pages(context.vectors.scan(scope.policy.collection, where=where,
-                                          include=("metadatas",)),
-                     tally.add_page, control=context.control)
-    settle_outcome(scope, outcome, tally)
+async def drop_lapsed(scope: TenantScope, lapsed: Sequence[RestoreHold]) -> None:
+    """Remove the tenant's lapsed holds (the evidence changed after their restore)."""
+    await drop_lapsed_holds(scope.context.graph, scope.tenant.tenant_id, lapsed)
+    log.info("reconcile.restore_holds_lapsed", lapsed=len(lapsed),
+             message="the evidence changed after the restore: these chunks are judged as "
+             "any other again")
 
 
 def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
@@ -234,10 +170,16 @@ async def run_isolated(outcome: TenantOutcome, policy: ReconcilePolicy,
             # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
             log.warning("reconcile.no_collection", collection=policy.collection)
         except Exception as exc:
-            outcome.failed_phase = outcome.phase
-            outcome.error = f"{type(exc).__name__}: {exc}"
-            log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-                      exc_info=True)
+            record_failure(outcome, exc)
+
+
+def record_failure(outcome: TenantOutcome, exc: Exception) -> None:
+    """The tenant failed in its current phase: recorded in its outcome, logged with its id
+    (the caller binds it) and the traceback."""
+    outcome.failed_phase = outcome.phase
+    outcome.error = f"{type(exc).__name__}: {exc}"
+    log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
+              exc_info=True)
 
 
 def log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:

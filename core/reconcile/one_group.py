@@ -1,0 +1,176 @@
+"""The one path every tenant takes: its group is read (one query for all its tenants, or its
+part of a sweep of the whole collection: `page_loop`), then each tenant is settled and
+guarded on its own (`tenant_steps`), and the cleared tenants are tombstoned: under the cap
+and config-stale only, several share one plan; any other, a plan of its own
+(`deletion_plans`). A tenant read alone is a group of one on the same path, and so is
+`reconcile explain`'s (with nothing deleted). A shared read that fails reads each of its
+tenants as a group of one instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import structlog
+
+from core.base.chroma import CollectionMissing
+from core.base.rules.tenants import TenantConfig
+from core.reconcile.deletion import TombstoneProgress
+from core.reconcile.deletion_plans import tombstone_group, tombstone_tenant
+from core.reconcile.page_loop import scan_group, sweep_collection, until_stopping
+from core.reconcile.rules.manifests import RepoManifest
+from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.reconcile.rules.reconcile_groups import TenantGroup, sweep_pays, within_cap
+from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
+from core.reconcile.rules.restore_holds import RestoreHold
+from core.reconcile.scopes import GroupRead
+from core.reconcile.tenant_steps import (
+    drop_lapsed,
+    guard_tenant,
+    log_outcome,
+    record_failure,
+    run_isolated,
+    settle_outcome,
+)
+
+if TYPE_CHECKING:
+    from core.base.runtime.context import TickContext
+
+log = structlog.get_logger(__name__)
+
+
+async def reconcile_group(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy, *,
+    swept: GroupRead | None = None,
+    manifests: Mapping[str, Mapping[str, RepoManifest]] | None = None,
+    holds: Mapping[str, Sequence[RestoreHold]] | None = None, explain: bool = False,
+) -> tuple[list[TenantOutcome], GroupRead | None]:
+    """The group's outcomes, in its order (fewer when the daemon is stopping), and what its
+    read found (None when it was not read). `swept`: a sweep's read that holds this group's
+    tenants; else the group is read now. A tenant without a valid version is never read.
+    Never raises: a tenant's failure is in its outcome. Writes no telemetry (the caller
+    does)."""
+    if group.version < 1:
+        return [skipped(tenant) for tenant in group.tenants], None
+    read = (swept.only(group) if swept is not None
+            else await read_group(context, group, policy, manifests=manifests, holds=holds,
+                                  explain=explain))
+    if read is not None:
+        return await finish_group(context, read, policy), read
+    done: list[TenantOutcome] = []
+    for single in until_stopping(group.alone(), context.control):
+        outcomes, _ = await reconcile_group(context, single, policy)
+        done += outcomes
+    return done, None
+
+
+def skipped(tenant: TenantConfig) -> TenantOutcome:
+    """The outcome of a tenant whose configuration node has no valid version: it is not read."""
+    with structlog.contextvars.bound_contextvars(tenant=tenant.tenant_id):
+        log.warning("reconcile.tenant_skipped", reason="no valid config version")
+    return TenantOutcome(tenant.tenant_id, tenant.repo_slug, tenant.version)
+
+
+async def read_sweep(context: TickContext, tenants: Sequence[TenantConfig],
+                     policy: ReconcilePolicy) -> GroupRead | None:
+    """All these tenants from ONE paged read of the whole collection, when their chunks are
+    few enough that it costs less than a read per group (`sweep_pays`): candidates and counts
+    alike. None when it does not pay or fails (each group is then read on its own)."""
+    try:
+        chunks = await context.vectors.count(policy.collection)
+        if not sweep_pays(tenants=len(tenants), chunks=chunks):
+            return None
+        read = GroupRead.empty(context, tenants, policy)
+        read.counts = dict(await sweep_collection(
+            context.vectors, policy.collection, {t.tenant_id: t.version for t in tenants},
+            on_rows=read.tally, control=context.control))
+    except CollectionMissing:
+        return None
+    except Exception:
+        log.warning("reconcile.sweep_failed", tenants=len(tenants), exc_info=True,
+                    message="reading the tenants by groups instead")
+        return None
+    return read
+
+
+async def read_group(
+    context: TickContext, group: TenantGroup, policy: ReconcilePolicy, *,
+    manifests: Mapping[str, Mapping[str, RepoManifest]] | None,
+    holds: Mapping[str, Sequence[RestoreHold]] | None, explain: bool,
+) -> GroupRead | None:
+    """One read for all the group's tenants: their candidates, or every chunk of a `whole`
+    group's tenant (which counts it for the guard). A missing collection is an empty read.
+    When the read fails, None for a shared group (its tenants are then read alone); a group
+    of one is returned with the failure in its tenant's outcome (phase scan)."""
+    read = GroupRead.empty(context, group.tenants, policy, manifests=manifests, holds=holds,
+                           explain=explain)
+    bound = {"tenant": group.tenant_ids[0]} if len(group.tenants) == 1 else {}
+    with structlog.contextvars.bound_contextvars(**bound):
+        try:
+            await scan_group(context.vectors, policy.collection, group, on_rows=read.tally,
+                             control=context.control)
+        except CollectionMissing:
+            log.warning("reconcile.no_collection", collection=policy.collection)
+            read.collection_missing = True
+        except Exception as exc:
+            if not bound:
+                log.warning("reconcile.group_read_failed", tenants=len(group.tenants),
+                            exc_info=True, message="reading these tenants one by one instead")
+                return None
+            [outcome] = read.outcomes.values()
+            record_failure(outcome, exc)
+    if group.whole and not read.collection_missing:
+        read.counts = {t: tally.scanned for t, tally in read.tallies.items()}
+    return read
+
+
+async def finish_group(context: TickContext, read: GroupRead,
+                       policy: ReconcilePolicy) -> list[TenantOutcome]:
+    """Settle and guard each read tenant on its own; tombstone those cleared, under the cap
+    and config-stale only with one shared plan, the others on their own; remove lapsed restore
+    holds. The outcomes of the tenants done, in the group's order (fewer when the daemon is
+    stopping)."""
+    done: list[TenantOutcome] = []
+    shared: list[str] = []
+    alone: list[str] = []
+    for tenant_id, outcome in until_stopping(read.outcomes.items(), context.control):
+        done.append(outcome)
+        if outcome.failed or read.collection_missing:
+            continue
+        await run_isolated(outcome, policy, guard_read_tenant(read, tenant_id))
+        if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
+            # A shared plan deletes config-stale chunks only: a tenant whose selection holds
+            # any other reason's (legacy ones included) runs its own plans (`tombstone_tenant`).
+            chosen = read.tallies[tenant_id].first_to_go()
+            sharable = (within_cap(outcome, policy) and len(chosen.stale) == len(chosen.order))
+            (shared if sharable else alone).append(tenant_id)
+    if len(shared) < 2:
+        shared, alone = [], alone + shared
+    progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}
+    if shared and not await tombstone_group(context, read, policy, shared, progress):
+        alone += shared
+    finished: set[str] = set()
+    for tenant_id in until_stopping(alone, context.control):
+        outcome = read.outcomes[tenant_id]
+        await run_isolated(outcome, policy, tombstone_tenant(
+            read.scopes[tenant_id], outcome, read.tallies[tenant_id], progress[tenant_id]))
+        finished.add(tenant_id)
+    # The tenants not started are not done: the next pass does them.
+    done = [o for o in done if o.tenant_id not in set(alone) - finished]
+    for outcome in done:
+        lapsed = read.lapsed.get(outcome.tenant_id)
+        if lapsed and not (read.scopes[outcome.tenant_id].explain or policy.dry_run):
+            await run_isolated(outcome, policy, drop_lapsed(read.scopes[outcome.tenant_id],
+                                                            lapsed))
+        log_outcome(outcome, policy)
+    return done
+
+
+async def guard_read_tenant(read: GroupRead, tenant_id: str) -> None:
+    """A read tenant's figures from its tally, then its guards (the phase TOMBSTONE when
+    cleared), as a group of one would judge them."""
+    scope, outcome, tally = (read.scopes[tenant_id], read.outcomes[tenant_id],
+                             read.tallies[tenant_id])
+    settle_outcome(scope, outcome, tally)
+    await guard_tenant(scope, outcome, read.counts.get(tenant_id))
