@@ -241,7 +241,7 @@ def diff_tenant_extraction_identity(
     snapshots: Mapping[str, ExtractionSnapshot | None],
 ) -> GenerationDiff:
     """The successor's `diffTenantExtractionIdentity`: the yield authority is the repo's
-    snapshot while it carries the declared identity, fenced by its `updatedAt`."""
+    snapshot while it carries the declared identity, bounded by its `updatedAt`."""
     authority = {slug: a for slug, d in declared_by_repo.items()
                  if (a := extraction_authority(snapshots.get(slug), d[0])) is not None}
     return _diff(rows, tenant_id, GenerationSignal(KIND_EXTRACTION, declared_by_repo,

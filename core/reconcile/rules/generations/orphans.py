@@ -262,7 +262,7 @@ class GenerationOrphan:
                 "the declared generation")
 
 
-def fenced(authority: YieldAuthority, ingested: Any) -> bool:
+def within_window(authority: YieldAuthority, ingested: Any) -> bool:
     """Inside the authority's window: no fence, or a numeric `ingestedAt <= updatedAt`."""
     if authority.updated_at is None:
         return True
@@ -305,7 +305,7 @@ class GenerationClassifier:
             return
         authority = self.signal.authority.get(repo)
         tier = (TIER_UNYIELDED if authority is not None and path not in authority.paths
-                and fenced(authority, ingested) else TIER_SUPERSEDED)
+                and within_window(authority, ingested) else TIER_SUPERSEDED)
         self.candidates.append((row_id, repo, path, stamp, tier, ingested))
 
     def orphans(self) -> list[GenerationOrphan]:
@@ -319,7 +319,7 @@ class GenerationClassifier:
 def tenant_signals(tenant_repos: Any, manifests: Mapping[str, RepoManifest]
                    ) -> tuple[GenerationSignal, ...]:
     """The tenant's signals in a pass: the parser pair (authority: the repo's manifest,
-    fenced by its `updatedAt`) and the extraction identity (authority: the manifest's
+    bounded by its `updatedAt`) and the extraction identity (authority: the manifest's
     snapshot of the declared identity); only those with a declaring repo."""
     signals: list[GenerationSignal] = []
     parsers = declared_parsers(tenant_repos)

@@ -25,8 +25,8 @@ from core.reconcile.rules.generations.orphans import (
     Number,
     Stamp,
     YieldAuthority,
-    fenced,
     stamp_clauses,
+    within_window,
 )
 from core.reconcile.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY
 from core.reconcile.rules.reconcile import TENANT_KEY
@@ -174,7 +174,7 @@ class GenerationTally:
                     and stamper(m) == key.stamp and m.get(PATH_KEY) in paths):
                 return False
             if key.tier == TIER_UNYIELDED:
-                return authority is not None and fenced(authority, m.get(INGESTED_KEY))
+                return authority is not None and within_window(authority, m.get(INGESTED_KEY))
             return True
 
         return may_delete
