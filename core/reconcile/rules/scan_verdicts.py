@@ -46,7 +46,7 @@ class ScanRules:
     tenant_id: str
     current_version: int
     #: The orphan version gap in force (None: nothing is actionable by version).
-    gap: float | None
+    orphan_version_gap: float | None
     #: The tenant's usable manifests, by repo.
     manifests: Mapping[str, RepoManifest]
     #: The manifest grace in force (None: no manifest orphan is actionable).
@@ -70,8 +70,9 @@ class ScanRules:
         comparison, not `gap >= threshold`: in floating point the two differ (2 - 7e-216 >= 2,
         yet 7e-216 <= 0 is false), and a chunk this rule calls actionable must be one the
         delete's `where` selects."""
-        return (self.gap is not None and self.current_version > 0 and is_real_number(stamp)
-                and stamp < self.current_version and stamp <= self.current_version - self.gap)
+        gap = self.orphan_version_gap
+        return (gap is not None and self.current_version > 0 and is_real_number(stamp)
+                and stamp < self.current_version and stamp <= self.current_version - gap)
 
 
 @dataclass(frozen=True, slots=True)
