@@ -41,6 +41,6 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
                                f"{outcome.error}")
     return build_plan(outcome, tally, policy, manifests,
-                      enabled=context.settings.reconciliation_enabled,
+                      enabled=context.settings.reconcile.enabled,
                       retention=await tenant_expiry(context, tenant), holds=holds)
 
