@@ -59,15 +59,15 @@ async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: Te
                             progress={tenant.tenant_id: progress}, control=context.control)
     chosen = tally.first_to_go()
     try:
-        if chosen.legacy and rules.gap is not None:
+        if chosen.legacy and rules.orphan_version_gap is not None:
             before = progress.tombstoned
             try:
-                await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, rules.gap),
-                                      chosen.legacy))
+                ceiling = actionable_stamp_ceiling(tenant.version, rules.orphan_version_gap)
+                await run(legacy_plan(scope, ceiling, chosen.legacy))
             finally:
                 outcome.legacy_tombstoned_count += progress.tombstoned - before
-        if chosen.stale and rules.gap is not None:
-            ceiling = actionable_stamp_ceiling(tenant.version, rules.gap)
+        if chosen.stale and rules.orphan_version_gap is not None:
+            ceiling = actionable_stamp_ceiling(tenant.version, rules.orphan_version_gap)
             await run(stale_plan([scope], ceiling, chosen.stale))
         for slug, oldest in until_stopping(sorted(chosen.orphans.items()), context.control):
             manifest = scope.manifests[slug]
@@ -154,9 +154,9 @@ async def tombstone_group(context: TickContext, read: GroupRead, policy: Reconci
     continuing its progress, so that only the tenant whose part fails is failed: one tenant
     cannot fail the others."""
     scopes = [read.scopes[t] for t in tenant_ids]
-    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.gap)
-                for s in scopes if s.rules.gap is not None}
-    if len(ceilings) != 1 or any(s.rules.gap is None for s in scopes):
+    ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.orphan_version_gap)
+                for s in scopes if s.rules.orphan_version_gap is not None}
+    if len(ceilings) != 1 or any(s.rules.orphan_version_gap is None for s in scopes):
         return False
     chunks = sorted(c for t in tenant_ids for c in read.tallies[t].first_to_go().stale)
     try:

@@ -77,7 +77,7 @@ def expected_malformed(metadata: dict[str, Any]) -> bool:
 def test_the_pure_scan_survives_and_counts_every_field_type(rows: list[dict[str, Any]]) -> None:
     metadatas = [{k: v for k, v in row.items() if v is not _ABSENT} for row in rows]
     # A fraction of 1 never holds a repo: the verdicts below are the rows' own.
-    rules = ScanRules(TENANT, current_version=3, gap=1, manifests={REPO: MANIFEST},
+    rules = ScanRules(TENANT, current_version=3, orphan_version_gap=1, manifests={REPO: MANIFEST},
                       manifest_grace_ms=0, read_ms=10_000, max_stale_fraction=1.0)
     tally = TenantTally(rules, cap=5, keep_rows=True)
     tally.add_page([ChromaRow(f"c{i}", m) for i, m in enumerate(metadatas)])

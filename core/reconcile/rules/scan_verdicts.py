@@ -45,8 +45,9 @@ class ScanRules:
 
     tenant_id: str
     current_version: int
-    #: The orphan version gap in force (None: nothing is actionable by version).
-    gap: float | None
+    #: `reconciliationOrphanVersionGap` in force, the tenant's own or the global one (None:
+    #: nothing is actionable by version).
+    orphan_version_gap: float | None
     #: The tenant's usable manifests, by repo.
     manifests: Mapping[str, RepoManifest]
     #: `reconciliationManifestGraceMs` in force, the tenant's own or the global one (None: no
@@ -71,8 +72,9 @@ class ScanRules:
         comparison, not `gap >= threshold`: in floating point the two differ (2 - 7e-216 >= 2,
         yet 7e-216 <= 0 is false), and a chunk this rule calls actionable must be one the
         delete's `where` selects."""
-        return (self.gap is not None and self.current_version > 0 and is_real_number(stamp)
-                and stamp < self.current_version and stamp <= self.current_version - self.gap)
+        gap = self.orphan_version_gap
+        return (gap is not None and self.current_version > 0 and is_real_number(stamp)
+                and stamp < self.current_version and stamp <= self.current_version - gap)
 
 
 @dataclass(frozen=True, slots=True)
