@@ -48,7 +48,7 @@ def open_chroma(settings: Any) -> Any:
     from chromadb.config import Settings as ChromaSettings
 
     return chromadb.PersistentClient(
-        path=str(settings.chroma_path),
+        path=str(settings.chroma.path),
         settings=ChromaSettings(anonymized_telemetry=False, allow_reset=False),
     )
 

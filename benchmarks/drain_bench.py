@@ -312,14 +312,14 @@ async def seed_store(root: Path, sizes: DrainSizes) -> dict[str, Any]:
 
     workload = build_workload(sizes)
     settings = settings_for(root)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection, workload.memory_rows)
-        await seed(vectors, settings.summary_collection, workload.summary_rows)
+        await seed(vectors, settings.chroma.memory_collection, workload.memory_rows)
+        await seed(vectors, settings.chroma.summary_collection, workload.summary_rows)
     finally:
         await vectors.close()
     await seed_graph(settings, workload)
-    write_queue_file(settings.lazy_edges_queue_path, workload.queue_lines)
+    write_queue_file(settings.drain.lazy_edges_queue_path, workload.queue_lines)
     (root / FLOOR_PLAN_FILE).write_text(json.dumps(asdict(workload.plan)), encoding="utf-8")
     return {"expected": workload.expected, "sizes": asdict(sizes)}
 
@@ -346,7 +346,7 @@ async def seed_graph(settings: Any, workload: Workload) -> None:
                                       "liveIngested"))
         else:
             nodes.append(minimal_session_node(sid))
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, nodes)
@@ -375,12 +375,12 @@ async def run_drainer(root: Path) -> dict[str, Any]:
 def run_baseline(root: Path) -> dict[str, Any]:
     """(child) The original's per-edge algorithm (see the module docstring)."""
     settings = settings_for(root)
-    conn = open_sqlite(settings.graph_db_path)
+    conn = open_sqlite(settings.state.graph_db_path)
     client = open_chroma(settings)
     measure = CpuMeasure()
     measure.start()
     baseline = _PerEdgeBaseline(conn, client, settings)
-    figures = baseline.drain(settings.lazy_edges_queue_path, settings.draining_path)
+    figures = baseline.drain(settings.drain.lazy_edges_queue_path, settings.drain.draining_path)
     measure.stop()
     conn.close()
     return {**measure.figures(), **figures}
@@ -393,9 +393,9 @@ class _PerEdgeBaseline:
         from core.base.state.graph import MAX_WEIGHT, REINFORCE_FACTOR
 
         self.conn = conn
-        self.memories = client.get_collection(settings.memory_collection,
+        self.memories = client.get_collection(settings.chroma.memory_collection,
                                               embedding_function=None)
-        self.summaries = client.get_collection(settings.summary_collection,
+        self.summaries = client.get_collection(settings.chroma.summary_collection,
                                                embedding_function=None)
         # The original's linkNodes: a zero stored weight counts as 1.0; reinforce and cap.
         self.link_sql = (
@@ -521,7 +521,7 @@ def run_floor(root: Path) -> dict[str, Any]:
 
     settings = settings_for(root)
     plan = FloorPlan(**json.loads((root / FLOOR_PLAN_FILE).read_text(encoding="utf-8")))
-    conn = open_sqlite(settings.graph_db_path)
+    conn = open_sqlite(settings.state.graph_db_path)
     client = open_chroma(settings)
     link_sql = (
         "INSERT INTO edges(source, target, relationship, weight, properties) "
@@ -531,8 +531,8 @@ def run_floor(root: Path) -> dict[str, Any]:
     )
     measure = CpuMeasure()
     measure.start()
-    memories = client.get_collection(settings.memory_collection, embedding_function=None)
-    summaries = client.get_collection(settings.summary_collection, embedding_function=None)
+    memories = client.get_collection(settings.chroma.memory_collection, embedding_function=None)
+    summaries = client.get_collection(settings.chroma.summary_collection, embedding_function=None)
     nodes: list[tuple[str, str, str]] = []
     structural: list[tuple[str, str, str, float, str]] = []
     for chunk in _chunks(plan.memory_keys, FLOOR_IDS_PER_GET):
@@ -573,7 +573,7 @@ def run_contender(name: str, root: Path) -> dict[str, Any]:
         figures = run_floor(root)
     else:
         raise ValueError(f"unknown contender {name!r}")
-    graph_path = settings_for(root).graph_db_path
+    graph_path = settings_for(root).state.graph_db_path
     return {"contender": name, **figures, "nodes": count_rows(graph_path, "nodes"),
             "edges": count_rows(graph_path, "edges")}
 

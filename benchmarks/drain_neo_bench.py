@@ -70,12 +70,12 @@ def run_floor(root: Path) -> dict[str, Any]:
     settings = neo_settings(root)
     plan = drain_bench.FloorPlan(**json.loads(
         (root / drain_bench.FLOOR_PLAN_FILE).read_text(encoding="utf-8")))
-    conn = open_sqlite(settings.graph_db_path)
+    conn = open_sqlite(settings.state.graph_db_path)
     client = open_chroma(settings)
     measure = drain_bench.CpuMeasure()
     measure.start()
-    memories = client.get_collection(settings.memory_collection, embedding_function=None)
-    summaries = client.get_collection(settings.summary_collection, embedding_function=None)
+    memories = client.get_collection(settings.chroma.memory_collection, embedding_function=None)
+    summaries = client.get_collection(settings.chroma.summary_collection, embedding_function=None)
     nodes: list[tuple[str, Any, str]] = []
     edges: list[tuple[str, str, str, float, dict[str, Any]]] = []
     for chunk in drain_bench._chunks(plan.memory_keys, drain_bench.FLOOR_IDS_PER_GET):

@@ -54,7 +54,7 @@ def run_server_benchmark(sizes: drain_bench.DrainSizes, *, repeats: int = 1) -> 
 
     @contextmanager
     def server_for(root: Path, workdir: Path) -> Iterator[list[str]]:
-        server = ChromaServer(settings_for(root).chroma_path, home=workdir / "home")
+        server = ChromaServer(settings_for(root).chroma.path, home=workdir / "home")
         server.start()
         try:
             yield ["--url", server.url]

@@ -67,8 +67,8 @@ async def one_pass(chunks: int, path: str) -> float:
             "reconciliationAutoTombstone": True, "reconciliationMaxStaleFraction": 1.0,
             "reconciliationMaxDeletesPerTick": chunks}}, base_dir=Path(folder))
         settings = loaded.settings
-        graph = await open_graph(settings)
-        vectors = await VectorStore.open(settings)
+        graph = await open_graph(settings.state)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL, {"version": 3})
             rng = random.Random(7)

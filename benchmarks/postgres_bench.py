@@ -225,7 +225,7 @@ async def seed_reconcile(root: Path, url: str, chunks: int) -> dict[str, Any]:
     from core.base.state.tenants import set_tenant_config, tenant_version
 
     seeded = await reconcile_bench.grow_store(root, chunks)
-    graph = await open_graph(settings_for(root, stateUrl=url))
+    graph = await open_graph(settings_for(root, stateUrl=url).state)
     try:
         while await tenant_version(graph, reconcile_bench.TENANT) < \
                 reconcile_bench.CURRENT_VERSION:
@@ -281,8 +281,8 @@ async def run_drain_floor(root: Path, url: str) -> dict[str, Any]:
     client = open_chroma(settings)
     measure = drain_bench.CpuMeasure()
     measure.start()
-    memories = client.get_collection(settings.memory_collection, embedding_function=None)
-    summaries = client.get_collection(settings.summary_collection, embedding_function=None)
+    memories = client.get_collection(settings.chroma.memory_collection, embedding_function=None)
+    summaries = client.get_collection(settings.chroma.summary_collection, embedding_function=None)
     nodes: list[tuple[str, str, str]] = []
     structural: list[tuple[str, str, str, float, str]] = []
     for chunk in drain_bench._chunks(plan.memory_keys, drain_bench.FLOOR_IDS_PER_GET):
@@ -351,7 +351,7 @@ def run_drain_contender(name: str, root: Path, url: str | None,
     else:
         raise ValueError(f"unknown drain contender {name!r} (or no --url)")
     if url is None:
-        graph_path = settings_for(root).graph_db_path
+        graph_path = settings_for(root).state.graph_db_path
         counts = {"nodes": count_rows(graph_path, "nodes"),
                   "edges": count_rows(graph_path, "edges")}
     else:
@@ -487,9 +487,9 @@ def _run_pair(root: Path, pair_dir: Path, url: str | None,
     start to the last one's end, and whose figures are the two drainers' sums."""
     assert url is not None
     roots = [root, copy_data(root, pair_dir / "second")]
-    lines = settings_for(root).lazy_edges_queue_path.read_bytes().splitlines()
+    lines = settings_for(root).drain.lazy_edges_queue_path.read_bytes().splitlines()
     for half, half_root in enumerate(roots):
-        write_queue_file(settings_for(half_root).lazy_edges_queue_path, lines[half::2])
+        write_queue_file(settings_for(half_root).drain.lazy_edges_queue_path, lines[half::2])
     barrier = pair_dir / "barrier"
     barrier.mkdir(parents=True)
     command = [sys.executable, "-m", MODULE, "--contender", "pair", "--url", url,

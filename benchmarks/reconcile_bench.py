@@ -171,7 +171,7 @@ async def record_manifest(root: Path, size: int) -> None:
     from core.reconcile.stores.tenant_manifests import set_tenant_manifest
 
     settings = settings_for(root)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await set_tenant_manifest(graph, TENANT, RepoManifest(
             f"{TENANT}/docs", claimed_paths(manifest_paths(size)), now_ms()))
@@ -193,25 +193,25 @@ async def grow_store(root: Path, size: int) -> dict[str, Any]:
     from core.base.state.tenants import set_tenant_config, tenant_version
 
     settings = settings_for(root)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         while await tenant_version(graph, TENANT) < CURRENT_VERSION:
             await set_tenant_config(graph, TENANT, repo_slug=f"{TENANT}/docs")
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await vectors.ensure_collection(settings.knowledge_base_collection)
-        present = await vectors.count(settings.knowledge_base_collection)
+        await vectors.ensure_collection(settings.chroma.knowledge_base_collection)
+        present = await vectors.count(settings.chroma.knowledge_base_collection)
         # One write batch at a time: 100,000 embeddings as Python floats would take ~1 GB.
         for start in range(present, size, vectors.max_batch):
             stop = min(start + vectors.max_batch, size)
-            await vectors.upsert(settings.knowledge_base_collection, [
+            await vectors.upsert(settings.chroma.knowledge_base_collection, [
                 ChromaRow(row_id, metadata, document, embedding)
                 for (row_id, metadata, document), embedding
                 in zip(chunk_rows(start, stop), embeddings(start, stop), strict=True)
             ])
-        total = await vectors.count(settings.knowledge_base_collection)
+        total = await vectors.count(settings.chroma.knowledge_base_collection)
     finally:
         await vectors.close()
     return {"chunks": total, "stale": stale_count(total)}
@@ -231,7 +231,7 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
         measure.start()
         figures = to_json(await reconcile_tick(stores, dry_run))
         measure.stop()
-        remaining = await stores.vectors.count(settings.knowledge_base_collection)
+        remaining = await stores.vectors.count(settings.chroma.knowledge_base_collection)
     [tenant] = figures["tenants"]
     return {**measure.figures(), "scanned": tenant["scanned"], "stale": tenant["staleCount"],
             "orphans": tenant["manifestOrphanCount"], "union": tenant["totalOrphanCount"],
@@ -249,7 +249,7 @@ def run_floor(root: Path, *, delete: str | None) -> dict[str, Any]:
     client = open_chroma(settings)
     measure = Measure()
     measure.start()
-    collection = client.get_collection(settings.knowledge_base_collection,
+    collection = client.get_collection(settings.chroma.knowledge_base_collection,
                                        embedding_function=None)
     scanned, doomed = scan_picking(collection, candidate_where(TENANT, CURRENT_VERSION),
                                    (lambda _m: True) if delete == "ids" else None)
@@ -271,7 +271,7 @@ def run_full_floor(root: Path, *, delete: bool) -> dict[str, Any]:
     gone = {page_path(p) for p in range(10**6) if orphaned_page(p)}
     measure = Measure()
     measure.start()
-    collection = client.get_collection(settings.knowledge_base_collection,
+    collection = client.get_collection(settings.chroma.knowledge_base_collection,
                                        embedding_function=None)
     scanned, doomed = scan_picking(
         collection, {"tenantId": TENANT},
@@ -290,7 +290,7 @@ def run_in_cost(root: Path) -> dict[str, Any]:
 
     settings = settings_for(root)
     client = open_chroma(settings)
-    collection = client.get_collection(settings.knowledge_base_collection,
+    collection = client.get_collection(settings.chroma.knowledge_base_collection,
                                        embedding_function=None)
     base = [{"tenantId": TENANT}, {"repoSlug": f"{TENANT}/docs"}]
     measure = Measure()

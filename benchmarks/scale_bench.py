@@ -143,7 +143,7 @@ async def seed_store(root: Path, tenants: int, chunks: int) -> dict[str, Any]:
     from core.base.state.state import open_graph
 
     settings = settings_for(root)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [NodeRow(
@@ -154,18 +154,18 @@ async def seed_store(root: Path, tenants: int, chunks: int) -> dict[str, Any]:
     finally:
         await graph.close()
     per_tenant = chunks // tenants
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     rng = np.random.default_rng(EMBEDDING_SEED)
     try:
-        await vectors.ensure_collection(settings.knowledge_base_collection)
+        await vectors.ensure_collection(settings.chroma.knowledge_base_collection)
         for start in range(0, per_tenant * tenants, vectors.max_batch):
             stop = min(start + vectors.max_batch, per_tenant * tenants)
             vectors_batch = rng.random((stop - start, EMBEDDING_DIM), dtype=np.float32).tolist()
-            await vectors.upsert(settings.knowledge_base_collection, [
+            await vectors.upsert(settings.chroma.knowledge_base_collection, [
                 ChromaRow(row_id, metadata, document, embedding)
                 for (row_id, metadata, document), embedding
                 in zip(chunk_rows(start, stop, per_tenant), vectors_batch, strict=True)])
-        total = await vectors.count(settings.knowledge_base_collection)
+        total = await vectors.count(settings.chroma.knowledge_base_collection)
     finally:
         await vectors.close()
     return {"chunks": total, "stale": stale_count(tenants, chunks)}
@@ -195,11 +195,11 @@ async def run_pass(root: Path, *, dry_run: bool) -> dict[str, Any]:
     measure = Measure()
     async with open_context(settings, dry_run=dry_run) as stores:
         load = await load_collection(lambda: stores.vectors.count(
-            settings.knowledge_base_collection))
+            settings.chroma.knowledge_base_collection))
         measure.start()
         figures = to_json(await reconcile_tick(stores, dry_run))
         measure.stop()
-        remaining = await stores.vectors.count(settings.knowledge_base_collection)
+        remaining = await stores.vectors.count(settings.chroma.knowledge_base_collection)
     return {**measure.figures(), **load, "tenantsSeen": len(figures["tenants"]),
             "scanned": sum(t["scanned"] for t in figures["tenants"]),
             "stale": figures["staleCount"], "tombstoned": figures["tombstonedCount"],
@@ -213,7 +213,7 @@ def run_floor(root: Path, *, delete: bool) -> dict[str, Any]:
 
     settings = settings_for(root)
     client = open_chroma(settings)
-    collection = client.get_collection(settings.knowledge_base_collection,
+    collection = client.get_collection(settings.chroma.knowledge_base_collection,
                                        embedding_function=None)
     load = asyncio.run(load_collection(lambda: asyncio.to_thread(collection.count)))
     measure = Measure()

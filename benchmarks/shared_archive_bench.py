@@ -51,7 +51,7 @@ async def _seed_chroma(root: Path, tenants: int, chunks: int) -> None:
     from tests.support import make_settings
 
     settings = make_settings(root)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     rng = np.random.default_rng(27)
     try:
         rows: list[ChromaRow] = []
@@ -63,10 +63,11 @@ async def _seed_chroma(root: Path, tenants: int, chunks: int) -> None:
                     f"chunk {c} of tenant {t} " * 8,
                     rng.random(EMBEDDING_DIM, dtype=np.float32).tolist()))
                 if len(rows) >= SEED_BATCH:
-                    await vectors.upsert(settings.knowledge_base_collection, rows, create=True)
+                    await vectors.upsert(settings.chroma.knowledge_base_collection, rows,
+                                         create=True)
                     rows = []
         if rows:
-            await vectors.upsert(settings.knowledge_base_collection, rows, create=True)
+            await vectors.upsert(settings.chroma.knowledge_base_collection, rows, create=True)
     finally:
         await vectors.close()
 
@@ -86,8 +87,8 @@ async def _one_pass(root: Path, url: str, tenants: int, *, shared: bool) -> dict
     settings = make_settings(root, stateUrl=url, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    graph = await open_graph(settings)
-    vectors = await VectorStore.open(settings)
+    graph = await open_graph(settings.state)
+    vectors = await VectorStore.open(settings.chroma)
     spent = [0.0]
     real_store = shared_archives.SharedArchives.store
     real_choice = getattr(deletion_plans, "shared_archives")  # noqa: B009

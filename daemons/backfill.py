@@ -87,7 +87,7 @@ def backfill_job(settings: Settings, args: argparse.Namespace, progress: Progres
                                       skip_drain=args.skip_drain, progress=progress)
         return report.figures()
 
-    return Job(TICK_NAME, tick, settings.rem_interval_ms)
+    return Job(TICK_NAME, tick, settings.drain.rem_interval_ms)
 
 
 async def backfill(args: argparse.Namespace) -> int:

@@ -92,9 +92,9 @@ async def refuse_foreign_store(context: TickContext, dataset: DemoDataset) -> No
     store has real data, and the demo's made-up sessions must not be mixed into it."""
     settings = context.settings
     expected: dict[str, Sequence[ChromaRow]] = {
-        settings.memory_collection: dataset.memories,
-        settings.summary_collection: dataset.summaries,
-        settings.knowledge_base_collection: dataset.chunks,
+        settings.chroma.memory_collection: dataset.memories,
+        settings.chroma.summary_collection: dataset.summaries,
+        settings.chroma.knowledge_base_collection: dataset.chunks,
     }
     for name, rows in expected.items():
         try:
@@ -110,8 +110,9 @@ async def refuse_foreign_store(context: TickContext, dataset: DemoDataset) -> No
 
 def report_only(context: TickContext) -> TickContext:
     """The context with reconciliation on for this pass and tombstoning off (see module doc)."""
-    settings = dataclasses.replace(context.settings, reconciliation_enabled=True,
-                                   reconciliation_auto_tombstone=False)
+    reconcile = dataclasses.replace(context.settings.reconcile, enabled=True,
+                                    auto_tombstone=False)
+    settings = dataclasses.replace(context.settings, reconcile=reconcile)
     return dataclasses.replace(context, settings=settings)
 
 

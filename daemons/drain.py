@@ -50,20 +50,20 @@ def build_parser() -> Parser:
 def draining_left(settings: Settings) -> bool:
     """Whether an earlier drain left a `.draining` file (stopped, crashed): its lines wait
     for the next tick, which then runs at once."""
-    return settings.draining_path.exists()
+    return settings.drain.draining_path.exists()
 
 
 def drain_spec(settings: Settings) -> DaemonSpec:
     """The drain daemon's job: one REM tick every `remIntervalMs` (and bounded by it), at
     once after a start that finds a `.draining` file left behind."""
-    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.rem_interval_ms,
+    return DaemonSpec(DAEMON, (Job(DAEMON, rem_tick, settings.drain.rem_interval_ms,
                                    work_left=draining_left, drainer=read_drainer_queue),))
 
 
 def drain_daemon(settings: Settings) -> DaemonSpec:
     """The drain daemon. A symlinked queue path is refused at start (exit 2, one line), and
     again by every tick should one appear later."""
-    refuse_symlinked_queue(settings.lazy_edges_queue_path)
+    refuse_symlinked_queue(settings.drain.lazy_edges_queue_path)
     return drain_spec(settings)
 
 
@@ -76,7 +76,7 @@ async def tick_once_now(config: str | None, *, dry_run: bool, as_json: bool) -> 
         tick = figures[DAEMON]
         assert isinstance(tick, RemTickFigures)
         return drain_tick_summary(tick, dry_run=dry_run,
-                                  dead_letter_path=settings.dead_letter_path)
+                                  dead_letter_path=settings.drain.dead_letter_path)
 
     return await tick_once(drain_spec(settings), settings, dry_run=dry_run, as_json=as_json,
                            summarize=summarize)
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
     serve_main(PROG, config=args.config, build_specs=lambda s: [drain_daemon(s)],
                dry_run=args.dry_run,
-               metrics_port=lambda s: ("drainMetricsPort", s.drain_metrics_port))
+               metrics_port=lambda s: ("drainMetricsPort", s.drain.metrics_port))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ async def enqueue_stdin(config: str | None, *, as_json: bool = False) -> int:
     lines = sys.stdin.buffer.read().split(b"\n")
     name = command_name(PROG)
     try:
-        problems = enqueue_edges(settings.lazy_edges_queue_path, lines)
+        problems = enqueue_edges(settings.drain.lazy_edges_queue_path, lines)
     except OSError as exc:
         write_error(f"{name}: nothing appended: {exc}\n")
         if as_json:
@@ -72,12 +72,12 @@ async def enqueue_stdin(config: str | None, *, as_json: bool = False) -> int:
                                           for p in problems]})
         return EXIT_USAGE
     appended = sum(1 for line in lines if line.strip())
-    log.info("enqueue.appended", lines=appended, queue=str(settings.lazy_edges_queue_path))
+    log.info("enqueue.appended", lines=appended, queue=str(settings.drain.lazy_edges_queue_path))
     if as_json:
         emit_json({"ok": True, "appended": appended,
-                   "queue": str(settings.lazy_edges_queue_path)})
+                   "queue": str(settings.drain.lazy_edges_queue_path)})
     else:
-        write_text(enqueue_summary(appended, settings.lazy_edges_queue_path))
+        write_text(enqueue_summary(appended, settings.drain.lazy_edges_queue_path))
     return EXIT_OK
 
 

@@ -192,7 +192,7 @@ async def run_archives(args: argparse.Namespace) -> int:
 
 def retention_job(settings: Settings) -> Job:
     """The retention job: its own interval (`gcIntervalMs`)."""
-    return Job(GC, retention_tick, settings.gc_interval_ms)
+    return Job(GC, retention_tick, settings.gc.interval_ms)
 
 
 async def run_gc(args: argparse.Namespace) -> int:
@@ -262,19 +262,19 @@ async def run_restore(args: argparse.Namespace) -> int:
     # A file here is read as today; with the state shared (`stateUrl`) and no such file, the
     # archive any host wrote is read from the database by its file name.
     content: bytes | None = None
-    if settings.state_url and not archive.is_file():
+    if settings.state.url and not archive.is_file():
         content = await shared_archive_content(settings, archive)
     else:
         ensure_archive_file(archive)
     pass_job = reconcile_daemon(settings).jobs[0]
     with graceful_stop(OneShot()) as run:
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
-            vectors = await VectorStore.open(settings)
+            vectors = await VectorStore.open(settings.chroma)
             try:
                 result = await within(
                     restore_archive(vectors, archive,
-                                    collection=settings.knowledge_base_collection,
+                                    collection=settings.chroma.knowledge_base_collection,
                                     stopping=lambda: run.control.stopping, content=content,
                                     hold=RestoreHoldWriter(graph, archive.name)),
                     timeout_s=pass_job.effective_timeout_s, what="the restore")
@@ -323,12 +323,12 @@ def reconcile_daemon(settings: Settings) -> DaemonSpec:
     that several hosts do not scan one Chroma server in step), plus the alerting job every
     `alertingIntervalMs` when alerting is enabled. With reconciliation disabled the pass job
     still ticks and logs that it is disabled: the daemon idles, visibly."""
-    interval = settings.reconciliation_interval_ms
+    interval = settings.reconcile.interval_ms
     jobs = [Job(DAEMON, reconcile_tick, interval,
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]
-    if settings.alerting_enabled:
-        jobs.append(Job(ALERTING, alerting_tick, settings.alerting_interval_ms))
-    if settings.gc_enabled:  # retention, on its own schedule (#11641)
+    if settings.alerting.enabled:
+        jobs.append(Job(ALERTING, alerting_tick, settings.alerting.interval_ms))
+    if settings.gc.enabled:  # retention, on its own schedule (#11641)
         jobs.append(retention_job(settings))
     return DaemonSpec(DAEMON, tuple(jobs), elected=True)  # one host at a time (stateUrl)
 
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             build_parser().error("argument --json: only with --tick (a daemon logs its figures)")
         serve_main(PROG, config=args.config, build_specs=lambda s: [reconcile_daemon(s)],
                    dry_run=args.dry_run,
-                   metrics_port=lambda s: ("reconcileMetricsPort", s.reconcile_metrics_port))
+                   metrics_port=lambda s: ("reconcileMetricsPort", s.reconcile.metrics_port))
     run_main(PROG, lambda: run_one_pass(args))
 
 

@@ -96,7 +96,7 @@ PROG = "daemons.tenants"
 async def run_set_config(args: argparse.Namespace) -> int:
     """Raise the version and say so (`--json`: one object, for scripts)."""
     settings = load_settings(args.config)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         config = await set_tenant_config(graph, args.tenant, repo_slug=args.repo_slug)
     except ValueError as exc:  # --repo-slug on a neo.mjs graph: nothing was written
@@ -113,7 +113,7 @@ async def run_set_config(args: argparse.Namespace) -> int:
 async def run_list(args: argparse.Namespace) -> int:
     """Print every configured tenant (read-only: listing never creates the graph file)."""
     settings = load_settings(args.config)
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         tenants = await list_tenants(graph)
     finally:
@@ -170,7 +170,7 @@ async def open_store_to_check(settings: Settings, why: str) -> VectorStore:
     """The knowledge base, opened to read before a command writes (nothing is created); a
     store held by a daemon is exit 1 saying `why` it was read and how to do without."""
     try:
-        return await VectorStore.open_for_dry_run(settings)
+        return await VectorStore.open_for_dry_run(settings.chroma)
     except LockHeld as exc:
         raise LockHeld(f"{exc} ({why})") from None
 
@@ -182,7 +182,7 @@ async def check_manifest(settings: Settings, args: argparse.Namespace,
     manifest that names none of its repo's chunks while the repo has some (unless `--force`):
     recorded, it would make every one of them an orphan. Reads Chroma only when one of those
     questions needs it, without creating anything; a store that cannot be read is exit 1."""
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         declared = await known_tenant_repos(graph, args.tenant, create=args.create)
     finally:
@@ -192,7 +192,7 @@ async def check_manifest(settings: Settings, args: argparse.Namespace,
     vectors = await open_store_to_check(
         settings, "the manifest check reads the store: stop the daemon, or pass --force "
         "(with --create for a new repo) to record without the check")
-    collection = settings.knowledge_base_collection
+    collection = settings.chroma.knowledge_base_collection
     try:
         await refuse_unknown_repo(vectors, collection, tenant_id=args.tenant,
                                   repo_slug=manifest.repo_slug, declared=declared,
@@ -216,7 +216,7 @@ async def run_set_manifest(args: argparse.Namespace) -> int:
     if read.note:
         write_error(f"{command_name(PROG)}: {read.note}\n")
     await check_manifest(settings, args, manifest)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await set_tenant_manifest(graph, args.tenant, manifest)
         configured = await tenant_config(graph, args.tenant) is not None
@@ -249,7 +249,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
                              gc_max_age_ms=args.gc_max_age_ms, gc_max_count=args.gc_max_count)
     except ValueError as exc:
         raise ConfigError(f"argument {exc}") from None
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await known_tenant_repos(graph, args.tenant, hint=SET_CONFIG_HINT)
         await set_tenant_policy(graph, args.tenant, patch)
@@ -268,7 +268,7 @@ async def run_set_policy(args: argparse.Namespace) -> int:
 async def run_show(args: argparse.Namespace) -> int:
     """Print the tenant (read-only)."""
     settings = load_settings(args.config)
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         await refuse_unknown_holder(graph, args.tenant)
         shown = await gather_tenant(graph, settings, args.tenant)
@@ -293,7 +293,7 @@ async def check_new_repo(settings: Settings, args: argparse.Namespace,
         settings, "an undeclared repo is looked for in the store: stop the daemon, or pass "
         "--create")
     try:
-        await refuse_unknown_repo(vectors, settings.knowledge_base_collection,
+        await refuse_unknown_repo(vectors, settings.chroma.knowledge_base_collection,
                                   tenant_id=args.tenant, repo_slug=args.repo_slug,
                                   declared=declared, create=False)
     finally:
@@ -316,7 +316,7 @@ async def run_set_repo(args: argparse.Namespace) -> int:
             extraction_identity=args.extraction_identity)
     except ValueError as exc:
         raise ConfigError(f"argument {exc}") from None
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         declared = await known_tenant_repos(graph, args.tenant, hint=SET_CONFIG_HINT)
         if not original_tenants(graph):  # there, only the platform declares a repo
@@ -351,7 +351,7 @@ async def run_set_yield(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"argument --paths-file: {exc}") from None
     snapshot = ExtractionSnapshot(checked.paths, args.extraction_identity, now_ms())
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await refuse_unknown_holder(graph, args.tenant)
         await refuse_unknown_manifest(graph, args.tenant, args.repo_slug)

@@ -130,14 +130,14 @@ def settings(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Se
 
 @pytest.fixture
 async def graph(settings: Settings) -> AsyncIterator[GraphDB]:
-    db = await open_graph(settings)
+    db = await open_graph(settings.state)
     yield db
     await db.close()
 
 
 @pytest.fixture
 async def vectors(settings: Settings) -> AsyncIterator[VectorStore]:
-    store = await VectorStore.open(settings)
+    store = await VectorStore.open(settings.chroma)
     yield store
     await store.close()
 

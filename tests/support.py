@@ -80,15 +80,15 @@ async def seed_acme_drift(settings: Settings) -> None:
     """Tenant `acme` at version 4 (repo `acme/repo`) and four of its chunks stamped 1 to 4
     (`old1`, `old2`: actionable; `grace`: within the version gap; `now`: current), ingested
     at 1,001 to 1,004: the drift the command tests tombstone and restore."""
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 4, "repoSlug": "acme/repo"})
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
             for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))])
     finally:
@@ -98,7 +98,7 @@ async def seed_acme_drift(settings: Settings) -> None:
 async def seed_concepts(settings: Settings, count: int) -> None:
     """Nodes `CONCEPT:c0` ... `CONCEPT:c<count - 1>`: the endpoints of the lines a test
     appends, present so that every line links."""
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         for c in range(count):
             await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")

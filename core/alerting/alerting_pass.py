@@ -106,31 +106,31 @@ async def alerting_tick(
     visibly rather than reporting that all is quiet); a delivery that fails does not. The
     rules were parsed (and the invalid ones warned about) once, when the settings were read.
     """
-    settings = context.settings
-    if not settings.alerting_enabled and not dry_run:
+    alerting = context.settings.alerting
+    if not alerting.enabled and not dry_run:
         log.info("alerting.disabled", message="alerting disabled "
                  "(set alertingEnabled = true to run passes)")
         return AlertingDisabled()
-    rules = settings.alert_rules
+    rules = alerting.rules
     if not dry_run:
         await scrub_stored_channels(context.graph)
     now = clock()
-    window = MetricWindow.ending_at(now, length_ms=settings.alert_window_ms)
+    window = MetricWindow.ending_at(now, length_ms=alerting.window_ms)
     rollup: list[dict[str, Any]] = []
     for scope in scopes_needed(rules.valid):
         rollup.extend(await ingestion_rollup(context.graph, window, per=scope))
-    cooldowns = await load_cooldowns(context.graph, since_ms=now - settings.alerting_cooldown_ms)
+    cooldowns = await load_cooldowns(context.graph, since_ms=now - alerting.cooldown_ms)
     evaluation = evaluate_alert_rules(
         rules.valid, rollup, cooldown_state=cooldowns, now_ms=now,
-        cooldown_ms=settings.alerting_cooldown_ms,
+        cooldown_ms=alerting.cooldown_ms,
     )
     deliveries: list[Delivery] = []
     if not dry_run and evaluation.alerts:
         deliveries = await deliver_alerts(evaluation.alerts, policy=delivery)
         await record_deliveries(context.graph, deliveries)
     return AlertingFigures(
-        enabled=settings.alerting_enabled, rules=rules.count, invalid_rules=len(rules.skipped),
-        window_ms=settings.alert_window_ms, rows_evaluated=len(rollup),
+        enabled=alerting.enabled, rules=rules.count, invalid_rules=len(rules.skipped),
+        window_ms=alerting.window_ms, rows_evaluated=len(rollup),
         fired=len(evaluation.alerts), suppressed=evaluation.suppressed,
         delivered=sum(d.delivered for d in deliveries),
         failed=sum(not d.delivered for d in deliveries),

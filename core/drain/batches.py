@@ -125,7 +125,7 @@ class BatchSettler:
     async def _is_outage(self, exc: Exception) -> bool:
         """Whether `exc` says a store is unavailable rather than that this batch's data made a
         call fail (`core.drain.faults.is_outage`)."""
-        s = self.settings
+        s = self.settings.chroma
         return await is_outage(exc, self.context.vectors,
                                (s.memory_collection, s.summary_collection))
 
@@ -141,7 +141,7 @@ class BatchSettler:
         backfill = await plan_backfill(self.graph, self.context.vectors, self.settings,
                                        missing, existing=present)
         plan = decide(triaged, _unresolved(missing, backfill),
-                      max_attempts=self.settings.lazy_edge_max_attempts, now_ms=now)
+                      max_attempts=self.settings.drain.lazy_edge_max_attempts, now_ms=now)
         if not self.dry_run:
             await self._write(batch, plan, backfill, now=now)
         self.state.account(plan, parsed, segment.id)
@@ -159,7 +159,7 @@ class BatchSettler:
 
     async def _write(self, batch: Batch, plan: BatchPlan, backfill: BackfillPlan,
                      *, now: int) -> None:
-        s, state = self.settings, self.state
+        s, state = self.settings.drain, self.state
         if plan.dead_letters:  # durable before the commit; a crash keeps them (readAt)
             state.dead_letters_size = await asyncio.to_thread(
                 append_locked, s.dead_letter_path, [d.record for d in plan.dead_letters])

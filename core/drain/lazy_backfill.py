@@ -91,7 +91,7 @@ async def _fetch_memories(
     if not keys:
         return []
     try:
-        rows = await vectors.get_by_ids(settings.memory_collection, keys)
+        rows = await vectors.get_by_ids(settings.chroma.memory_collection, keys)
     except CollectionMissing as exc:
         memories_unreadable(plan, keys, reason=Reason.NO_COLLECTION, error=str(exc))
         return []
@@ -111,7 +111,8 @@ async def _fetch_and_plan_sessions(
     if not session_keys:
         return None
     try:
-        rows = await vectors.get_where_in(settings.summary_collection, "sessionId", session_keys)
+        rows = await vectors.get_where_in(settings.chroma.summary_collection, "sessionId",
+                                          session_keys)
     except CollectionMissing as exc:
         return BackfillResult.of(Reason.NO_COLLECTION, None, str(exc))
     except VectorStoreError as exc:

@@ -74,9 +74,10 @@ async def _sync_batch(
     *,
     dry_run: bool,
 ) -> SyncStats:
-    summaries = await vectors.get_where_in(settings.summary_collection, "sessionId", session_ids)
+    summaries = await vectors.get_where_in(settings.chroma.summary_collection, "sessionId",
+                                           session_ids)
     try:
-        memories = await vectors.get_where_in(settings.memory_collection, "sessionId",
+        memories = await vectors.get_where_in(settings.chroma.memory_collection, "sessionId",
                                               session_ids)
     except CollectionMissing:
         # No memory collection yet: the sessions still land; their memories reach the graph
@@ -118,7 +119,7 @@ async def sessions_created_since(
     after `cutoff_ms` (see `core.drain.rules.ingest.add_to_window`)."""
     window = SessionWindow()
     seen: set[str] = set()
-    async for page in vectors.scan(settings.summary_collection):
+    async for page in vectors.scan(settings.chroma.summary_collection):
         add_to_window(window, page, cutoff_ms=cutoff_ms, seen=seen)
     if window.unparseable:
         log.warning("ingest.unparseable_created_at", count=window.unparseable,

@@ -77,7 +77,7 @@ async def drain_queue(
     another drainer runs, StoreUnavailable when a store fails (nothing lost either way),
     QueuePathIsSymlink (exit 2) when the queue path is a symbolic link."""
     started = time.monotonic()
-    refuse_symlinked_queue(context.settings.lazy_edges_queue_path)
+    refuse_symlinked_queue(context.settings.drain.lazy_edges_queue_path)
     drainer = _Drainer(context, dry_run=dry_run, clock=clock)
     try:
         with _cyclic_gc_paused():
@@ -86,7 +86,7 @@ async def drain_queue(
         # Disk full, permissions, a vanished folder: fail the tick like a store outage;
         # `.draining` (if any) stays for the next tick and nothing is lost.
         raise QueueFileError(f"queue file error: {exc}") from exc
-    drainer.state.log_malformed(context.settings.dead_letter_path)
+    drainer.state.log_malformed(context.settings.drain.dead_letter_path)
     return replace(drainer.state.stats,
                    duration_ms=int((time.monotonic() - started) * 1000))
 
@@ -123,10 +123,10 @@ class _Drainer:
 
     async def drain_under_lock(self) -> None:
         """The leftover `.draining` first, then the rotated queue, under the drainer lock."""
-        s, state = self.settings, self.state
+        s, state = self.settings.drain, self.state
         lock = drainer_lock(s.lazy_edges_queue_path).acquire()
         try:
-            if s.state_url:
+            if self.settings.state.url:
                 state.drainer = await asyncio.to_thread(drainer_id, s.lazy_edges_queue_path)
             if s.draining_path.exists():
                 state.stats = replace(state.stats, orphan_recovered=True)
@@ -154,7 +154,7 @@ class _Drainer:
         (only something outside the drainer can cause it): the file is drained from its first
         byte under a fresh segment, because resuming could skip lines nobody read, while
         starting over can at worst apply lines a second time, and says so in the log."""
-        s = self.settings
+        s = self.settings.drain
         segment = await asyncio.to_thread(read_sidecar, s.draining_path)
         if segment is not None:
             committed, dead_size = await drain_state.progress(self.graph, segment.id)
@@ -180,7 +180,7 @@ class _Drainer:
         sidecar), handing bytes a bare producer wrote meanwhile back to the live queue. When
         the daemon is stopping, return after the current batch and keep the file: the next
         start resumes after the committed offset."""
-        s, state = self.settings, self.state
+        s, state = self.settings.drain, self.state
         state.dead_letters_size = file_size(s.dead_letter_path)
         reader = await asyncio.to_thread(
             QueueReader, s.draining_path, start=start, spill_to=spill_dir(s.dead_letter_path),
@@ -210,7 +210,7 @@ class _Drainer:
     async def read_in_place(self) -> None:
         """Dry run: read `.draining` (from its committed offset) and the queue where they are;
         no lock, no rename, no write, no side file."""
-        s, state = self.settings, self.state
+        s, state = self.settings.drain, self.state
         state.drain_tables = await drain_state.table_exists(self.graph,
                                                             drain_state.TOKENS_TABLE)
         leftover = await asyncio.to_thread(read_sidecar, s.draining_path)

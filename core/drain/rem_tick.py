@@ -40,7 +40,7 @@ async def rem_tick(context: TickContext, dry_run: bool) -> RemTickFigures:
     started = now_ms()
     watermark = await get_value(context.graph, LIVE_INGEST_WATERMARK)
     since = int(watermark) if watermark and watermark.isdigit() else started
-    cutoff = since - settings.rem_live_ingest_overlap_ms
+    cutoff = since - settings.drain.rem_live_ingest_overlap_ms
     try:
         report = await live_ingest_since(context.graph, context.vectors, settings, cutoff,
                                          dry_run=dry_run)

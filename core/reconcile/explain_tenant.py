@@ -46,6 +46,6 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
                                f"{outcome.error}")
     tally = read.tallies[tenant_id]
     return build_plan(outcome, tally, policy, manifests,
-                      enabled=context.settings.reconciliation_enabled,
+                      enabled=context.settings.reconcile.enabled,
                       retention=await tenant_expiry(context, tenant), holds=holds)
 

@@ -109,16 +109,16 @@ async def retention_tick(context: TickContext, dry_run: bool
     `kb-reconcile gc`). Disabled and not a dry run: touches nothing. A dry run (or
     `gcAutoDelete` off) deletes nothing and writes no row; it reports what would expire."""
     settings = context.settings
-    if not settings.gc_enabled and not dry_run:
+    if not settings.gc.enabled and not dry_run:
         log.info("gc.disabled", message="retention disabled (set gcEnabled = true)")
         return RetentionDisabled()
-    deletes = settings.gc_auto_delete and not dry_run
-    cap = settings.reconciliation_max_deletes_per_tick
+    deletes = settings.gc.auto_delete and not dry_run
+    cap = settings.reconcile.max_deletes_per_tick
     if deletes and "reconciliationMaxDeletesPerTick" in settings.invalid_guards:
         log.warning("gc.guard_config_invalid", message="the delete cap is invalid: this "
                     "retention pass deletes nothing (fails closed)")
-    collection = settings.knowledge_base_collection
-    default = resolve_retention(settings.gc_retention)
+    collection = settings.chroma.knowledge_base_collection
+    default = resolve_retention(settings.gc.retention)
     tenants = await list_tenants(context.graph)
     try:
         collection_count = await context.vectors.count(collection) if tenants else 0
@@ -139,17 +139,17 @@ async def retention_tick(context: TickContext, dry_run: bool
         done.append(result)
         context.control.progress()
     deleted = sum(t.deleted_count for t in done)
-    defrag = defrag_recommended(threshold=settings.gc_defrag_threshold,
+    defrag = defrag_recommended(threshold=settings.gc.defrag_threshold,
                                 collection_count=collection_count, total_deleted=deleted)
     if defrag:
         log.warning("gc.defrag-recommended", deleted=deleted, collectionCount=collection_count,
                     message="this pass deleted more than gcDefragThreshold of the collection: "
                     "compact the vector index when convenient")
-    unrecorded = 0 if dry_run else await _record(context, done, settings.gc_auto_delete,
+    unrecorded = 0 if dry_run else await _record(context, done, settings.gc.auto_delete,
                                                  defrag)
     archives, archives_error = await _prune_archives(context, dry_run)
     return RetentionFigures(
-        enabled=settings.gc_enabled, auto_delete=settings.gc_auto_delete,
+        enabled=settings.gc.enabled, auto_delete=settings.gc.auto_delete,
         collection_count=collection_count, expired_count=sum(t.expired_count for t in done),
         deleted_count=deleted, defrag_recommended=defrag, tenants=tuple(done),
         failed_tenants=failed, unrecorded_rows=unrecorded, archives=archives,
@@ -175,9 +175,9 @@ async def tenant_expiry(context: TickContext, tenant: TenantConfig) -> TenantRet
     """What retention would take of one tenant now, nothing deleted (`reconcile explain`):
     the retention in force, the expired chunks per repo and their ids, oldest first."""
     settings = context.settings
-    target = DeletionTarget(context.vectors, settings.knowledge_base_collection,
+    target = DeletionTarget(context.vectors, settings.chroma.knowledge_base_collection,
                             settings.tombstones_dir, "explain")
-    retention = tenant_retention(resolve_retention(settings.gc_retention), tenant.stored_policy)
+    retention = tenant_retention(resolve_retention(settings.gc.retention), tenant.stored_policy)
     return await _collect_tenant(context, target, tenant, retention, deletes=False, cap=0,
                                  list_ids=True)
 

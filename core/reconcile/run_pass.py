@@ -60,7 +60,7 @@ async def reconcile_tick(
     starts over, so nothing is lost.
     """
     settings = context.settings
-    if not settings.reconciliation_enabled and not dry_run:
+    if not settings.reconcile.enabled and not dry_run:
         log.info("reconcile.disabled", message="reconciliation disabled "
                  "(set reconciliationEnabled = true to run passes)")
         return ReconcileDisabled()
@@ -82,7 +82,7 @@ async def reconcile_tick(
     outcomes = await reconcile_all_tenants(context, tenants, policy, manifests, recorder,
                                            holding=holding)
     return ReconcileFigures.of(
-        outcomes, enabled=settings.reconciliation_enabled, auto_tombstone=policy.auto_tombstone,
+        outcomes, enabled=settings.reconcile.enabled, auto_tombstone=policy.auto_tombstone,
         pass_id=policy.pass_id, spool_flushed=recorder.flushed,
         unrecorded_rows=spool.pending() + recorder.lost,
         stopped=len(outcomes) < len(tenants) or context.control.stopping)

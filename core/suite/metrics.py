@@ -111,7 +111,7 @@ class _QueueFiles(Collector):
         self._dead = _FileCount()
 
     def collect(self) -> Iterator[Metric]:
-        s = self.settings
+        s = self.settings.drain
         with self._lock:
             self._queue = _count(s.lazy_edges_queue_path, self._queue, reasons=False)
             self._dead = _count(s.dead_letter_path, self._dead, reasons=True)
@@ -271,7 +271,7 @@ class Metrics:
         """Each drainer's gauges from its recorded tick, and whether it is gone at `now` (one
         series per drainer: a drainer that moved host keeps only its new `host`; a drainer
         whose row was forgotten loses its series)."""
-        gauges = self.drainer_gauges
+        gauges, drain = self.drainer_gauges, self.settings.drain
         last_tick, ok, queue, dead, gone = gauges
         present = {d.queue.drainer for d in drainers}
         for name in [n for n in self._drainer_hosts if n not in present]:
@@ -286,8 +286,8 @@ class Metrics:
                     gauge.remove(name, shown)
             self._drainer_hosts[name] = host
             gone.labels(name, host).set(
-                1 if is_gone(d.tick.finished_at, now, interval_ms=self.settings.rem_interval_ms,
-                             intervals=self.settings.drainer_gone_intervals) else 0)
+                1 if is_gone(d.tick.finished_at, now, interval_ms=drain.rem_interval_ms,
+                             intervals=drain.drainer_gone_intervals) else 0)
             last_tick.labels(name, host).set(d.tick.finished_at / 1000)
             ok.labels(name, host).set(1 if d.tick.ok else 0)
             queue.labels(name, host).set(d.queue.queue_lines)

@@ -35,10 +35,10 @@ FOLLOW_INTERVAL_S = 15.0
 async def restore_drainers(metrics: Metrics, settings: Settings) -> None:
     """Before the first tick: every drainer's recorded tick, read without writing a byte (a
     store that does not exist yet has none). Best effort, as `read_restored_metrics`."""
-    if not settings.state_url and not settings.graph_db_path.exists():
+    if not settings.state.url and not settings.state.graph_db_path.exists():
         return
     try:
-        graph = await open_graph(settings, read_only=True)
+        graph = await open_graph(settings.state, read_only=True)
     except Exception:
         log.warning("metrics.drainers_unread", exc_info=True)
         return
@@ -56,7 +56,7 @@ async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> Rest
     try:
         restored, _drainers = await _read_recorded(settings, jobs)
     except Exception:
-        log.warning("metrics.restore_failed", path=str(settings.graph_db_path), exc_info=True)
+        log.warning("metrics.restore_failed", path=str(settings.state.graph_db_path), exc_info=True)
         return RestoredMetrics()
     log.info("metrics.restored", jobs=sorted(restored.last_success_s),
              tenants=len(restored.tenants))
@@ -66,7 +66,7 @@ async def read_restored_metrics(settings: Settings, jobs: Sequence[Job]) -> Rest
 async def _read_recorded(settings: Settings, jobs: Sequence[Job],
                          ) -> tuple[RestoredMetrics, tuple[DrainerTick, ...]]:
     """What the state records for `jobs`, and every drainer's last tick (read-only)."""
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         ticks = await last_ticks(graph)
         stamps = await last_success_stamps(graph)
@@ -85,7 +85,7 @@ async def follow_recorded_state(settings: Settings, metrics: Metrics, jobs: Sequ
     (`Metrics.follow`). A read that fails is logged once per outage and retried."""
     failing = False
     while not await wait_for_stop(stop, every_s):
-        if not settings.state_url and not settings.graph_db_path.exists():
+        if not settings.state.url and not settings.state.graph_db_path.exists():
             continue
         try:
             recorded, drainers = await _read_recorded(settings, jobs)

@@ -114,12 +114,12 @@ def daemons_stopped(settings: Settings, *,
     ever ran there) and is not created."""
     locks: list[ProcessLock] = []
     try:
-        queue = settings.lazy_edges_queue_path
+        queue = settings.drain.lazy_edges_queue_path
         if queue.parent.is_dir():
             locks.append(drainer_lock(queue).acquire())
-        if not settings.server_mode and settings.chroma_path.is_dir():
-            locks.append(ProcessLock(settings.chroma_path / STORE_LOCK_NAME,
-                                     purpose=f"embedded Chroma store {settings.chroma_path}",
+        if not settings.chroma.server_mode and settings.chroma.path.is_dir():
+            locks.append(ProcessLock(settings.chroma.path / STORE_LOCK_NAME,
+                                     purpose=f"embedded Chroma store {settings.chroma.path}",
                                      hint=hint).acquire())
         yield
     finally:
@@ -137,11 +137,11 @@ async def migrate_state(settings: Settings, *, target_url: str,
     if page_rows < 1:
         raise ValueError(f"page_rows must be at least 1, not {page_rows}")
     url = _checked_target(target_url)
-    if settings.state_url:
-        raise ConfigError(f"stateUrl is already {settings.state_url}: nothing to migrate from "
+    if settings.state.url:
+        raise ConfigError(f"stateUrl is already {settings.state.url}: nothing to migrate from "
                           "(kb-migrate reads the SQLite file at graphDbPath; give it the "
                           "configuration the daemons use on SQLite)")
-    source = settings.graph_db_path
+    source = settings.state.graph_db_path
     if not source.is_file():
         raise ConfigError(f"{source}: no SQLite state file there (graphDbPath); nothing to "
                           "migrate")
@@ -175,7 +175,7 @@ async def _copy_snapshot(settings: Settings, snapshot: SqliteSnapshot, url: str,
                                   "into an empty database only (nothing was written)")
         drainer: str | None = None
         if "drain_generations" in tables and await snapshot.row_count("drain_generations"):
-            drainer = await asyncio.to_thread(drainer_id, settings.lazy_edges_queue_path)
+            drainer = await asyncio.to_thread(drainer_id, settings.drain.lazy_edges_queue_path)
         copied: list[tuple[CopyPlan, TableTally, int]] = []
         for table in tables:
             plan = await _plan(snapshot, load, table, drainer=drainer)

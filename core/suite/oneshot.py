@@ -118,13 +118,13 @@ async def run_jobs_once(settings: Settings, jobs: Sequence[Job], *, dry_run: boo
     PostgreSQL the run takes the leader lock for its duration, and is refused (LockHeld,
     exit 1) while another host leads.
     """
-    if elected is not None and needs_election(settings.state_url, elected=True,
+    if elected is not None and needs_election(settings.state.url, elected=True,
                                               dry_run=dry_run):
-        leadership = Leadership(settings.state_url, holder=holder_name(elected),
+        leadership = Leadership(settings.state.url, holder=holder_name(elected),
                                 lease_ms=lease_ms_for(j.interval_ms for j in jobs))
         async with leadership.running():
             if leadership.unreachable is not None:
-                raise StoreUnavailable(f"PostgreSQL {settings.state_url}: store unavailable, "
+                raise StoreUnavailable(f"PostgreSQL {settings.state.url}: store unavailable, "
                                        f"nothing lost ({leadership.unreachable})")
             if not leadership.leads:
                 raise LockHeld(f"another host leads the {elected} passes; this run would "

@@ -139,7 +139,7 @@ class DaemonRunner:
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         graph = await open_when_reachable(
-            partial(open_reopening, partial(open_graph, self.settings,
+            partial(open_reopening, partial(open_graph, self.settings.state,
                                             read_only=self.options.dry_run),
                     retry_max_s=self.options.restart_backoff_max_s),
             stop=stop, what=f"{self.spec.name} state", max_s=self.options.restart_backoff_max_s)
@@ -227,11 +227,11 @@ class DaemonRunner:
     def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
         """The jobs as this host runs them: gated by a `Leadership` when the daemon is
         elected on a shared state (none otherwise: one host, as before)."""
-        if not needs_election(self.settings.state_url, elected=self.spec.elected,
+        if not needs_election(self.settings.state.url, elected=self.spec.elected,
                               dry_run=self.options.dry_run):
             return None, self.spec.jobs
         leadership = Leadership(
-            self.settings.state_url, holder=holder_name(self.spec.name),
+            self.settings.state.url, holder=holder_name(self.spec.name),
             lease_ms=lease_ms_for(j.interval_ms for j in self.spec.jobs),
             on_acquired=self._carry_on_schedule, on_heartbeat=self.metrics.show_leadership)
         return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
@@ -243,7 +243,7 @@ class DaemonRunner:
         if self.scheduler is None:
             return
         # A connection of its own: the runner's may be in use by a tick right now.
-        graph = await open_graph(self.settings, read_only=True)
+        graph = await open_graph(self.settings.state, read_only=True)
         try:
             previous = await last_ticks(graph)
         finally:

@@ -70,7 +70,7 @@ async def _open_vectors(
 ) -> VectorStore | None:
     """Open Chroma, retrying with backoff while a server is unreachable; None if stopped
     first. A held embedded store is fatal (LockHeld): waiting would not free it."""
-    return await open_when_reachable(partial(VectorStore.open, settings, via_daemon=False),
+    return await open_when_reachable(partial(VectorStore.open, settings.chroma, via_daemon=False),
                                      stop=stop, what="chroma",
                                      max_s=options.restart_backoff_max_s)
 
@@ -125,7 +125,7 @@ async def serve(
     jobs = [job for spec in specs for job in spec.jobs]
     metrics.start(jobs, await read_restored_metrics(settings, jobs))
     await restore_drainers(metrics, settings)
-    if not settings.state_url:  # SQLite: one host, whose reconcile daemon (if any) leads
+    if not settings.state.url:  # SQLite: one host, whose reconcile daemon (if any) leads
         for spec in (s for s in specs if s.elected):
             metrics.show_leadership(leads=True, holder=holder_name(spec.name))
     key, port = metrics_port or ("metricsPort", settings.metrics_port)
@@ -159,8 +159,8 @@ async def _serve_until_stopped(
         vectors = await _open_vectors(settings, stop, options)
         if vectors is None:
             return 0
-        if not settings.server_mode:  # the commands beside the daemon reach the store here
-            door = await StoreDoor.open(vectors, settings.chroma_path)
+        if not settings.chroma.server_mode:  # the commands beside the daemon reach the store here
+            door = await StoreDoor.open(vectors, settings.chroma.path)
         runners = [DaemonRunner(spec, settings=settings, vectors=vectors, options=options,
                                 metrics=metrics, clock=clock) for spec in specs]
         supervised = [asyncio.create_task(_supervise(r, stop, options), name=r.spec.name)

@@ -264,8 +264,8 @@ async def _drainers(graph: GraphDB, ticks: dict[str, TickShown], settings: Setti
     queue figures."""
 
     def gone(finished_at: int) -> bool:
-        return is_gone(finished_at, now, interval_ms=settings.rem_interval_ms,
-                       intervals=settings.drainer_gone_intervals)
+        return is_gone(finished_at, now, interval_ms=settings.drain.rem_interval_ms,
+                       intervals=settings.drain.drainer_gone_intervals)
 
     rows = await last_drainer_ticks(graph)
     if rows:
@@ -282,9 +282,9 @@ async def _drainers(graph: GraphDB, ticks: dict[str, TickShown], settings: Setti
 
 async def _leader(settings: Settings) -> LeaderShown:
     """Who holds the reconcile leader lock now (a session of its own, which writes nothing)."""
-    if not settings.state_url:
+    if not settings.state.url:
         return LeaderShown(NOT_ELECTED, None)
-    return LeaderShown(ELECTED, await current_leader(settings.state_url))
+    return LeaderShown(ELECTED, await current_leader(settings.state.url))
 
 
 def _detail_count(report: StaleReport | None, key: str, *, fallback: bool = False
@@ -344,30 +344,30 @@ async def gather_status(settings: Settings, *, now: int | None = None) -> Status
     """Everything `daemons.status` shows. Read-only; never opens Chroma; a missing file or
     database is shown as absent, not raised."""
     queue, draining, dead, archives = await asyncio.gather(
-        asyncio.to_thread(describe_queue_file, settings.lazy_edges_queue_path),
-        asyncio.to_thread(describe_queue_file, settings.draining_path),
-        asyncio.to_thread(count_dead_letters, settings.dead_letter_path),
+        asyncio.to_thread(describe_queue_file, settings.drain.lazy_edges_queue_path),
+        asyncio.to_thread(describe_queue_file, settings.drain.draining_path),
+        asyncio.to_thread(count_dead_letters, settings.drain.dead_letter_path),
         asyncio.to_thread(describe_archive_folder, settings.tombstones_dir),
     )
     report = StatusReport(
-        leader=LeaderShown(ELECTED if settings.state_url else NOT_ELECTED, None),
+        leader=LeaderShown(ELECTED if settings.state.url else NOT_ELECTED, None),
         generated_at=now if now is not None else now_ms(),
         config=ConfigShown(
             str(settings.source) if settings.source is not None else None,
             str(settings.data_dir),
-            settings.chroma_url_shown if settings.server_mode else str(settings.chroma_path),
-            settings.memory_core_url if settings.memory_core_apart else None),
-        queue=QueueFileStatus.of(settings.lazy_edges_queue_path, queue),
-        draining=QueueFileStatus.of(settings.draining_path, draining),
-        dead_letters=DeadLetterStatus.of(settings.dead_letter_path, dead),
-        graph=GraphStatus(state_location(settings), present=False),
+            settings.chroma.url_shown if settings.chroma.server_mode else str(settings.chroma.path),
+            settings.chroma.memory_core_url if settings.chroma.memory_core_apart else None),
+        queue=QueueFileStatus.of(settings.drain.lazy_edges_queue_path, queue),
+        draining=QueueFileStatus.of(settings.drain.draining_path, draining),
+        dead_letters=DeadLetterStatus.of(settings.drain.dead_letter_path, dead),
+        graph=GraphStatus(state_location(settings.state), present=False),
         archives=archives,
     )
     # A database at `stateUrl` is always there to read (an unreachable one is an outage,
     # StoreUnavailable); only the SQLite file may not have been created yet.
-    if not settings.state_url and not settings.graph_db_path.exists():
+    if not settings.state.url and not settings.state.graph_db_path.exists():
         return report
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         tables = await graph.table_names()
         ticks = await _ticks(graph, tables)

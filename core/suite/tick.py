@@ -87,11 +87,11 @@ async def open_context(
     `vectors`, when given, is an already open store shared between daemons in one process (an
     embedded store admits one opener per process); it is not closed here.
     """
-    graph = await open_graph(settings, read_only=dry_run)
+    graph = await open_graph(settings.state, read_only=dry_run)
     try:
         own_vectors = vectors is None
         opener = VectorStore.open_for_dry_run if dry_run else VectorStore.open
-        store = vectors if vectors is not None else await opener(settings)
+        store = vectors if vectors is not None else await opener(settings.chroma)
         try:
             yield TickContext(settings, graph, store, control or TickControl())
         finally:

@@ -45,21 +45,22 @@ def build_forget_parser(script: str) -> Parser:
 async def run_forget(args: argparse.Namespace) -> int:
     """Forget the drainer `args.drainer` names, if it is gone."""
     settings = load_settings(args.config)
-    if not settings.state_url:
+    if not settings.state.url:
         raise ConfigError("a SQLite state has one drainer, this host's: nothing to forget "
                           "(kb-drain forget is for a shared PostgreSQL state, stateUrl)")
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         ticks = {t.queue.drainer: t for t in await last_drainer_ticks(graph)}
         tick = ticks[named_drainer(args.drainer, ticks)]
         name, finished = shown_name(tick.queue.drainer), tick.tick.finished_at
-        window = gone_after_ms(settings.rem_interval_ms, settings.drainer_gone_intervals)
-        if not is_gone(finished, now_ms(), interval_ms=settings.rem_interval_ms,
-                       intervals=settings.drainer_gone_intervals):
+        drain = settings.drain
+        window = gone_after_ms(drain.rem_interval_ms, drain.drainer_gone_intervals)
+        if not is_gone(finished, now_ms(), interval_ms=settings.drain.rem_interval_ms,
+                       intervals=settings.drain.drainer_gone_intervals):
             raise ConfigError(
                 f"drainer {name} (host {tick.queue.host}) is not gone: its last tick finished "
                 f"at {iso_from_ms(finished)}; it is gone from {iso_from_ms(finished + window)} "
-                f"(drainerGoneIntervals = {settings.drainer_gone_intervals} x remIntervalMs)")
+                f"(drainerGoneIntervals = {settings.drain.drainer_gone_intervals} x remIntervalMs)")
         if not await forget_drainer(graph, tick):
             raise KbError(f"drainer {name} ticked while it was being forgotten: its row stays")
     finally:

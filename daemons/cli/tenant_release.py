@@ -19,7 +19,7 @@ async def run_release(args: argparse.Namespace) -> int:
     """Release the tenant's holds (of the archive named, by its file name); print how many."""
     archive = Path(args.archive).name if args.archive is not None else None
     settings = load_settings(args.config)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         holds = await tenant_holds(graph, args.tenant)
         if not holds:

@@ -20,7 +20,7 @@ async def run_remove(args: argparse.Namespace) -> int:
     print `<tenant> <repo>: manifest removed`, or that there was nothing to remove."""
     snapshot_only = args.command == "remove-yield"
     settings = load_settings(args.config)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await refuse_unknown_holder(graph, args.tenant)
         removal = await remove_manifest_entry(graph, args.tenant, args.repo_slug,

@@ -46,9 +46,9 @@ def on(config: Path, module: str, *args: str) -> subprocess.CompletedProcess[str
 
 async def _seed(settings: Settings) -> None:
     """Four chunks of `acme` at version 1 (stale at version 3, gap 2) and one current."""
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             *((i, {"tenantId": "acme", "tenantConfigVersion": 1, "ingestedAt": 1_000 + n,
                    "sourcePath": f"{i}.md"}) for n, i in enumerate(STALE)),
             ("now", {"tenantId": "acme", "tenantConfigVersion": 3, "ingestedAt": 2_000})])
@@ -57,25 +57,26 @@ async def _seed(settings: Settings) -> None:
 
 
 async def _rows(settings: Settings, ids: tuple[str, ...]) -> dict[str, ChromaRow]:
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        rows = await vectors.get_by_ids(settings.knowledge_base_collection, ids, include=WHOLE)
+        rows = await vectors.get_by_ids(settings.chroma.knowledge_base_collection, ids,
+                                        include=WHOLE)
     finally:
         await vectors.close()
     return {row.id: row for row in rows}
 
 
 async def _reingest(settings: Settings, row: ChromaRow) -> None:
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await vectors.upsert(settings.knowledge_base_collection, [row])
+        await vectors.upsert(settings.chroma.knowledge_base_collection, [row])
     finally:
         await vectors.close()
 
 
 async def _sql(settings: Settings, statement: str) -> None:
     """A statement of the test's own on the shared state (a fault, a tampering)."""
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             await tx.execute(statement)
@@ -228,11 +229,11 @@ async def _old_shared_archive(settings: Settings, *, days_ago: int) -> Path:
     from core.reconcile.stores.archives.shared import SharedArchives
 
     archive = TombstoneArchive.new_unsynced(
-        settings.tombstones_dir, collection=settings.knowledge_base_collection,
+        settings.tombstones_dir, collection=settings.chroma.knowledge_base_collection,
         tenant_id="acme", pass_id="old-pass", now_ms=now_ms() - days_ago * 86_400_000,
         first_page=ColumnPage(["gone"], [{"tenantId": "acme"}], ["doc"], [[0.5, 0.25]]))
     sync_archives([archive])
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await SharedArchives(graph, host="a").store([archive])
     finally:

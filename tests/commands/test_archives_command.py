@@ -45,7 +45,7 @@ def listing(config: str, *argv: str, capsys: pytest.CaptureFixture[str]) -> dict
 async def _seed(tmp_path: Path, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
     from core.base.chroma import VectorStore
 
-    vectors = await VectorStore.open(make_settings(tmp_path))
+    vectors = await VectorStore.open(make_settings(tmp_path).chroma)
     try:
         await seed(vectors, KB, list(rows))
     finally:

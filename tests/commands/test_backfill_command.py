@@ -50,12 +50,12 @@ async def seed_sessions(
     vectors: VectorStore, settings: Settings, summaries: Sequence[tuple[str, Mapping[str, Any]]],
     *, memories_per_session: int = 1,
 ) -> None:
-    await seed(vectors, settings.summary_collection, summaries)
+    await seed(vectors, settings.chroma.summary_collection, summaries)
     memories = [(f"{m['sessionId']}-m{i}", {"sessionId": m["sessionId"], "createdAt": 1,
                                            "userId": "u"})
                 for _, m in summaries for i in range(memories_per_session)]
     if memories:
-        await seed(vectors, settings.memory_collection, memories)
+        await seed(vectors, settings.chroma.memory_collection, memories)
 
 
 async def backfill(stores: TickContext, *, days: int = 7, dry_run: bool = False,
@@ -185,7 +185,7 @@ async def test_a_store_that_is_down_stops_the_run_instead_of_failing_each_sessio
 ) -> None:
     await seed_sessions(vectors, settings, [summary(f"s{i}", now_ms() - DAY_MS)
                                             for i in range(3)])
-    chroma_fault(settings.memory_collection, "get")
+    chroma_fault(settings.chroma.memory_collection, "get")
     with pytest.raises(StoreUnavailable, match="every session of a batch of 3"):
         await backfill(TickContext(settings, graph, vectors), days=7)
     assert await count_rows(graph, "nodes") == 0
@@ -207,14 +207,14 @@ async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_
     tmp_path: Path,
 ) -> None:
     settings = make_settings(tmp_path)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         await seed_sessions(vectors, settings, [summary(s, now_ms() - DAY_MS)
                                                 for s in ("a", "poisoned", "c")])
     finally:
         await vectors.close()
-    await (await open_graph(settings)).close()  # creates the schema
-    poison_session_node(settings.graph_db_path, "poisoned")
+    await (await open_graph(settings.state)).close()  # creates the schema
+    poison_session_node(settings.state.graph_db_path, "poisoned")
 
     done = run_backfill_process(tmp_path, "--days", "7", "--json")
     assert done.returncode == 1, done.stderr
@@ -222,7 +222,7 @@ async def test_a_failing_session_is_listed_the_others_are_ingested_and_the_exit_
     assert figures["ok"] is False and figures["failureCount"] == 1
     assert figures["failures"][0].startswith("[poisoned] IntegrityError")
     assert "poisoned" in done.stderr  # the log names it too
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         assert await existing_ids(graph, ["session:a", "session:poisoned", "session:c"]) == {
             "session:a", "session:c"}
@@ -237,22 +237,22 @@ async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_not
     tmp_path: Path,
 ) -> None:
     settings = make_settings(tmp_path)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         await seed_sessions(vectors, settings, [summary(s, now_ms() - DAY_MS) for s in "ab"],
                             memories_per_session=2)
     finally:
         await vectors.close()
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     await upsert_node(graph, "CONCEPT:x", "CONCEPT")
     await graph.close()
-    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
-    settings.lazy_edges_queue_path.write_bytes(
+    settings.drain.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.drain.lazy_edges_queue_path.write_bytes(
         b'{"source":"CONCEPT:x","target":"memory:a-m0","relationship":"MENTIONED_IN"}\n'
         b'not json\n')
-    files = [settings.graph_db_path, settings.lazy_edges_queue_path]
+    files = [settings.state.graph_db_path, settings.drain.lazy_edges_queue_path]
     before = {p: p.read_bytes() for p in files}
-    listing = sorted(settings.lazy_edges_queue_path.parent.iterdir())
+    listing = sorted(settings.drain.lazy_edges_queue_path.parent.iterdir())
 
     done = run_backfill_process(tmp_path, "--days", "7", "--dry-run", "--json")
     assert done.returncode == 0, done.stderr
@@ -262,10 +262,10 @@ async def test_a_dry_run_counts_sessions_memories_and_queue_lines_and_writes_not
     assert figures["liveIngest"]["memoriesUpserted"] == 4
     assert figures["drain"]["totalLines"] == 2
     assert {p: p.read_bytes() for p in files} == before
-    assert sorted(settings.lazy_edges_queue_path.parent.iterdir()) == listing
+    assert sorted(settings.drain.lazy_edges_queue_path.parent.iterdir()) == listing
     # A read-only reader of a WAL database leaves an empty -wal (and a -shm index) behind:
     # SQLite's read protocol, not data.
-    wal = Path(f"{settings.graph_db_path}-wal")
+    wal = Path(f"{settings.state.graph_db_path}-wal")
     assert not wal.exists() or wal.stat().st_size == 0
 
 
@@ -309,7 +309,7 @@ def test_the_bar_counts_to_its_total_and_ends_with_a_newline() -> None:
 async def test_summaries_without_a_memory_collection_still_bring_their_sessions(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [summary(f"s{i}", now_ms() - DAY_MS) for i in range(3)])
     figures = await backfill(TickContext(settings, graph, vectors), days=7)
     assert figures["ok"] is True
@@ -320,7 +320,7 @@ async def test_summaries_without_a_memory_collection_still_bring_their_sessions(
 
 async def test_the_summary_for_a_person_counts_in_the_singular_for_one(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         await seed_sessions(vectors, settings, [summary("only", now_ms() - DAY_MS)],
                             memories_per_session=1)

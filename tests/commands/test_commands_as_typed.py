@@ -34,8 +34,8 @@ def script(name: str, *args: str, home: Path) -> subprocess.CompletedProcess[str
 
 async def one_stale_chunk(tmp_path: Path) -> Path:
     settings = make_settings(tmp_path)
-    graph = await open_graph(settings)
-    vectors = await VectorStore.open(settings)
+    graph = await open_graph(settings.state)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 3, "repoSlug": "acme/repo"})

@@ -39,14 +39,14 @@ def run(tmp_path: Path, module: str, *args: str, stdin: str | None = None
 async def _seed_chroma(settings: Settings) -> None:
     """A memory and a session summary to back-fill, and four chunks of tenant `acme`
     stamped with versions 1..4."""
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [("m1", {"sessionId": "s1", "createdAt": 1_000, "userId": "u"})])
-        await seed(vectors, settings.summary_collection,
+        await seed(vectors, settings.chroma.summary_collection,
                    [("sum1", {"sessionId": "s1", "title": "t", "createdAt": 1_000,
                               "userId": "u"})])
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
             for i, v in (("old1", 1), ("old2", 2), ("grace", 3), ("now", 4))])
     finally:
@@ -54,7 +54,7 @@ async def _seed_chroma(settings: Settings) -> None:
 
 
 async def _edge_and_counts(settings: Settings) -> tuple[Any, int]:
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         edge = await read_edge(graph, "memory:m1", "session:s1", "MENTIONS")
         return edge, await count_rows(graph, "kb_ingestion_metrics")
@@ -96,7 +96,7 @@ def test_every_command_runs_on_postgresql_and_writes_its_state_there(
 
     edge, reports = asyncio.run(_edge_and_counts(settings))
     assert edge is not None and reports == 1  # one reconcile row (the dry run writes none)
-    assert not settings.graph_db_path.exists()
+    assert not settings.state.graph_db_path.exists()
 
     shown = run(tmp_path, "daemons.status", "--json")
     assert shown.returncode == 0, shown.stderr

@@ -326,9 +326,9 @@ def test_a_folder_with_an_older_or_torn_footprint_is_refused(tmp_path: Path) -> 
 async def test_the_demo_refuses_a_store_that_holds_other_data(tmp_path: Path) -> None:
     (tmp_path / "kb.toml").write_text('[knowledgeBase]\ndataDir = "data"\n')
     settings = make_settings(tmp_path)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [(f"real-{i}", {"sessionId": "real", "createdAt": 1}) for i in range(30)])
     finally:
         await vectors.close()

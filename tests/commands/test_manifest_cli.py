@@ -80,15 +80,15 @@ def prepare(config: Path, chunks: list[tuple[str, dict[str, Any]]]) -> None:
     settings = load_config(str(config)).settings
 
     async def write() -> None:
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
             await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                               {"version": 1, "repoSlug": "r"})
         finally:
             await graph.close()
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
-            await seed(vectors, settings.knowledge_base_collection, chunks)
+            await seed(vectors, settings.chroma.knowledge_base_collection, chunks)
         finally:
             await vectors.close()
 
@@ -105,10 +105,10 @@ def left(config: Path) -> set[str]:
     settings = load_config(str(config)).settings
 
     async def read() -> set[str]:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             return {r.id for page in [p async for p in vectors.scan(
-                settings.knowledge_base_collection, include=())] for r in page}
+                settings.chroma.knowledge_base_collection, include=())] for r in page}
         finally:
             await vectors.close()
 
@@ -374,7 +374,7 @@ def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_
     settings = load_config(str(config)).settings
 
     async def record_wrong_manifest() -> None:  # what an older set-manifest let through
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
             await set_tenant_manifest(graph, "acme", RepoManifest(
                 "r", ("./lib/0.py", "./lib/1.py"), ingested + 1_000))
@@ -399,7 +399,7 @@ def test_a_manifest_orphaning_most_of_its_repo_is_held_at_pass_time_and_deletes_
     assert "the manifest-mismatch guard holds the orphans of r" in text.stdout
 
     async def detail() -> dict[str, Any]:
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
             [(raw,)] = await graph.query("SELECT detail FROM kb_ingestion_metrics")
         finally:

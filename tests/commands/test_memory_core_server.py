@@ -66,18 +66,18 @@ async def prepare(settings: Settings) -> None:
     sessions of the original's rows: `live` summarized now, `old` a month ago, whose memory a
     queued line names."""
     await seed_acme_drift(settings)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         now = now_ms()
-        await seed(vectors, settings.summary_collection, [
+        await seed(vectors, settings.chroma.summary_collection, [
             ("summary_live", {"sessionId": "live", "timestamp": now, "title": "Live"}),
             ("summary_old", {"sessionId": "old", "timestamp": now - 30 * 86_400_000})])
-        await seed(vectors, settings.memory_collection, [
+        await seed(vectors, settings.chroma.memory_collection, [
             ("m-live", {"sessionId": "live", "timestamp": now, "userId": "tobiu"}),
             ("m-old", {"sessionId": "old", "timestamp": 1, "userId": "tobiu"})])
     finally:
         await vectors.close()
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
     queue.write_text(json.dumps({"source": "memory:m-old", "target": "session:live",
                                  "relationship": "REFERENCED_BY"}) + "\n")
@@ -89,7 +89,7 @@ def test_drain_and_reconcile_each_read_their_own_server_and_create_nothing_on_th
     kb, memory = servers
     config = write_config(tmp_path, kb_url=kb.url, memory_url=memory.url)
     settings = load_config(str(config), environ={}).settings
-    assert settings.memory_core_apart
+    assert settings.chroma.memory_core_apart
     asyncio.run(prepare(settings))
     assert set(collections_on(kb)) == {"neo-knowledge-base"}
     assert set(collections_on(memory)) == {"neo-agent-memory", "neo-agent-sessions"}
@@ -106,7 +106,7 @@ def test_drain_and_reconcile_each_read_their_own_server_and_create_nothing_on_th
     assert (acme["scanned"], acme["staleCount"], acme["actionableCount"]) == (3, 3, 2)
 
     async def nodes() -> dict[str, Any]:
-        graph = await open_graph(settings, read_only=True)
+        graph = await open_graph(settings.state, read_only=True)
         try:
             return {i: n.properties if (n := await read_node(graph, i)) else None
                     for i in ("session:live", "memory:m-live", "memory:m-old", "session:old")}
@@ -156,14 +156,14 @@ async def test_a_memory_server_that_failed_is_tried_again_and_never_after_close(
     config = write_config(tmp_path, kb_url=kb.url,
                           memory_url=f"http://127.0.0.1:{free_port()}")
     settings = load_config(str(config), environ={}).settings
-    store = await VectorStore.open(settings)
+    store = await VectorStore.open(settings.chroma)
     for _ in range(2):  # each call tries the server again; none leaves a connection behind
         with pytest.raises(StoreUnavailable, match="cannot open"):
-            await store.count(settings.memory_collection)
+            await store.count(settings.chroma.memory_collection)
     assert store._memory_core is None
     await store.close()
     with pytest.raises(StoreUnavailable, match="store is closed"):
-        await store.count(settings.memory_collection)
+        await store.count(settings.chroma.memory_collection)
     assert store._memory_core is None
 
 

@@ -57,7 +57,8 @@ def sqlite_counts(path: Path) -> dict[str, int]:
 
 
 async def _pg(url: str, sql: str) -> list[tuple[Any, ...]]:
-    graph = await open_graph(make_settings(Path("/nonexistent"), stateUrl=url), read_only=True)
+    state = make_settings(Path("/nonexistent"), stateUrl=url).state
+    graph = await open_graph(state, read_only=True)
     try:
         return [tuple(r) for r in await graph.query(sql)]
     finally:

@@ -53,15 +53,15 @@ def write_config(root: Path, extra: str = "") -> Path:
 
 async def seed_chroma(root: Path) -> None:
     settings = make_settings(root, dataDir=str(root / "data"))
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [(f"m{i}", {"sessionId": "s1", "timestamp": INGESTED_MS, "userId": "tobiu",
                                "createdAt": "2026-08-01T00:00:00Z"}) for i in (1, 2)])
-        await seed(vectors, settings.summary_collection,
+        await seed(vectors, settings.chroma.summary_collection,
                    [("summary_s1", {"sessionId": "s1", "title": "First", "userId": "tobiu",
                                     "createdAt": "2099-01-01T00:00:00Z"})])
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (f"c{v}", {"tenantId": "acme", "repoSlug": "github.com/acme/repo",
                        "sourcePath": f"f{v}.md", "tenantConfigVersion": v,
                        "ingestedAt": INGESTED_MS + v}) for v in (1, 2, 4)])

@@ -49,12 +49,12 @@ async def _seed_memories(tmp_path: Path) -> None:
     from core.base.chroma import VectorStore
 
     settings = make_settings(tmp_path)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [(f"m{i}", {"sessionId": "s1", "createdAt": 1_700_000_000_000})
                     for i in range(3)])
-        await seed(vectors, settings.summary_collection,
+        await seed(vectors, settings.chroma.summary_collection,
                    [("sum1", {"sessionId": "s1", "createdAt": 1_700_000_000_000})])
     finally:
         await vectors.close()

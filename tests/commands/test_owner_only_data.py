@@ -87,18 +87,18 @@ def test_commands_and_daemons_under_umask_022_create_only_owner_only_paths(
     seeded = run(tmp_path, "daemons.demo", "--json", "--config", str(config))
     assert seeded.returncode == 0, seeded.stderr[-3000:]
     settings = load_config(str(config)).settings
-    with settings.lazy_edges_queue_path.open("ab") as queue:  # exists: keeps its mode
+    with settings.drain.lazy_edges_queue_path.open("ab") as queue:  # exists: keeps its mode
         queue.write(b'{"source": "memory:x"\n' + b'{"pad": "' + b"x" * (1 << 20) + b'"}\n')
 
     run_daemons_until_both_ticked(tmp_path, config)
     archives = sorted(settings.tombstones_dir.iterdir())
     assert archives, "the pass tombstoned nothing"
-    assert settings.dead_letter_path.exists()
-    assert list(spill_dir(settings.dead_letter_path).iterdir()), "the over-limit line's bytes"
+    assert settings.drain.dead_letter_path.exists()
+    assert list(spill_dir(settings.drain.dead_letter_path).iterdir()), "the over-limit line's bytes"
 
     # SQLite refuses the pass's telemetry rows (at once: a held lock would cost busy_timeout
     # per write), so the pass spools them.
-    refusing = sqlite3.connect(settings.graph_db_path, isolation_level=None)
+    refusing = sqlite3.connect(settings.state.graph_db_path, isolation_level=None)
     refusing.execute("CREATE TRIGGER refuse BEFORE INSERT ON kb_ingestion_metrics "
                      "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
     try:

@@ -25,7 +25,7 @@ def chunk(row_id: str, tenant: str, stamp: int) -> tuple[str, dict[str, Any]]:
 async def _seed(tmp_path: Path, rows: Sequence[tuple[str, dict[str, Any]]]) -> None:
     from core.base.chroma import VectorStore
 
-    vectors = await VectorStore.open(make_settings(tmp_path))
+    vectors = await VectorStore.open(make_settings(tmp_path).chroma)
     try:
         await seed(vectors, KB, list(rows))
     finally:

@@ -41,9 +41,9 @@ def prepare(config: Path) -> Settings:
 
 def chunk_count(settings: Settings) -> int:
     async def count() -> int:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
-            return await vectors.count(settings.knowledge_base_collection)
+            return await vectors.count(settings.chroma.knowledge_base_collection)
         finally:
             await vectors.close()
 
@@ -99,14 +99,14 @@ def test_a_dry_run_works_while_disabled_and_writes_nothing(tmp_path: Path) -> No
     config = write_config(tmp_path, reconciliationAutoTombstone=True,
                           reconciliationMaxStaleFraction=1.0)
     settings = prepare(config)
-    before = settings.graph_db_path.read_bytes()
+    before = settings.state.graph_db_path.read_bytes()
 
     result = run(tmp_path, "--tick", "--dry-run", "--json", "--config", str(config))
 
     assert result.returncode == 0, result.stderr
     [tenant] = json.loads(result.stdout)["tenants"]
     assert (tenant["actionableCount"], tenant["tombstonedCount"]) == (2, 0)
-    assert settings.graph_db_path.read_bytes() == before
+    assert settings.state.graph_db_path.read_bytes() == before
     assert not settings.tombstones_dir.exists()
     assert chunk_count(settings) == 4
 
@@ -246,7 +246,7 @@ def test_a_pass_whose_telemetry_cannot_be_written_fails_and_the_next_pass_writes
                           reconciliationAutoTombstone=True,
                           reconciliationMaxStaleFraction=1.0)
     settings = prepare(config)
-    holder = sqlite3.connect(settings.graph_db_path, timeout=0)
+    holder = sqlite3.connect(settings.state.graph_db_path, timeout=0)
     holder.execute("BEGIN IMMEDIATE")
     try:
         locked = run(tmp_path, "--tick", "--json", "--config", str(config))
@@ -262,7 +262,7 @@ def test_a_pass_whose_telemetry_cannot_be_written_fails_and_the_next_pass_writes
     assert settings.telemetry_spool_path.exists()
 
     async def reconcile_rows() -> list[tuple[Any, ...]]:
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
             return [tuple(r) for r in await graph.query(
                 "SELECT tenant_id, chunks_total, chunks_deleted FROM kb_ingestion_metrics "

@@ -93,16 +93,16 @@ async def _seed(config: Path, tenants: int) -> None:
     """`tenants` tenants, each at its own version (so each is tombstoned on its own bands),
     each with two chunks stamped version 1: actionable."""
     settings = load_config(str(config)).settings
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         for i in range(tenants):
             await upsert_node(graph, f"kb-config:t{i:03d}", TENANT_CONFIG_LABEL,
                               {"version": 3 + i, "repoSlug": f"r{i}"})
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (f"t{i:03d}-{k}", {"tenantId": f"t{i:03d}", "tenantConfigVersion": 1,
                                "ingestedAt": 1_000 + k})
             for i in range(tenants) for k in range(2)])
@@ -112,9 +112,9 @@ async def _seed(config: Path, tenants: int) -> None:
 
 async def _chunks(config: Path) -> int:
     settings = load_config(str(config)).settings
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        return await vectors.count(settings.knowledge_base_collection)
+        return await vectors.count(settings.chroma.knowledge_base_collection)
     finally:
         await vectors.close()
 

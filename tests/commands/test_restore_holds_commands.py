@@ -38,7 +38,7 @@ def restore(tmp_path: Path, config: Path, archive: str) -> subprocess.CompletedP
 
 def live(settings: Settings, ids: list[str]) -> set[str]:
     async def read() -> set[str]:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             return {r.id for r in await vectors.get_by_ids(KB, ids, include=())}
         finally:
@@ -124,7 +124,7 @@ def test_release_of_one_archive_lifts_only_its_chunks_holds(tmp_path: Path) -> N
     restore(tmp_path, config, first)
 
     async def seed_another() -> None:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             await seed(vectors, KB, [("old0", {"tenantId": "acme", "tenantConfigVersion": 1,
                                                "ingestedAt": 1_000})])

@@ -48,11 +48,11 @@ def write_config(folder: Path, *, url: str, token: str, header: str) -> Path:
 async def _prepare(settings: Settings) -> None:
     """Tenant `acme` at version 4, two of its four chunks actionable; one memory row."""
     await seed_acme_drift(settings)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [("m1", {"sessionId": "s1", "createdAt": 1_000})])
-        await seed(vectors, settings.summary_collection,
+        await seed(vectors, settings.chroma.summary_collection,
                    [("sum1", {"sessionId": "s1", "title": "t", "createdAt": 1_000})])
     finally:
         await vectors.close()
@@ -97,7 +97,7 @@ def test_behind_a_token_proxy_under_a_path_prefix_the_right_token_works_a_wrong_
         config = write_config(tmp_path, url=proxy.url.replace("http://", "HTTP://") + "/",
                               token=TOKEN, header=header)
         settings = load_config(str(config)).settings
-        assert settings.chroma_url == proxy.url
+        assert settings.chroma.url == proxy.url
         asyncio.run(_prepare(settings))
         _right_token_runs_every_command(tmp_path, config, proxy, chroma)
         archive = next((tmp_path / "data/tombstones").iterdir())

@@ -40,7 +40,7 @@ def error_lines(err: str) -> list[str]:
 
 def nodes(config: Path) -> dict[str, str]:
     """Every node's properties as stored, by id."""
-    path = load_config(str(config)).settings.graph_db_path
+    path = load_config(str(config)).settings.state.graph_db_path
     with closing(sqlite3.connect(path)) as conn:
         return dict(conn.execute("SELECT id, properties FROM nodes").fetchall())
 
@@ -56,9 +56,9 @@ def config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 
     async def chunks() -> None:
         settings = load_config(str(path)).settings
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
-            await seed(vectors, settings.knowledge_base_collection, [
+            await seed(vectors, settings.chroma.knowledge_base_collection, [
                 (f"i{n}", {"tenantId": "hooli", "repoSlug": "hooli/indexed",
                            "tenantConfigVersion": 1, "sourcePath": f"{n}.md",
                            "ingestedAt": 1_000}) for n in range(2)])

@@ -95,7 +95,7 @@ async def test_a_restart_inside_the_cooldown_does_not_fire_again(
     await record_drift(graph, "t1", "neo")
     assert (await tick(settings, graph, vectors))["fired"] == 1
     # A new process: a fresh connection to the same file, nothing carried over in memory.
-    restarted = await open_graph(settings)
+    restarted = await open_graph(settings.state)
     try:
         later = NOW + 10 * MINUTE_MS
         await record_drift(restarted, "t1", "neo", at=later - MINUTE_MS)
@@ -138,7 +138,7 @@ async def test_a_dry_run_reports_what_would_fire_and_writes_nothing(
     settings = alert_settings(tmp_path, drift_rule(), alertingEnabled=False)
     await record_drift(graph, "t1", "neo")
     # The -shm file is a readers' index that any reader touches; the data is the rest.
-    files = [f for f in settings.graph_db_path.parent.glob("graph.sqlite*")
+    files = [f for f in settings.state.graph_db_path.parent.glob("graph.sqlite*")
              if not f.name.endswith("-shm")]
     before = {f.name: f.read_bytes() for f in files}
     with capture_logs() as logs:

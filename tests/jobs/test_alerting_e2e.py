@@ -38,7 +38,7 @@ async def test_a_reconcile_pass_with_drift_then_an_alerting_pass_fires_the_alert
     for _ in range(2):
         await set_tenant_config(graph, "t1", repo_slug="t1-docs")
     await set_tenant_config(graph, "t2", repo_slug="t2-docs")
-    await seed(vectors, settings.knowledge_base_collection, [
+    await seed(vectors, settings.chroma.knowledge_base_collection, [
         *[(f"t1-{i}", {"tenantId": "t1", "repoSlug": "t1-docs", "tenantConfigVersion": 1,
                        "sourcePath": f"docs/{i}.md", "ingestedAt": 1}) for i in range(3)],
         ("t2-0", {"tenantId": "t2", "repoSlug": "t2-docs", "tenantConfigVersion": 1,

@@ -32,8 +32,8 @@ SUMMARIES: list[tuple[str, dict[str, Any]]] = [
 
 @pytest.fixture
 async def stores(vectors: VectorStore, settings: Settings) -> VectorStore:
-    await seed(vectors, settings.memory_collection, MEMORIES)
-    await seed(vectors, settings.summary_collection, SUMMARIES)
+    await seed(vectors, settings.chroma.memory_collection, MEMORIES)
+    await seed(vectors, settings.chroma.summary_collection, SUMMARIES)
     return vectors
 
 
@@ -144,7 +144,7 @@ async def test_a_failing_fetch_is_chroma_fetch_failed(
     graph: GraphDB, stores: VectorStore, settings: Settings,
     chroma_fault: Callable[..., None],
 ) -> None:
-    chroma_fault(settings.memory_collection, "get")
+    chroma_fault(settings.chroma.memory_collection, "get")
     result = await ingest_single_row(graph, stores, settings, "memory:m1")
     assert (result.success, result.reason) == (False, Reason.CHROMA_FETCH_FAILED)
     assert result.error is not None and "injected" in result.error
@@ -154,7 +154,7 @@ async def test_an_unresolvable_session_fails_the_memory_too_and_writes_nothing(
     graph: GraphDB, stores: VectorStore, settings: Settings,
     chroma_fault: Callable[..., None],
 ) -> None:
-    chroma_fault(settings.summary_collection, "get")
+    chroma_fault(settings.chroma.summary_collection, "get")
     result = await ingest_single_row(graph, stores, settings, "memory:m1")
     assert (result.success, result.reason) == (False, Reason.CHROMA_FETCH_FAILED)
     assert await count_rows(graph, "nodes") == 0, \

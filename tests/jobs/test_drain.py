@@ -52,15 +52,15 @@ def write_queue(path: Path, lines: list[bytes], *, raw_tail: bytes = b"") -> Non
 
 
 def dead_letters(settings: Settings) -> list[dict[str, Any]]:
-    if not settings.dead_letter_path.exists():
+    if not settings.drain.dead_letter_path.exists():
         return []
-    return [json.loads(x) for x in settings.dead_letter_path.read_text().splitlines()]
+    return [json.loads(x) for x in settings.drain.dead_letter_path.read_text().splitlines()]
 
 
 def queued(settings: Settings) -> list[dict[str, Any]]:
-    if not settings.lazy_edges_queue_path.exists():
+    if not settings.drain.lazy_edges_queue_path.exists():
         return []
-    return [json.loads(x) for x in settings.lazy_edges_queue_path.read_text().splitlines()]
+    return [json.loads(x) for x in settings.drain.lazy_edges_queue_path.read_text().splitlines()]
 
 
 @pytest.fixture
@@ -68,9 +68,9 @@ async def stores(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> AsyncIterator[TickContext]:
     """A graph with two concept nodes and one session, and Chroma with memories m1..m3."""
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [(f"m{i}", {"sessionId": "s1", "createdAt": i, "userId": "u"}) for i in (1, 2, 3)])
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [("sum-1", {"sessionId": "s1", "title": "S1", "createdAt": 1})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
@@ -80,12 +80,12 @@ async def stores(
 async def test_no_queue_file_is_a_quiet_tick(stores: TickContext) -> None:
     stats = await drain_queue(stores)
     assert stats.total_lines == 0 and not stats.queue_rotated
-    assert not stores.settings.draining_path.exists()
+    assert not stores.settings.drain.draining_path.exists()
 
 
 async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: TickContext) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path,
+    write_queue(s.drain.lazy_edges_queue_path,
                 [line("CONCEPT:a", "CONCEPT:b"), line("CONCEPT:b", "memory:m1", "REFERENCED_BY")])
     stats = await drain_queue(stores)
     assert (stats.total_lines, stats.succeeded, stats.failed) == (2, 2, 0)
@@ -93,12 +93,12 @@ async def test_two_valid_lines_become_edges_and_the_queue_is_gone(stores: TickCo
     assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "MENTIONED_IN") is not None
     assert await read_edge(stores.graph, "CONCEPT:b", "memory:m1", "REFERENCED_BY") is not None
     assert await read_edge(stores.graph, "memory:m1", "session:s1", "ORIGINATES_IN") is not None
-    assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
+    assert not s.drain.lazy_edges_queue_path.exists() and not s.drain.draining_path.exists()
 
 
 async def test_only_the_unresolvable_edge_stays_queued(stores: TickContext) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path,
+    write_queue(s.drain.lazy_edges_queue_path,
                 [line("CONCEPT:a", "memory:m2"), line("CONCEPT:a", "memory:ghost")])
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.failed, stats.requeued) == (1, 1, 1)
@@ -120,7 +120,7 @@ async def test_malformed_lines_are_dead_lettered_and_valid_ones_still_apply(
            b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R", "weight": "x"}',
            b'{"source": "CONCEPT:a", "target": "CONCEPT:b", "relationship": "R", "weight": NaN}',
            line("CONCEPT:a", "x" * 1025)]
-    write_queue(s.lazy_edges_queue_path,
+    write_queue(s.drain.lazy_edges_queue_path,
                 [line("CONCEPT:a", "CONCEPT:b"), *bad, line("CONCEPT:b", "CONCEPT:a")])
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
@@ -134,11 +134,11 @@ async def test_malformed_lines_are_dead_lettered_and_valid_ones_still_apply(
                      "limit 1024"):
         assert expected in details
     assert any("lineBase64" in d for d in dead), "undecodable bytes are kept, base64-encoded"
-    assert not s.lazy_edges_queue_path.exists(), "malformed lines are never retried"
+    assert not s.drain.lazy_edges_queue_path.exists(), "malformed lines are never retried"
 
 
 async def test_blank_lines_are_ignored(stores: TickContext) -> None:
-    write_queue(stores.settings.lazy_edges_queue_path,
+    write_queue(stores.settings.drain.lazy_edges_queue_path,
                 [b"", line("CONCEPT:a", "CONCEPT:b"), b"   ", b"\r"])
     stats = await drain_queue(stores)
     assert (stats.total_lines, stats.succeeded, stats.dead_lettered) == (1, 1, 0)
@@ -147,7 +147,7 @@ async def test_blank_lines_are_ignored(stores: TickContext) -> None:
 async def test_uppercase_targets_are_stored_lowercase_and_extra_keys_kept(
     stores: TickContext,
 ) -> None:
-    write_queue(stores.settings.lazy_edges_queue_path,
+    write_queue(stores.settings.drain.lazy_edges_queue_path,
                 [line("CONCEPT:a", "MEMORY:m3", justification="said so", timestamp=123,
                       weight=2.5)])
     await drain_queue(stores)
@@ -161,13 +161,13 @@ async def test_a_leftover_draining_file_is_drained_first_then_the_queue(
     stores: TickContext,
 ) -> None:
     s = stores.settings
-    write_queue(s.draining_path, [line("CONCEPT:a", "CONCEPT:b", "FIRST")])
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "SECOND")])
+    write_queue(s.drain.draining_path, [line("CONCEPT:a", "CONCEPT:b", "FIRST")])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "SECOND")])
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.queue_rotated and stats.succeeded == 2
     rows = await stores.graph.query("SELECT relationship FROM edges ORDER BY rowid")
     assert [r[0] for r in rows] == ["FIRST", "SECOND"]
-    assert not s.draining_path.exists()
+    assert not s.drain.draining_path.exists()
 
 
 class SimulatedCrash(BaseException):
@@ -210,7 +210,7 @@ async def test_the_same_line_appended_in_three_ticks_reinforces_the_edge_each_ti
     same = line("CONCEPT:a", "CONCEPT:b", justification="again")
     weights = []
     for _ in range(3):
-        append_locked(stores.settings.lazy_edges_queue_path, [same])
+        append_locked(stores.settings.drain.lazy_edges_queue_path, [same])
         stats = await drain_queue(stores)
         assert (stats.succeeded, stats.replayed, stats.duplicates) == (1, 0, 0)
         weights.append(await weight(stores))
@@ -219,7 +219,7 @@ async def test_the_same_line_appended_in_three_ticks_reinforces_the_edge_each_ti
 
 async def test_the_same_line_twice_in_one_batch_counts_twice(stores: TickContext) -> None:
     same = line("CONCEPT:a", "CONCEPT:b")
-    write_queue(stores.settings.lazy_edges_queue_path, [same, same])
+    write_queue(stores.settings.drain.lazy_edges_queue_path, [same, same])
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
     assert await weight(stores) == pytest.approx(1.1)
@@ -230,21 +230,21 @@ async def test_a_crash_after_the_commit_replays_nothing_on_restart(
 ) -> None:
     s = stores.settings
     same = line("CONCEPT:a", "CONCEPT:b", justification="once")
-    write_queue(s.lazy_edges_queue_path, [same, same])
+    write_queue(s.drain.lazy_edges_queue_path, [same, same])
     # Dies after the batch committed, before `.draining` is removed.
     await crashing_drain(stores, monkeypatch, drain_tick, "hand_back_late_bytes")
-    assert s.draining_path.exists()
+    assert s.drain.draining_path.exists()
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.total_lines == 0 and stats.succeeded == 0
     assert await weight(stores) == pytest.approx(1.1)
-    assert not s.draining_path.exists() and not sidecar_path(s.draining_path).exists()
+    assert not s.drain.draining_path.exists() and not sidecar_path(s.drain.draining_path).exists()
 
 
 async def test_a_crash_before_the_commit_applies_the_batch_once_on_restart(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")] * 3)
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")] * 3)
     monkeypatch.setattr(drain_tick, "DRAIN_BATCH_LINES", 2)
     patch_target(drain_tick, "DRAIN_BATCH_LINES")
     real_write = patch_target(drain_batches.BatchSettler, "_write")
@@ -270,7 +270,7 @@ async def test_a_crash_after_the_dead_letters_never_writes_a_second_record(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [b"{bad", b"{bad", line("CONCEPT:a", "CONCEPT:b")])
+    write_queue(s.drain.lazy_edges_queue_path, [b"{bad", b"{bad", line("CONCEPT:a", "CONCEPT:b")])
     await crashing_drain(stores, monkeypatch, drain_batches, "append_locked", after=True,
                          path_suffix=".dead.jsonl")
     assert len(dead_letters(s)) == 2 and await weight(stores) is None
@@ -285,7 +285,7 @@ async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_ski
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
     await crashing_drain(stores, monkeypatch, drain_batches, "append_locked", after=True,
                          path_suffix="lazy-edges.jsonl")
     assert len(queued(s)) == 1, "the re-queued copy was written, the commit was not"
@@ -293,7 +293,7 @@ async def test_a_crash_after_requeueing_leaves_a_copy_that_is_recognized_and_ski
     assert stats.requeued == 1 and stats.deferred == 1 and stats.duplicates == 1
     [left] = queued(s)
     assert left["_drain"]["attempts"] == 1
-    await seed(stores.vectors, s.memory_collection, [("late", {"sessionId": "s1"})])
+    await seed(stores.vectors, s.chroma.memory_collection, [("late", {"sessionId": "s1"})])
     stats = await drain_queue(stores)
     assert stats.succeeded == 1
     edge = await read_edge(stores.graph, "CONCEPT:a", "memory:late", "MENTIONED_IN")
@@ -307,20 +307,20 @@ async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=2)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     stores = TickContext(settings, graph, vectors)
-    await seed(vectors, settings.memory_collection, [("m0", {"sessionId": "s0"})])
-    await seed(vectors, settings.summary_collection, [("sum0", {"sessionId": "s0"})])
-    append_locked(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
+    await seed(vectors, settings.chroma.memory_collection, [("m0", {"sessionId": "s0"})])
+    await seed(vectors, settings.chroma.summary_collection, [("sum0", {"sessionId": "s0"})])
+    append_locked(settings.drain.lazy_edges_queue_path, [line("CONCEPT:a", "memory:late")])
     await drain_queue(stores)
-    requeued_copy = settings.lazy_edges_queue_path.read_bytes().strip()
+    requeued_copy = settings.drain.lazy_edges_queue_path.read_bytes().strip()
     assert b'"_drain"' in requeued_copy
     await drain_queue(stores)
     [dead] = dead_letters(settings)
     assert dead["attempts"] == 2 and "_drain" not in json.loads(dead["line"])
-    await seed(vectors, settings.memory_collection, [("late", {"sessionId": "s0"})])
+    await seed(vectors, settings.chroma.memory_collection, [("late", {"sessionId": "s0"})])
     # The operator feeds back the dead letter, and a copy that still has its `_drain` key.
-    assert enqueue_edges(settings.lazy_edges_queue_path,
+    assert enqueue_edges(settings.drain.lazy_edges_queue_path,
                          [dead["line"].encode(), requeued_copy]) == []
-    assert b"_drain" not in settings.lazy_edges_queue_path.read_bytes()
+    assert b"_drain" not in settings.drain.lazy_edges_queue_path.read_bytes()
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.duplicates, stats.requeued) == (2, 0, 0)
     edge = await read_edge(graph, "CONCEPT:a", "memory:late", "MENTIONED_IN")
@@ -329,9 +329,9 @@ async def test_a_dead_letter_fed_back_through_enqueue_is_a_new_line_and_applies(
 
 async def test_a_new_line_for_an_existing_edge_still_reinforces_it(stores: TickContext) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=1)])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=1)])
     await drain_queue(stores)
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=2)])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", timestamp=2)])
     await drain_queue(stores)
     edge = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "MENTIONED_IN")
     assert edge is not None and edge.weight == pytest.approx(1.1)
@@ -342,10 +342,10 @@ async def test_a_line_goes_to_the_dead_letters_after_the_attempt_limit(
     graph: GraphDB, vectors: VectorStore, tmp_path: Path
 ) -> None:
     settings = make_settings(tmp_path, lazyEdgeMaxAttempts=3)
-    await seed(vectors, settings.memory_collection, [("m1", {"sessionId": "s1"})])
+    await seed(vectors, settings.chroma.memory_collection, [("m1", {"sessionId": "s1"})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     stores = TickContext(settings, graph, vectors)
-    write_queue(settings.lazy_edges_queue_path, [line("CONCEPT:a", "memory:ghost")])
+    write_queue(settings.drain.lazy_edges_queue_path, [line("CONCEPT:a", "memory:ghost")])
     outcomes = []
     for _ in range(3):
         stats = await drain_queue(stores)
@@ -361,11 +361,11 @@ async def test_a_chroma_outage_fails_the_tick_keeps_every_line_and_burns_no_atte
     stores: TickContext, chroma_fault: Callable[..., None]
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "memory:m1")])
-    chroma_fault(s.memory_collection, "get")
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "memory:m1")])
+    chroma_fault(s.chroma.memory_collection, "get")
     with pytest.raises(StoreUnavailable):
         await drain_queue(stores)
-    assert s.draining_path.exists(), "the lines stay on disk for the next tick"
+    assert s.drain.draining_path.exists(), "the lines stay on disk for the next tick"
     assert queued(s) == [] and dead_letters(s) == []
     assert await count_rows(stores.graph, "edges") == 0
 
@@ -374,10 +374,11 @@ async def test_a_dry_run_leaves_every_file_and_the_graph_byte_identical(
     stores: TickContext,
 ) -> None:
     s = stores.settings
-    write_queue(s.draining_path, [line("CONCEPT:a", "memory:m1"), b"{bad"])
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:b", "memory:ghost")])
-    write_queue(s.dead_letter_path, [b'{"old": true}'])
-    files = [s.draining_path, s.lazy_edges_queue_path, s.dead_letter_path, s.graph_db_path]
+    write_queue(s.drain.draining_path, [line("CONCEPT:a", "memory:m1"), b"{bad"])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:b", "memory:ghost")])
+    write_queue(s.drain.dead_letter_path, [b'{"old": true}'])
+    files = [s.drain.draining_path, s.drain.lazy_edges_queue_path, s.drain.dead_letter_path,
+             s.state.graph_db_path]
     before = {p: p.read_bytes() for p in files}
     async with open_context(s, dry_run=True, vectors=stores.vectors) as dry:
         stats = await drain_queue(dry, dry_run=True)
@@ -390,7 +391,7 @@ async def test_a_bare_append_while_draining_is_processed_in_the_same_tick(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
     real_read = QueueReader.read_lines
     appended: list[bool] = []
 
@@ -413,7 +414,7 @@ async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
+    write_queue(s.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")])
     real_remove = QueueReader.remove_and_collect_late_bytes
 
     def producer_appends_then_remove(self: QueueReader) -> Iterator[bytes]:
@@ -432,7 +433,7 @@ async def test_a_bare_append_just_before_removal_is_handed_back_to_the_queue(
 
 
 async def test_an_unterminated_last_line_is_still_processed(stores: TickContext) -> None:
-    write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")],
+    write_queue(stores.settings.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b", "R1")],
                 raw_tail=line("CONCEPT:a", "CONCEPT:b", "R2"))
     stats = await drain_queue(stores)
     assert stats.succeeded == 2
@@ -441,15 +442,15 @@ async def test_an_unterminated_last_line_is_still_processed(stores: TickContext)
 async def test_a_second_drainer_is_refused_naming_the_first(stores: TickContext) -> None:
     import os
 
-    write_queue(stores.settings.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")])
-    with (drainer_lock(stores.settings.lazy_edges_queue_path),
+    write_queue(stores.settings.drain.lazy_edges_queue_path, [line("CONCEPT:a", "CONCEPT:b")])
+    with (drainer_lock(stores.settings.drain.lazy_edges_queue_path),
           pytest.raises(LockHeld, match=f"pid {os.getpid()}")):
         await drain_queue(stores)
-    assert stores.settings.lazy_edges_queue_path.exists()
+    assert stores.settings.drain.lazy_edges_queue_path.exists()
 
 
 async def test_two_drainers_started_together_process_each_line_once(stores: TickContext) -> None:
-    write_queue(stores.settings.lazy_edges_queue_path,
+    write_queue(stores.settings.drain.lazy_edges_queue_path,
                 [line("CONCEPT:a", "CONCEPT:b", f"R{i}") for i in range(50)])
     results = await asyncio.gather(drain_queue(stores), drain_queue(stores),
                                    return_exceptions=True)
@@ -466,11 +467,11 @@ async def test_a_big_queue_makes_a_handful_of_chroma_calls_and_commits_per_batch
 ) -> None:
     s = stores.settings
     memories = [(f"big{i}", {"sessionId": f"bs{i % 40}", "createdAt": i}) for i in range(2000)]
-    await seed(stores.vectors, s.memory_collection, memories)
-    await seed(stores.vectors, s.summary_collection,
+    await seed(stores.vectors, s.chroma.memory_collection, memories)
+    await seed(stores.vectors, s.chroma.summary_collection,
                [(f"bsum{j}", {"sessionId": f"bs{j}", "createdAt": j}) for j in range(40)])
     lines = [line("CONCEPT:a", f"memory:big{i % 2000}", timestamp=i) for i in range(5000)]
-    write_queue(s.lazy_edges_queue_path, lines)
+    write_queue(s.drain.lazy_edges_queue_path, lines)
     calls = count_chroma_calls(monkeypatch, stores.vectors)
     commits = count_commits(monkeypatch, stores.graph)
     stats = await drain_queue(stores)
@@ -491,7 +492,7 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, numbered_lines("OLD", 20))
+    write_queue(s.drain.lazy_edges_queue_path, numbered_lines("OLD", 20))
     # Dies right after `.draining` is unlinked: its sidecar and committed offset remain. The
     # next queue file may even get the unlinked file's inode number.
     real = QueueReader.remove_and_collect_late_bytes
@@ -504,8 +505,8 @@ async def test_a_stale_sidecar_never_binds_the_next_queue_file(
     with pytest.raises(SimulatedCrash):
         await drain_queue(stores)
     monkeypatch.undo()
-    assert sidecar_path(s.draining_path).exists() and not s.draining_path.exists()
-    write_queue(s.lazy_edges_queue_path, numbered_lines("NEW", 3))
+    assert sidecar_path(s.drain.draining_path).exists() and not s.drain.draining_path.exists()
+    write_queue(s.drain.lazy_edges_queue_path, numbered_lines("NEW", 3))
     stats = await drain_queue(stores)
     assert stats.succeeded == 3, "the new file is read from its first byte"
     rows = await stores.graph.query(
@@ -517,10 +518,10 @@ async def test_a_sidecar_whose_committed_offset_is_past_the_file_is_not_trusted(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, numbered_lines("R", 20))
+    write_queue(s.drain.lazy_edges_queue_path, numbered_lines("R", 20))
     # Committed, not removed.
     await crashing_drain(stores, monkeypatch, drain_tick, "hand_back_late_bytes")
     # Something replaced `.draining` with a shorter file behind the drainer's back.
-    s.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
+    s.drain.draining_path.write_bytes(line("CONCEPT:a", "CONCEPT:b", "SHORT") + b"\n")
     stats = await drain_queue(stores)
     assert stats.succeeded == 1, "drained from its first byte: nothing is skipped"

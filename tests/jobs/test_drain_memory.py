@@ -44,14 +44,14 @@ async def make_world(root: Path) -> World:
     config = root / "kb.toml"
     config.write_text('[knowledgeBase]\ndataDir = "data"\nlogFormat = "json"\n')
     settings = load_config(str(config), environ={}).settings
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await upsert_node(graph, "CONCEPT:a", "CONCEPT")
         await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     finally:
         await graph.close()
-    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
-    return World(config, settings.lazy_edges_queue_path, settings.dead_letter_path)
+    settings.drain.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    return World(config, settings.drain.lazy_edges_queue_path, settings.drain.dead_letter_path)
 
 
 def write_huge_line(out: BinaryIO, size: int, rel: str) -> str:

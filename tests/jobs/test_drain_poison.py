@@ -38,17 +38,17 @@ def write(path: Path, lines: list[bytes]) -> None:
 
 
 def dead_letters(settings: Settings) -> list[dict[str, Any]]:
-    if not settings.dead_letter_path.exists():
+    if not settings.drain.dead_letter_path.exists():
         return []
-    return [json.loads(x) for x in settings.dead_letter_path.read_bytes().splitlines()]
+    return [json.loads(x) for x in settings.drain.dead_letter_path.read_bytes().splitlines()]
 
 
 @pytest.fixture
 async def stores(graph: GraphDB, vectors: VectorStore, settings: Settings
                  ) -> AsyncIterator[TickContext]:
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [(f"m{i}", {"sessionId": "s1", "createdAt": i}) for i in range(5)])
-    await seed(vectors, settings.summary_collection, [("sum-1", {"sessionId": "s1"})])
+    await seed(vectors, settings.chroma.summary_collection, [("sum-1", {"sessionId": "s1"})])
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
     yield TickContext(settings, graph, vectors)
@@ -87,13 +87,13 @@ async def test_a_poison_line_is_dead_lettered_and_the_lines_after_it_apply_in_th
     stores: TickContext, poison: bytes
 ) -> None:
     s = stores.settings
-    write(s.lazy_edges_queue_path, [edge("BEFORE"), poison, edge("AFTER")])
+    write(s.drain.lazy_edges_queue_path, [edge("BEFORE"), poison, edge("AFTER")])
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.skipped_malformed, stats.dead_lettered) == (2, 1, 1)
     assert await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "AFTER") is not None
     [dead] = dead_letters(s)
     assert dead["reason"] == "malformed" and dead["detail"], dead
-    assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
+    assert not s.drain.lazy_edges_queue_path.exists() and not s.drain.draining_path.exists()
     # The next tick has nothing left to trip on.
     assert (await drain_queue(stores)).total_lines == 0
 
@@ -136,12 +136,12 @@ async def test_every_properties_value_stays_strict_json_after_a_hostile_queue(
         edge("V1", p="merged into the same edge"),
         edge("V5", target_again="memory", weight=10**6),
     ]
-    write(s.lazy_edges_queue_path, [*odd_but_valid, *POISON.values(),
+    write(s.drain.lazy_edges_queue_path, [*odd_but_valid, *POISON.values(),
                                     edge("V6").replace(b"CONCEPT:b", b"MEMORY:m1")])
     stats = await drain_queue(stores)
     assert stats.succeeded == len(odd_but_valid) + 1
     assert stats.skipped_malformed == len(POISON)
-    values = every_properties_value(s.graph_db_path)
+    values = every_properties_value(s.state.graph_db_path)
     assert len(values) >= 8 and all(isinstance(v, dict) for v in values)
     v1 = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "V1")
     assert v1 is not None and v1.properties["p"] == "merged into the same edge"
@@ -152,17 +152,17 @@ async def test_an_edge_an_earlier_version_stored_as_invalid_json_is_healed_not_s
     stores: TickContext,
 ) -> None:
     s = stores.settings
-    conn = sqlite3.connect(s.graph_db_path)
+    conn = sqlite3.connect(s.state.graph_db_path)
     conn.execute("INSERT INTO edges VALUES ('CONCEPT:a', 'CONCEPT:b', 'R', 1.0, "
                  "'{\"x\":Infinity}')")
     conn.execute("UPDATE nodes SET properties = '{\"y\":NaN}' WHERE id = 'CONCEPT:b'")
     conn.commit()
     conn.close()
-    write(s.lazy_edges_queue_path, [edge("R", justification="after")])
+    write(s.drain.lazy_edges_queue_path, [edge("R", justification="after")])
     stats = await drain_queue(stores)
     assert stats.succeeded == 1
     await upsert_node(stores.graph, "CONCEPT:b", "CONCEPT", {"z": 1})
-    assert all(isinstance(v, dict) for v in every_properties_value(s.graph_db_path))
+    assert all(isinstance(v, dict) for v in every_properties_value(s.state.graph_db_path))
     stored = await read_edge(stores.graph, "CONCEPT:a", "CONCEPT:b", "R")
     assert stored is not None and stored.properties == {"justification": "after"}
 
@@ -181,10 +181,10 @@ async def test_a_line_failing_for_a_reason_nobody_foresaw_is_isolated_and_the_re
     stores: TickContext,
 ) -> None:
     s = stores.settings
-    poison_trigger(s.graph_db_path)
+    poison_trigger(s.state.graph_db_path)
     lines = [edge(f"R{i}") for i in range(40)]
     lines[23] = edge("POISON", note="valid JSON, refused by the store")
-    write(s.lazy_edges_queue_path, lines)
+    write(s.drain.lazy_edges_queue_path, lines)
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.isolated, stats.dead_lettered) == (39, 1, 1)
     [dead] = dead_letters(s)
@@ -192,7 +192,7 @@ async def test_a_line_failing_for_a_reason_nobody_foresaw_is_isolated_and_the_re
     assert json.loads(dead["line"])["relationship"] == "POISON"
     rows = await stores.graph.query("SELECT COUNT(*), MAX(weight) FROM edges")
     assert tuple(rows[0]) == (39, 1.0), "every other line applied exactly once"
-    assert not s.draining_path.exists()
+    assert not s.drain.draining_path.exists()
 
 
 def fail_gets_naming(vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
@@ -217,7 +217,7 @@ async def test_a_chroma_request_failing_on_one_lines_data_isolates_that_line_onl
     lines = [edge(f"R{i}").replace(b"CONCEPT:b", f"memory:m{i % 5}".encode())
              for i in range(10)]
     lines.insert(6, edge("BAD").replace(b"CONCEPT:b", b"memory:poisoned"))
-    write(s.lazy_edges_queue_path, lines)
+    write(s.drain.lazy_edges_queue_path, lines)
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.isolated, stats.requeued) == (10, 1, 0)
     [dead] = dead_letters(s)
@@ -232,26 +232,26 @@ async def test_a_server_error_on_one_request_is_an_outage_even_when_the_store_an
 ) -> None:
     s = stores.settings
     fail_gets_naming(stores.vectors, monkeypatch, "flaky", error)
-    write(s.lazy_edges_queue_path, [edge("R1").replace(b"CONCEPT:b", b"memory:flaky"),
+    write(s.drain.lazy_edges_queue_path, [edge("R1").replace(b"CONCEPT:b", b"memory:flaky"),
                                     edge("R2")])
     with pytest.raises(StoreUnavailable):
         await drain_queue(stores)
     assert dead_letters(s) == [], "never dead-lettered for the store's trouble"
-    assert s.draining_path.exists() and b"_drain" not in s.draining_path.read_bytes()
+    assert s.drain.draining_path.exists() and b"_drain" not in s.drain.draining_path.read_bytes()
 
 
 async def test_a_chroma_outage_fails_the_tick_dead_letters_nothing_and_spends_no_attempt(
     stores: TickContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     s = stores.settings
-    write(s.lazy_edges_queue_path, [edge(f"R{i}").replace(b"CONCEPT:b", b"memory:m1")
+    write(s.drain.lazy_edges_queue_path, [edge(f"R{i}").replace(b"CONCEPT:b", b"memory:m1")
                                     for i in range(6)])
     fail_gets_naming(stores.vectors, monkeypatch, None)
     for _ in range(3):
         with pytest.raises(StoreUnavailable):
             await drain_queue(stores)
-    assert dead_letters(s) == [] and not s.lazy_edges_queue_path.exists()
-    assert b"_drain" not in s.draining_path.read_bytes(), "no attempt was spent"
+    assert dead_letters(s) == [] and not s.drain.lazy_edges_queue_path.exists()
+    assert b"_drain" not in s.drain.draining_path.read_bytes(), "no attempt was spent"
     monkeypatch.undo()
     stats = await drain_queue(stores)
     assert stats.orphan_recovered and stats.succeeded == 6 and stats.isolated == 0
@@ -260,12 +260,12 @@ async def test_a_chroma_outage_fails_the_tick_dead_letters_nothing_and_spends_no
 async def test_a_locked_database_fails_the_tick_and_isolates_nothing(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    slow = await open_graph(settings, busy_timeout_ms=100)
+    slow = await open_graph(settings.state, busy_timeout_ms=100)
     await upsert_node(slow, "CONCEPT:a", "CONCEPT")
     await upsert_node(slow, "CONCEPT:b", "CONCEPT")
     stores = TickContext(settings, slow, vectors)
-    write(settings.lazy_edges_queue_path, [edge(f"R{i}") for i in range(5)])
-    blocker = sqlite3.connect(settings.graph_db_path, isolation_level=None)
+    write(settings.drain.lazy_edges_queue_path, [edge(f"R{i}") for i in range(5)])
+    blocker = sqlite3.connect(settings.state.graph_db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         for _ in range(2):

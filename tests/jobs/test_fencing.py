@@ -43,9 +43,9 @@ def tombstoning(tmp_path: Path) -> Settings:
 
 async def _pass_under(settings: Settings, fence: SlowFence) -> tuple[int, int]:
     """(chunks tombstoned, chunks left) after one pass under `fence`."""
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        graph = await open_graph(settings)
+        graph = await open_graph(settings.state)
         try:
             with fenced(fence):
                 figures = (await run_tick("reconcile", TickContext(settings, graph, vectors),
@@ -53,7 +53,7 @@ async def _pass_under(settings: Settings, fence: SlowFence) -> tuple[int, int]:
         finally:
             await graph.close()
         return figures["tombstonedCount"], await vectors.count(
-            settings.knowledge_base_collection)
+            settings.chroma.knowledge_base_collection)
     finally:
         await vectors.close()
 

@@ -66,8 +66,8 @@ class Operator:
 async def stores(tmp_path: Path) -> AsyncIterator[tuple[Operator, TickContext]]:
     operator = Operator(tmp_path)
     settings = operator.write_config()
-    graph = await open_graph(settings)
-    vectors = await VectorStore.open(settings)
+    graph = await open_graph(settings.state)
+    vectors = await VectorStore.open(settings.chroma)
     operator.tenants("set-config", "acme", "--repo-slug", REPO)
     yield operator, TickContext(settings, graph, vectors)
     await vectors.close()

@@ -21,11 +21,11 @@ async def seed_session(
     vectors: VectorStore, settings: Settings, sid: str, created: object, memories: int = 2,
     *, summary_id: str | None = None,
 ) -> None:
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [(summary_id or f"sum-{sid}",
                  {"sessionId": sid, "title": f"T {sid}", "createdAt": created, "userId": "u"})])
     if memories:
-        await seed(vectors, settings.memory_collection,
+        await seed(vectors, settings.chroma.memory_collection,
                    [(f"{sid}-m{i}", {"sessionId": sid, "createdAt": created, "userId": "u"})
                     for i in range(memories)])
 
@@ -63,7 +63,7 @@ async def test_a_changed_created_at_re_upserts_that_memory(
 ) -> None:
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z")
     await sync_session_to_graph(graph, vectors, settings, "s1")
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [("s1-m0", {"sessionId": "s1", "createdAt": "2026-02-02T00:00:00Z",
                            "userId": "u"})])
     stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
@@ -76,7 +76,7 @@ async def test_a_session_without_memories_still_gets_its_node(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     await seed_session(vectors, settings, "s1", "2026-01-01T00:00:00Z", memories=0)
-    await vectors.ensure_collection(settings.memory_collection)
+    await vectors.ensure_collection(settings.chroma.memory_collection)
     stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats["sessionUpserted"] is True and stats["memoriesProcessed"] == 0
     assert await count_rows(graph, "nodes") == 1
@@ -109,14 +109,14 @@ async def test_a_store_failure_is_reported_and_never_raised(
 async def test_live_ingestion_upgrades_backfilled_and_minimal_nodes(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [("s1-m0", {"sessionId": "s1", "createdAt": 1, "userId": "u"})])
-    await vectors.ensure_collection(settings.summary_collection)
+    await vectors.ensure_collection(settings.chroma.summary_collection)
     await ingest_single_row(graph, vectors, settings, "memory:s1-m0")
     minimal = await read_node(graph, "session:s1")
     assert minimal is not None and minimal.properties["minimal"] is True
 
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [("sum-s1", {"sessionId": "s1", "title": "Now summarized", "createdAt": 2})])
     stats = to_json(await sync_session_to_graph(graph, vectors, settings, "s1"))
     assert stats["sessionUpserted"] is True and stats["memoriesUpserted"] == 1

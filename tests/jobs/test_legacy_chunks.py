@@ -46,7 +46,7 @@ async def test_two_thousand_stale_legacy_chunks_go_under_the_default_cap_archive
     rows = ([legacy(f"iso#{i:04}", f"2024-01-{1 + i % 28:02}T00:00:00Z") for i in range(1_000)]
             + [legacy(f"none#{i:04}", ...) for i in range(1_000)]
             + [legacy("live", ..., stamp=3)])
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     await seed(vectors, KB, rows)
     await vectors.close()
     config = tmp_path / "kb.toml"
@@ -72,7 +72,7 @@ async def test_two_thousand_stale_legacy_chunks_go_under_the_default_cap_archive
     restored = run_module("daemons.reconcile", "restore", archive, "--config", str(config),
                           "--json", home=tmp_path)
     assert restored.returncode == 0, restored.stderr
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         assert await all_ids(vectors) == {r for r, _ in rows}
         [back] = await vectors.get_by_ids(KB, ["iso#0001"], include=("metadatas",))

@@ -38,7 +38,7 @@ def target(postgres_server: PostgresServer) -> str:
 async def sqlite_rows(settings: Settings, statements: Sequence[tuple[str, Sequence[Any]]],
                       ) -> None:
     """Write rows into the SQLite state through its own store (schema applied)."""
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             for sql, params in statements:
@@ -56,7 +56,7 @@ async def on_target(url: str, sql: str, params: Sequence[Any] = ()) -> list[Any]
 
 
 async def open_graph_at(url: str) -> GraphDB:
-    return await open_graph(make_settings(Path("/nonexistent"), stateUrl=url))
+    return await open_graph(make_settings(Path("/nonexistent"), stateUrl=url).state)
 
 
 async def target_counts(url: str) -> dict[str, int]:
@@ -134,7 +134,7 @@ async def test_a_row_postgresql_refuses_leaves_the_target_empty_and_a_rerun_work
     await sqlite_rows(source, graph_rows(3))
     # An edge whose source node does not exist: SQLite took it with foreign keys off (as an
     # earlier version could); PostgreSQL's reference refuses it, after nodes were copied.
-    with sqlite3.connect(source.graph_db_path) as conn:
+    with sqlite3.connect(source.state.graph_db_path) as conn:
         conn.execute(EDGE, ("concept:gone", "concept:0", "NEXT", 1.0, "{}"))
     figures = await migrate_state(source, target_url=target)
     assert not figures.ok
@@ -142,7 +142,7 @@ async def test_a_row_postgresql_refuses_leaves_the_target_empty_and_a_rerun_work
                                                                   "refused a row")
     assert set((await target_counts(target)).values()) == {0}
 
-    with sqlite3.connect(source.graph_db_path) as conn:
+    with sqlite3.connect(source.state.graph_db_path) as conn:
         conn.execute("DELETE FROM edges WHERE source = 'concept:gone'")
     again = await migrate_state(source, target_url=target)
     assert again.ok, again.error
@@ -198,13 +198,13 @@ async def test_alert_ids_continue_after_the_copied_ones_and_metrics_keep_their_o
 
 
 async def test_offsets_are_tagged_with_this_hosts_drainer(source: Settings, target: str) -> None:
-    source.lazy_edges_queue_path.parent.mkdir(parents=True)
+    source.drain.lazy_edges_queue_path.parent.mkdir(parents=True)
     await sqlite_rows(source, [(
         "INSERT INTO drain_generations(generation, committed_offset, dead_letters_size, "
         "updated_at) VALUES ('g1', 120, 0, 1)", ())])
     figures = await migrate_state(source, target_url=target)
     assert figures.ok, figures.error
-    drainer = read_drainer_id(source.lazy_edges_queue_path)
+    drainer = read_drainer_id(source.drain.lazy_edges_queue_path)
     assert drainer is not None and figures.drainer == drainer
     rows = await on_target(target, "SELECT generation, committed_offset, drainer "
                                    "FROM drain_generations")
@@ -215,8 +215,8 @@ async def test_a_running_drainer_refuses_the_run_and_nothing_is_written(
     source: Settings, target: str
 ) -> None:
     await sqlite_rows(source, graph_rows(2))
-    source.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
-    held = drainer_lock(source.lazy_edges_queue_path).acquire()
+    source.drain.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    held = drainer_lock(source.drain.lazy_edges_queue_path).acquire()
     try:
         with pytest.raises(LockHeld, match="the drainer of"):
             await migrate_state(source, target_url=target)
@@ -229,7 +229,7 @@ async def test_a_source_table_this_version_does_not_know_refuses_the_run(
     source: Settings, target: str
 ) -> None:
     await sqlite_rows(source, graph_rows(2))
-    with sqlite3.connect(source.graph_db_path) as conn:
+    with sqlite3.connect(source.state.graph_db_path) as conn:
         conn.execute("CREATE TABLE from_the_future (x)")
     with pytest.raises(ConfigError, match="table from_the_future is not state"):
         await migrate_state(source, target_url=target)
@@ -247,7 +247,7 @@ async def test_a_write_committed_during_the_copy_is_not_in_it_the_copy_is_one_sn
         await real(self, table, columns, rows)
         if table == "nodes" and not written:  # a writer that ignores the locks, after page 1
             written.append(table)
-            with sqlite3.connect(source.graph_db_path) as conn:
+            with sqlite3.connect(source.state.graph_db_path) as conn:
                 conn.execute(NODE, ("concept:late", "CONCEPT", "{}"))
                 conn.execute(EDGE, ("concept:late", "concept:0", "NEXT", 1.0, "{}"))
 
@@ -256,5 +256,5 @@ async def test_a_write_committed_during_the_copy_is_not_in_it_the_copy_is_one_sn
     assert figures.ok, figures.error
     assert {t.table: t.rows for t in figures.tables if t.rows} == {"nodes": 4, "edges": 3}
     assert (await target_counts(target))["nodes"] == 4
-    with sqlite3.connect(source.graph_db_path) as conn:  # the write itself did commit
+    with sqlite3.connect(source.state.graph_db_path) as conn:  # the write itself did commit
         assert conn.execute("SELECT count(*) FROM nodes").fetchone()[0] == 5

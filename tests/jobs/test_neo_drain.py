@@ -39,19 +39,19 @@ def line(source: str, target: str, relationship: str = "MENTIONED_IN", **extra: 
 
 
 def enqueue(settings: Settings, *lines: bytes) -> None:
-    path = settings.lazy_edges_queue_path
+    path = settings.drain.lazy_edges_queue_path
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("ab") as queue:
         queue.write(b"".join(x + b"\n" for x in lines))
 
 
 def queued(settings: Settings) -> list[dict[str, Any]]:
-    path = settings.lazy_edges_queue_path
+    path = settings.drain.lazy_edges_queue_path
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
 def dead(settings: Settings) -> list[dict[str, Any]]:
-    path = settings.dead_letter_path
+    path = settings.drain.dead_letter_path
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -63,12 +63,12 @@ async def world(tmp_path: Path, era: NeoEra, *extra: Node,
     build_neo_graph(path, era, nodes=[*SEED_NODES, *extra])
     settings = make_settings(tmp_path, graphDbPath=str(path), graphSchema="neo",
                              lazyEdgeMaxAttempts=max_attempts)
-    vectors = await VectorStore.open(settings)
-    await seed(vectors, settings.memory_collection, MEMORIES)
-    await seed(vectors, settings.summary_collection,
+    vectors = await VectorStore.open(settings.chroma)
+    await seed(vectors, settings.chroma.memory_collection, MEMORIES)
+    await seed(vectors, settings.chroma.summary_collection,
                [("summary_s1", {"sessionId": "s1", "title": "First", "timestamp": 5,
                                 "createdAt": "2026-08-01T00:00:00Z", "userId": "tobiu"})])
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         yield TickContext(settings, graph, vectors)
     finally:
@@ -90,7 +90,7 @@ async def latest(tmp_path: Path) -> AsyncIterator[TickContext]:
 async def test_on_the_latest_original_each_memory_endpoint_resolves_as_it_would(
     latest: TickContext,
 ) -> None:
-    s, path = latest.settings, latest.settings.graph_db_path
+    s, path = latest.settings, latest.settings.state.graph_db_path
     enqueue(s, line("CONCEPT:a", "memory:m1"),          # X is AGENT_MEMORY: link to X
             line("CONCEPT:a", "MEMORY:m2"),             # X is a CONCEPT: conflict
             line("CONCEPT:a", "memory:m9"),             # only memory:X, no chromaId: itself
@@ -128,7 +128,7 @@ async def test_a_conflicting_memory_line_is_dead_lettered_after_its_attempts_wit
 async def test_the_project_never_makes_a_second_node_for_a_memory_the_graph_holds(
     latest: TickContext,
 ) -> None:
-    s, path = latest.settings, latest.settings.graph_db_path
+    s, path = latest.settings, latest.settings.state.graph_db_path
     enqueue(s, line("CONCEPT:a", "memory:m1"), line("CONCEPT:b", "Memory:m1"))
     await sync_sessions(latest.graph, latest.vectors, s, ["s1"])
     await drain_queue(latest)
@@ -143,7 +143,7 @@ async def test_on_e1_a_memory_is_memory_x_as_that_original_keeps_it(tmp_path: Pa
     async for context in world(tmp_path, NeoEra.E1):
         enqueue(context.settings, line("CONCEPT:a", "memory:m3"))
         stats = await drain_queue(context)
-        path = context.settings.graph_db_path
+        path = context.settings.state.graph_db_path
         nodes = documents(path)
         assert stats.succeeded == 1 and "m3" not in nodes
         assert nodes["memory:m3"]["label"] == "MEMORY"
@@ -153,7 +153,7 @@ async def test_on_e1_a_memory_is_memory_x_as_that_original_keeps_it(tmp_path: Pa
 async def test_every_mention_counts_once_a_twin_line_included_and_each_is_logged(
     latest: TickContext,
 ) -> None:
-    s, path = latest.settings, latest.settings.graph_db_path
+    s, path = latest.settings, latest.settings.state.graph_db_path
     twin = line("CONCEPT:a", "CONCEPT:b", "R", justification="same bytes")
     enqueue(s, twin, twin)
     await drain_queue(latest)
@@ -168,7 +168,7 @@ async def test_every_mention_counts_once_a_twin_line_included_and_each_is_logged
 async def test_live_ingestion_writes_the_originals_shapes_and_a_rerun_writes_nothing(
     latest: TickContext,
 ) -> None:
-    s, path = latest.settings, latest.settings.graph_db_path
+    s, path = latest.settings, latest.settings.state.graph_db_path
     first = await sync_sessions(latest.graph, latest.vectors, s, ["s1"])
     log = graph_log(path)
     again = await sync_sessions(latest.graph, latest.vectors, s, ["s1"])

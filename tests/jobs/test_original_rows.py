@@ -47,9 +47,9 @@ def original_summary(session_id: str, timestamp: int) -> tuple[str, dict[str, An
 async def seed_original_sessions(vectors: VectorStore, settings: Settings,
                                  ages_days: dict[str, float], *, now: int) -> None:
     """One summary and one memory per session, each `age` days old, as the original writes."""
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [original_summary(sid, now - int(age * DAY_MS)) for sid, age in ages_days.items()])
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [(f"{sid}-m0", original_memory(sid, now - int(age * DAY_MS)))
                 for sid, age in ages_days.items()])
 
@@ -105,7 +105,7 @@ async def test_a_present_but_unreadable_created_at_is_not_replaced_by_the_timest
 ) -> None:
     now = now_ms()
     sid, meta = original_summary("s1", now)
-    await seed(vectors, settings.summary_collection, [(sid, {**meta, "createdAt": "soon"})])
+    await seed(vectors, settings.chroma.summary_collection, [(sid, {**meta, "createdAt": "soon"})])
     report = await live_ingest_since(graph, vectors, settings, now - DAY_MS)
     assert report.window.unparseable == 1 and report.window.session_ids == []
     assert report.window.unparseable_named == [
@@ -117,7 +117,7 @@ async def test_a_row_with_neither_time_is_counted_and_named_by_its_timestamp(
 ) -> None:
     sid, meta = original_summary("s1", 0)
     del meta["timestamp"]
-    await seed(vectors, settings.summary_collection, [(sid, meta)])
+    await seed(vectors, settings.chroma.summary_collection, [(sid, meta)])
     report = await live_ingest_since(graph, vectors, settings, 0)
     assert report.window.unparseable == 1
     assert report.window.unparseable_named == [
@@ -139,9 +139,9 @@ async def test_eager_backfill_takes_the_originals_sessions_of_its_window(
 async def test_lazy_backfill_of_an_originals_memory_makes_the_originals_node(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [("m-1", original_memory("sess-1", 1_767_225_600_000))])
-    await seed(vectors, settings.summary_collection, [original_summary("sess-1", 1)])
+    await seed(vectors, settings.chroma.summary_collection, [original_summary("sess-1", 1)])
     result = await ingest_single_row(graph, vectors, settings, "memory:m-1")
     assert result.success
     memory = await read_node(graph, "memory:m-1")
@@ -156,7 +156,7 @@ def test_the_backfill_command_ingests_the_originals_sessions(tmp_path: Path) -> 
     settings = make_settings(tmp_path)
 
     async def prepare() -> None:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             await seed_original_sessions(vectors, settings, {"x": 2, "y": 40}, now=now_ms())
         finally:
@@ -172,7 +172,7 @@ def test_the_backfill_command_ingests_the_originals_sessions(tmp_path: Path) -> 
     assert (live["sessionsFound"], live["unparseableCreatedAt"]) == (1, 0)
 
     async def nodes() -> list[str | None]:
-        graph = await open_graph(settings, read_only=True)
+        graph = await open_graph(settings.state, read_only=True)
         try:
             return [None if (n := await read_node(graph, f"session:{s}")) is None else n.id
                     for s in ("x", "y")]

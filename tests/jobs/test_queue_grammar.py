@@ -95,9 +95,9 @@ def write_queue(path: Path, lines: list[bytes]) -> None:
 
 
 def dead_letters(settings_: Settings) -> list[dict[str, Any]]:
-    if not settings_.dead_letter_path.exists():
+    if not settings_.drain.dead_letter_path.exists():
         return []
-    return [json.loads(x) for x in settings_.dead_letter_path.read_bytes().splitlines()]
+    return [json.loads(x) for x in settings_.drain.dead_letter_path.read_bytes().splitlines()]
 
 
 async def make_nodes(graph: GraphDB) -> None:
@@ -165,7 +165,7 @@ async def test_a_line_at_the_nesting_limit_is_enqueued_and_linked_in_one_tick(
     tmp_path: Path, settings: Settings
 ) -> None:
     config = write_config(tmp_path)
-    graph = await SqliteGraph.open(settings.graph_db_path)
+    graph = await SqliteGraph.open(settings.state.graph_db_path)
     try:
         await make_nodes(graph)  # CONCEPT: and CLASS: ids link only as existing nodes
     finally:
@@ -173,7 +173,7 @@ async def test_a_line_at_the_nesting_limit_is_enqueued_and_linked_in_one_tick(
     line = nested_line(MAX_JSON_DEPTH, relationship="AT_LIMIT")
     appended = enqueue(config, tmp_path, line + b"\n")
     assert appended.returncode == 0, appended.stderr
-    assert settings.lazy_edges_queue_path.read_bytes() == line + b"\n"
+    assert settings.drain.lazy_edges_queue_path.read_bytes() == line + b"\n"
 
     tick = run_module("daemons.drain", "--tick", "--json", "--config", str(config),
                       home=tmp_path / "home")
@@ -182,10 +182,10 @@ async def test_a_line_at_the_nesting_limit_is_enqueued_and_linked_in_one_tick(
     assert (figures["totalLines"], figures["succeeded"]) == (1, 1), figures
     assert (figures["deadLettered"], figures["skippedMalformed"], figures["requeued"]) == (
         0, 0, 0), figures
-    assert not settings.dead_letter_path.exists()
-    assert not settings.lazy_edges_queue_path.exists()
-    assert not settings.draining_path.exists()
-    graph = await SqliteGraph.open(settings.graph_db_path, read_only=True)
+    assert not settings.drain.dead_letter_path.exists()
+    assert not settings.drain.lazy_edges_queue_path.exists()
+    assert not settings.drain.draining_path.exists()
+    graph = await SqliteGraph.open(settings.state.graph_db_path, read_only=True)
     try:
         stored = await read_edge(graph, SOURCE, TARGET, "AT_LIMIT")
     finally:
@@ -198,7 +198,7 @@ def test_a_line_one_level_deeper_is_refused_by_enqueue_with_exit_2(
     tmp_path: Path, settings: Settings
 ) -> None:
     config = write_config(tmp_path)
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     refused = enqueue(config, tmp_path,
                       nested_line(MAX_JSON_DEPTH + 1) + b"\n" + edge_line("GOOD") + b"\n")
     assert refused.returncode == 2, refused.stderr
@@ -220,7 +220,7 @@ async def test_a_too_deep_line_in_the_file_is_dead_lettered_malformed_at_once_no
 ) -> None:
     s = stores.settings
     too_deep = nested_line(MAX_JSON_DEPTH + 1, relationship="TOO_DEEP")
-    write_queue(s.lazy_edges_queue_path, [too_deep, edge_line("GOOD")])
+    write_queue(s.drain.lazy_edges_queue_path, [too_deep, edge_line("GOOD")])
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.skipped_malformed, stats.dead_lettered) == (1, 1, 1)
     assert stats.requeued == 0
@@ -230,7 +230,7 @@ async def test_a_too_deep_line_in_the_file_is_dead_lettered_malformed_at_once_no
     assert dead["line"].encode() == too_deep
     assert await edge_weight(stores.graph, "GOOD") == 1.0
     assert await read_edge(stores.graph, SOURCE, TARGET, "TOO_DEEP") is None
-    assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
+    assert not s.drain.lazy_edges_queue_path.exists() and not s.drain.draining_path.exists()
     assert await count_rows(stores.graph, "drain_requeued") == 0
     # Nothing comes round again.
     assert (await drain_queue(stores)).total_lines == 0
@@ -250,14 +250,14 @@ async def test_a_zero_weight_links_and_reinforces_as_the_default_weight(
     assert b'"weight": -0.0' in edge_line("NEGATIVE_ZERO", weight=-0.0)
 
     # The first mention links at the default weight.
-    assert enqueue_edges(s.lazy_edges_queue_path,
+    assert enqueue_edges(s.drain.lazy_edges_queue_path,
                          [edge_line(rel, **extra) for rel, extra in kinds.items()]) == []
     assert (await drain_queue(stores)).succeeded == len(kinds)
     assert {rel: await edge_weight(stores.graph, rel) for rel in kinds} == dict.fromkeys(
         kinds, 1.0)
 
     # Each further mention reinforces as a default-weight line does (0.1 x 1.0 each).
-    assert enqueue_edges(s.lazy_edges_queue_path,
+    assert enqueue_edges(s.drain.lazy_edges_queue_path,
                          [edge_line(rel, **extra) for _ in range(3)
                           for rel, extra in kinds.items()]) == []
     assert (await drain_queue(stores)).succeeded == 3 * len(kinds)
@@ -288,7 +288,7 @@ async def test_a_weight_beyond_the_limit_is_refused_by_enqueue_and_malformed_in_
 
     # The same lines written straight into the file: dead-lettered malformed at once.
     s = stores.settings
-    write_queue(s.lazy_edges_queue_path, [*lines, edge_line("GOOD")])
+    write_queue(s.drain.lazy_edges_queue_path, [*lines, edge_line("GOOD")])
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.skipped_malformed, stats.dead_lettered, stats.requeued) == (
         1, len(BEYOND_LIMIT), len(BEYOND_LIMIT), 0)
@@ -299,14 +299,14 @@ async def test_a_weight_beyond_the_limit_is_refused_by_enqueue_and_malformed_in_
     assert await edge_weight(stores.graph, "GOOD") == 1.0
     for i in range(len(BEYOND_LIMIT)):
         assert await read_edge(stores.graph, SOURCE, TARGET, f"BEYOND{i}") is None
-    assert not s.lazy_edges_queue_path.exists() and not s.draining_path.exists()
+    assert not s.drain.lazy_edges_queue_path.exists() and not s.drain.draining_path.exists()
 
 
 async def test_ten_lines_of_the_most_negative_weight_leave_a_finite_edge(
     stores: TickContext,
 ) -> None:
     s = stores.settings
-    assert enqueue_edges(s.lazy_edges_queue_path,
+    assert enqueue_edges(s.drain.lazy_edges_queue_path,
                          [edge_line("NEGATIVE", weight=-WEIGHT_LIMIT)] * 10) == []
     stats = await drain_queue(stores)
     assert (stats.succeeded, stats.dead_lettered) == (10, 0)

@@ -67,7 +67,7 @@ async def fleet(request: pytest.FixtureRequest, tmp_path: Path, graph: GraphDB,
                 vectors: VectorStore, monkeypatch: pytest.MonkeyPatch) -> TickContext:
     """The fleet seeded, tombstoning on, read by one sweep or (sweep off) by group reads."""
     stores = tombstoning(tmp_path, graph, vectors)
-    await seed_fleet(graph, vectors, stores.settings.knowledge_base_collection)
+    await seed_fleet(graph, vectors, stores.settings.chroma.knowledge_base_collection)
     if request.param == "group reads":
         without_sweep(monkeypatch)
     return stores
@@ -87,7 +87,7 @@ async def test_every_read_path_reaches_the_per_tenant_figures(fleet: TickContext
 async def test_shared_bands_delete_exactly_the_actionable_chunks_into_each_tenants_archive(
     fleet: TickContext, vectors: VectorStore,
 ) -> None:
-    collection = fleet.settings.knowledge_base_collection
+    collection = fleet.settings.chroma.knowledge_base_collection
     before = await ids_in(vectors, collection)
     figures = await one_pass(fleet)
     gone = before - await ids_in(vectors, collection)
@@ -111,7 +111,7 @@ async def test_a_row_changed_under_a_shared_band_is_left_out_and_the_rest_of_the
     # the store no longer matches it, and the band's delete takes the rest (the engine's one
     # failure policy, core.reconcile.deletion).
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await seed_fleet(graph, vectors, collection)
     real_get_page = vectors.get_page
     restamped: list[str] = []
@@ -143,7 +143,7 @@ async def test_a_failing_group_read_falls_back_to_one_read_per_tenant(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors)
-    await seed_fleet(graph, vectors, stores.settings.knowledge_base_collection)
+    await seed_fleet(graph, vectors, stores.settings.chroma.knowledge_base_collection)
     without_sweep(monkeypatch)
     real = vectors._call_on_collection
 
@@ -198,7 +198,7 @@ async def test_tenants_with_a_manifest_or_a_policy_of_their_own_go_per_tenant_be
     await set_tenant_policy(graph, "t-c", policy_patch(gap=None, grace_ms=None,
                                                        auto_tombstone="off"))
     await set_tenant_manifest(graph, "t-e", RepoManifest("t-e/repo", ("docs/t-e-3.md",), 1_000))
-    collection = fleet.settings.knowledge_base_collection
+    collection = fleet.settings.chroma.knowledge_base_collection
     before = await ids_in(vectors, collection)
     figures = await one_pass(fleet)
     gone = before - await ids_in(vectors, collection)

@@ -96,7 +96,7 @@ async def test_a_clean_tenant_writes_no_telemetry_row(
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors)
     await configure(graph, "acme", 3)
-    await seed(vectors, stores.settings.knowledge_base_collection,
+    await seed(vectors, stores.settings.chroma.knowledge_base_collection,
                [chunk("a", "acme", 3), chunk("b", "acme"), chunk("c", "acme", "1")])
     figures = await one_pass(stores)
     assert tenant_figures(figures, "acme") == {
@@ -112,7 +112,7 @@ async def test_with_auto_tombstone_off_nothing_goes_and_one_row_records_the_drif
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 5)
     await seed(vectors, collection, [chunk(i, "acme", s) for i, s in zip("abcd", (5, 4, 3, 1),
                                                                         strict=True)])
@@ -138,7 +138,7 @@ async def test_with_auto_tombstone_on_exactly_the_actionable_chunks_go(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 5)
     await seed(vectors, collection, [
         chunk("a", "acme", 5), chunk("b", "acme", 4), chunk("c", "acme", 3),
@@ -160,7 +160,7 @@ async def test_orphans_within_the_grace_gap_are_reported_but_never_deleted(
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 7)
     await seed(vectors, collection, [chunk(f"c{i}", "acme", 6) for i in range(5)]
                + [chunk(f"n{i}", "acme", 7) for i in range(5)])
@@ -175,7 +175,7 @@ async def test_two_tenants_with_the_same_stamps_are_judged_by_their_own_versions
     tmp_path: Path, graph: GraphDB, vectors: VectorStore
 ) -> None:
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "ahead", 5)
     await configure(graph, "behind", 3)
     await seed(vectors, collection, [chunk(f"{t}-{s}", t, s) for t in ("ahead", "behind")
@@ -195,7 +195,7 @@ async def test_the_cap_bounds_each_pass_and_later_passes_continue(
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
                         reconciliationMaxDeletesPerTick=3)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 4)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(7)]
                + [chunk(f"new{i}", "acme", 4) for i in range(13)])
@@ -211,7 +211,7 @@ async def test_the_stale_fraction_guard_refuses_a_wholesale_wipe(
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
                         reconciliationMaxStaleFraction=0.5)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(6)]
                + [chunk(f"new{i}", "acme", 3) for i in range(4)])
@@ -231,7 +231,7 @@ async def test_the_guard_counts_the_tenants_chunks_without_a_numeric_stamp_too(
 ) -> None:
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
                         reconciliationMaxStaleFraction=0.5)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(6)]
                + [chunk(f"unstamped{i}", "acme") for i in range(6)])
@@ -273,7 +273,7 @@ async def test_one_tenant_failing_is_logged_with_its_id_and_the_next_still_runs(
     if not sweep:
         monkeypatch.setattr(reconcile_groups, "SWEEP_MAX_CHUNKS_PER_TENANT", 0)
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "aaa-broken", 3)
     await configure(graph, "bbb-fine", 3)
     await seed(vectors, collection, [chunk("a1", "aaa-broken", 1), chunk("b1", "bbb-fine", 1)])
@@ -296,7 +296,7 @@ async def test_a_failing_delete_is_logged_and_the_row_records_what_actually_went
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, chroma_fault: Callable[..., None]
 ) -> None:
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "acme", 3)
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(4)])
     chroma_fault(collection, DELETE_UNCHANGED)
@@ -330,7 +330,7 @@ async def test_a_tenant_of_more_than_40000_chunks_is_paged_without_skips_or_doub
     300 of them actionable, spread over every page, 1,500 current. (A band whose ids are
     spread over the whole tenant costs the store ~13 ms per id: docs/performance.md.)"""
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, "big", 5)
     stamps = [4] * 38_700 + [2] * 300 + [5] * 1_500
     random.Random(7).shuffle(stamps)
@@ -362,19 +362,19 @@ async def test_a_dry_run_leaves_the_sqlite_file_byte_identical_and_writes_no_arc
     await graph.close()
     dry_settings = make_settings(tmp_path, reconciliationAutoTombstone=True,
                                  reconciliationMaxStaleFraction=1.0)  # and not even enabled
-    collection = dry_settings.knowledge_base_collection
+    collection = dry_settings.chroma.knowledge_base_collection
     await seed(vectors, collection, [chunk(f"old{i}", "acme", 1) for i in range(5)])
-    before = settings.graph_db_path.read_bytes()
+    before = settings.state.graph_db_path.read_bytes()
 
     async with open_context(dry_settings, dry_run=True, vectors=vectors) as stores:
         figures = await one_pass(stores, dry_run=True)
 
     assert tenant_figures(figures, "acme")["actionableCount"] == 5
     assert tenant_figures(figures, "acme")["tombstonedCount"] == 0
-    assert settings.graph_db_path.read_bytes() == before
+    assert settings.state.graph_db_path.read_bytes() == before
     # A read-only SQLite reader of a WAL database may leave an empty -wal (and its -shm
     # index) behind; neither holds data.
-    wal = settings.graph_db_path.with_name(settings.graph_db_path.name + "-wal")
+    wal = settings.state.graph_db_path.with_name(settings.state.graph_db_path.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0
     assert not dry_settings.tombstones_dir.exists()
     assert await vectors.count(collection) == 5
@@ -386,7 +386,7 @@ async def test_a_dry_run_still_reports_the_guard(
     stores = stores_for(tmp_path, graph, vectors, reconciliationAutoTombstone=True,
                         reconciliationMaxStaleFraction=0.1)
     await configure(graph, "acme", 4)
-    await seed(vectors, stores.settings.knowledge_base_collection,
+    await seed(vectors, stores.settings.chroma.knowledge_base_collection,
                [chunk("old", "acme", 1), chunk("new", "acme", 4)])
     figures = await one_pass(stores, dry_run=True)
     assert tenant_figures(figures, "acme")["guard"] == GUARD_STALE_FRACTION
@@ -398,10 +398,10 @@ async def test_disabled_reconciliation_does_nothing(
     settings = make_settings(tmp_path, reconciliationAutoTombstone=True)
     stores = TickContext(settings, graph, vectors)
     await configure(graph, "acme", 4)
-    await seed(vectors, settings.knowledge_base_collection, [chunk("old", "acme", 1)])
+    await seed(vectors, settings.chroma.knowledge_base_collection, [chunk("old", "acme", 1)])
     figures = await one_pass(stores)
     assert (figures["enabled"], figures["tenants"]) == (False, [])
-    assert await vectors.count(settings.knowledge_base_collection) == 1
+    assert await vectors.count(settings.chroma.knowledge_base_collection) == 1
     assert await count_rows(graph, "kb_ingestion_metrics") == 0
     assert "reconciliation disabled" in capsys.readouterr().err
 
@@ -431,7 +431,7 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
                              reconciliationMaxStaleFraction=1.0)
     for tenant in ("aaa", "bbb"):
         await configure(graph, tenant, 3)
-        await seed(vectors, settings.knowledge_base_collection,
+        await seed(vectors, settings.chroma.knowledge_base_collection,
                    [chunk(f"{tenant}{i}", tenant, 1) for i in range(3)])
 
     # Stopped while the group's candidates are read: no tenant's step begins, nothing goes.
@@ -439,7 +439,7 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
     assert stopped["stopped"] is True
     assert stopped["tenants"] == []
     assert stopped["tombstonedCount"] == 0
-    assert await vectors.count(settings.knowledge_base_collection) == 6
+    assert await vectors.count(settings.chroma.knowledge_base_collection) == 6
 
     # Stopped inside the first tenant's own tombstoning (a cap of 2 puts each tenant on its
     # own bands): its band finishes (a band is never cut in two), the next tenant is left
@@ -452,7 +452,7 @@ async def test_a_stopping_daemon_ends_the_pass_between_units_and_the_next_pass_r
     assert stopped["stopped"] is True
     assert [t["tenantId"] for t in stopped["tenants"]] == ["aaa"]
     assert stopped["tombstonedCount"] == 2
-    assert await vectors.count(settings.knowledge_base_collection) == 4
+    assert await vectors.count(settings.chroma.knowledge_base_collection) == 4
 
     resumed = await one_pass(TickContext(settings, graph, vectors))
     assert (resumed["stopped"], resumed["tombstonedCount"]) == (False, 4)

@@ -216,7 +216,7 @@ async def test_only_actionable_chunks_of_configured_tenants_go_within_the_cap_an
         reconciliationMaxStaleFraction=scenario.max_fraction,
         reconciliationManifestGraceMs=0,
     )
-    graph = await open_graph(settings_)
+    graph = await open_graph(settings_.state)
     try:
         for tenant, version in scenario.versions.items():
             if version:

@@ -207,8 +207,8 @@ def same_as_seeded(record: Mapping[str, Any], row: ChromaRow) -> bool:
 async def race(settings: Settings, clients: list[Any], *, seed: int,
                fenced: bool = False) -> RaceResult:
     seeded = seeded_rows()
-    vectors = await VectorStore.open(settings)
-    graph = await open_graph(settings)
+    vectors = await VectorStore.open(settings.chroma)
+    graph = await open_graph(settings.state)
     try:
         await vectors.upsert(KB, seeded, create=True)
         await upsert_node(graph, f"kb-config:{TENANT}", TENANT_CONFIG_LABEL, {"version": 3})
@@ -261,7 +261,8 @@ async def race(settings: Settings, clients: list[Any], *, seed: int,
             continue
         overlaps = any(start < write.acked_ns and write.started_ns < end
                        for start, end in deletes)
-        (excused if overlaps and settings.server_mode and not fenced else lost).append(row_id)
+        excusable = overlaps and settings.chroma.server_mode and not fenced
+        (excused if excusable else lost).append(row_id)
     deleted = {r.id for r in seeded} - set(final)
     archived = read_archives(settings.tombstones_dir)
     by_id = {r.id: r for r in seeded}
@@ -294,11 +295,11 @@ def embedded(tmp_path: Path) -> Iterator[tuple[Settings, list[Any]]]:
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    settings.chroma_path.mkdir(parents=True)
+    settings.chroma.path.mkdir(parents=True)
     # The same store, opened by other clients in this process (as the platform's ingester
     # would, through a server, in production): Chroma shares one system per path.
     yield settings, [chromadb.PersistentClient(
-        path=str(settings.chroma_path), settings=ChromaSettings(anonymized_telemetry=False))
+        path=str(settings.chroma.path), settings=ChromaSettings(anonymized_telemetry=False))
         for _ in range(WRITERS)]
 
 

@@ -21,9 +21,9 @@ HOUR_MS = 3_600_000
 
 
 async def seed_summary(vectors: VectorStore, settings: Settings, sid: str, created: int) -> None:
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [(f"sum-{sid}", {"sessionId": sid, "createdAt": iso_from_ms(created)})])
-    await seed(vectors, settings.memory_collection,
+    await seed(vectors, settings.chroma.memory_collection,
                [(f"{sid}-m", {"sessionId": sid, "createdAt": created})])
 
 
@@ -32,7 +32,7 @@ async def test_the_first_tick_looks_back_the_overlap_from_now(
 ) -> None:
     now = now_ms()
     await seed_summary(vectors, settings, "fresh", now - HOUR_MS)
-    await seed_summary(vectors, settings, "ancient", now - settings.rem_live_ingest_overlap_ms
+    await seed_summary(vectors, settings, "ancient", now - settings.drain.rem_live_ingest_overlap_ms
                        - HOUR_MS)
     figures = to_json(await rem_tick(TickContext(settings, graph, vectors), False))
     assert figures["liveIngest"]["sessionsFound"] == 1
@@ -45,7 +45,7 @@ async def test_a_later_tick_looks_back_the_overlap_before_the_previous_tick(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     now = now_ms()
-    overlap = settings.rem_live_ingest_overlap_ms
+    overlap = settings.drain.rem_live_ingest_overlap_ms
     # The previous tick started 10 hours ago: a summary from (overlap + 5 h) ago is still in.
     await set_value(graph, LIVE_INGEST_WATERMARK, str(now - 10 * HOUR_MS), now_ms=now)
     await seed_summary(vectors, settings, "late", now - overlap - 5 * HOUR_MS)
@@ -58,15 +58,15 @@ async def test_a_dry_run_tick_moves_no_watermark_and_writes_nothing(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
     await seed_summary(vectors, settings, "fresh", now_ms() - HOUR_MS)
-    settings.lazy_edges_queue_path.parent.mkdir(parents=True)
-    settings.lazy_edges_queue_path.write_text(json.dumps(
+    settings.drain.lazy_edges_queue_path.parent.mkdir(parents=True)
+    settings.drain.lazy_edges_queue_path.write_text(json.dumps(
         {"source": "memory:fresh-m", "target": "session:fresh", "relationship": "R"}) + "\n")
-    before = settings.graph_db_path.read_bytes()
+    before = settings.state.graph_db_path.read_bytes()
     async with open_context(settings, dry_run=True, vectors=vectors) as dry:
         figures = to_json(await rem_tick(dry, True))
     assert figures["liveIngest"]["sessionsUpserted"] == 1
     assert figures["drain"]["totalLines"] == 1
-    assert settings.graph_db_path.read_bytes() == before
+    assert settings.state.graph_db_path.read_bytes() == before
     assert await get_value(graph, LIVE_INGEST_WATERMARK) is None
 
 
@@ -81,7 +81,7 @@ async def test_a_tick_without_collections_skips_ingestion_and_still_drains(
 async def test_sessions_land_even_before_the_memory_collection_exists(
     graph: GraphDB, vectors: VectorStore, settings: Settings
 ) -> None:
-    await seed(vectors, settings.summary_collection,
+    await seed(vectors, settings.chroma.summary_collection,
                [("sum-x", {"sessionId": "x", "createdAt": iso_from_ms(now_ms() - HOUR_MS)})])
     figures = to_json(await rem_tick(TickContext(settings, graph, vectors), False))
     assert figures["liveIngest"]["sessionsUpserted"] == 1

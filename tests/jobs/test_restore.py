@@ -315,7 +315,7 @@ def test_lines_the_store_refuses_are_refused_with_its_reason_and_the_others_rest
     settings = make_settings(tmp_path)
 
     async def seed_live_dimension() -> None:  # the collection holds 4-number embeddings
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             await seed(vectors, KB, [chunk("a-live", "acme", 5)])
         finally:
@@ -334,7 +334,7 @@ def test_lines_the_store_refuses_are_refused_with_its_reason_and_the_others_rest
     assert "metadata" in shown["problems"][1]["reason"]
 
     async def present() -> set[str]:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             return {r.id for r in await vectors.get_by_ids(
                 KB, ["a-good1", "a-good2", "a-dim3", "a-nested", "a-live"])}
@@ -389,7 +389,7 @@ def test_a_store_that_goes_down_mid_restore_is_exit_1_and_claims_nothing(
         settings = make_settings(tmp_path, chromaUrl=server.url)
 
         async def seed_live() -> None:
-            vectors = await VectorStore.open(settings)
+            vectors = await VectorStore.open(settings.chroma)
             try:
                 await seed(vectors, KB, [chunk("a-live", "acme", 5)])
             finally:
@@ -421,7 +421,7 @@ def test_a_store_that_goes_down_mid_restore_is_exit_1_and_claims_nothing(
         server.start()
 
         async def present() -> set[str]:
-            vectors = await VectorStore.open(settings)
+            vectors = await VectorStore.open(settings.chroma)
             try:
                 return {r.id for r in await vectors.get_by_ids(
                     KB, ["a-live", *(f"a{i}" for i in range(5))])}

@@ -48,7 +48,7 @@ async def configure(graph: GraphDB, version: int) -> None:
 
 def tombstoning(tmp_path: Path, settings: Any, graph: GraphDB, vectors: VectorStore,
                 **keys: Any) -> TickContext:
-    state = {"stateUrl": settings.state_url} if settings.state_url else {}
+    state = {"stateUrl": settings.state.url} if settings.state.url else {}
     return TickContext(make_settings(tmp_path, reconciliationEnabled=True,
                                      reconciliationAutoTombstone=True,
                                      reconciliationMaxStaleFraction=1.0, **state, **keys),

@@ -59,7 +59,7 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
 ) -> None:
     for tenant in ("keep3", "keep1"):
         await upsert_node(graph, f"kb-config:{tenant}", TENANT_CONFIG_LABEL, {"version": 1})
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     await seed(vectors, KB, aged_rows())
     await vectors.close()
     config = tmp_path / "kb.toml"
@@ -82,7 +82,7 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
                 read_archived_chunks(Path(t["archive"]))}
     assert archived == gone
 
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         assert await all_ids(vectors) == {r for r, _ in aged_rows()} - gone
     finally:
@@ -104,7 +104,7 @@ async def test_the_daemon_job_expires_by_count_per_repo_with_a_tenant_override(
 async def test_gc_dry_run_reports_and_writes_nothing(tmp_path: Path, settings: Settings,
                                                       graph: GraphDB) -> None:
     await upsert_node(graph, "kb-config:keep3", TENANT_CONFIG_LABEL, {"version": 1})
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     await seed(vectors, KB, aged_rows())
     await vectors.close()
     config = tmp_path / "kb.toml"

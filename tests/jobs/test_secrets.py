@@ -110,15 +110,15 @@ def assert_no_secret(where: str, text: str) -> None:
 
 async def _prepare(config: Path) -> None:
     settings = load_config(str(config)).settings
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                                 {"version": 3, "repoSlug": "acme/repo"})
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             ("c1", {"tenantId": "acme", "tenantConfigVersion": 1, "ingestedAt": 1})])
     finally:
         await vectors.close()
@@ -185,8 +185,8 @@ async def test_rows_an_older_version_stored_with_the_full_url_are_redacted(
     settings = make_settings(tmp_path, alertingEnabled=True)
     await record_ingestion_metric(graph, tenant_id="t1", event_type=EVENT_RECONCILE)
     await alerting_tick(TickContext(settings, graph, vectors), False)
-    assert_no_secret("SQLite", every_stored_value(settings.graph_db_path))
-    connection = sqlite3.connect(settings.graph_db_path)
+    assert_no_secret("SQLite", every_stored_value(settings.state.graph_db_path))
+    connection = sqlite3.connect(settings.state.graph_db_path)
     try:
         channels = sorted(r[0] for r in connection.execute(
             "SELECT channel FROM alert_cooldowns"))

@@ -40,7 +40,7 @@ async def seed_acme(graph: GraphDB, vectors: VectorStore, settings: Settings) ->
         for n, i in enumerate(STALE)]
     rows += [(i, {"tenantId": "acme", "repoSlug": "acme/repo", "tenantConfigVersion": 1})
              for i in LEGACY]
-    await seed(vectors, settings.knowledge_base_collection, rows)
+    await seed(vectors, settings.chroma.knowledge_base_collection, rows)
 
 
 def tombstoning(tmp_path: Path, graph: GraphDB) -> Settings:
@@ -95,7 +95,7 @@ async def test_a_host_fenced_before_its_delete_has_shared_the_archive_and_delete
         figures = await one_pass(settings, graph, vectors)
 
     assert (figures["tombstonedCount"], figures["failedTenants"]) == (0, 1)
-    assert await vectors.count(settings.knowledge_base_collection) == 7
+    assert await vectors.count(settings.chroma.knowledge_base_collection) == 7
     [archive] = (Path(a) for a in figures["archives"])
     assert await fetch(graph, archive.name) == archive.read_bytes()
 

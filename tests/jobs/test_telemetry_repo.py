@@ -63,7 +63,7 @@ async def test_a_tenant_configured_as_the_original_does_names_the_repo_of_its_ch
     settings = make_settings(tmp_path)
     await configure_as_the_original(graph, "declared", 3, ("github.com/neomjs/a",))
     await configure_as_the_original(graph, "bare", 3)  # no tenantRepos either
-    await seed(vectors, settings.knowledge_base_collection, [
+    await seed(vectors, settings.chroma.knowledge_base_collection, [
         chunk("d1", "declared", "github.com/neomjs/a", 1),
         chunk("b1", "bare", "acme/one", 1), chunk("b2", "bare", "acme/one", 2)])
     assert await pass_rows(tmp_path, graph, vectors) == {
@@ -79,7 +79,7 @@ async def test_a_tenant_of_several_repos_names_the_smallest_its_data_names(
     # Only `zeta` drifted, but `alpha` is declared: the row names `alpha`, as the original
     # names the first repo of the tenant's telemetry, drifted or not.
     await configure_as_the_original(graph, "declared", 3, ("zeta/repo", "alpha/repo"))
-    await seed(vectors, settings.knowledge_base_collection, [
+    await seed(vectors, settings.chroma.knowledge_base_collection, [
         chunk("c1", "chunks", "m/repo", 1), chunk("c2", "chunks", "b/repo", 1),
         chunk("c3", "chunks", "k/repo", 1), chunk("z1", "declared", "zeta/repo", 1)])
     assert await pass_rows(tmp_path, graph, vectors) == {
@@ -94,7 +94,7 @@ async def test_a_tenant_with_a_manifest_names_its_repos_smallest_on_the_per_tena
     await upsert_node(graph, manifest_node_id("t"), MANIFEST_LABEL, {"tenantId": "t",
         "manifests": {"q/repo": {"repoSlug": "q/repo", "pathsAfterPush": ["src/keep.mjs"],
                                  "updatedAt": 1}}, "visibility": "team"})
-    await seed(vectors, settings.knowledge_base_collection, [
+    await seed(vectors, settings.chroma.knowledge_base_collection, [
         chunk("keep", "t", "q/repo", 2), chunk("x", "t", "x/repo", 1)])
     assert await pass_rows(tmp_path, graph, vectors) == {"t": "q/repo"}
 
@@ -106,7 +106,7 @@ async def test_a_configured_repo_slug_still_wins_over_the_data(
     await upsert_node(graph, "kb-config:ours", TENANT_CONFIG_LABEL,
                       {"version": 3, "repoSlug": "ours/configured",
                        "tenantRepos": [{"repoSlug": "aaa/declared"}]})
-    await seed(vectors, settings.knowledge_base_collection, [chunk("o", "ours", "aaa/x", 1)])
+    await seed(vectors, settings.chroma.knowledge_base_collection, [chunk("o", "ours", "aaa/x", 1)])
     assert await pass_rows(tmp_path, graph, vectors) == {"ours": "ours/configured"}
 
 
@@ -115,7 +115,7 @@ async def test_only_a_tenant_whose_data_names_no_repo_gets_the_placeholder(
 ) -> None:
     settings = make_settings(tmp_path)
     await configure_as_the_original(graph, "anon", 3)
-    await seed(vectors, settings.knowledge_base_collection, [
+    await seed(vectors, settings.chroma.knowledge_base_collection, [
         chunk("n1", "anon", ..., 1), chunk("n2", "anon", "", 1)])
     assert await pass_rows(tmp_path, graph, vectors) == {"anon": DEFAULT_REPO_SLUG}
 
@@ -130,7 +130,7 @@ async def test_the_health_view_counts_the_pass_under_the_repo_the_originals_rows
     await insert_metric_rows(graph, [
         new_metric_row(tenant_id="neo-shared", repo_slug=r, event_type=EVENT_INGEST,
                        chunks_embedded=10) for r in repos])
-    await seed(vectors, settings.knowledge_base_collection,
+    await seed(vectors, settings.chroma.knowledge_base_collection,
                [chunk("s1", "neo-shared", repos[1], 1)])
     await pass_rows(tmp_path, graph, vectors)
     shown = {(r.tenant_id, r.repo_slug): (r.ingest_events, r.reconcile_events)

@@ -131,7 +131,7 @@ class World:
         for _ in range(oversize):
             self.malformed += 1
             lines.insert(self.rng.randrange(len(lines) + 1), OVERSIZE_LINE)
-        path = self.settings.lazy_edges_queue_path
+        path = self.settings.drain.lazy_edges_queue_path
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab") as queue:
             queue.write(b"".join(line + b"\n" for line in lines))
@@ -153,12 +153,12 @@ def build_world(root: Path, *, interval_ms: int = 3_600_000, neo: bool = False) 
     settings = load_config(str(config), environ={}).settings
 
     async def seed_stores() -> None:
-        vectors = await VectorStore.open(settings)
+        vectors = await VectorStore.open(settings.chroma)
         try:
-            await seed(vectors, settings.memory_collection,
+            await seed(vectors, settings.chroma.memory_collection,
                        [(f"m{i}", {"sessionId": f"s{i % SESSIONS}", "createdAt": i,
                                    "userId": "u"}) for i in range(MEMORIES)])
-            await seed(vectors, settings.summary_collection,
+            await seed(vectors, settings.chroma.summary_collection,
                        [(f"sum{j}", {"sessionId": f"s{j}", "createdAt": 0, "title": f"S{j}"})
                         for j in range(0, SESSIONS, 2)])
         finally:
@@ -202,7 +202,7 @@ def final_drain(world: World) -> None:
     for _ in range(MAX_ATTEMPTS + 3):
         result = drain_tick(world)
         assert result.returncode == 0, result.stderr.decode()[-3000:]
-        if not s.lazy_edges_queue_path.exists() and not s.draining_path.exists():
+        if not s.drain.lazy_edges_queue_path.exists() and not s.drain.draining_path.exists():
             return
     raise AssertionError("the queue did not empty")
 
@@ -263,11 +263,11 @@ def pending_relationships(world: World) -> Counter[str]:
     settings = world.settings
     found: Counter[str] = Counter()
     committed, tokens = _drain_state(world)
-    for path in (settings.lazy_edges_queue_path, settings.draining_path):
+    for path in (settings.drain.lazy_edges_queue_path, settings.drain.draining_path):
         if not path.exists():
             continue
         start = 0
-        if path == settings.draining_path:
+        if path == settings.drain.draining_path:
             segment = read_sidecar(path)
             start = committed.get(segment.id, 0) if segment is not None else 0
         with path.open("rb") as stream:
@@ -292,9 +292,9 @@ def pending_relationships(world: World) -> Counter[str]:
 def _drain_state(world: World) -> tuple[dict[str, int], dict[str, int]]:
     """Committed offsets by segment, and outstanding re-queue tokens."""
     settings = world.settings
-    if not settings.graph_db_path.exists():
+    if not settings.state.graph_db_path.exists():
         return {}, {}
-    db = sqlite3.connect(f"file:{settings.graph_db_path}?mode=ro", uri=True)
+    db = sqlite3.connect(f"file:{settings.state.graph_db_path}?mode=ro", uri=True)
     try:
         committed = dict(db.execute("SELECT generation, committed_offset FROM "
                                     + world.table("drain_generations")))
@@ -312,8 +312,8 @@ def audit(world: World, *, allow_pending: bool = False) -> Audit:
     s = world.settings
     applied: Counter[str] = Counter()
     unexpected = 0
-    if s.graph_db_path.exists():
-        db = sqlite3.connect(f"file:{s.graph_db_path}?mode=ro", uri=True)
+    if s.state.graph_db_path.exists():
+        db = sqlite3.connect(f"file:{s.state.graph_db_path}?mode=ro", uri=True)
         edges = ("SELECT type, json_extract(data, '$.properties.weight') FROM Edges "
                  "WHERE type != 'ORIGINATES_IN'" if world.neo else
                  "SELECT relationship, weight FROM edges WHERE relationship != 'ORIGINATES_IN'")
@@ -330,15 +330,16 @@ def audit(world: World, *, allow_pending: bool = False) -> Audit:
     without_reason = 0
     read_at: Counter[str] = Counter()
     spill_mismatches: list[str] = []
-    if s.dead_letter_path.exists():
-        for raw in s.dead_letter_path.read_bytes().splitlines():
+    if s.drain.dead_letter_path.exists():
+        for raw in s.drain.dead_letter_path.read_bytes().splitlines():
             record = json.loads(raw)
             read_at[record.get("readAt")] += 1
             if not record.get("reason"):
                 without_reason += 1
             if record.get("reason") == "malformed":
                 malformed_dead += 1
-                if "lineFile" in record and not _spill_matches(s.dead_letter_path.parent, record):
+                spilled_to = s.drain.dead_letter_path.parent
+                if "lineFile" in record and not _spill_matches(spilled_to, record):
                     spill_mismatches.append(record["readAt"])
                 continue
             rel = _relationship_of(record.get("line", ""))
@@ -449,7 +450,7 @@ def _wait_for_a_tick(world: World, daemon: subprocess.Popen[bytes], *,
     deadline = time.monotonic() + timeout_s
     while daemon.poll() is None and time.monotonic() < deadline:
         try:
-            db = sqlite3.connect(f"file:{world.settings.graph_db_path}?mode=ro", uri=True)
+            db = sqlite3.connect(f"file:{world.settings.state.graph_db_path}?mode=ro", uri=True)
             try:
                 ticks = world.table("daemon_ticks")
                 if db.execute(f"SELECT 1 FROM {ticks} WHERE daemon = 'drain'").fetchone():

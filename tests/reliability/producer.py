@@ -27,7 +27,7 @@ CHUNK = 50
 
 
 def main(mode: str, config: str, producer: str, count: int) -> None:
-    queue = load_config(config, environ={}).settings.lazy_edges_queue_path
+    queue = load_config(config, environ={}).settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
     written = []
     for start in range(0, count, CHUNK):

@@ -100,10 +100,10 @@ async def _one_trial(root: Path, rng: random.Random, figures: SafetyFigures) -> 
                 metadata["ingestedAt"] = when
             row_id = f"{tenant}-{n}"
             rows.append(ChromaRow(row_id, metadata, f"doc {row_id}", embedding_for(row_id)))
-    vectors = await VectorStore.open(settings)
-    graph = await open_graph(settings)
+    vectors = await VectorStore.open(settings.chroma)
+    graph = await open_graph(settings.state)
     try:
-        collection = settings.knowledge_base_collection
+        collection = settings.chroma.knowledge_base_collection
         await vectors.upsert(collection, rows, create=True)
         for tenant, version in tenants.items():
             for _ in range(version):

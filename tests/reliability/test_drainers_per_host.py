@@ -53,7 +53,7 @@ class Host:
     malformed: int = 0
 
     def append(self, lines: list[bytes]) -> None:
-        path = self.settings.lazy_edges_queue_path
+        path = self.settings.drain.lazy_edges_queue_path
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab") as queue:
             queue.write(b"".join(line + b"\n" for line in lines))
@@ -171,10 +171,10 @@ def two_drainers_killed(root: Path, url: str, *, min_kills: int = MIN_KILLS,
     for host in hosts:
         for _ in range(3):
             _clean_tick(host)
-        assert not host.settings.lazy_edges_queue_path.exists()
-        assert not host.settings.draining_path.exists()
-        assert drainer_id_path(host.settings.lazy_edges_queue_path).exists()
-    ids = {drainer_id_path(h.settings.lazy_edges_queue_path).read_text() for h in hosts}
+        assert not host.settings.drain.lazy_edges_queue_path.exists()
+        assert not host.settings.drain.draining_path.exists()
+        assert drainer_id_path(host.settings.drain.lazy_edges_queue_path).exists()
+    ids = {drainer_id_path(h.settings.drain.lazy_edges_queue_path).read_text() for h in hosts}
     assert len(ids) == 2  # two drainers, two identities
 
     mentions = asyncio.run(edge_mentions(url))
@@ -182,7 +182,7 @@ def two_drainers_killed(root: Path, url: str, *, min_kills: int = MIN_KILLS,
     dead_twice = not_malformed = dead_lettered = 0
     for host in hosts:
         records = [json.loads(raw) for raw in
-                   host.settings.dead_letter_path.read_bytes().splitlines()]
+                   host.settings.drain.dead_letter_path.read_bytes().splitlines()]
         dead_lettered += len(records)
         dead_twice += sum(n - 1 for n in Counter(r["readAt"] for r in records).values())
         not_malformed += sum(r["reason"] != "malformed" for r in records)

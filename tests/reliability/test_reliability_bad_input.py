@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from core.base.chroma import VectorStore
 from core.base.config.config import KEYS, resolve_config
+from core.base.config.config_settings import setting_value
 from core.base.rules.errors import ConfigError
 from core.base.runtime.config_file import load_config
 from core.base.runtime.context import TickContext
@@ -70,7 +71,7 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
     settings = make_settings(tmp_path)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     with queue.open("wb") as f:
         for n, bad in enumerate(CORPUS):
@@ -78,7 +79,7 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
     stats = await drain_queue(TickContext(settings, graph, vectors))
     assert stats.succeeded == len(CORPUS)
     assert stats.skipped_malformed == len(CORPUS)
-    dead = [json.loads(x) for x in settings.dead_letter_path.read_text().splitlines()]
+    dead = [json.loads(x) for x in settings.drain.dead_letter_path.read_text().splitlines()]
     assert all(d["reason"] == "malformed" and d["detail"] for d in dead)
     assert any("limit 1048576" in d["detail"] for d in dead), "the 10 MB line, said so"
     assert any("nested too deeply" in d["detail"] for d in dead)
@@ -92,12 +93,12 @@ async def test_a_queue_full_of_bad_input_never_crashes_and_keeps_every_valid_lin
 def test_random_bytes_between_valid_lines_never_cost_a_valid_line(noise: list[bytes]) -> None:
     async def scenario(root: Path) -> None:
         settings = make_settings(root)
-        graph = await open_graph(settings)
-        vectors = await VectorStore.open(settings)
+        graph = await open_graph(settings.state)
+        vectors = await VectorStore.open(settings.chroma)
         try:
             await upsert_node(graph, "CONCEPT:a", "CONCEPT")
             await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-            queue = settings.lazy_edges_queue_path
+            queue = settings.drain.lazy_edges_queue_path
             queue.parent.mkdir(parents=True)
             queue.write_bytes(b"".join(valid(i) + b"\n" + junk + b"\n"
                                        for i, junk in enumerate(noise)) + valid(999) + b"\n")
@@ -150,7 +151,7 @@ def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
             assert [w.key for w in loaded.warnings] == [key] * len(value)
             assert [f"{key}[{i}]" in w.message for i, w in enumerate(loaded.warnings)] == \
                 [True] * len(value)
-            assert loaded.settings.alert_rules.valid == ()
+            assert loaded.settings.alerting.rules.valid == ()
             continue
         if loaded.warnings:
             rejected += 1
@@ -160,8 +161,8 @@ def test_every_key_with_every_wrong_type_takes_its_default_and_names_the_key(
             assert (f"a {type(value).__name__}" if spec.type == "rules" else repr(value)) in \
                 message
             expected = spec.closed_value if spec.fails_closed else \
-                getattr(default, spec.field_name)
-            assert getattr(loaded.settings, spec.field_name) == expected
+                setting_value(default, spec)
+            assert setting_value(loaded.settings, spec) == expected
     assert rejected >= len(WRONG_VALUES) - 4, "most of these values are wrong for any key"
 
 

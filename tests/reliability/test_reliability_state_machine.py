@@ -50,13 +50,13 @@ def run_machine(shared: VectorStore, loop: asyncio.AbstractEventLoop) -> None:
             loop.run_until_complete(self._make_concepts())
 
         async def _make_concepts(self) -> None:
-            graph = await open_graph(self.world.settings)
+            graph = await open_graph(self.world.settings.state)
             for c in range(10):
                 await upsert_node(graph, f"CONCEPT:c{c}", "CONCEPT")
             await graph.close()
 
         async def _drain(self, patches: Mapping[tuple[Any, str], Callable[..., Any]]) -> None:
-            graph = await open_graph(self.world.settings)
+            graph = await open_graph(self.world.settings.state)
             originals = {(owner, name): getattr(owner, name) for owner, name in patches}
             try:
                 for (owner, name), replacement in patches.items():
@@ -139,14 +139,14 @@ def test_any_sequence_of_appends_drains_failures_and_crashes_loses_nothing(
 ) -> None:
     loop = asyncio.new_event_loop()
     try:
-        shared = loop.run_until_complete(VectorStore.open(make_settings(tmp_path)))
+        shared = loop.run_until_complete(VectorStore.open(make_settings(tmp_path).chroma))
         s = make_settings(tmp_path)
         loop.run_until_complete(seed(
-            shared, s.memory_collection,
+            shared, s.chroma.memory_collection,
             [(f"m{i}", {"sessionId": f"s{i % SESSIONS}", "createdAt": i})
              for i in range(MEMORIES)]))
         loop.run_until_complete(seed(
-            shared, s.summary_collection,
+            shared, s.chroma.summary_collection,
             [(f"sum{j}", {"sessionId": f"s{j}", "createdAt": 0}) for j in range(0, SESSIONS, 2)]))
         try:
             run_machine(shared, loop)

@@ -59,15 +59,15 @@ async def test_a_stopped_server_fails_the_drain_tick_and_the_next_tick_completes
     server: ChromaServer, tmp_path: Path
 ) -> None:
     settings = make_settings(tmp_path, chromaUrl=server.url)
-    vectors = await VectorStore.open(settings)
-    await seed(vectors, settings.memory_collection, [(f"m{i}", {"sessionId": "s"})
+    vectors = await VectorStore.open(settings.chroma)
+    await seed(vectors, settings.chroma.memory_collection, [(f"m{i}", {"sessionId": "s"})
                                                      for i in range(5)])
-    await vectors.ensure_collection(settings.summary_collection)
+    await vectors.ensure_collection(settings.chroma.summary_collection)
     await vectors.close()
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await graph.close()
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
     queue.write_text("".join(edge_line(f"memory:m{i}", i) + "\n" for i in range(5)))
     config = tmp_path / "kb.toml"
@@ -94,15 +94,15 @@ async def kb(server: ChromaServer, tmp_path: Path) -> AsyncIterator[TickContext]
     settings = make_settings(tmp_path, chromaUrl=server.url, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     rows = [(f"t1-old-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 1,
                              "ingestedAt": 1_000 + i}) for i in range(3000)]
     rows += [(f"t1-new-{i}", {"tenantId": "t1", "repoSlug": "r", "tenantConfigVersion": 3,
                               "ingestedAt": 1_000 + i}) for i in range(1000)]
     rows += [(f"t2-{i}", {"tenantId": "t2", "repoSlug": "r", "tenantConfigVersion": 1,
                           "ingestedAt": 1_000 + i}) for i in range(500)]
-    await seed(vectors, settings.knowledge_base_collection, rows)
-    graph = await open_graph(settings)
+    await seed(vectors, settings.chroma.knowledge_base_collection, rows)
+    graph = await open_graph(settings.state)
     for _ in range(3):
         await set_tenant_config(graph, "t1", repo_slug="r")
     yield TickContext(settings, graph, vectors)
@@ -146,7 +146,7 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
     figures = to_json(await reconcile_tick(kb, False))
     assert figures["failedTenants"] == 0
     remaining = await kb.vectors.get_by_ids(
-        settings.knowledge_base_collection,
+        settings.chroma.knowledge_base_collection,
         [f"t1-old-{i}" for i in range(3000)] + [f"t1-new-{i}" for i in range(1000)]
         + [f"t2-{i}" for i in range(500)], include=())
     remaining_ids = {r.id for r in remaining}
@@ -155,8 +155,8 @@ async def test_a_server_killed_mid_pass_leaves_every_deleted_chunk_archived_and_
 
     for archive in settings.tombstones_dir.glob("*.jsonl"):
         await restore_archive(kb.vectors, archive,
-                              collection=settings.knowledge_base_collection)
-    assert await kb.vectors.count(settings.knowledge_base_collection) == 4500
+                              collection=settings.chroma.knowledge_base_collection)
+    assert await kb.vectors.count(settings.chroma.knowledge_base_collection) == 4500
 
 
 async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeeds(
@@ -165,13 +165,13 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
     import sqlite3
 
     settings = make_settings(tmp_path)
-    graph = await open_graph(settings, busy_timeout_ms=200)
+    graph = await open_graph(settings.state, busy_timeout_ms=200)
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     queue.write_text(edge_line("CONCEPT:b", 1) + "\n")
-    blocker = sqlite3.connect(settings.graph_db_path, isolation_level=None)
+    blocker = sqlite3.connect(settings.state.graph_db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailable, match="database is locked"):
@@ -179,7 +179,7 @@ async def test_sqlite_held_past_busy_timeout_fails_the_tick_and_the_next_succeed
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
-    assert settings.draining_path.exists(), "the lines wait on disk"
+    assert settings.drain.draining_path.exists(), "the lines wait on disk"
     stats = await drain_queue(TickContext(settings, graph, vectors))
     assert stats.orphan_recovered and stats.succeeded == 1
     await graph.close()
@@ -190,7 +190,7 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
 ) -> None:
     await upsert_node(graph, "CONCEPT:a", "CONCEPT")
     await upsert_node(graph, "CONCEPT:b", "CONCEPT")
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True)
     queue.write_text(edge_line("CONCEPT:b", 1) + "\n" + edge_line("CONCEPT:ghost", 2) + "\n")
     real_append = lazy_queue.append_locked
@@ -205,7 +205,7 @@ async def test_a_full_disk_while_requeueing_keeps_draining_and_the_next_tick_rec
     with pytest.raises(StoreUnavailable, match="No space left on device"):
         await drain_queue(TickContext(settings, graph, vectors))
     monkeypatch.undo()
-    assert settings.draining_path.exists()
+    assert settings.drain.draining_path.exists()
 
     # The re-queue failed before the batch's commit: nothing of it took effect.
     assert await read_edge(graph, "CONCEPT:a", "CONCEPT:b", "R1") is None

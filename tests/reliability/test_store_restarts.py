@@ -154,7 +154,7 @@ def daemon_through_restarts(root: Path, server: PostgresServer, url: str, *,
     until every line is drained. What the graph holds, and how the daemon told it."""
     daemon = Daemon(root, "daemons.drain", stateUrl=url, remIntervalMs=1_000)
     asyncio.run(seed_concepts(daemon.settings, CONCEPTS))
-    queue = daemon.settings.lazy_edges_queue_path
+    queue = daemon.settings.drain.lazy_edges_queue_path
     queue.parent.mkdir(parents=True, exist_ok=True)
     appended = 0
 
@@ -165,7 +165,7 @@ def daemon_through_restarts(root: Path, server: PostgresServer, url: str, *,
         appended += count
 
     def drained() -> bool:
-        return not queue.exists() and not daemon.settings.draining_path.exists()
+        return not queue.exists() and not daemon.settings.drain.draining_path.exists()
 
     outcome = RestartsOutcome(restarts, 0)
     daemon.start()
@@ -234,9 +234,9 @@ def test_a_daemon_goes_on_after_its_chroma_server_restarts_between_ticks(
                     remIntervalMs=1_000)
 
     async def seed_summaries() -> None:
-        vectors = await VectorStore.open(daemon.settings)
+        vectors = await VectorStore.open(daemon.settings.chroma)
         try:  # a summary to live-ingest: every tick reads the server
-            await seed(vectors, daemon.settings.summary_collection,
+            await seed(vectors, daemon.settings.chroma.summary_collection,
                        [("sum1", {"sessionId": "s1", "createdAt": 1_000, "title": "t"})])
         finally:
             await vectors.close()

@@ -198,7 +198,7 @@ async def seeded(tmp_path: Path) -> Path:
     (tmp_path / "home").mkdir()
     settings: Settings = make_settings(tmp_path)
     now, minute = now_ms(), 60_000
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await insert_events(graph, [
             (now - minute, "tenant-blue", "blue-svc", "ingest", 50, 0),
@@ -315,7 +315,7 @@ def test_an_empty_window_says_so_in_every_form(tmp_path: Path) -> None:
 async def test_a_database_with_only_older_events_is_an_empty_window(tmp_path: Path) -> None:
     write_config(tmp_path)
     (tmp_path / "home").mkdir()
-    graph = await open_graph(make_settings(tmp_path))
+    graph = await open_graph(make_settings(tmp_path).state)
     try:
         await insert_events(graph, [(now_ms() - 8 * DAY_MS, "tenant-stale", "r", "ingest", 9, 0)])
     finally:

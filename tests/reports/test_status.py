@@ -33,7 +33,7 @@ from core.base.chroma import VectorStore
 
 async def hold() -> None:
     configure_logging("json")  # logs on stderr: stdout carries only the handshake
-    store = await VectorStore.open(load_config(sys.argv[1]).settings)
+    store = await VectorStore.open(load_config(sys.argv[1]).settings.chroma)
     print("held", flush=True)
     await asyncio.to_thread(sys.stdin.read)
     await store.close()

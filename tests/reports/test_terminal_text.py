@@ -58,7 +58,7 @@ async def hostile_data(tmp_path: Path) -> Path:
                       "reconciliationEnabled = true\nreconciliationManifestGraceMs = 0\n")
     settings = make_settings(tmp_path, reconciliationEnabled=True)
     repo = f"acme/{HOSTILE}"
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 3, "repoSlug": repo})
@@ -68,9 +68,9 @@ async def hostile_data(tmp_path: Path) -> Path:
             repo, (f"docs/{HOSTILE}.md", "docs/kept.md"), updated_at=1_000))
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (f"chunk-{HOSTILE}", {"tenantId": "acme", "repoSlug": repo, "tenantConfigVersion": 1,
                                   "sourcePath": f"src/{HOSTILE}.py", "ingestedAt": 1}),
             ("chunk-2", {"tenantId": HOSTILE, "repoSlug": "plain/repo",

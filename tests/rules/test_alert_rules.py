@@ -209,7 +209,7 @@ def test_every_example_rule_passes_validation_once_uncommented() -> None:
     document = tomllib.loads("[knowledgeBase]\n" + uncommented_example())
     loaded = resolve_config(document, base_dir=Path("/"))
     assert loaded.warnings == ()
-    rules = loaded.settings.alert_rules
+    rules = loaded.settings.alerting.rules
     assert [r.metric for r in rules.valid] == ["reconcileEvents", "chunksTotal"]
     assert (rules.skipped, rules.unknown_keys) == ((), ())
 

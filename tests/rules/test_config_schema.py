@@ -1,6 +1,7 @@
-"""`core.base.config.config_schema` on its own: the key table is consistent with `Settings`, every
-default passes its own checks, destructive guards fail closed, and nothing that holds a secret
-is shown (pure: no file is read)."""
+"""`core.base.config.config_schema` on its own: the key table is consistent with `Settings` (each
+key a field of its group's record, each field a key's), every default passes its own checks,
+destructive guards fail closed, and nothing that holds a secret is shown (pure: no file is
+read)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 
 from core.base.config.alert_rules import parse_alert_rules
 from core.base.config.config_schema import (
+    GROUP_PREFIXES,
     KEYS,
     KEYS_BY_NAME,
-    Settings,
     url_without_user_info,
 )
+from core.base.config.config_settings import GROUP_RECORDS, Settings, settings_from
 from core.base.config.secret import Secret
 from core.base.config.toml_text import toml_literal
 
@@ -27,7 +29,22 @@ def test_every_key_has_one_entry_and_a_settings_field_of_its_name() -> None:
     names = [k.name for k in KEYS]
     assert len(names) == len(set(names)) == len(KEYS_BY_NAME)
     fields = {f.name for f in dataclasses.fields(Settings)}
-    assert {k.field_name for k in KEYS} <= fields
+    assert {k.field_name for k in KEYS if not k.group} <= fields
+
+
+def test_each_group_holds_exactly_its_keys_under_their_toml_names() -> None:
+    assert set(GROUP_PREFIXES) == set(GROUP_RECORDS)
+    assert set(GROUP_RECORDS) <= {f.name for f in dataclasses.fields(Settings)}
+    not_keys = {"token"}  # read beside the table (`chromaAuthTokenFile`, `$KB_CHROMA_TOKEN`)
+    for group, record in GROUP_RECORDS.items():
+        fields = {f.name for f in dataclasses.fields(record)} - not_keys
+        assert fields == {k.field_name for k in KEYS if k.group == group}, group
+    shown = {k.name: f"{k.group}.{k.field_name}" for k in KEYS}
+    assert shown["reconciliationOrphanVersionGap"] == "reconcile.orphan_version_gap"
+    assert shown["reconcileMetricsPort"] == "reconcile.metrics_port"
+    assert shown["alertWindowMs"] == "alerting.window_ms"
+    assert shown["drainerGoneIntervals"] == "drain.drainer_gone_intervals"
+    assert shown["memoryCoreChromaUrl"] == "chroma.memory_core_chroma_url"
 
 
 def test_every_default_passes_its_own_validity_check() -> None:
@@ -94,11 +111,11 @@ def test_settings_repr_counts_the_alert_rules_and_hides_their_urls(tmp_path: Pat
     rules = parse_alert_rules([{"metric": "reconcileEvents", "threshold": 0,
                                 "severity": "warning",
                                 "channels": ["webhook:https://u:pw@hooks.example/t0ken"]}])
-    values: dict[str, Any] = {k.field_name: k.default if k.under_data_dir is None
+    values: dict[str, Any] = {k.name: k.default if k.under_data_dir is None
                               else tmp_path / k.under_data_dir for k in KEYS}
-    values.update(data_dir=tmp_path, chroma_path=tmp_path / "chroma", chroma_url="",
-                  chroma_token=Secret("s3cr3t-token"), alert_rules=rules)
-    settings = Settings(**values)
+    values.update(dataDir=tmp_path, chromaPath=tmp_path / "chroma", chromaUrl="",
+                  alertRules=rules)
+    settings = settings_from(values, token=Secret("s3cr3t-token"))
     shown = repr(settings)
-    assert "alert_rules=<1 valid, 0 skipped rules>" in shown
+    assert "rules=<1 valid, 0 skipped rules>" in shown
     assert "hooks.example" not in shown and "t0ken" not in shown and "s3cr3t" not in shown

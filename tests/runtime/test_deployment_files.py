@@ -35,7 +35,7 @@ def unit_settings(path: Path) -> dict[str, str]:
 def test_the_systemd_config_reads_without_warnings() -> None:
     loaded = load_config(str(ROOT / "config/kb.systemd.toml"), environ={})
     assert loaded.warnings == ()
-    assert loaded.settings.server_mode and loaded.settings.reconciliation_enabled
+    assert loaded.settings.chroma.server_mode and loaded.settings.reconcile.enabled
 
 
 @pytest.mark.parametrize("name", ["kb-drain.service", "kb-reconcile.service"])

@@ -231,12 +231,12 @@ class HeldStore:
         self.config = root / "kb.toml"
         self.config.write_text(f'[knowledgeBase]\ndataDir = "{root / "data"}"\n')
         settings = make_settings(root)
-        self.chroma = settings.chroma_path
+        self.chroma = settings.chroma.path
 
         async def create() -> None:
             from core.base.chroma import VectorStore
 
-            vectors = await VectorStore.open(settings)
+            vectors = await VectorStore.open(settings.chroma)
             await vectors.close()
 
         asyncio.run(create())

@@ -25,7 +25,7 @@ async def _database_with_roles(postgres_server: PostgresServer, tmp_path: Path,
                                *roles: str) -> str:
     """A database with the schema applied and login roles (no superusers) that may use it."""
     url = postgres_server.create_database(f"leadroles{next(_databases)}")
-    graph = await open_graph(make_settings(tmp_path, stateUrl=url))
+    graph = await open_graph(make_settings(tmp_path, stateUrl=url).state)
     await graph.close()
     admin = await asyncpg.connect(url)
     try:

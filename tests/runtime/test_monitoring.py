@@ -75,7 +75,7 @@ async def _seed(config: Path) -> None:
     tombstoned) and tenant `held` (version 3: every chunk actionable, so the stale-fraction
     guard holds it)."""
     settings = load_config(str(config)).settings
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 4, "repoSlug": "acme/repo"})
@@ -83,9 +83,9 @@ async def _seed(config: Path) -> None:
                           {"version": 3, "repoSlug": "held/repo"})
     finally:
         await graph.close()
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             *((i, {"tenantId": "acme", "tenantConfigVersion": v, "ingestedAt": 1_000 + v})
               for i, v in (("a1", 1), ("a2", 2), ("a3", 3), ("a4", 4))),
             *((i, {"tenantId": "held", "tenantConfigVersion": 1, "ingestedAt": 1_000})
@@ -94,8 +94,8 @@ async def _seed(config: Path) -> None:
     finally:
         await vectors.close()
     # A malformed queue line: the drain dead-letters it, so `kb_dead_letters` has a sample.
-    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
-    settings.lazy_edges_queue_path.write_text("not json\n")
+    settings.drain.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.drain.lazy_edges_queue_path.write_text("not json\n")
 
 
 def _recorded(graph_path: Path) -> dict[str, tuple[bool, int, dict[str, Any]]]:

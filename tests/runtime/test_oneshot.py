@@ -57,7 +57,7 @@ async def test_a_stop_signal_ends_the_tick_after_its_unit_without_a_keyboard_int
     await sender
     assert done.figures["one"].json()["interrupted"] is True
     assert done.run.stopped_exit_code == 128 + signal.SIGINT
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         assert (await last_ticks(graph))["one"].ok, "the stopped tick is recorded as done"
     finally:
@@ -139,9 +139,9 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
 async def test_a_stopped_eager_backfill_syncs_nothing_more_and_is_not_ok(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     async with open_context(settings) as context:
-        await seed(context.vectors, settings.summary_collection,
+        await seed(context.vectors, settings.chroma.summary_collection,
                    [("sum1", {"sessionId": "s1", "createdAt": now_ms()})])
-        await seed(context.vectors, settings.memory_collection,
+        await seed(context.vectors, settings.chroma.memory_collection,
                    [("m1", {"sessionId": "s1", "createdAt": now_ms()})])
         context.control.request_stop()
         report = await eager_backfill(context, days=3, dry_run=False, skip_drain=False,

@@ -132,4 +132,4 @@ async def test_a_store_that_does_not_exist_restores_nothing_and_creates_nothing(
     settings = make_settings(tmp_path)
     restored = await read_restored_metrics(settings, [Job("drain", noop, 1_000)])
     assert restored == RestoredMetrics()
-    assert not settings.graph_db_path.exists() and not settings.data_dir.exists()
+    assert not settings.state.graph_db_path.exists() and not settings.data_dir.exists()

@@ -175,7 +175,7 @@ async def test_a_raising_tick_does_not_stop_the_next_and_backs_off_then_recovers
 async def test_a_restart_inside_the_interval_neither_skips_nor_doubles_the_pass(
     served: Any, settings: Settings
 ) -> None:
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     started = int(time.time() * 1000) - 1500
     await record_tick(graph, TickRecord("d", started, started + 10, 10, True, {}))
     await graph.close()
@@ -188,7 +188,7 @@ async def test_a_restart_inside_the_interval_neither_skips_nor_doubles_the_pass(
 
 
 async def _record_last(settings: Settings, *, ok: bool, ago_ms: int) -> None:
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     started = int(time.time() * 1000) - ago_ms
     await record_tick(graph, TickRecord("d", started, started + 10, 10, ok, {}))
     await graph.close()
@@ -255,7 +255,7 @@ async def test_a_tick_stopped_before_its_end_is_recorded_not_ok(
     await wait_until(lambda: ran)
     stop.set()
     assert await asyncio.wait_for(task, 10) == 0  # the record is written before serve returns
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     record = (await last_ticks(graph))["d"]
     await graph.close()
     assert not record.ok
@@ -282,7 +282,7 @@ async def test_ticks_are_recorded_so_the_next_start_knows(served: Any,
     await asyncio.sleep(0.1)
     stop.set()
     await asyncio.sleep(0.3)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     record = (await last_ticks(graph))["d"]
     await graph.close()
     assert record.ok and record.figures["n"] == 1
@@ -350,8 +350,8 @@ def free_port() -> int:
 async def test_metrics_parse_with_full_precision_on_loopback(served: Any, tmp_path: Path) -> None:
     port = free_port()
     settings = make_settings(tmp_path / "m", metricsPort=port)
-    settings.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
-    settings.lazy_edges_queue_path.write_bytes(b"{}\n" * 1_234_567)
+    settings.drain.lazy_edges_queue_path.parent.mkdir(parents=True, exist_ok=True)
+    settings.drain.lazy_edges_queue_path.write_bytes(b"{}\n" * 1_234_567)
     ticks = Ticks()
     await served([DaemonSpec("d", (Job("d", ticks, 10_000),))], use_settings=settings)
     await wait_until(lambda: len(ticks.calls) == 1)
@@ -431,7 +431,7 @@ async def test_a_taken_metrics_port_is_a_config_error_before_any_tick(tmp_path: 
             await asyncio.wait_for(serve(settings, [DaemonSpec("d", (Job("d", ticks, 10),))],
                                          options=FAST, notifier=Notifier({})), 10)
     assert ticks.calls == []
-    assert not settings.graph_db_path.exists(), "it stopped before opening any store"
+    assert not settings.state.graph_db_path.exists(), "it stopped before opening any store"
 
 
 async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_restart(
@@ -444,8 +444,8 @@ async def test_a_reconcile_pass_stopped_between_tenants_runs_again_at_once_on_re
     from core.reconcile.run_pass import reconcile_tick
     from core.suite.tick import run_tick
 
-    enabled = replace(settings, reconciliation_enabled=True)
-    graph = await open_graph(enabled)
+    enabled = replace(settings, reconcile=replace(settings.reconcile, enabled=True))
+    graph = await open_graph(enabled.state)
     try:
         for tenant in ("acme", "globex"):
             await set_tenant_config(graph, tenant, repo_slug=f"{tenant}/kb")

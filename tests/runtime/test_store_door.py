@@ -28,7 +28,7 @@ from tests.support import make_settings, unix_socket_to
 
 @pytest.fixture
 async def vectors(tmp_path: Path) -> AsyncIterator[VectorStore]:
-    store = await VectorStore.open(make_settings(tmp_path))
+    store = await VectorStore.open(make_settings(tmp_path).chroma)
     yield store
     await store.close()
 
@@ -63,15 +63,15 @@ async def test_a_door_deeper_than_a_socket_address_is_owner_only_under_umask_0_a
         tmp_path: Path, umask_0: None) -> None:
     deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6)
     settings = make_settings(deep)
-    assert len(os.fsencode(door_path(settings.chroma_path))) > 108
-    store = await VectorStore.open(settings)
-    door = await StoreDoor.open(store, settings.chroma_path)
+    assert len(os.fsencode(door_path(settings.chroma.path))) > 108
+    store = await VectorStore.open(settings.chroma)
+    door = await StoreDoor.open(store, settings.chroma.path)
     try:
-        folder = door_folder(settings.chroma_path)
-        assert (mode(folder), mode(door_path(settings.chroma_path)),
+        folder = door_folder(settings.chroma.path)
+        assert (mode(folder), mode(door_path(settings.chroma.path)),
                 mode(folder / PID_NAME)) == (0o700, 0o600, 0o600)
         client = await in_thread(lambda: DaemonStoreClient.connect(
-            settings.chroma_path, rebuild_error=peer_error))
+            settings.chroma.path, rebuild_error=peer_error))
         try:
             assert client.daemon_pid == os.getpid()
             await in_thread(client.call, "door-probe", ENSURE_COLLECTION, {})
@@ -86,7 +86,7 @@ async def test_a_door_deeper_than_a_socket_address_is_owner_only_under_umask_0_a
 
 async def test_a_peer_that_says_no_hello_or_no_request_in_time_is_dropped_in_one_line(
         tmp_path: Path, vectors: VectorStore) -> None:
-    chroma = make_settings(tmp_path).chroma_path
+    chroma = make_settings(tmp_path).chroma.path
     door = await StoreDoor.open(vectors, chroma, hello_timeout_s=0.2, idle_timeout_s=0.3)
     try:
         with structlog.testing.capture_logs() as logged:
@@ -103,7 +103,7 @@ async def test_a_peer_that_says_no_hello_or_no_request_in_time_is_dropped_in_one
 
 async def test_a_leftover_door_of_this_user_is_reclaimed_and_an_old_tcp_door_file_removed(
         tmp_path: Path, vectors: VectorStore) -> None:
-    chroma = make_settings(tmp_path).chroma_path
+    chroma = make_settings(tmp_path).chroma.path
     folder = door_folder(chroma)
     folder.mkdir(mode=0o755)
     folder.chmod(0o755)
@@ -131,7 +131,7 @@ async def test_a_leftover_door_of_this_user_is_reclaimed_and_an_old_tcp_door_fil
 @pytest.mark.parametrize("taken_by", ["symlink", "regular file"])
 async def test_a_door_place_taken_by_something_else_fails_the_start_in_one_line(
         tmp_path: Path, vectors: VectorStore, taken_by: str) -> None:
-    chroma = make_settings(tmp_path).chroma_path
+    chroma = make_settings(tmp_path).chroma.path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     if taken_by == "symlink":
@@ -170,9 +170,9 @@ async def test_a_command_s_compare_then_delete_runs_in_the_daemon_and_keeps_a_re
     # A pass beside the daemon deletes through the door: the compound (re-read, compare,
     # delete the identical rows) runs in the daemon as one call on its one Chroma thread.
     settings = make_settings(tmp_path)
-    store = await VectorStore.open(settings)
-    door = await StoreDoor.open(store, settings.chroma_path)
-    peer = await VectorStore._open_via_daemon(settings, "peer", LockHeld("held"))
+    store = await VectorStore.open(settings.chroma)
+    door = await StoreDoor.open(store, settings.chroma.path)
+    peer = await VectorStore._open_via_daemon(settings.chroma, "peer", LockHeld("held"))
     try:
         rows = [ChromaRow(i, {"tenantId": "t"}, f"doc {i}", [0.5, 0.25]) for i in ("a", "b")]
         await store.upsert("kb-door", rows, create=True)

@@ -39,8 +39,8 @@ async def seeded_store_with_an_archive(tmp_path: Path) -> Path:
     settings = make_settings(tmp_path, reconciliationEnabled=True,
                              reconciliationAutoTombstone=True,
                              reconciliationMaxStaleFraction=1.0)
-    graph = await open_graph(settings)
-    vectors = await VectorStore.open(settings)
+    graph = await open_graph(settings.state)
+    vectors = await VectorStore.open(settings.chroma)
     try:
         await upsert_node(graph, "kb-config:acme", TENANT_CONFIG_LABEL,
                           {"version": 3, "repoSlug": "acme/repo"})
@@ -59,7 +59,7 @@ async def seeded_store_with_an_archive(tmp_path: Path) -> Path:
 
 async def forget_restored(tmp_path: Path) -> None:
     """Delete the chunk a restore puts back, so a second restore starts from the same state."""
-    vectors = await VectorStore.open(make_settings(tmp_path))
+    vectors = await VectorStore.open(make_settings(tmp_path).chroma)
     try:
         await vectors.delete_where(KB, where={"tenantConfigVersion": 1})
     finally:

@@ -56,7 +56,7 @@ async def seed_tenants(stores: TickContext, vectors: VectorStore, count: int) ->
         tenant = f"t-{t:03d}"
         await configure(stores.graph, tenant, 3)
         rows += [chunk(f"{tenant}-{i}", tenant, 1 if i == 0 else 3) for i in range(PER_TENANT)]
-    await seed(vectors, stores.settings.knowledge_base_collection, rows)
+    await seed(vectors, stores.settings.chroma.knowledge_base_collection, rows)
     return {f"t-{t:03d}-0" for t in range(count)}
 
 
@@ -111,7 +111,7 @@ async def test_many_archives_are_made_durable_by_one_syncfs_before_any_delete(
     stale = await seed_tenants(stores, vectors, MANY)
     figures = await one_pass(stores)
     assert figures["failedTenants"] == 0
-    assert stale.isdisjoint(await ids_in(vectors, stores.settings.knowledge_base_collection))
+    assert stale.isdisjoint(await ids_in(vectors, stores.settings.chroma.knowledge_base_collection))
     assert len(figures["archives"]) == MANY
     assert {r.id for path in figures["archives"] for r in archived_rows(path)} == stale
     assert "syncfs" in events and "delete" in events
@@ -148,7 +148,7 @@ async def test_when_syncfs_fails_every_archive_is_fsynced_on_its_own_before_any_
     stale = await seed_tenants(stores, vectors, MANY)
     figures = await one_pass(stores)
     assert figures["failedTenants"] == 0
-    assert stale.isdisjoint(await ids_in(vectors, stores.settings.knowledge_base_collection))
+    assert stale.isdisjoint(await ids_in(vectors, stores.settings.chroma.knowledge_base_collection))
     first_delete = events.index("delete")
     synced = {e.removeprefix("fsync ") for e in events[:first_delete] if e.startswith("fsync")}
     assert synced == {Path(p).name for p in figures["archives"]}
@@ -169,7 +169,7 @@ async def test_a_failing_fsync_of_an_archive_deletes_nothing(
     monkeypatch.setattr(files, "_syncfs", lambda: None)  # as on a kernel before 5.8
     stores = tombstoning(tmp_path, graph, vectors)
     await seed_tenants(stores, vectors, MANY)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     before = await ids_in(vectors, collection)
     figures = await one_pass(stores)
     assert await ids_in(vectors, collection) == before
@@ -196,7 +196,7 @@ async def test_a_full_disk_while_archiving_deletes_nothing_not_archived(
     monkeypatch.setattr(os, "write", filling_write)
     stores = tombstoning(tmp_path, graph, vectors)
     stale = await seed_tenants(stores, vectors, tenants)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     figures = await one_pass(stores)
     gone = stale - await ids_in(vectors, collection)
     archived = {r.id for path in figures["archives"] for r in archived_rows(path)}

@@ -38,7 +38,7 @@ def test_every_ordinary_server_url_form_is_accepted(
     assert server.tls == canonical.startswith("https")
     settings = resolve_config({"knowledgeBase": {"chromaUrl": written}},
                               base_dir=Path("/")).settings
-    assert settings.server_mode and settings.chroma_url == canonical
+    assert settings.chroma.server_mode and settings.chroma.url == canonical
 
 
 @pytest.mark.parametrize(("written", "reason"), [
@@ -86,14 +86,14 @@ def test_the_token_file_wins_over_the_environment_and_loses_its_final_newline(
     (tmp_path / "token").write_text("from-file\n")
     config = write(tmp_path, 'chromaUrl = "http://127.0.0.1:9"\nchromaAuthTokenFile = "token"\n')
     settings = load_config(str(config), environ={"KB_CHROMA_TOKEN": "from-env"}).settings
-    assert settings.chroma_token == Secret("from-file")
-    assert settings.chroma_token is not None and settings.chroma_token.reveal() == "from-file"
+    assert settings.chroma.token == Secret("from-file")
+    assert settings.chroma.token is not None and settings.chroma.token.reveal() == "from-file"
 
 
 def test_the_environment_token_is_used_when_no_file_is_named(tmp_path: Path) -> None:
     config = write(tmp_path, 'chromaUrl = "http://127.0.0.1:9"\n')
     settings = load_config(str(config), environ={"KB_CHROMA_TOKEN": "from-env"}).settings
-    assert settings.chroma_token is not None and settings.chroma_token.reveal() == "from-env"
+    assert settings.chroma.token is not None and settings.chroma.token.reveal() == "from-env"
     with pytest.raises(ConfigError, match=r"\$KB_CHROMA_TOKEN: .* visible ASCII") as caught:
         load_config(str(config), environ={"KB_CHROMA_TOKEN": "bad token"})
     assert "bad token" not in str(caught.value)
@@ -102,7 +102,7 @@ def test_the_environment_token_is_used_when_no_file_is_named(tmp_path: Path) -> 
 def test_connection_keys_without_a_server_are_warned_about_and_not_read(tmp_path: Path) -> None:
     config = write(tmp_path, 'chromaAuthTokenFile = "absent"\nchromaCaFile = "absent.pem"\n')
     loaded = load_config(str(config), environ={"KB_CHROMA_TOKEN": "unused"})
-    assert loaded.settings.chroma_token is None
+    assert loaded.settings.chroma.token is None
     assert [w.key for w in loaded.warnings] == ["chromaAuthTokenFile", "chromaCaFile"]
 
 
@@ -116,15 +116,15 @@ def test_settings_repr_shows_no_token_and_no_webhook_credentials(tmp_path: Path)
         "[[knowledgeBase.alertRules]]\n"
         'metric = "nope"\nchannels = ["webhook:https://u:BADRULEPASS@h/x"]\n'))
     settings = load_config(str(config), environ={}).settings
-    assert settings.chroma_token is not None
-    shown = repr(settings) + str(settings) + repr(settings.chroma_token) + \
-        str(settings.chroma_token) + f"{settings!r:>5}"
+    assert settings.chroma.token is not None
+    shown = repr(settings) + str(settings) + repr(settings.chroma.token) + \
+        str(settings.chroma.token) + f"{settings!r:>5}"
     for secret in ("TOKEN-7d1e", "hookuser", "HOOKPASS", "SECRETPATH", "QSECRET",
                    "BADRULEPASS"):
         assert secret not in shown, secret
-    assert "chroma_url='https://chroma.example:8443/kb'" in shown
-    assert "alert_rules=<1 valid, 1 skipped rules>" in shown
-    assert "chroma_token=Secret(<redacted>)" in shown
+    assert "url='https://chroma.example:8443/kb'" in shown
+    assert "rules=<1 valid, 1 skipped rules>" in shown
+    assert "token=Secret(<redacted>)" in shown
 
 
 # --- memoryCoreChromaUrl: the memory core on a server of its own -----------------------------
@@ -135,19 +135,20 @@ def test_the_memory_core_is_on_chroma_urls_store_unless_a_server_of_its_own_is_n
 ) -> None:
     alone = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n')),
                         environ={}).settings
-    assert alone.memory_core_url == "http://127.0.0.1:8000" and not alone.memory_core_apart
+    assert alone.chroma.memory_core_url == "http://127.0.0.1:8000"
+    assert not alone.chroma.memory_core_apart
     # The same server written another way is still one store.
     same = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n'
                                            'memoryCoreChromaUrl = "HTTP://127.0.0.1:8000/"\n')),
                        environ={}).settings
-    assert not same.memory_core_apart
+    assert not same.chroma.memory_core_apart
     split = load_config(str(write(tmp_path, 'chromaUrl = "http://127.0.0.1:8000"\n'
                                             'memoryCoreChromaUrl = "http://127.0.0.1:8001"\n')),
                         environ={}).settings
-    assert split.memory_core_apart and split.memory_core_url == "http://127.0.0.1:8001"
-    assert split.memory_core_collections == {"neo-agent-memory", "neo-agent-sessions"}
+    assert split.chroma.memory_core_apart and split.chroma.memory_core_url == "http://127.0.0.1:8001"
+    assert split.chroma.memory_core_collections == {"neo-agent-memory", "neo-agent-sessions"}
     embedded = load_config(str(write(tmp_path, "")), environ={}).settings
-    assert embedded.memory_core_url == "" and not embedded.memory_core_apart
+    assert embedded.chroma.memory_core_url == "" and not embedded.chroma.memory_core_apart
 
 
 @pytest.mark.parametrize("written", ["http://u:pw@h:8001", "h:8001", "http://h:8001 ", ""])

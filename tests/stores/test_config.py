@@ -12,6 +12,7 @@ import pytest
 from core.base.config.alert_rules import AlertRules
 from core.base.config.config import KEYS, resolve_config
 from core.base.config.config_docs import render_example_toml, render_markdown_table
+from core.base.config.config_settings import setting_value
 from core.base.rules.errors import ConfigError
 from core.base.runtime.config_file import load_config
 from tests.support import run_module
@@ -34,26 +35,26 @@ def test_no_file_gives_every_default_relative_to_the_current_folder(
     assert loaded.warnings == ()
     assert s.source is None
     assert s.data_dir == tmp_path / ".kb-data"
-    assert s.chroma_path == tmp_path / ".kb-data" / "chroma"
-    assert s.graph_db_path == tmp_path / ".kb-data" / "graph.sqlite"
-    assert s.lazy_edges_queue_path == tmp_path / ".kb-data/memory-core/lazy-edges.jsonl"
-    assert s.chroma_url == "" and not s.server_mode
-    assert s.memory_collection == "neo-agent-memory"
-    assert s.summary_collection == "neo-agent-sessions"
-    assert s.knowledge_base_collection == "neo-knowledge-base"
-    assert s.rem_interval_ms == 3_600_000
-    assert s.rem_live_ingest_overlap_ms == 86_400_000
-    assert s.lazy_edge_max_attempts == 10
-    assert s.reconciliation_enabled is False
-    assert s.reconciliation_auto_tombstone is False
-    assert s.reconciliation_orphan_version_gap == 2
-    assert s.reconciliation_max_deletes_per_tick == 10_000
-    assert s.reconciliation_max_stale_fraction == 0.5
-    assert s.alerting_enabled is False
-    assert s.alerting_interval_ms == 900_000
-    assert s.alerting_cooldown_ms == 3_600_000
-    assert s.alert_window_ms == 3_600_000
-    assert s.alert_rules == AlertRules()
+    assert s.chroma.path == tmp_path / ".kb-data" / "chroma"
+    assert s.state.graph_db_path == tmp_path / ".kb-data" / "graph.sqlite"
+    assert s.drain.lazy_edges_queue_path == tmp_path / ".kb-data/memory-core/lazy-edges.jsonl"
+    assert s.chroma.url == "" and not s.chroma.server_mode
+    assert s.chroma.memory_collection == "neo-agent-memory"
+    assert s.chroma.summary_collection == "neo-agent-sessions"
+    assert s.chroma.knowledge_base_collection == "neo-knowledge-base"
+    assert s.drain.rem_interval_ms == 3_600_000
+    assert s.drain.rem_live_ingest_overlap_ms == 86_400_000
+    assert s.drain.lazy_edge_max_attempts == 10
+    assert s.reconcile.enabled is False
+    assert s.reconcile.auto_tombstone is False
+    assert s.reconcile.orphan_version_gap == 2
+    assert s.reconcile.max_deletes_per_tick == 10_000
+    assert s.reconcile.max_stale_fraction == 0.5
+    assert s.alerting.enabled is False
+    assert s.alerting.interval_ms == 900_000
+    assert s.alerting.cooldown_ms == 3_600_000
+    assert s.alerting.window_ms == 3_600_000
+    assert s.alerting.rules == AlertRules()
     assert s.log_format == "auto"
     assert s.metrics_port == 0
 
@@ -66,10 +67,10 @@ def test_lookup_order_is_flag_then_env_then_config_kb_toml(
     env_file = write(tmp_path / "env.toml", "[knowledgeBase]\nremIntervalMs = 2\n")
     flag_file = write(tmp_path / "flag.toml", "[knowledgeBase]\nremIntervalMs = 3\n")
 
-    assert load_config(None, environ={}).settings.rem_interval_ms == 1
+    assert load_config(None, environ={}).settings.drain.rem_interval_ms == 1
     env = {"KB_CONFIG": str(env_file)}
-    assert load_config(None, environ=env).settings.rem_interval_ms == 2
-    assert load_config(str(flag_file), environ=env).settings.rem_interval_ms == 3
+    assert load_config(None, environ=env).settings.drain.rem_interval_ms == 2
+    assert load_config(str(flag_file), environ=env).settings.drain.rem_interval_ms == 3
 
 
 def test_relative_paths_resolve_against_the_config_files_folder(tmp_path: Path) -> None:
@@ -79,9 +80,9 @@ def test_relative_paths_resolve_against_the_config_files_folder(tmp_path: Path) 
     )
     s = load_config(str(config), environ={}).settings
     assert s.data_dir == tmp_path / "etc/state"
-    assert s.graph_db_path == tmp_path / "etc/db/graph.sqlite"
+    assert s.state.graph_db_path == tmp_path / "etc/db/graph.sqlite"
     # Defaults that live under dataDir follow it.
-    assert s.chroma_path == tmp_path / "etc/state/chroma"
+    assert s.chroma.path == tmp_path / "etc/state/chroma"
     assert s.source == config.resolve()
 
 
@@ -92,8 +93,8 @@ def test_wrong_type_takes_the_default_with_one_warning_naming_key_type_and_value
         {"knowledgeBase": {"remIntervalMs": "soon", "lazyEdgeMaxAttempts": 3}},
         base_dir=tmp_path,
     )
-    assert loaded.settings.rem_interval_ms == 3_600_000
-    assert loaded.settings.lazy_edge_max_attempts == 3
+    assert loaded.settings.drain.rem_interval_ms == 3_600_000
+    assert loaded.settings.drain.lazy_edge_max_attempts == 3
     assert len(loaded.warnings) == 1
     message = loaded.warnings[0].message
     assert loaded.warnings[0].key == "remIntervalMs"
@@ -117,24 +118,24 @@ def test_out_of_range_or_mistyped_values_fall_back_to_their_default(
 ) -> None:
     loaded = resolve_config({"knowledgeBase": {key: value}}, base_dir=tmp_path)
     default = resolve_config({}, base_dir=tmp_path).settings
-    field = next(k.field_name for k in KEYS if k.name == key)
-    assert getattr(loaded.settings, field) == getattr(default, field)
+    field = next(k for k in KEYS if k.name == key)
+    assert setting_value(loaded.settings, field) == setting_value(default, field)
     assert [w.key for w in loaded.warnings] == [key]
     assert loaded.settings.invalid_guards == ()
 
 
 def test_each_daemon_takes_its_own_metrics_port_else_metrics_port(tmp_path: Path) -> None:
     unset = resolve_config({"knowledgeBase": {"metricsPort": 9100}}, base_dir=tmp_path)
-    assert (unset.settings.drain_metrics_port, unset.settings.reconcile_metrics_port) == (
+    assert (unset.settings.drain.metrics_port, unset.settings.reconcile.metrics_port) == (
         9100, 9100)
     own = resolve_config({"knowledgeBase": {"metricsPort": 9100, "drainMetricsPort": 9101,
                                             "reconcileMetricsPort": 0}}, base_dir=tmp_path)
-    assert (own.settings.metrics_port, own.settings.drain_metrics_port,
-            own.settings.reconcile_metrics_port) == (9100, 9101, 0)
+    assert (own.settings.metrics_port, own.settings.drain.metrics_port,
+            own.settings.reconcile.metrics_port) == (9100, 9101, 0)
     assert not own.warnings
     bad = resolve_config({"knowledgeBase": {"metricsPort": 9100, "drainMetricsPort": "9101"}},
                          base_dir=tmp_path)
-    assert bad.settings.drain_metrics_port == 9100
+    assert bad.settings.drain.metrics_port == 9100
     assert [w.key for w in bad.warnings] == ["drainMetricsPort"]
     assert "metricsPort's value" in bad.warnings[0].message
 
@@ -166,8 +167,8 @@ def test_an_invalid_destructive_guard_fails_closed_instead_of_taking_its_default
     assert warning.key == key
     assert "deleting nothing until it is fixed" in warning.message
     assert loaded.settings.invalid_guards == (key,)
-    field = next(k.field_name for k in KEYS if k.name == key)
-    assert getattr(loaded.settings, field) == 0  # a value that lets nothing through
+    field = next(k for k in KEYS if k.name == key)
+    assert setting_value(loaded.settings, field) == 0  # a value that lets nothing through
 
 
 @pytest.mark.parametrize(
@@ -193,8 +194,8 @@ def test_an_invalid_gap_or_grace_fails_closed_instead_of_loosening_to_its_defaul
     [warning] = loaded.warnings
     assert f"{effect} until it is fixed" in warning.message
     assert loaded.settings.invalid_guards == (key,)
-    field = next(k.field_name for k in KEYS if k.name == key)
-    assert getattr(loaded.settings, field) == math.inf
+    field = next(k for k in KEYS if k.name == key)
+    assert setting_value(loaded.settings, field) == math.inf
 
 
 def test_a_max_deletes_of_zero_is_valid_and_simply_deletes_nothing(tmp_path: Path) -> None:
@@ -220,8 +221,8 @@ def test_an_integer_is_accepted_where_a_number_is_expected(tmp_path: Path) -> No
         base_dir=tmp_path,
     )
     assert loaded.warnings == ()
-    assert loaded.settings.reconciliation_orphan_version_gap == 3
-    assert loaded.settings.reconciliation_max_stale_fraction == 1
+    assert loaded.settings.reconcile.orphan_version_gap == 3
+    assert loaded.settings.reconcile.max_stale_fraction == 1
 
 
 @pytest.mark.parametrize("value", ["true", 1, "yes", [True]])
@@ -231,12 +232,12 @@ def test_destructive_switches_are_on_only_for_a_toml_true(tmp_path: Path, value:
                            "reconciliationEnabled": value}},
         base_dir=tmp_path,
     )
-    assert loaded.settings.reconciliation_auto_tombstone is False
-    assert loaded.settings.reconciliation_enabled is False
+    assert loaded.settings.reconcile.auto_tombstone is False
+    assert loaded.settings.reconcile.enabled is False
     assert len(loaded.warnings) == 2
     on = resolve_config({"knowledgeBase": {"reconciliationAutoTombstone": True}},
                         base_dir=tmp_path)
-    assert on.settings.reconciliation_auto_tombstone is True
+    assert on.settings.reconcile.auto_tombstone is True
 
 
 def test_unknown_key_is_warned_about_with_a_suggestion(tmp_path: Path) -> None:
@@ -245,7 +246,7 @@ def test_unknown_key_is_warned_about_with_a_suggestion(tmp_path: Path) -> None:
     messages = {w.key: w.message for w in loaded.warnings}
     assert "did you mean remIntervalMs?" in messages["remintervalms"]
     assert "unknown key knowledgeBase.frobnicate" in messages["frobnicate"]
-    assert loaded.settings.rem_interval_ms == 3_600_000
+    assert loaded.settings.drain.rem_interval_ms == 3_600_000
 
 
 def test_knowledge_base_that_is_not_a_table_is_a_config_error(tmp_path: Path) -> None:
@@ -324,7 +325,7 @@ def test_a_missing_named_file_stops_a_command_with_exit_2_and_creates_nothing(
 def test_settings_are_immutable(tmp_path: Path) -> None:
     s = resolve_config({}, base_dir=tmp_path).settings
     with pytest.raises(AttributeError):
-        s.rem_interval_ms = 5  # type: ignore[misc]
+        s.drain.rem_interval_ms = 5  # type: ignore[misc]
 
 
 def test_readme_configuration_table_is_generated_from_the_keys() -> None:
@@ -365,7 +366,7 @@ def test_the_example_copied_to_config_kb_toml_keeps_the_data_folder_of_no_config
     assert with_copy.warnings == ()
     assert with_copy.settings.source == (tmp_path / "config/kb.toml").resolve()
     assert with_copy.settings.data_dir == without_file.data_dir == (tmp_path / ".kb-data")
-    assert with_copy.settings.graph_db_path == without_file.graph_db_path
+    assert with_copy.settings.state.graph_db_path == without_file.state.graph_db_path
 
 
 @pytest.mark.parametrize("name", ["knowledgebase", "knowledge_base", "KnowledgeBase",
@@ -386,7 +387,7 @@ def test_a_near_miss_table_beside_the_real_one_is_warned_about_by_name(tmp_path:
                              "knowledgeBase": {"remIntervalMs": 7}}, base_dir=tmp_path)
     assert [w.key for w in loaded.warnings] == ["knowledgebase"]
     assert "did you mean [knowledgeBase]" in loaded.warnings[0].message
-    assert loaded.settings.rem_interval_ms == 7  # the near miss is not read
+    assert loaded.settings.drain.rem_interval_ms == 7  # the near miss is not read
 
 
 def test_other_tables_are_not_taken_for_a_near_miss(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ async def test_a_postgresql_state_of_schema_version_2_gains_drainer_ticks_and_ke
     finally:
         await conn.close()
 
-    graph = await open_graph(make_settings(tmp_path, stateUrl=url))
+    graph = await open_graph(make_settings(tmp_path, stateUrl=url).state)
     try:
         assert "drainer_ticks" in await graph.table_names()
         assert await last_drainer_ticks(graph) == ()

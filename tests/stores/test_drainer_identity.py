@@ -33,7 +33,7 @@ def test_a_drainer_keeps_the_id_it_created_and_refuses_an_unreadable_one(
 ) -> None:
     url = postgres_server.create_database("drainer_identity")
     first = _tick(tmp_path, url)
-    queue = load_config(str(tmp_path / "kb.toml"), environ={}).settings.lazy_edges_queue_path
+    queue = load_config(str(tmp_path / "kb.toml"), environ={}).settings.drain.lazy_edges_queue_path
     assert first.returncode == 0, first.stderr
     path = drainer_id_path(queue)
     made = path.read_text()

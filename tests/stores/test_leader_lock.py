@@ -24,7 +24,7 @@ _databases = iter(range(1, 1_000_000))
 async def url(postgres_server: PostgresServer, tmp_path: Path) -> AsyncIterator[str]:
     """A fresh database with the schema applied (the lease table is part of it)."""
     made = postgres_server.create_database(f"lease{next(_databases)}")
-    graph = await open_graph(make_settings(tmp_path, stateUrl=made))
+    graph = await open_graph(make_settings(tmp_path, stateUrl=made).state)
     await graph.close()
     yield made
 

@@ -85,7 +85,7 @@ def built(tmp_path: Path, era: NeoEra) -> Path:
 
 @pytest.fixture
 async def neo(tmp_path: Path, built: Path) -> AsyncIterator[GraphDB]:
-    graph = await open_graph(neo_settings(tmp_path))
+    graph = await open_graph(neo_settings(tmp_path).state)
     yield graph
     await graph.close()
 
@@ -94,7 +94,7 @@ async def test_a_graph_of_each_era_opens_as_the_originals_and_its_schema_stays_b
     tmp_path: Path, built: Path, era: NeoEra,
 ) -> None:
     before = schema_entries(built)
-    graph = await open_graph(neo_settings(tmp_path, graphSchema="neo"))
+    graph = await open_graph(neo_settings(tmp_path, graphSchema="neo").state)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [NodeRow("CONCEPT:d", "CONCEPT", {"k": 1})])
@@ -125,7 +125,7 @@ async def test_the_originals_telemetry_table_is_created_as_it_would_and_never_al
                      "DEFAULT 0, duration_ms INTEGER, error_code TEXT, detail TEXT)")
         conn.commit()
     before = schema_entries(path)
-    await (await open_graph(neo_settings(tmp_path))).close()
+    await (await open_graph(neo_settings(tmp_path).state)).close()
     assert [e for e in schema_entries(path) if e[2] == "kb_ingestion_metrics"] == [
         e for e in before if e[2] == "kb_ingestion_metrics"], "no index of ours added to it"
 
@@ -256,7 +256,7 @@ async def test_on_the_latest_eras_a_memory_resolves_to_its_bare_node_or_a_confli
         path = tmp_path / f"{era}.sqlite"
         build_neo_graph(path, era, nodes=[agent_memory("m1"), concept("x"),
                                           Node("m2", "CONCEPT", {})])
-        graph = await open_graph(make_settings(tmp_path / str(era), graphDbPath=str(path)))
+        graph = await open_graph(make_settings(tmp_path / str(era), graphDbPath=str(path)).state)
         try:
             assert await existing_ids(graph, ["memory:m1", "memory:m2", "memory:m3"]) == {
                 "memory:m1"}
@@ -271,7 +271,7 @@ async def test_tenant_configs_in_the_originals_shape_are_read_from_data_properti
 ) -> None:
     path = tmp_path / "neo.sqlite"
     build_neo_graph(path, NeoEra.E3, nodes=[original_tenant_config("acme", version=4)])
-    graph = await open_graph(neo_settings(tmp_path))
+    graph = await open_graph(neo_settings(tmp_path).state)
     try:
         [listed] = await list_tenants(graph)
         config = await tenant_config(graph, "acme")
@@ -286,7 +286,7 @@ async def test_a_policy_set_back_to_inherit_reads_as_inherit_on_a_graph_that_kee
 ) -> None:
     path = tmp_path / "neo.sqlite"
     build_neo_graph(path, NeoEra.E3, nodes=[original_tenant_config("acme")])
-    graph = await open_graph(neo_settings(tmp_path))
+    graph = await open_graph(neo_settings(tmp_path).state)
     try:
         await set_tenant_policy(graph, "acme", policy_patch(gap=None, grace_ms=None,
                                                             auto_tombstone="on"))
@@ -308,7 +308,7 @@ async def test_tenant_manifests_in_the_originals_shape_are_read_one_and_all(
     path = tmp_path / "neo.sqlite"
     build_neo_graph(path, NeoEra.E2, nodes=[
         original_tenant_manifest("acme", "github.com/acme/repo", ["b.md", "a.md"], 1_000)])
-    graph = await open_graph(neo_settings(tmp_path))
+    graph = await open_graph(neo_settings(tmp_path).state)
     try:
         one = await tenant_manifests(graph, "acme")
         every = await all_manifests(graph)
@@ -326,7 +326,7 @@ async def test_a_dry_run_open_changes_no_byte_of_the_file_and_creates_no_table(
     # leaves -wal/-shm files beside a WAL file read-only is the dry runs' side-file question,
     # the same for either schema; the bytes of the graph are the point here.)
     before = file_bytes(built), schema_entries(built)
-    graph = await open_graph(neo_settings(tmp_path), read_only=True)
+    graph = await open_graph(neo_settings(tmp_path).state, read_only=True)
     try:
         assert await last_ticks(graph) == {}
         assert "daemon_ticks" not in await graph.table_names()
@@ -338,14 +338,14 @@ async def test_a_dry_run_open_changes_no_byte_of_the_file_and_creates_no_table(
 async def test_a_dry_run_reads_the_daemons_own_tables_the_file_has_and_stands_in_for_the_rest(
     tmp_path: Path, built: Path,
 ) -> None:
-    graph = await open_graph(neo_settings(tmp_path))
+    graph = await open_graph(neo_settings(tmp_path).state)
     await set_value(graph, "kept", "1", now_ms=1)
     await graph.close()
     with closing(sqlite3.connect(built)) as conn:
         conn.execute("DROP TABLE kb_daemons_daemon_ticks")  # its neighbour daemon_state stays
         conn.commit()
     before = file_bytes(built)
-    dry = await open_graph(neo_settings(tmp_path), read_only=True)
+    dry = await open_graph(neo_settings(tmp_path).state, read_only=True)
     try:
         assert await last_ticks(dry) == {}
         assert await get_value(dry, "kept") == "1", "a stand-in never hides a real table"
@@ -361,7 +361,7 @@ async def test_the_originals_boot_afterwards_drops_and_breaks_nothing_and_writes
     path = tmp_path / "neo.sqlite"
     build_neo_graph(path, era)
     settings = neo_settings(tmp_path)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [NodeRow("CONCEPT:d", "CONCEPT", {})])
@@ -383,7 +383,7 @@ async def test_the_originals_boot_afterwards_drops_and_breaks_nothing_and_writes
         assert conn.execute("SELECT user_id FROM Edges WHERE target = 'CONCEPT:b'"
                             ).fetchone()[0] == "u", "the column an E2 boot added is filled"
         assert conn.execute("SELECT COUNT(*) FROM kb_daemons_daemon_state").fetchone()[0] >= 0
-    reopened = await open_graph(settings)
+    reopened = await open_graph(settings.state)
     await reopened.close()
 
 
@@ -391,7 +391,7 @@ async def test_a_file_of_the_other_schema_or_of_none_is_refused_untouched(
     tmp_path: Path,
 ) -> None:
     kb_settings = make_settings(tmp_path / "kb")
-    kb = await open_graph(kb_settings)
+    kb = await open_graph(kb_settings.state)
     await upsert_node(kb, "CONCEPT:a", "CONCEPT")
     await kb.close()
     neo_path = tmp_path / "neo.sqlite"
@@ -400,8 +400,8 @@ async def test_a_file_of_the_other_schema_or_of_none_is_refused_untouched(
     with closing(sqlite3.connect(foreign)) as conn:
         conn.execute("CREATE TABLE users (id TEXT)")
         conn.commit()
-    cases = [(make_settings(tmp_path / "a", graphDbPath=str(kb_settings.graph_db_path),
-                            graphSchema="neo"), kb_settings.graph_db_path,
+    cases = [(make_settings(tmp_path / "a", graphDbPath=str(kb_settings.state.graph_db_path),
+                            graphSchema="neo"), kb_settings.state.graph_db_path,
               'graphSchema = "neo" but the file holds'),
              (make_settings(tmp_path / "b", graphDbPath=str(neo_path), graphSchema="kb"),
               neo_path, 'graphSchema = "kb" but the file holds neo.mjs graph (E2'),
@@ -411,7 +411,7 @@ async def test_a_file_of_the_other_schema_or_of_none_is_refused_untouched(
         before = schema_entries(path), path.read_bytes()
         for read_only in (False, True):
             with pytest.raises(ConfigError) as raised:
-                await open_graph(settings, read_only=read_only)
+                await open_graph(settings.state, read_only=read_only)
             assert words in str(raised.value)
         assert (schema_entries(path), path.read_bytes()) == before
 

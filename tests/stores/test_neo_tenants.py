@@ -271,9 +271,9 @@ def test_set_repo_gives_the_platforms_entry_a_generation_and_refuses_an_undeclar
 
 async def seed_stale_chunks(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, dataDir=str(tmp_path / "data"))
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     try:
-        await seed(vectors, settings.knowledge_base_collection, [
+        await seed(vectors, settings.chroma.knowledge_base_collection, [
             (f"{tenant}-{v}", {"tenantId": tenant, "repoSlug": f"github.com/{tenant}/repo",
                                "sourcePath": f"f{v}.md", "tenantConfigVersion": v,
                                "ingestedAt": 1_000 + v})

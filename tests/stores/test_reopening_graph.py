@@ -44,7 +44,7 @@ class CountedOpener:
 
     async def __call__(self) -> GraphDB:
         self.calls += 1
-        return await open_graph(self.settings)
+        return await open_graph(self.settings.state)
 
 
 def events(err: str, name: str) -> list[dict[str, Any]]:
@@ -161,10 +161,11 @@ async def test_a_replaced_sqlite_file_is_reopened_and_read_as_the_new_file(
     try:
         await upsert_node(graph, "CONCEPT:old", "CONCEPT")
         other = make_settings(tmp_path / "other")
-        replacement = await open_graph(other)
+        replacement = await open_graph(other.state)
         await upsert_node(replacement, "CONCEPT:new", "CONCEPT")
         await replacement.close()
-        os.replace(other.graph_db_path, settings.graph_db_path)  # as a restore from backup
+        # As a restore from backup:
+        os.replace(other.state.graph_db_path, settings.state.graph_db_path)
 
         await graph.reconnect()
         assert await read_node(graph, "CONCEPT:new") is not None
@@ -172,7 +173,7 @@ async def test_a_replaced_sqlite_file_is_reopened_and_read_as_the_new_file(
         await upsert_node(graph, "CONCEPT:written-after", "CONCEPT")
     finally:
         await graph.close()
-    reread = await open_graph(settings, read_only=True)
+    reread = await open_graph(settings.state, read_only=True)
     try:
         assert await read_node(reread, "CONCEPT:written-after") is not None
         assert await read_node(reread, "CONCEPT:new") is not None, "the old WAL left it alone"
@@ -188,10 +189,11 @@ async def test_a_removed_sqlite_file_is_recreated_by_the_next_call(tmp_path: Pat
         await upsert_node(graph, "CONCEPT:gone", "CONCEPT")
         moved = tmp_path / "moved-away"
         moved.mkdir()
-        for path in settings.graph_db_path.parent.glob(settings.graph_db_path.name + "*"):
+        graph_path = settings.state.graph_db_path
+        for path in graph_path.parent.glob(graph_path.name + "*"):
             shutil.move(str(path), moved / path.name)
         await upsert_node(graph, "CONCEPT:fresh", "CONCEPT")
-        assert settings.graph_db_path.exists() and opener.calls == 2
+        assert settings.state.graph_db_path.exists() and opener.calls == 2
         assert await read_node(graph, "CONCEPT:gone") is None
     finally:
         await graph.close()
@@ -204,12 +206,12 @@ async def test_a_read_inside_a_write_goes_on_in_its_transaction_while_the_file_i
     opener = CountedOpener(settings)
     graph = ReopeningGraph(await opener(), opener)
     other = make_settings(tmp_path / "other")
-    replacement = await open_graph(other)
+    replacement = await open_graph(other.state)
     await replacement.close()
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [NodeRow("CONCEPT:inside", "CONCEPT", {})])
-            os.replace(other.graph_db_path, settings.graph_db_path)
+            os.replace(other.state.graph_db_path, settings.state.graph_db_path)
             # A reader of the same task, inside its own transaction: no deadlock, same file.
             assert await asyncio.wait_for(read_node(graph, "CONCEPT:inside"), 5) is not None
         assert await read_node(graph, "CONCEPT:inside") is None, "the new file, after it"
@@ -230,7 +232,7 @@ async def test_a_pass_whose_database_goes_down_spools_its_telemetry_and_the_next
     await seed_acme_drift(settings)
     opener = CountedOpener(settings)
     graph = ReopeningGraph(await opener(), opener, retry_max_s=0.2)
-    vectors = await VectorStore.open(settings)
+    vectors = await VectorStore.open(settings.chroma)
     real = vectors._call_on_collection
     halted: list[bool] = []
 

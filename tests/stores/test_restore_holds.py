@@ -115,7 +115,7 @@ async def test_holds_live_in_an_own_table_of_a_neo_graph_file(tmp_path: Path) ->
     path = tmp_path / "neo.sqlite"
     build_neo_graph(path, NeoEra.E3)
     settings = make_settings(tmp_path, graphDbPath=str(path))
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     try:
         await hold_chunks(graph, tenant_id="acme", archive="a.jsonl", restored_at_ms=10,
                           evidence=EVIDENCE, ids=["c1"])
@@ -131,12 +131,12 @@ async def test_holds_live_in_an_own_table_of_a_neo_graph_file(tmp_path: Path) ->
 @pytest.mark.sqlite_only("an older SQLite file opened read-only")
 async def test_a_read_only_state_without_the_table_reads_no_hold(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
-    graph = await open_graph(settings)
+    graph = await open_graph(settings.state)
     await graph.close()
-    with closing(sqlite3.connect(settings.graph_db_path)) as conn:
+    with closing(sqlite3.connect(settings.state.graph_db_path)) as conn:
         conn.execute("DROP TABLE restore_holds")
         conn.commit()
-    reader = await open_graph(settings, read_only=True)
+    reader = await open_graph(settings.state, read_only=True)
     try:
         assert await tenant_holds(reader, "acme") == []
         assert await holds_of_chunks(reader, "acme", ["c1"]) == []

@@ -78,7 +78,7 @@ def test_the_pure_scan_survives_and_counts_every_field_type(rows: list[dict[str,
     metadatas = [{k: v for k, v in row.items() if v is not _ABSENT} for row in rows]
     # A fraction of 1 never holds a repo: the verdicts below are the rows' own.
     rules = ScanRules(TENANT, current_version=3, orphan_version_gap=1, manifests={REPO: MANIFEST},
-                      grace_ms=0, read_ms=10_000, max_stale_fraction=1.0)
+                      manifest_grace_ms=0, read_ms=10_000, max_stale_fraction=1.0)
     tally = TenantTally(rules, cap=5, keep_rows=True)
     tally.add_page([ChromaRow(f"c{i}", m) for i, m in enumerate(metadatas)])
     tally.settle()
@@ -103,7 +103,7 @@ async def test_a_tenant_with_a_malformed_chunk_still_gets_its_pass_and_counts_it
     tmp_path: Path, graph: GraphDB, vectors: VectorStore, repo_slug: Any
 ) -> None:
     stores = tombstoning(tmp_path, graph, vectors, reconciliationManifestGraceMs=0)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     await configure(graph, TENANT, 3)
     await set_tenant_manifest(graph, TENANT, MANIFEST)
     good = [(i, {**m, "repoSlug": REPO}) for i, m in (chunk("s1", TENANT, 1),
@@ -129,7 +129,7 @@ async def test_the_fleet_paths_survive_a_malformed_chunk_and_count_it(
     read: str
 ) -> None:
     stores = tombstoning(tmp_path, graph, vectors)
-    collection = stores.settings.knowledge_base_collection
+    collection = stores.settings.chroma.knowledge_base_collection
     if read == "group reads":
         without_sweep(monkeypatch)
     for tenant in ("t-a", "t-b"):

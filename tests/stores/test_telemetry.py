@@ -84,12 +84,12 @@ def test_a_cyclic_detail_is_unserializable_too() -> None:
 
 
 async def test_recording_never_raises_into_its_caller(settings: Settings) -> None:
-    read_only = await open_graph(settings, read_only=True)
+    read_only = await open_graph(settings.state, read_only=True)
     try:
         assert await record_ingestion_metric(read_only, tenant_id="acme") is None
     finally:
         await read_only.close()
-    closed = await open_graph(settings)
+    closed = await open_graph(settings.state)
     await closed.close()
     assert await record_ingestion_metric(closed, tenant_id="acme") is None
 
@@ -246,10 +246,10 @@ async def test_a_flush_that_sqlite_refuses_keeps_the_spool(
 ) -> None:
     import sqlite3
 
-    graph = await open_graph(settings, busy_timeout_ms=100)
+    graph = await open_graph(settings.state, busy_timeout_ms=100)
     spool = MetricSpool(tmp_path / "telemetry-spool.jsonl")
     await spool.append([new_metric_row(tenant_id="acme", event_type=EVENT_RECONCILE)])
-    holder = sqlite3.connect(settings.graph_db_path, timeout=0)
+    holder = sqlite3.connect(settings.state.graph_db_path, timeout=0)
     holder.execute("BEGIN IMMEDIATE")
     try:
         with pytest.raises(StoreUnavailable):

@@ -86,7 +86,7 @@ async def test_listing_is_by_tenant_id_and_ignores_other_nodes(graph: GraphDB) -
 
 
 async def test_concurrent_writers_each_get_their_own_version(settings: Settings) -> None:
-    writers = [await open_graph(settings) for _ in range(4)]
+    writers = [await open_graph(settings.state) for _ in range(4)]
     try:
         results = await asyncio.gather(*(set_tenant_config(w, "acme") for w in writers))
     finally:

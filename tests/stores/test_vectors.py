@@ -19,16 +19,16 @@ async def test_a_second_opener_of_an_embedded_store_is_refused_naming_the_holder
     import os
 
     with pytest.raises(LockHeld) as caught:
-        await VectorStore.open(settings)
+        await VectorStore.open(settings.chroma)
     message = str(caught.value)
     assert f"pid {os.getpid()}" in message
     assert "chromaUrl" in message
 
 
 async def test_closing_releases_the_store_for_the_next_opener(settings: Settings) -> None:
-    first = await VectorStore.open(settings)
+    first = await VectorStore.open(settings.chroma)
     await first.close()
-    second = await VectorStore.open(settings)
+    second = await VectorStore.open(settings.chroma)
     await second.close()
 
 
@@ -116,4 +116,4 @@ async def test_collections_are_opened_without_an_embedding_function(
 async def test_an_unreachable_server_is_a_store_error(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, chromaUrl="http://127.0.0.1:9")
     with pytest.raises(VectorStoreError, match=r"Chroma server http://127\.0\.0\.1:9"):
-        await VectorStore.open(settings)
+        await VectorStore.open(settings.chroma)

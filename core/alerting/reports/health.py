@@ -49,8 +49,8 @@ async def gather_health(settings: Settings, *, days: int, now: int | None = None
     generated = now if now is not None else now_ms()
     since = window_start(generated, days)
     rows: tuple[HealthRow, ...] = ()
-    if settings.state_url or settings.graph_db_path.exists():
-        graph = await open_graph(settings, read_only=True)
+    if settings.state.url or settings.state.graph_db_path.exists():
+        graph = await open_graph(settings.state, read_only=True)
         try:
             if _TELEMETRY_TABLE in await graph.table_names():
                 rows = tuple(await health_rollup(graph, since))

@@ -19,7 +19,7 @@ from core.base.config.chroma_server import auth_header
 from core.base.io.files import make_private_dirs
 
 if TYPE_CHECKING:
-    from core.base.config.config import Settings
+    from core.base.config.config_settings import ChromaSettings
 
 # The package's name, so log lines name the adapter as they did when it was one module.
 log = structlog.get_logger(__package__)
@@ -50,41 +50,41 @@ class AbsentStore:
         """Nothing to release."""
 
 
-def make_client(settings: Settings) -> Any:
+def make_client(settings: ChromaSettings) -> Any:
     """Build the chromadb client; imported lazily because `import chromadb` costs seconds that
     commands such as `enqueue` and `status` should not pay."""
     started = time.monotonic()
     import chromadb
     from chromadb.config import DEFAULT_DATABASE, DEFAULT_TENANT
-    from chromadb.config import Settings as ChromaSettings
+    from chromadb.config import Settings as ClientSettings
 
-    tenant = settings.chroma_tenant or DEFAULT_TENANT
-    database = settings.chroma_database or DEFAULT_DATABASE
-    server = settings.chroma_server
+    tenant = settings.tenant or DEFAULT_TENANT
+    database = settings.database or DEFAULT_DATABASE
+    server = settings.server
     if server is not None:
-        ca_file = settings.chroma_ca_file
-        chroma_settings = ChromaSettings(
+        ca_file = settings.ca_file
+        chroma_settings = ClientSettings(
             anonymized_telemetry=False, allow_reset=False,
             # None keeps httpx's default: certificates verified against the system's CAs.
             chroma_server_ssl_verify=str(ca_file) if ca_file is not None and server.tls
             else None)
-        token = settings.chroma_token
+        token = settings.token
         # The client takes a full URL as its host (a path prefix included) and then ignores
         # `port`; without a port in the URL, the scheme's default applies.
         client = chromadb.HttpClient(
             host=server.url,
             port=server.effective_port,
             ssl=server.tls,
-            headers=auth_header(settings.chroma_auth_header, token.reveal())
+            headers=auth_header(settings.auth_header, token.reveal())
             if token is not None else None,
             settings=chroma_settings,
             tenant=tenant,
             database=database,
         )
     else:
-        chroma_settings = ChromaSettings(anonymized_telemetry=False, allow_reset=False)
-        make_private_dirs(settings.chroma_path)
-        client = chromadb.PersistentClient(path=str(settings.chroma_path),
+        chroma_settings = ClientSettings(anonymized_telemetry=False, allow_reset=False)
+        make_private_dirs(settings.path)
+        client = chromadb.PersistentClient(path=str(settings.path),
                                            settings=chroma_settings, tenant=tenant,
                                            database=database)
     log.debug("vectors.client_opened", seconds=round(time.monotonic() - started, 3))

@@ -42,7 +42,7 @@ from core.base.rules.errors import LockHeld
 from core.base.rules.secrets import NO_SECRETS, Secrets
 
 if TYPE_CHECKING:
-    from core.base.config.config import Settings
+    from core.base.config.config_settings import ChromaSettings
 
 # The package's name, so log lines name the adapter as they did when it was one module.
 log = structlog.get_logger(__package__)
@@ -71,7 +71,7 @@ class ChromaConnection:
         self.max_batch = int(client.get_max_batch_size())
 
     @classmethod
-    async def open(cls, settings: Settings, *, via_daemon: bool = True,
+    async def open(cls, settings: ChromaSettings, *, via_daemon: bool = True,
                    dry_run: bool = False) -> Self:
         """Connect to the server at `chromaUrl`, or open the embedded store at `chromaPath`
         under its process lock (for a `dry_run`, taken without writing the lock file).
@@ -81,12 +81,12 @@ class ChromaConnection:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
-            description = f"Chroma server {settings.chroma_url_shown}"
+            description = f"Chroma server {settings.url_shown}"
         else:
-            description = f"embedded Chroma store {settings.chroma_path}"
+            description = f"embedded Chroma store {settings.path}"
             try:
                 lock = ProcessLock(
-                    settings.chroma_path / STORE_LOCK_NAME,
+                    settings.path / STORE_LOCK_NAME,
                     purpose=description,
                     hint="an embedded store serves one process; run both daemons in one "
                     "process (python -m daemons) or use server mode (chromaUrl) for separate "
@@ -97,7 +97,7 @@ class ChromaConnection:
                 if not via_daemon:
                     raise
                 return await cls._open_via_daemon(settings, description, held)
-        token = settings.chroma_token
+        token = settings.token
         secrets = Secrets.of_token(token.reveal()) if token is not None else NO_SECRETS
         try:
             client = await asyncio.get_running_loop().run_in_executor(
@@ -116,14 +116,14 @@ class ChromaConnection:
             raise
 
     @classmethod
-    async def _open_via_daemon(cls, settings: Settings, description: str,
+    async def _open_via_daemon(cls, settings: ChromaSettings, description: str,
                                held: LockHeld) -> Self:
         """The store held by the daemon, through its door; LockHeld (one line) when no daemon
         answers. The description stays the store's, so messages read as when run alone."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         try:
             client = await asyncio.get_running_loop().run_in_executor(
-                executor, partial(DaemonStoreClient.connect, settings.chroma_path,
+                executor, partial(DaemonStoreClient.connect, settings.path,
                                   rebuild_error=peer_error))
         except DoorClosed as closed:
             executor.shutdown(wait=False)
@@ -157,16 +157,16 @@ class ChromaConnection:
             raise
 
     @classmethod
-    async def open_for_dry_run(cls, settings: Settings) -> Self:
+    async def open_for_dry_run(cls, settings: ChromaSettings) -> Self:
         """The store as `open` gives it, except that an embedded store that does not exist is
         not created (a dry run creates nothing: no folder, no lock file, no database): it
         reads as a store without collections, and any write is refused. An embedded store
         that exists is opened under its lock, whose file is left as it is; what the Chroma
         client itself writes on opening it is the one exception to "a dry run writes
         nothing" (docs/reliability.md, "Dry runs")."""
-        if settings.server_mode or (settings.chroma_path / EMBEDDED_STORE_FILE).exists():
+        if settings.server_mode or (settings.path / EMBEDDED_STORE_FILE).exists():
             return await cls.open(settings, dry_run=True)
-        description = f"embedded Chroma store {settings.chroma_path} (not created yet)"
+        description = f"embedded Chroma store {settings.path} (not created yet)"
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         return cls(AbsentStore(description), executor, description=description)
 

@@ -26,22 +26,22 @@ from core.base.chroma.connection import ChromaConnection
 from core.base.chroma.errors import VectorStoreError
 
 if TYPE_CHECKING:
-    from core.base.config.config import Settings
+    from core.base.config.config_settings import ChromaSettings
 
 
-def memory_core_settings(settings: Settings) -> Settings:
+def memory_core_settings(settings: ChromaSettings) -> ChromaSettings:
     """The settings of the memory core's own connection: its server as `chromaUrl` (the rest,
     credentials included, as configured)."""
-    return dataclasses.replace(settings, chroma_url=settings.memory_core_url,
+    return dataclasses.replace(settings, url=settings.memory_core_url,
                                memory_core_chroma_url="")
 
 
 class MemoryCoreServer(ChromaConnection):
     """A `ChromaConnection` that sends the memory core's collections to the memory core's
-    own server when it has one (`Settings.memory_core_apart`)."""
+    own server when it has one (`ChromaSettings.memory_core_apart`)."""
 
     #: The settings of the memory core's own server; None when it has none (one store).
-    _memory_core_settings: Settings | None = None
+    _memory_core_settings: ChromaSettings | None = None
     #: The collections that live there (the memory and summary collections).
     _memory_core_names: frozenset[str] = frozenset()
     #: Its connection, once a call has needed it.
@@ -49,7 +49,7 @@ class MemoryCoreServer(ChromaConnection):
     _memory_core_opening: asyncio.Lock | None = None
 
     @classmethod
-    async def open(cls, settings: Settings, *, via_daemon: bool = True,
+    async def open(cls, settings: ChromaSettings, *, via_daemon: bool = True,
                    dry_run: bool = False) -> Self:
         """The knowledge base's store as `ChromaConnection.open` opens it, knowing where the
         memory core's collections are when they have a server of their own."""
@@ -81,7 +81,7 @@ class MemoryCoreServer(ChromaConnection):
         """The store that holds collection `name`, as messages name it."""
         if self._lives_apart(name):
             assert self._memory_core_settings is not None
-            return f"Chroma server {self._memory_core_settings.chroma_url_shown}"
+            return f"Chroma server {self._memory_core_settings.url_shown}"
         return self.description
 
     async def _run(self, name: str, method: str, **kwargs: Any) -> Any:

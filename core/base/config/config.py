@@ -45,17 +45,16 @@ from core.base.config.config_schema import (
     Key as Key,
 )
 from core.base.config.config_schema import (
-    Secret as Secret,
-)
-from core.base.config.config_schema import (
-    Settings as Settings,
-)
-from core.base.config.config_schema import (
     toml_literal as toml_literal,
 )
 from core.base.config.config_schema import (
     url_without_user_info as url_without_user_info,
 )
+from core.base.config.config_settings import (
+    Settings as Settings,
+)
+from core.base.config.config_settings import settings_from
+from core.base.config.secret import Secret as Secret
 from core.base.config.state_url import InvalidStateUrl, parse_state_url
 from core.base.rules.errors import ConfigError
 from core.base.rules.numbers import is_real_number, is_whole_number
@@ -172,7 +171,7 @@ def resolve_config(
     values, invalid_guards = _checked_values(table, warnings)
     resolved = _resolved(values, base_dir=base_dir, warnings=warnings)
     return LoadedConfig(
-        Settings(**resolved, source=source, invalid_guards=tuple(invalid_guards)),
+        settings_from(resolved, source=source, invalid_guards=tuple(invalid_guards)),
         tuple(warnings),
         frozenset(k for k in table if k in KEYS_BY_NAME),
     )
@@ -245,17 +244,18 @@ def memory_core_problem(settings: Settings) -> str | None:
     embedded store would report a clean knowledge base. With two servers, a collection name
     shared by the knowledge base and the memory core could not say which server it is on.
     Called once the settings are final (a `neoRoot` may supply `chromaUrl`)."""
-    if not settings.memory_core_chroma_url:
+    chroma = settings.chroma
+    if not chroma.memory_core_chroma_url:
         return None
     key = f"{TABLE}.memoryCoreChromaUrl"
-    if not settings.server_mode:
-        return (f"{key}: {settings.memory_core_chroma_url} is set but chromaUrl is empty; "
+    if not chroma.server_mode:
+        return (f"{key}: {chroma.memory_core_chroma_url} is set but chromaUrl is empty; "
                 "set chromaUrl to the knowledge base's server too (memories on a server "
                 "beside a knowledge base in the embedded store is not a layout this reads)")
-    if settings.memory_core_apart and (settings.knowledge_base_collection
-                                       in settings.memory_core_collections):
+    if chroma.memory_core_apart and (chroma.knowledge_base_collection
+                                     in chroma.memory_core_collections):
         return (f"{key}: the knowledge base and the memory core are on different servers, "
-                f"so knowledgeBaseCollection {settings.knowledge_base_collection!r} must not "
+                f"so knowledgeBaseCollection {chroma.knowledge_base_collection!r} must not "
                 "also be memoryCollection or summaryCollection")
     return None
 
@@ -287,8 +287,9 @@ def _checked_values(
 def _resolved(
     values: Mapping[str, Any], *, base_dir: Path, warnings: list[ConfigWarning]
 ) -> dict[str, Any]:
-    """The Settings fields: paths absolute (under `dataDir` by default), URLs without a
-    trailing slash, alert rules parsed (each one that will not run warned about)."""
+    """Each key's value as `Settings` holds it, by TOML name: paths absolute (under `dataDir`
+    by default), URLs without a trailing slash, alert rules parsed (each one that will not run
+    warned about)."""
     data_dir = _absolute(base_dir, values["dataDir"])
     resolved: dict[str, Any] = {}
     for key in KEYS:
@@ -307,8 +308,8 @@ def _resolved(
             warnings.extend(ConfigWarning(key.name, f"{TABLE}.{where} {problem}")
                             for where, problem in value.problems())
         elif value is None and key.inherits is not None:
-            value = resolved[KEYS_BY_NAME[key.inherits].field_name]
-        resolved[key.field_name] = value
+            value = resolved[key.inherits]
+        resolved[key.name] = value
     return resolved
 
 

@@ -1,7 +1,9 @@
-"""The `[knowledgeBase]` configuration's schema: one table of keys and the frozen `Settings`.
+"""The `[knowledgeBase]` configuration's schema: one table of keys, each in its concern's group.
 
-`KEYS` is the single source of truth for every key: its TOML name, type, default, valid range and
-the reason for the default. `Settings`, the README's configuration table and
+`KEYS` is the single source of truth for every key: its TOML name, type, default, valid range,
+the reason for the default and the group of `Settings` that holds it (`Key.group` and
+`Key.field_name`: `reconciliationOrphanVersionGap` is `settings.reconcile.orphan_version_gap`).
+`Settings` (`core.base.config.config_settings`), the README's configuration table and
 `config/kb.example.toml` are all derived from it (`make docs`: `python -m daemons.docs`).
 
 Reading is defensive because the file is shared with other programs and outlives releases: a
@@ -20,20 +22,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
-from core.base.config.alert_rules import AlertRules
-from core.base.config.chroma_server import (
-    AUTH_HEADERS,
-    ChromaServer,
-    parse_chroma_url,
-)
+from core.base.config.chroma_server import AUTH_HEADERS
 from core.base.config.chroma_server import (
     url_without_user_info as url_without_user_info,
 )
-from core.base.config.secret import Secret as Secret
 from core.base.config.toml_text import toml_literal as toml_literal
 from core.base.rules.graph_schema import GRAPH_SCHEMAS, SCHEMA_AUTO
 from core.base.rules.numbers import valid_max_age, valid_max_count
@@ -46,6 +41,22 @@ KeyType = Literal[
 ]
 
 LOG_FORMATS = ("auto", "json", "console")
+
+# The concerns `Settings` groups the keys by: each is an attribute of `Settings` holding its
+# keys (a key of no group is at the top level: what every wing shares).
+CHROMA: Final = "chroma"
+STATE: Final = "state"
+DRAIN: Final = "drain"
+RECONCILE: Final = "reconcile"
+GC: Final = "gc"
+ALERTING: Final = "alerting"
+
+#: The prefixes a group's TOML names start with, which its attributes drop (`chromaUrl` is
+#: `settings.chroma.url`, `alertWindowMs` `settings.alerting.window_ms`).
+GROUP_PREFIXES: Mapping[str, tuple[str, ...]] = {
+    CHROMA: ("chroma",), STATE: ("state",), DRAIN: ("drain",),
+    RECONCILE: ("reconciliation", "reconcile"), GC: ("gc",), ALERTING: ("alerting", "alert"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +87,9 @@ class Key:
     #: configuration error (exit 2), never a default, since a default would read or write
     #: another store, folder or collection than the operator named.
     locating: bool = False
+    #: The group of `Settings` that holds this key's value (`GROUP_PREFIXES`); "" for the top
+    #: level.
+    group: str = ""
 
     @property
     def fails_closed(self) -> bool:
@@ -84,8 +98,16 @@ class Key:
 
     @property
     def field_name(self) -> str:
-        """The snake_case attribute of `Settings` that holds this key's value."""
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.name).lower()
+        """The snake_case attribute of its group (`Key.group`) that holds this key's value:
+        the TOML name without the group's prefix (`reconciliationOrphanVersionGap` ->
+        `orphan_version_gap`; `drainerGoneIntervals` keeps its word, `drainer`)."""
+        name = self.name
+        for prefix in GROUP_PREFIXES.get(self.group, ()):
+            rest = name[len(prefix):]
+            if name.startswith(prefix) and rest[:1].isupper():
+                name = rest
+                break
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
     @property
     def type_text(self) -> str:
@@ -143,245 +165,117 @@ KEYS: tuple[Key, ...] = (
     Key("dataDir", "path", ".kb-data", "one folder for all local state; easy to back up or wipe",
         locating=True),
     Key("chromaPath", "path", None, "embedded store beside the rest of the state",
-        under_data_dir="chroma", locating=True),
+        under_data_dir="chroma", locating=True, group=CHROMA),
     Key("chromaUrl", "url", "", "embedded mode needs no server; set a URL to share one store",
-        locating=True),
+        locating=True, group=CHROMA),
     Key("memoryCoreChromaUrl", "url", "", "\"\": memories and summaries on `chromaUrl`; a URL "
         "when they have a server of their own (the original's older layout: 8001 beside the "
-        "knowledge base's 8000); needs `chromaUrl`", locating=True),
+        "knowledge base's 8000); needs `chromaUrl`", locating=True, group=CHROMA),
     Key("chromaTenant", "name", "", "Chroma's own default tenant (`default_tenant`) unless a "
-        "hosted or shared server gives you one", locating=True),
+        "hosted or shared server gives you one", locating=True, group=CHROMA),
     Key("chromaDatabase", "name", "", "Chroma's own default database (`default_database`) "
-        "unless a hosted or shared server gives you one", locating=True),
+        "unless a hosted or shared server gives you one", locating=True, group=CHROMA),
     Key("chromaAuthTokenFile", "file", "", "server mode: a file holding the token a secured "
         "server or proxy expects (else `$KB_CHROMA_TOKEN`); a file keeps it out of the config",
-        locating=True),
+        locating=True, group=CHROMA),
     Key("chromaAuthHeader", "enum", "Authorization", "`Authorization: Bearer <token>` is what "
         "proxies expect; `X-Chroma-Token: <token>` is Chroma's own header",
-        choices=AUTH_HEADERS, locating=True),
+        choices=AUTH_HEADERS, locating=True, group=CHROMA),
     Key("chromaCaFile", "file", "", "server mode over https: a CA bundle for a server whose "
-        "certificate a private CA signed (the system's CAs otherwise)", locating=True),
+        "certificate a private CA signed (the system's CAs otherwise)", locating=True,
+        group=CHROMA),
     Key("stateUrl", "stateurl", "", "SQLite at graphDbPath is the embedded default; a "
         "PostgreSQL URL lets several hosts share the state (password from PGPASSFILE or "
-        "PGPASSWORD, never the URL)", locating=True),
+        "PGPASSWORD, never the URL)", locating=True, group=STATE),
     Key("graphDbPath", "path", None, "graph, telemetry and daemon state share one SQLite file",
-        under_data_dir="graph.sqlite", locating=True),
+        under_data_dir="graph.sqlite", locating=True, group=STATE),
     Key("lazyEdgesQueuePath", "path", None, "the path producers already write to",
-        under_data_dir="memory-core/lazy-edges.jsonl", locating=True),
+        under_data_dir="memory-core/lazy-edges.jsonl", locating=True, group=DRAIN),
     Key("neoRoot", "folder", "", "a neo.mjs checkout: graph, queue and Chroma server default "
-        "to its layout and NEO_* variables (a key set here wins)", locating=True),
+        "to its layout and NEO_* variables (a key set here wins)", locating=True, group=STATE),
     Key("graphSchema", "enum", SCHEMA_AUTO, "`auto` reads the graph file's schema (a new "
         "file is `kb`, except with neoRoot); `kb` or `neo` refuses a file of the other",
-        choices=GRAPH_SCHEMAS, locating=True),
+        choices=GRAPH_SCHEMAS, locating=True, group=STATE),
     Key("memoryCollection", "collection", "neo-agent-memory", "the platform's memory collection",
-        locating=True),
+        locating=True, group=CHROMA),
     Key("summaryCollection", "collection", "neo-agent-sessions",
-        "the platform's session-summary collection", locating=True),
+        "the platform's session-summary collection", locating=True, group=CHROMA),
     Key("knowledgeBaseCollection", "collection", "neo-knowledge-base",
-        "the platform's knowledge-base collection", locating=True),
+        "the platform's knowledge-base collection", locating=True, group=CHROMA),
     Key("remIntervalMs", "integer", 3_600_000, "one REM cycle an hour, as the platform dreams",
-        _at_least(1), ">= 1"),
+        _at_least(1), ">= 1", group=DRAIN),
     Key("remLiveIngestOverlapMs", "integer", 86_400_000,
         "a day of overlap re-reads late-arriving summaries; re-ingesting is a no-op",
-        _at_least(0), ">= 0"),
+        _at_least(0), ">= 0", group=DRAIN),
     Key("lazyEdgeMaxAttempts", "integer", 10,
         "ten hourly tries give a late row half a day to appear before the line is parked",
-        _at_least(1), ">= 1"),
-    Key("reconciliationEnabled", "boolean", False, "opt-in: the daemon idles until asked"),
+        _at_least(1), ">= 1", group=DRAIN),
+    Key("reconciliationEnabled", "boolean", False, "opt-in: the daemon idles until asked",
+        group=RECONCILE),
     Key("reconciliationIntervalMs", "integer", 3_600_000,
-        "hourly: drift is found within the hour it appears", _at_least(1), ">= 1"),
+        "hourly: drift is found within the hour it appears", _at_least(1), ">= 1",
+        group=RECONCILE),
     Key("reconciliationAutoTombstone", "boolean", False,
-        "destructive, so detect-and-report only unless switched on"),
+        "destructive, so detect-and-report only unless switched on", group=RECONCILE),
     Key("reconciliationOrphanVersionGap", "number", 2,
         "one version of grace lets a re-ingest in progress finish before anything is deleted",
         _at_least(1), ">= 1", closed_value=math.inf,
         closed_note="**an invalid value makes nothing actionable by version** (fails closed)",
-        closed_effect="nothing is actionable by version"),
+        closed_effect="nothing is actionable by version", group=RECONCILE),
     Key("reconciliationManifestGraceMs", "integer", 86_400_000,
         "a day lets a push that is still arriving land before a manifest judges its chunks",
         _at_least(0), ">= 0", closed_value=math.inf,
         closed_note="**an invalid value makes no manifest orphan actionable** (fails closed)",
-        closed_effect="no manifest orphan is actionable"),
+        closed_effect="no manifest orphan is actionable", group=RECONCILE),
     Key("reconciliationMaxDeletesPerTick", "integer", 10_000,
         "bounds the damage of a mistake to one pass's worth; later passes continue",
-        _at_least(0), ">= 0", closed_value=0),
+        _at_least(0), ">= 0", closed_value=0, group=RECONCILE),
     Key("reconciliationMaxStaleFraction", "number", 0.5,
         "losing most of a tenant at once is more likely an operator error than drift",
-        _fraction, "in (0, 1]", closed_value=0.0),
+        _fraction, "in (0, 1]", closed_value=0.0, group=RECONCILE),
     Key("gcEnabled", "boolean", False,
-        "retention deletes by age or count, which no drift justifies: opt-in (#11641)"),
+        "retention deletes by age or count, which no drift justifies: opt-in (#11641)",
+        group=GC),
     Key("gcIntervalMs", "integer", 86_400_000,
         "a day, as the original: retention is coarse, one pass a day keeps it", _at_least(1),
-        ">= 1"),
+        ">= 1", group=GC),
     Key("gcRetention", "retention", {},
-        "no rule, nothing expires; an invalid table expires nothing (warned)", _retention_ok),
+        "no rule, nothing expires; an invalid table expires nothing (warned)", _retention_ok,
+        group=GC),
     Key("gcAutoDelete", "boolean", False,
-        "destructive, so a retention pass only reports what expired unless switched on"),
+        "destructive, so a retention pass only reports what expired unless switched on",
+        group=GC),
     Key("gcDefragThreshold", "number", 0.10,
         "a pass deleting over a tenth of the collection leaves the index worth compacting",
-        _at_least(0), ">= 0"),
+        _at_least(0), ">= 0", group=GC),
     Key("archiveMaxAgeMs", "integer", 0,
         "0 keeps every archive (the only way back for what a pass deleted); an age lets the "
-        "retention job prune older ones, never a tenant's newest", _at_least(0), ">= 0"),
-    Key("alertingEnabled", "boolean", False, "no alerts until rules are written"),
+        "retention job prune older ones, never a tenant's newest", _at_least(0), ">= 0",
+        group=GC),
+    Key("alertingEnabled", "boolean", False, "no alerts until rules are written",
+        group=ALERTING),
     Key("alertingIntervalMs", "integer", 900_000,
         "four looks an hour notice drift within one reconcile interval",
-        _at_least(1), ">= 1"),
+        _at_least(1), ">= 1", group=ALERTING),
     Key("alertingCooldownMs", "integer", 3_600_000,
-        "one reminder an hour per alert key: heard, not spammed", _at_least(0), ">= 0"),
+        "one reminder an hour per alert key: heard, not spammed", _at_least(0), ">= 0",
+        group=ALERTING),
     Key("alertWindowMs", "integer", 3_600_000, "matches one reconcile interval of telemetry",
-        _at_least(1), ">= 1"),
-    Key("alertRules", "rules", (), "no rules, no alerts; see the commented examples"),
+        _at_least(1), ">= 1", group=ALERTING),
+    Key("alertRules", "rules", (), "no rules, no alerts; see the commented examples",
+        group=ALERTING),
     Key("logFormat", "enum", "auto", "readable on a terminal, JSON lines for journald and tools",
         choices=LOG_FORMATS),
     Key("metricsPort", "integer", 0, "off unless asked; loopback only when on", _port,
         "in [0, 65535]"),
     Key("drainMetricsPort", "integer", None, "the drain daemon alone (its own unit) serves here; "
         "`python -m daemons` serves on `metricsPort`", _port, "in [0, 65535]",
-        inherits="metricsPort"),
+        inherits="metricsPort", group=DRAIN),
     Key("reconcileMetricsPort", "integer", None, "the reconcile daemon alone serves here",
-        _port, "in [0, 65535]", inherits="metricsPort"),
+        _port, "in [0, 65535]", inherits="metricsPort", group=RECONCILE),
     Key("drainerGoneIntervals", "integer", 3, "a drainer with no tick for this many "
         "`remIntervalMs` is shown gone and may be forgotten (`kb-drain forget`)",
-        _at_least(1), ">= 1"),
+        _at_least(1), ">= 1", group=DRAIN),
 )
 
 KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The resolved `[knowledgeBase]` table: every path absolute, every value checked."""
-
-    data_dir: Path
-    chroma_path: Path
-    #: The canonical form of a valid `chromaUrl` (`ChromaServer.url`); "" for embedded mode.
-    chroma_url: str
-    #: A valid `memoryCoreChromaUrl`, canonical; "" for `chroma_url`'s (`memory_core_url`).
-    memory_core_chroma_url: str
-    #: "" for Chroma's default tenant / database.
-    chroma_tenant: str
-    chroma_database: str
-    #: None when no token file is configured.
-    chroma_auth_token_file: Path | None
-    chroma_auth_header: str
-    #: None for the system's CA certificates.
-    chroma_ca_file: Path | None
-    #: "" for SQLite at `graph_db_path`; else a PostgreSQL URL without a password.
-    state_url: str
-    graph_db_path: Path
-    lazy_edges_queue_path: Path
-    #: The neo.mjs checkout whose layout the paths default to; None when not set.
-    neo_root: Path | None
-    #: `auto`, `kb` or `neo` (`core.base.rules.graph_schema`).
-    graph_schema: str
-    memory_collection: str
-    summary_collection: str
-    knowledge_base_collection: str
-    rem_interval_ms: int
-    rem_live_ingest_overlap_ms: int
-    lazy_edge_max_attempts: int
-    reconciliation_enabled: bool
-    reconciliation_interval_ms: int
-    reconciliation_auto_tombstone: bool
-    #: math.inf when configured with an invalid value: nothing is actionable by version.
-    reconciliation_orphan_version_gap: float
-    #: math.inf when configured with an invalid value: no manifest orphan is actionable.
-    reconciliation_manifest_grace_ms: int | float
-    reconciliation_max_deletes_per_tick: int
-    reconciliation_max_stale_fraction: float
-    gc_enabled: bool
-    gc_interval_ms: int
-    #: The `gcRetention` table as configured (valid, or {}): the reconcile's retention reads it.
-    gc_retention: Mapping[str, Any]
-    gc_auto_delete: bool
-    gc_defrag_threshold: float
-    #: Archives older than this (ms) are pruned by the retention job, a tenant's newest
-    #: never; 0 keeps every archive.
-    archive_max_age_ms: int
-    alerting_enabled: bool
-    alerting_interval_ms: int
-    alerting_cooldown_ms: int
-    alert_window_ms: int
-    #: The rules, parsed once here; the invalid ones were warned about once, at load.
-    alert_rules: AlertRules
-    log_format: str
-    metrics_port: int
-    #: A daemon run alone serves here (`drainMetricsPort`, ...; unset: `metricsPort`'s).
-    drain_metrics_port: int
-    reconcile_metrics_port: int
-    drainer_gone_intervals: int
-    #: The file these settings came from; None when every key took its default.
-    source: Path | None = field(default=None, compare=False)
-    #: Keys that fail closed whose configured value was invalid (TOML names): each is at its
-    #: closed value. While a pass-wide guard (`reconciliation.PASS_GUARDS`) is listed a pass
-    #: deletes nothing; an invalid gap or grace shuts off only what it governs.
-    invalid_guards: tuple[str, ...] = ()
-    #: The server-mode token (from `chromaAuthTokenFile` or `$KB_CHROMA_TOKEN`), read by
-    #: `core.base.runtime.config_file` before any store opens; never shown (see `Secret`).
-    chroma_token: Secret | None = field(default=None, compare=False)
-
-    def __repr__(self) -> str:
-        """Every field but what could hold a secret: the alert rules (webhook URLs carry
-        user-info, paths and queries that are credentials) are counted, and the token is
-        only said to be present. Tracebacks and debuggers show this."""
-        shown = []
-        for name in self.__dataclass_fields__:
-            value = getattr(self, name)
-            if name == "alert_rules":
-                text = f"<{len(value.valid)} valid, {len(value.skipped)} skipped rules>"
-            else:
-                text = repr(value)
-            shown.append(f"{name}={text}")
-        return f"Settings({', '.join(shown)})"
-
-    @property
-    def chroma_server(self) -> ChromaServer | None:
-        """The server `chromaUrl` names (valid by construction), or None in embedded mode."""
-        return parse_chroma_url(self.chroma_url) if self.chroma_url else None
-
-    @property
-    def draining_path(self) -> Path:
-        """The in-flight copy of the queue (`<queue>.draining`)."""
-        return self.lazy_edges_queue_path.with_name(self.lazy_edges_queue_path.name + ".draining")
-
-    @property
-    def dead_letter_path(self) -> Path:
-        """Lines that will never apply, with their reasons (`<queue>.dead.jsonl`)."""
-        return self.lazy_edges_queue_path.with_name(self.lazy_edges_queue_path.name + ".dead.jsonl")
-
-    @property
-    def tombstones_dir(self) -> Path:
-        """Where chunk archives are written before a delete."""
-        return self.data_dir / "tombstones"
-
-    @property
-    def telemetry_spool_path(self) -> Path:
-        """Telemetry rows SQLite refused, kept for the next pass
-        (see core.base.state.telemetry_spool)."""
-        return self.data_dir / "telemetry-spool.jsonl"
-
-    @property
-    def chroma_url_shown(self) -> str:
-        """`chromaUrl` as status, logs and errors may show it: without user-info."""
-        return url_without_user_info(self.chroma_url)
-
-    @property
-    def server_mode(self) -> bool:
-        """True when a Chroma server is used instead of the embedded store."""
-        return self.chroma_url != ""
-
-    @property
-    def memory_core_url(self) -> str:
-        """The memory and summary collections' server: `memoryCoreChromaUrl`, else `chromaUrl`."""
-        return self.memory_core_chroma_url or self.chroma_url
-
-    @property
-    def memory_core_apart(self) -> bool:
-        """True when the memory core has a server of its own, not the knowledge base's."""
-        return self.memory_core_url != self.chroma_url
-
-    @property
-    def memory_core_collections(self) -> frozenset[str]:
-        """The collections that live on the memory core's server (`memory_core_url`)."""
-        return frozenset((self.memory_collection, self.summary_collection))

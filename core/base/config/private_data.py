@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 from core.base.config.config_schema import TABLE
 
 if TYPE_CHECKING:
-    from core.base.config.config_schema import Settings
+    from core.base.config.config_settings import Settings
 
 #: The umask every command runs under: nothing it or a library creates is open to others.
 PRIVATE_UMASK: Final = 0o077
@@ -72,8 +72,9 @@ def judged_folders(settings: Settings) -> tuple[JudgedFolder, ...]:
     """The data folders kb-daemons refuses to run on when others can reach them (see the
     module docstring): `dataDir`, and the embedded store when it is outside `dataDir`."""
     folders = [JudgedFolder("dataDir", settings.data_dir)]
-    if not settings.server_mode and not settings.chroma_path.is_relative_to(settings.data_dir):
-        folders.append(JudgedFolder("chromaPath", settings.chroma_path))
+    chroma = settings.chroma
+    if not chroma.server_mode and not chroma.path.is_relative_to(settings.data_dir):
+        folders.append(JudgedFolder("chromaPath", chroma.path))
     return tuple(folders)
 
 

@@ -122,29 +122,30 @@ def with_server_credentials(loaded: LoadedConfig, environ: Mapping[str, str]) ->
     problem = memory_core_problem(settings)
     if problem is not None:
         raise ConfigError(f"{where}: {problem}")
-    if not settings.server_mode:
+    if not settings.chroma.server_mode:
         unused = [ConfigWarning(name, f"{TABLE}.{name} is set but unused: there is no chromaUrl")
-                  for name, value in (("chromaAuthTokenFile", settings.chroma_auth_token_file),
-                                      ("chromaCaFile", settings.chroma_ca_file))
+                  for name, value in (("chromaAuthTokenFile", settings.chroma.auth_token_file),
+                                      ("chromaCaFile", settings.chroma.ca_file))
                   if value is not None]
         return LoadedConfig(settings, (*loaded.warnings, *unused))
     token: str | None = None
-    if settings.chroma_auth_token_file is not None:
-        token = _read_token_file(settings.chroma_auth_token_file, where=where)
+    if settings.chroma.auth_token_file is not None:
+        token = _read_token_file(settings.chroma.auth_token_file, where=where)
     elif environ.get(TOKEN_ENV_VAR):
         token = environ[TOKEN_ENV_VAR]
         problem = token_problem(token)
         if problem is not None:
             raise ConfigError(f"${TOKEN_ENV_VAR}: cannot be used as a Chroma token: {problem}")
     warnings = loaded.warnings
-    if settings.chroma_ca_file is not None:
-        _check_ca_file(settings.chroma_ca_file, where=where)
+    if settings.chroma.ca_file is not None:
+        _check_ca_file(settings.chroma.ca_file, where=where)
         if not any(url.startswith("https://")
-                   for url in (settings.chroma_url, settings.memory_core_url)):
+                   for url in (settings.chroma.url, settings.chroma.memory_core_url)):
             warnings = (*warnings, ConfigWarning(
                 "chromaCaFile", f"{TABLE}.chromaCaFile is unused: chromaUrl is not https"))
     secret = Secret(token) if token is not None else None
-    return LoadedConfig(dataclasses.replace(settings, chroma_token=secret), warnings)
+    chroma = dataclasses.replace(settings.chroma, token=secret)
+    return LoadedConfig(dataclasses.replace(settings, chroma=chroma), warnings)
 
 
 def _read_token_file(path: Path, *, where: str) -> str:

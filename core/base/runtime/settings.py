@@ -34,10 +34,10 @@ def settings_secrets(settings: Settings, environ: Mapping[str, str] | None = Non
     with `stateUrl`, the PostgreSQL password in `$PGPASSWORD`. A new secret-bearing key joins
     here, and so every log line and printed output hides it."""
     environ = os.environ if environ is None else environ
-    found = settings.alert_rules.secrets()
-    if settings.chroma_token is not None:
-        found = found | Secrets.of_token(settings.chroma_token.reveal())
-    if settings.state_url and environ.get(PG_PASSWORD_ENV):
+    found = settings.alerting.rules.secrets()
+    if settings.chroma.token is not None:
+        found = found | Secrets.of_token(settings.chroma.token.reveal())
+    if settings.state.url and environ.get(PG_PASSWORD_ENV):
         found = found | Secrets.of_password(environ[PG_PASSWORD_ENV])
     return found
 

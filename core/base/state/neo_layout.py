@@ -15,7 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from core.base.config.config import TABLE, LoadedConfig, Settings
+from core.base.config.config import TABLE, LoadedConfig
+from core.base.config.config_settings import StateSettings
 from core.base.config.neo_layout import NeoLayoutError, neo_defaults, queue_path
 from core.base.rules.errors import ConfigError
 from core.base.rules.graph_schema import SCHEMA_NEO, FoundSchema, choose_schema
@@ -26,18 +27,19 @@ def with_graph_layout(loaded: LoadedConfig, environ: Mapping[str, str]) -> Loade
     """`loaded` with `neoRoot`'s defaults for the keys the file did not set, after checking
     the layout (see the module docstring); ConfigError (one line) when it cannot be used."""
     settings = loaded.settings
+    state = settings.state
     where = str(settings.source) if settings.source is not None else "configuration"
-    if settings.state_url:
-        if settings.neo_root is not None or settings.graph_schema == SCHEMA_NEO:
-            key = "neoRoot" if settings.neo_root is not None else 'graphSchema = "neo"'
+    if state.url:
+        if state.neo_root is not None or state.graph_schema == SCHEMA_NEO:
+            key = "neoRoot" if state.neo_root is not None else 'graphSchema = "neo"'
             raise ConfigError(f"{where}: {TABLE}.stateUrl cannot go with {key}: a neo.mjs "
                               "graph is a SQLite file (its graphDbPath), and PostgreSQL holds "
                               "this project's schema only")
         return loaded
-    if settings.neo_root is None:
-        _check_schema(settings, read_found_schema_sync(settings.graph_db_path), where=where)
+    if state.neo_root is None:
+        _check_schema(state, read_found_schema_sync(state.graph_db_path), where=where)
         return loaded
-    neo_root = settings.neo_root
+    neo_root = state.neo_root
     if not neo_root.is_dir():
         raise ConfigError(f"{where}: {TABLE}.neoRoot: {neo_root}: not a folder (a neo.mjs "
                           "checkout)")
@@ -50,22 +52,24 @@ def with_graph_layout(loaded: LoadedConfig, environ: Mapping[str, str]) -> Loade
                           f"{defaults.data_root.name} folder ({defaults.data_root}): not a "
                           "neo.mjs checkout the platform has run in")
     given = loaded.given
-    graph_path = settings.graph_db_path if "graphDbPath" in given else defaults.graph_db_path
+    graph_path = state.graph_db_path if "graphDbPath" in given else defaults.graph_db_path
     found = read_found_schema_sync(graph_path)
-    replaced = dataclasses.replace(settings, graph_db_path=graph_path)
-    _check_schema(replaced, found, where=where)
+    state = dataclasses.replace(state, graph_db_path=graph_path)
+    _check_schema(state, found, where=where)
+    drain, chroma = settings.drain, settings.chroma
     if "lazyEdgesQueuePath" not in given:
         era = found.neo.era if found.neo is not None else None
-        replaced = dataclasses.replace(replaced,
-                                       lazy_edges_queue_path=queue_path(neo_root, defaults, era))
+        drain = dataclasses.replace(drain,
+                                    lazy_edges_queue_path=queue_path(neo_root, defaults, era))
     if "chromaUrl" not in given:
-        replaced = dataclasses.replace(replaced, chroma_url=defaults.chroma_url)
+        chroma = dataclasses.replace(chroma, url=defaults.chroma_url)
+    replaced = dataclasses.replace(settings, state=state, drain=drain, chroma=chroma)
     return dataclasses.replace(loaded, settings=replaced)
 
 
-def _check_schema(settings: Settings, found: FoundSchema, *, where: str) -> None:
-    choice = choose_schema(found, settings.graph_schema, path=str(settings.graph_db_path),
-                           neo_root=settings.neo_root is not None)
+def _check_schema(state: StateSettings, found: FoundSchema, *, where: str) -> None:
+    choice = choose_schema(found, state.graph_schema, path=str(state.graph_db_path),
+                           neo_root=state.neo_root is not None)
     if choice.refusal is not None:
         raise ConfigError(f"{where}: {choice.refusal}")
 

@@ -24,25 +24,25 @@ def read_drainer_queue(settings: Settings) -> DrainerQueue | None:
     drainer in two): such a tick is recorded in `daemon_ticks` only. A SQLite file has one
     drainer, ''. Raises `DrainerIdentityError` when the id file exists but holds no id.
     """
-    queue = settings.lazy_edges_queue_path
-    ident = read_drainer_id(queue) if settings.state_url else ""
+    queue = settings.drain.lazy_edges_queue_path
+    ident = read_drainer_id(queue) if settings.state.url else ""
     if ident is None:
         return None
     return DrainerQueue(
         drainer=ident,
         host=socket.gethostname(),
         queue_lines=count_newlines(queue),
-        draining=settings.draining_path.exists(),
-        dead_letters=count_newlines(settings.dead_letter_path),
+        draining=settings.drain.draining_path.exists(),
+        dead_letters=count_newlines(settings.drain.dead_letter_path),
     )
 
 
 def local_drainer(settings: Settings) -> str | None:
     """The id this host's drainer records under, without creating one (None: it has not
     ticked on PostgreSQL yet, or its id file is unreadable). Blocking."""
-    if not settings.state_url:
+    if not settings.state.url:
         return ""
     try:
-        return read_drainer_id(settings.lazy_edges_queue_path)
+        return read_drainer_id(settings.drain.lazy_edges_queue_path)
     except DrainerIdentityError:
         return None

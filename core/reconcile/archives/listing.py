@@ -49,7 +49,7 @@ def _local(folder: Path, tenant_id: str | None) -> list[ListedArchive]:
 
 async def _shared(settings: Settings, tenant_id: str | None) -> list[ListedArchive]:
     """The database's shared copies, each fetched (and checked) and read one at a time."""
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         listed = []
         for head in await shared_heads(graph):
@@ -78,8 +78,8 @@ async def list_archives(settings: Settings, tenant_id: str | None = None) -> Arc
     `stateUrl`, the shared copies; sorted by creation time (unknown first), name, where."""
     folder = settings.tombstones_dir
     listed = await asyncio.to_thread(_local, folder, tenant_id)
-    if settings.state_url:
+    if settings.state.url:
         listed += await _shared(settings, tenant_id)
     listed.sort(key=lambda a: (a.created_at is not None, a.created_at or 0, a.name,
                                a.where != LOCAL))
-    return ArchiveListing(folder, tenant_id, bool(settings.state_url), tuple(listed))
+    return ArchiveListing(folder, tenant_id, bool(settings.state.url), tuple(listed))

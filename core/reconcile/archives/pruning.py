@@ -149,13 +149,13 @@ async def prune_archives(settings: Settings, graph: GraphDB, *, now: int,
     """Prune the local archives, then (with `stateUrl`) the shared copies; None when
     `archiveMaxAgeMs` is 0 (keep every archive). Raises when a store refuses or this host
     no longer leads (nothing more is removed)."""
-    age = settings.archive_max_age_ms
+    age = settings.gc.archive_max_age_ms
     if age <= 0:
         return None
     local = await asyncio.to_thread(_prune_files, settings.tombstones_dir, now=now,
                                     max_age_ms=age, dry_run=dry_run)
     shared = (await _prune_shared(graph, now=now, max_age_ms=age, dry_run=dry_run)
-              if settings.state_url else None)
+              if settings.state.url else None)
     done = (local, *((shared,) if shared is not None else ()))
     log.info("gc.archives", maxAgeMs=age, expired=sum(len(p.expired) for p in done),
              pruned=sum(len(p.pruned) for p in done), kept=sum(len(p.kept) for p in done),

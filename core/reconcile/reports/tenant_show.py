@@ -75,9 +75,9 @@ async def gather_tenant(graph: GraphDB, settings: Settings, tenant_id: str) -> T
         raise LookupError(f"tenant {tenant_id!r} has no configuration and no manifest")
     policy = resolve_tenant_policy(
         config.stored_policy if config is not None else None,
-        global_gap=settings.reconciliation_orphan_version_gap,
-        global_grace_ms=settings.reconciliation_manifest_grace_ms,
-        global_auto_tombstone=settings.reconciliation_auto_tombstone)
+        global_gap=settings.reconcile.orphan_version_gap,
+        global_grace_ms=settings.reconcile.manifest_grace_ms,
+        global_auto_tombstone=settings.reconcile.auto_tombstone)
     return TenantShown(
         tenant_id=tenant_id, configured=config is not None,
         version=config.version if config is not None else NO_CONFIG_VERSION,

@@ -115,13 +115,14 @@ class ReconcilePolicy:
     ) -> ReconcilePolicy:
         """The pass's policy; `auto_tombstone` is exactly the setting (a TOML `true` only,
         already enforced by the config reader)."""
+        reconcile = settings.reconcile
         return cls(
-            collection=settings.knowledge_base_collection,
-            auto_tombstone=settings.reconciliation_auto_tombstone is True,
-            orphan_version_gap=settings.reconciliation_orphan_version_gap,
-            manifest_grace_ms=settings.reconciliation_manifest_grace_ms,
-            max_deletes_per_tick=settings.reconciliation_max_deletes_per_tick,
-            max_stale_fraction=settings.reconciliation_max_stale_fraction,
+            collection=settings.chroma.knowledge_base_collection,
+            auto_tombstone=reconcile.auto_tombstone is True,
+            orphan_version_gap=reconcile.orphan_version_gap,
+            manifest_grace_ms=reconcile.manifest_grace_ms,
+            max_deletes_per_tick=reconcile.max_deletes_per_tick,
+            max_stale_fraction=reconcile.max_stale_fraction,
             dry_run=dry_run,
             invalid_guards=settings.invalid_guards,
             pass_id=pass_id,

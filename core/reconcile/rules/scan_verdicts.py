@@ -45,12 +45,14 @@ class ScanRules:
 
     tenant_id: str
     current_version: int
-    #: The orphan version gap in force (None: nothing is actionable by version).
+    #: `reconciliationOrphanVersionGap` in force, the tenant's own or the global one (None:
+    #: nothing is actionable by version).
     orphan_version_gap: float | None
     #: The tenant's usable manifests, by repo.
     manifests: Mapping[str, RepoManifest]
-    #: The manifest grace in force (None: no manifest orphan is actionable).
-    grace_ms: float | None
+    #: `reconciliationManifestGraceMs` in force, the tenant's own or the global one (None: no
+    #: manifest orphan is actionable).
+    manifest_grace_ms: float | None
     #: When the pass started reading the tenant (epoch ms).
     read_ms: int
     #: `reconciliationMaxStaleFraction` in force: the manifest-mismatch guard's share (an
@@ -63,7 +65,7 @@ class ScanRules:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ripe_repos", frozenset(
             slug for slug, m in self.manifests.items()
-            if manifest_ripe(m, now_ms=self.read_ms, grace_ms=self.grace_ms)))
+            if manifest_ripe(m, now_ms=self.read_ms, grace_ms=self.manifest_grace_ms)))
 
     def stale_actionable(self, stamp: Any) -> bool:
         """The config-stale rule on one stamp: `stamp <= current - gap`, the store's own

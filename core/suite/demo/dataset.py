@@ -324,9 +324,9 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
     their target, never past it), and the queue lines (appended with the producer lock)."""
     settings = context.settings
     vectors = context.vectors
-    await vectors.upsert(settings.memory_collection, dataset.memories, create=True)
-    await vectors.upsert(settings.summary_collection, dataset.summaries, create=True)
-    await vectors.upsert(settings.knowledge_base_collection, dataset.chunks, create=True)
+    await vectors.upsert(settings.chroma.memory_collection, dataset.memories, create=True)
+    await vectors.upsert(settings.chroma.summary_collection, dataset.summaries, create=True)
+    await vectors.upsert(settings.chroma.knowledge_base_collection, dataset.chunks, create=True)
     async with context.graph.write() as tx:
         await upsert_nodes(tx, dataset.anchor_nodes)
     versions: dict[str, int] = {}
@@ -343,7 +343,7 @@ async def seed_demo(context: TickContext, dataset: DemoDataset) -> Seeded:
         await set_tenant_manifest(context.graph, tenant_id, manifest)
     appended = 0
     if await get_value(context.graph, DEMO_QUEUE_SEEDED) is None:
-        await asyncio.to_thread(append_locked, settings.lazy_edges_queue_path,
+        await asyncio.to_thread(append_locked, settings.drain.lazy_edges_queue_path,
                                 list(dataset.queue_lines))
         await set_value(context.graph, DEMO_QUEUE_SEEDED, "1", now_ms=clock.now_ms())
         appended = len(dataset.queue_lines)

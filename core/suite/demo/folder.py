@@ -92,14 +92,14 @@ def _folder_digest(folder: Path) -> str | None:
 
 
 def _queue_file_digests(settings: Settings) -> dict[str, str | None]:
-    return {"queue": _file_digest(settings.lazy_edges_queue_path),
-            "draining": _file_digest(settings.draining_path),
-            "deadLetters": _file_digest(settings.dead_letter_path),
-            "spilled": _folder_digest(spill_dir(settings.dead_letter_path))}
+    return {"queue": _file_digest(settings.drain.lazy_edges_queue_path),
+            "draining": _file_digest(settings.drain.draining_path),
+            "deadLetters": _file_digest(settings.drain.dead_letter_path),
+            "spilled": _folder_digest(spill_dir(settings.drain.dead_letter_path))}
 
 
 def _has_graph(settings: Settings) -> bool:
-    return bool(settings.state_url) or settings.graph_db_path.exists()
+    return bool(settings.state.url) or settings.state.graph_db_path.exists()
 
 
 async def measure(settings: Settings) -> DemoFootprint:
@@ -107,7 +107,7 @@ async def measure(settings: Settings) -> DemoFootprint:
     time; a missing file counts as empty) and every queue file."""
     builder = FootprintBuilder()
     if _has_graph(settings):
-        graph = await open_graph(settings, read_only=True)
+        graph = await open_graph(settings.state, read_only=True)
         try:
             tables = await graph.table_names()
             if {"nodes", "edges"} <= tables:
@@ -126,14 +126,15 @@ async def holds_nothing(settings: Settings) -> bool:
     """No node, edge or queue line (what the daemons leave when they ran on nothing)."""
     nodes = edges = 0
     if _has_graph(settings):
-        graph = await open_graph(settings, read_only=True)
+        graph = await open_graph(settings.state, read_only=True)
         try:
             nodes, edges = await count_nodes_and_edges(graph, await graph.table_names())
         finally:
             await graph.close()
-    files = (settings.lazy_edges_queue_path, settings.draining_path, settings.dead_letter_path)
+    drain = settings.drain
+    files = (drain.lazy_edges_queue_path, drain.draining_path, drain.dead_letter_path)
     return nodes == edges == 0 and not any(file_size(path) for path in files) \
-        and _folder_digest(spill_dir(settings.dead_letter_path)) is None
+        and _folder_digest(spill_dir(settings.drain.dead_letter_path)) is None
 
 
 async def claim_folder(settings: Settings, *, reset: bool = True) -> str | None:
@@ -141,11 +142,11 @@ async def claim_folder(settings: Settings, *, reset: bool = True) -> str | None:
     why not, as a phrase after the folder's name; nothing is changed then. The folder of the
     demo's last run exactly as it left it is put back to the start (`remove_demo_state`)
     unless `reset` is off (the neo demo empties its whole folder itself)."""
-    if not settings.state_url and is_fresh(settings):
+    if not settings.state.url and is_fresh(settings):
         return None
     if await holds_nothing(settings):
         return None
-    if settings.state_url:
+    if settings.state.url:
         return NOT_OURS_POSTGRES
     footprint = recorded(settings)
     if footprint is None:
@@ -163,7 +164,7 @@ def _reset_unless_changed(settings: Settings, footprint: DemoFootprint) -> str |
     meanwhile: removing the graph under a daemon would lose what it writes next) and the
     queue producers' lock, under which the queue files are compared once more with the
     footprint: a line appended since the folder was measured is seen, never removed."""
-    queue = settings.lazy_edges_queue_path
+    queue = settings.drain.lazy_edges_queue_path
     try:
         with contextlib.ExitStack() as held:
             held.enter_context(daemons_stopped(settings, hint="stop them to start the "
@@ -182,10 +183,10 @@ def _reset_unless_changed(settings: Settings, footprint: DemoFootprint) -> str |
 
 def store_in_use(settings: Settings) -> bool:
     """Whether another process (a running daemon) holds the embedded store's lock."""
-    if settings.server_mode or not (settings.chroma_path / STORE_LOCK_NAME).exists():
+    if settings.chroma.server_mode or not (settings.chroma.path / STORE_LOCK_NAME).exists():
         return False
     try:
-        ProcessLock(settings.chroma_path / STORE_LOCK_NAME, purpose="the store").acquire(
+        ProcessLock(settings.chroma.path / STORE_LOCK_NAME, purpose="the store").acquire(
             ).release()
     except LockHeld:
         return True
@@ -194,8 +195,9 @@ def store_in_use(settings: Settings) -> bool:
 
 def is_fresh(settings: Settings) -> bool:
     """No graph and no queue yet: a run here may call the folder its own."""
-    return not any(p.exists() for p in (settings.graph_db_path, settings.lazy_edges_queue_path,
-                                        settings.draining_path, settings.dead_letter_path))
+    drain = settings.drain
+    return not any(p.exists() for p in (settings.state.graph_db_path, drain.lazy_edges_queue_path,
+                                        drain.draining_path, drain.dead_letter_path))
 
 
 def recorded(settings: Settings) -> DemoFootprint | None:
@@ -221,10 +223,10 @@ def remove_demo_state(settings: Settings) -> None:
     """Remove what a demo run wrote outside Chroma: the graph (with its WAL files), the queue,
     its `.draining`, the dead letters and their side folder, the telemetry spool, and the
     footprint itself."""
-    graph = settings.graph_db_path
+    graph = settings.state.graph_db_path
     for path in (graph, graph.with_name(graph.name + "-wal"), graph.with_name(graph.name + "-shm"),
-                 graph.with_name(graph.name + "-journal"), settings.lazy_edges_queue_path,
-                 settings.draining_path, settings.dead_letter_path,
+                 graph.with_name(graph.name + "-journal"), settings.drain.lazy_edges_queue_path,
+                 settings.drain.draining_path, settings.drain.dead_letter_path,
                  settings.telemetry_spool_path, _footprint_path(settings)):
         path.unlink(missing_ok=True)
-    shutil.rmtree(spill_dir(settings.dead_letter_path), ignore_errors=True)
+    shutil.rmtree(spill_dir(settings.drain.dead_letter_path), ignore_errors=True)

@@ -90,8 +90,8 @@ def platform_config(tenant: DemoTenant) -> NodeRow:
 async def seed_platform(settings: Settings) -> None:
     """Write what the platform holds before the daemons run into the demo graph: its
     frontier, its tenant configs, its ingestion telemetry."""
-    make_private_dirs(settings.lazy_edges_queue_path.parent)
-    graph = await open_graph(settings)
+    make_private_dirs(settings.drain.lazy_edges_queue_path.parent)
+    graph = await open_graph(settings.state)
     try:
         async with graph.write() as tx:
             await upsert_nodes(tx, [FRONTIER, *(platform_config(t) for t in TENANTS)])
@@ -101,5 +101,5 @@ async def seed_platform(settings: Settings) -> None:
                 event_type="ingest", chunks_total=sum(tenant.chunks_by_version.values()))
     finally:
         await graph.close()
-    log.info("demo.platform_seeded", graph=str(settings.graph_db_path),
+    log.info("demo.platform_seeded", graph=str(settings.state.graph_db_path),
              era=str(NEO_DEMO_ERA), tenants=len(TENANTS))

@@ -164,7 +164,7 @@ class SharedArchives:
 def shared_archives(settings: Settings, graph: GraphDB) -> SharedArchives | None:
     """The pass's shared copies when the state is shared (`stateUrl`), else None: a SQLite
     state has one host, and its archive files are all there is."""
-    return SharedArchives(graph) if settings.state_url else None
+    return SharedArchives(graph) if settings.state.url else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,7 @@ async def shared_archive_content(settings: Settings, path: Path) -> bytes:
     """The archive `restore` was given when no file exists at `path` and the state is shared
     (`stateUrl`): the shared copy named by `path`'s file name; ArchiveError naming what was
     looked for and where when the state holds none by that name."""
-    graph = await open_graph(settings, read_only=True)
+    graph = await open_graph(settings.state, read_only=True)
     try:
         content = await fetch(graph, path.name)
     finally:
