@@ -157,7 +157,8 @@ async def finish_group(context: TickContext, read: GroupRead,
             read.scopes[tenant_id], outcome, read.tallies[tenant_id], progress[tenant_id]))
         finished.add(tenant_id)
     # The tenants not started are not done: the next pass does them.
-    done = [o for o in done if o.tenant_id not in set(alone) - finished]
+    not_started = set(alone) - finished
+    done = [o for o in done if o.tenant_id not in not_started]
     for outcome in done:
         lapsed = read.lapsed.get(outcome.tenant_id)
         if lapsed and not (read.scopes[outcome.tenant_id].explain or policy.dry_run):
