@@ -84,6 +84,7 @@ from core.reconcile.deletion_inputs import DeletionTarget as DeletionTarget
 from core.reconcile.deletion_inputs import TenantRule as TenantRule
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.rules.reconcile_groups import only_rows, split_page
+from core.reconcile.rules.reconcile_outcome import TombstoneFigures
 from core.reconcile.rules.tombstone_bands import Band, predicate_where, rows_refused
 from core.reconcile.stores.archives.files import TombstoneArchive, sync_archives
 
@@ -118,6 +119,14 @@ class TombstoneProgress:
     bands_done: int = 0
     bands_refused: int = 0
     archive: TombstoneArchive | None = None
+    #: Of `tombstoned`, the legacy chunks (deleted by id: `core.reconcile.deletion_plans`).
+    legacy_tombstoned: int = 0
+
+    def figures(self) -> TombstoneFigures:
+        """What has gone so far, as the tenant's outcome reports it."""
+        return TombstoneFigures(self.tombstoned, self.legacy_tombstoned, self.archived,
+                                self.withdrawn, self.bands_refused,
+                                str(self.archive.path) if self.archive else None)
 
 
 class BandRefused(Exception):

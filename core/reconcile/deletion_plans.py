@@ -22,10 +22,7 @@ from core.reconcile.deletion import (
 from core.reconcile.page_loop import until_stopping
 from core.reconcile.rules.orphan_bands import orphan_bands, orphan_clauses, orphan_rule
 from core.reconcile.rules.reconcile import ReconcilePolicy, actionable_stamp_ceiling
-from core.reconcile.rules.reconcile_groups import (
-    group_stale_clauses,
-)
-from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
+from core.reconcile.rules.reconcile_groups import group_stale_clauses
 from core.reconcile.rules.tenant_scan import TenantTally
 from core.reconcile.rules.tombstone_bands import (
     Number,
@@ -44,42 +41,37 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
-async def tombstone_tenant(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
-                     progress: TombstoneProgress | None = None) -> None:
+async def tombstone_tenant(scope: TenantScope, tally: TenantTally,
+                           progress: TombstoneProgress) -> None:
     """Archive and delete, band by band, exactly the chunks `explain` marks
     (`TenantTally.first_to_go`: one selection, the oldest `ingestedAt` of every reason first,
     ties by id, up to the cap), each reason's share as a plan of the one engine whose bands
     name those ids (one archive for the tenant; the cap counts them all). `progress`: what
-    an earlier plan of this pass already did for the tenant."""
+    went so far in this pass (an earlier plan's too), kept up to date when a plan fails."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
-    outcome.phase = Phase.TOMBSTONE
-    progress = progress or TombstoneProgress()
     run = functools.partial(run_bands, deletion_target(context, scope.policy),
                             cap=scope.policy.max_deletes_per_tick,
                             progress={tenant.tenant_id: progress}, control=context.control)
     chosen = tally.first_to_go()
     gap = rules.orphan_version_gap
-    try:
-        if chosen.legacy and gap is not None:
-            before = progress.tombstoned
-            try:
-                await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, gap),
-                                      chosen.legacy))
-            finally:
-                outcome.legacy_tombstoned_count += progress.tombstoned - before
-        if chosen.stale and gap is not None:
-            ceiling = actionable_stamp_ceiling(tenant.version, gap)
-            await run(stale_plan([scope], ceiling, chosen.stale))
-        for slug, oldest in until_stopping(sorted(chosen.orphans.items()), context.control):
-            manifest = scope.manifests[slug]
-            await run(DeletionPlan(
-                "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
-                {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
-                                              rules.read_ms, scope.evidence)},
-                orphan_bands(oldest, band_rows=deletion.BAND_ROWS)))
-        await _tombstone_generations(scope, tally, chosen.generations, run)
-    finally:
-        progress_into_outcome(outcome, progress)
+    if chosen.legacy and gap is not None:
+        before = progress.tombstoned
+        try:
+            await run(legacy_plan(scope, actionable_stamp_ceiling(tenant.version, gap),
+                                  chosen.legacy))
+        finally:
+            progress.legacy_tombstoned += progress.tombstoned - before
+    if chosen.stale and gap is not None:
+        ceiling = actionable_stamp_ceiling(tenant.version, gap)
+        await run(stale_plan([scope], ceiling, chosen.stale))
+    for slug, oldest in until_stopping(sorted(chosen.orphans.items()), context.control):
+        manifest = scope.manifests[slug]
+        await run(DeletionPlan(
+            "manifest-orphan", orphan_clauses(tenant.tenant_id, manifest),
+            {tenant.tenant_id: TenantRule(orphan_rule(tenant.tenant_id, manifest),
+                                          rules.read_ms, scope.evidence)},
+            orphan_bands(oldest, band_rows=deletion.BAND_ROWS)))
+    await _tombstone_generations(scope, tally, chosen.generations, run)
 
 
 async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
@@ -99,15 +91,6 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
             {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms,
                                    scope.evidence)},
             orphan_bands(chunks, band_rows=deletion.BAND_ROWS)))
-
-
-def progress_into_outcome(outcome: TenantOutcome, progress: TombstoneProgress) -> None:
-    """The tenant's figures from what its tombstoning did so far."""
-    outcome.tombstoned_count = progress.tombstoned
-    outcome.archived_count = progress.archived
-    outcome.rewritten_kept_count = progress.withdrawn
-    outcome.refused_bands = progress.bands_refused
-    outcome.archive = str(progress.archive.path) if progress.archive else None
 
 
 def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTarget:
@@ -169,8 +152,5 @@ async def tombstone_group(context: TickContext, read: GroupRead, policy: Reconci
                     error=f"{type(exc).__name__}: {exc}",
                     message="tombstoning these tenants one by one instead")
         return False
-    finally:
-        for t in tenant_ids:
-            progress_into_outcome(read.outcomes[t], progress[t])
     return True
 

@@ -43,7 +43,7 @@ async def explain_tenant(context: TickContext, tenant_id: str) -> TenantPlan:
                                             holds={tenant_id: holds}, explain=True)
     if outcome.failed or read is None:
         raise StoreUnavailable(f"the plan of tenant {tenant_id!r} could not be made: "
-                               f"{outcome.error}")
+                               f"{outcome.failure.error if outcome.failure else 'not read'}")
     tally = read.tallies[tenant_id]
     return build_plan(outcome, tally, policy, manifests,
                       enabled=context.settings.reconcile.enabled,

@@ -10,6 +10,7 @@ tenants as a group of one instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -17,7 +18,7 @@ import structlog
 from core.base.chroma import CollectionMissing
 from core.base.rules.tenants import TenantConfig
 from core.reconcile.deletion import TombstoneProgress
-from core.reconcile.deletion_plans import tombstone_group, tombstone_tenant
+from core.reconcile.deletion_plans import tombstone_group
 from core.reconcile.page_loop import scan_group, sweep_collection, until_stopping
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
@@ -27,11 +28,10 @@ from core.reconcile.rules.restore_holds import RestoreHold
 from core.reconcile.scopes import GroupRead
 from core.reconcile.tenant_steps import (
     drop_lapsed,
-    guard_tenant,
+    failed,
+    judge_tenant,
     log_outcome,
-    record_failure,
-    run_isolated,
-    settle_outcome,
+    tombstone_step,
 )
 
 if TYPE_CHECKING:
@@ -118,8 +118,8 @@ async def read_group(
                 log.warning("reconcile.group_read_failed", tenants=len(group.tenants),
                             exc_info=True, message="reading these tenants one by one instead")
                 return None
-            [outcome] = read.outcomes.values()
-            record_failure(outcome, exc)
+            [(tenant_id, outcome)] = read.outcomes.items()
+            read.outcomes[tenant_id] = failed(outcome, Phase.SCAN, exc, policy)
     if group.whole and not read.collection_missing:
         read.counts = {t: tally.scanned for t, tally in read.tallies.items()}
     return read
@@ -127,51 +127,47 @@ async def read_group(
 
 async def finish_group(context: TickContext, read: GroupRead,
                        policy: ReconcilePolicy) -> list[TenantOutcome]:
-    """Settle and guard each read tenant on its own; tombstone those cleared, under the cap
-    and config-stale only with one shared plan, the others on their own; remove lapsed restore
+    """Judge each read tenant on its own; tombstone those cleared, under the cap and
+    config-stale only with one shared plan, the others on their own; remove lapsed restore
     holds. The outcomes of the tenants done, in the group's order (fewer when the daemon is
     stopping)."""
-    done: list[TenantOutcome] = []
+    judged: list[TenantOutcome] = []
     shared: list[str] = []
     alone: list[str] = []
-    for tenant_id, outcome in until_stopping(read.outcomes.items(), context.control):
-        done.append(outcome)
-        if outcome.failed or read.collection_missing:
-            continue
-        await run_isolated(outcome, policy, guard_read_tenant(read, tenant_id))
-        if outcome.phase == Phase.TOMBSTONE and not outcome.failed:
+    for tenant_id in until_stopping(read.outcomes, context.control):
+        outcome = await judge_tenant(read, tenant_id)
+        judged.append(outcome)
+        if outcome.verdict.cleared:
             # A shared plan deletes config-stale chunks only: a tenant whose selection holds
             # any other reason's (legacy ones included) runs its own plans (`tombstone_tenant`).
             chosen = read.tallies[tenant_id].first_to_go()
-            sharable = (within_cap(outcome, policy) and len(chosen.stale) == len(chosen.order))
+            sharable = (within_cap(outcome.scan, policy)
+                        and len(chosen.stale) == len(chosen.order))
             (shared if sharable else alone).append(tenant_id)
     if len(shared) < 2:
         shared, alone = [], alone + shared
     progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}
     if shared and not await tombstone_group(context, read, policy, shared, progress):
-        alone += shared
-    finished: set[str] = set()
+        alone, shared = alone + shared, []
+    tombstoned: dict[str, TenantOutcome] = {}
+    by_id = {outcome.tenant_id: outcome for outcome in judged}
     for tenant_id in until_stopping(alone, context.control):
-        outcome = read.outcomes[tenant_id]
-        await run_isolated(outcome, policy, tombstone_tenant(
-            read.scopes[tenant_id], outcome, read.tallies[tenant_id], progress[tenant_id]))
-        finished.add(tenant_id)
-    # The tenants not started are not done: the next pass does them.
-    not_started = set(alone) - finished
-    done = [o for o in done if o.tenant_id not in not_started]
-    for outcome in done:
+        tombstoned[tenant_id] = await tombstone_step(
+            read.scopes[tenant_id], by_id[tenant_id], read.tallies[tenant_id],
+            progress[tenant_id])
+    for tenant_id in shared:
+        tombstoned[tenant_id] = replace(by_id[tenant_id],
+                                        tombstone=progress[tenant_id].figures())
+    done: list[TenantOutcome] = []
+    for outcome in judged:
+        if outcome.verdict.cleared:
+            if outcome.tenant_id not in tombstoned:
+                continue  # not started: the next pass does it
+            outcome = tombstoned[outcome.tenant_id]
         lapsed = read.lapsed.get(outcome.tenant_id)
-        if lapsed and not (read.scopes[outcome.tenant_id].explain or policy.dry_run):
-            await run_isolated(outcome, policy, drop_lapsed(read.scopes[outcome.tenant_id],
-                                                            lapsed))
+        scope = read.scopes[outcome.tenant_id]
+        if lapsed and not (scope.explain or policy.dry_run):
+            outcome = await drop_lapsed(scope, outcome, lapsed)
         log_outcome(outcome, policy)
+        done.append(outcome)
     return done
-
-
-async def guard_read_tenant(read: GroupRead, tenant_id: str) -> None:
-    """A read tenant's figures from its tally, then its guards (the phase TOMBSTONE when
-    cleared), as a group of one would judge them."""
-    scope, outcome, tally = (read.scopes[tenant_id], read.outcomes[tenant_id],
-                             read.tallies[tenant_id])
-    settle_outcome(scope, outcome, tally)
-    await guard_tenant(scope, outcome, read.counts.get(tenant_id))

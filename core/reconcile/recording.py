@@ -70,12 +70,13 @@ def telemetry_row(outcome: TenantOutcome, policy: ReconcilePolicy) -> MetricRow 
     """The tenant's telemetry row, or None for a clean tenant; it names the repo as the
     tenant's data names it (`TenantOutcome.telemetry_repo`), never the placeholder where the
     data names one."""
-    error_code = f"reconcile-{outcome.failed_phase}-failed" if outcome.failed else None
-    if outcome.drifted and outcome.failed_phase != Phase.SCAN:
+    failure = outcome.failure
+    error_code = f"reconcile-{failure.phase}-failed" if failure else None
+    if outcome.drifted and not (failure and failure.phase == Phase.SCAN):
         return new_metric_row(
             tenant_id=outcome.tenant_id, repo_slug=outcome.telemetry_repo,
-            event_type=EVENT_RECONCILE, chunks_total=outcome.total_orphan_count,
-            chunks_deleted=outcome.tombstoned_count, error_code=error_code,
+            event_type=EVENT_RECONCILE, chunks_total=outcome.scan.total_orphan_count,
+            chunks_deleted=outcome.tombstone.tombstoned_count, error_code=error_code,
             detail=to_json(outcome.telemetry_detail(policy)),
         )
     if outcome.failed:

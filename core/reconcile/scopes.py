@@ -83,21 +83,23 @@ class TenantScope:
         (to mark what a pass would delete first); none otherwise."""
         return self.policy.max_deletes_per_tick if self.deletes or self.explain else 0
 
-    def describe(self, outcome: TenantOutcome) -> None:
-        """Put the policy in force into the outcome (and so into telemetry)."""
-        outcome.orphan_version_gap = self.tenant_policy.gap
-        outcome.manifest_grace_ms = self.tenant_policy.grace_ms
-        outcome.auto_tombstone = self.tenant_policy.deletes
-        outcome.invalid_policy = self.tenant_policy.invalid_keys
-        outcome.data_repo = smallest_repo(
-            (*declared_repo_slugs(self.tenant.tenant_repos), *self.manifests))
+    def outcome(self) -> TenantOutcome:
+        """The tenant's outcome before its read: the policy in force (so telemetry names it)."""
+        tenant, policy = self.tenant, self.tenant_policy
+        return TenantOutcome(
+            tenant.tenant_id, tenant.repo_slug, tenant.version,
+            orphan_version_gap=policy.gap, manifest_grace_ms=policy.grace_ms,
+            auto_tombstone=policy.deletes, invalid_policy=policy.invalid_keys,
+            declared_repo=smallest_repo(
+                (*declared_repo_slugs(tenant.tenant_repos), *self.manifests)))
 
 
 @dataclass(slots=True)
 class GroupRead:
-    """What the read of a group of tenants found, per tenant: its scope, its figures so far,
-    its tally, its chunk count when the read counted it, and its restore holds that lapsed;
-    and whether the collection was missing (nothing of any tenant to reconcile)."""
+    """What the read of a group of tenants found, per tenant: its scope, its outcome before
+    its steps (a failed read's failure in it), its tally, its chunk count when the read
+    counted it, and its restore holds that lapsed; and whether the collection was missing
+    (nothing of any tenant to reconcile)."""
 
     scopes: dict[str, TenantScope]
     outcomes: dict[str, TenantOutcome]
@@ -120,10 +122,8 @@ class GroupRead:
             tenant_id = tenant.tenant_id
             scope = TenantScope.of(context, tenant, policy, (manifests or {}).get(tenant_id, {}),
                                    explain=explain)
-            outcome = TenantOutcome(tenant_id, tenant.repo_slug, tenant.version)
-            scope.describe(outcome)
             held, lapsed = holds_in_force((holds or {}).get(tenant_id, ()), scope.evidence)
-            read.scopes[tenant_id], read.outcomes[tenant_id] = scope, outcome
+            read.scopes[tenant_id], read.outcomes[tenant_id] = scope, scope.outcome()
             read.tallies[tenant_id] = TenantTally(scope.rules, cap=scope.cap, keep_rows=explain,
                                                   restore_held=held)
             if lapsed:

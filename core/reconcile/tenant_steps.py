@@ -1,22 +1,25 @@
-"""One tenant's steps after its group's read: settle its figures from its tally, apply its
-guards (counting it only as far as the stale-fraction guard needs), remove its lapsed restore
-holds; each run isolated (`run_isolated`), so a failure is recorded in the tenant's outcome with
-the phase it happened in and one tenant cannot stop the others. Its tombstoning is the deletion
-plans' (`deletion_plans`).
+"""One tenant's steps after its group's read, each returning what it found (typed, frozen):
+its scan's figures from its tally (`settle_scan`), its guards' verdict (counting it only as far
+as the stale-fraction guard needs: `guard_tenant`), its tombstoning (`tombstone_step`, the
+deletion plans' work) and the removal of its lapsed restore holds. `judge_tenant` and
+`tombstone_step` never raise: a failure becomes the outcome's `Failure`, with the phase it
+happened in, so one tenant cannot stop the others.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import structlog
 
 from core.base.chroma import CollectionMissing
 from core.base.rules.camel_json import to_json
-from core.base.rules.telemetry import smallest_repo
+from core.reconcile.deletion import TombstoneProgress
+from core.reconcile.deletion_plans import tombstone_tenant
 from core.reconcile.rules.reconcile import (
     GUARD_INVALID_CONFIG,
     GUARD_MANIFEST_MISMATCH,
@@ -25,10 +28,16 @@ from core.reconcile.rules.reconcile import (
     ReconcilePolicy,
     stale_fraction_exceeded,
 )
-from core.reconcile.rules.reconcile_outcome import Phase, TenantOutcome
+from core.reconcile.rules.reconcile_outcome import (
+    Failure,
+    GuardVerdict,
+    Phase,
+    ScanFigures,
+    TenantOutcome,
+)
 from core.reconcile.rules.restore_holds import RestoreHold
 from core.reconcile.rules.tenant_scan import TenantTally
-from core.reconcile.scopes import TenantScope
+from core.reconcile.scopes import GroupRead, TenantScope
 from core.reconcile.stores.restore_holds import drop_lapsed_holds
 
 if TYPE_CHECKING:
@@ -43,100 +52,110 @@ log = structlog.get_logger(__name__)
 COUNT_PAGE_ROWS = 25_000
 
 
-async def guard_tenant(scope: TenantScope, outcome: TenantOutcome, counted: int | None) -> bool:
+async def judge_tenant(read: GroupRead, tenant_id: str) -> TenantOutcome:
+    """A read tenant's outcome with its scan's figures and its guards' verdict (cleared when
+    the pass may tombstone it now), as a group of one would judge it. Never raises."""
+    outcome = read.outcomes[tenant_id]
+    if outcome.failed or read.collection_missing:
+        return outcome
+    scope = read.scopes[tenant_id]
+    with structlog.contextvars.bound_contextvars(tenant=tenant_id):
+        try:
+            outcome = replace(outcome, scan=settle_scan(scope, read.tallies[tenant_id]))
+        except Exception as exc:
+            return failed(outcome, Phase.SCAN, exc, scope.policy)
+        try:
+            verdict = await guard_tenant(scope, outcome.scan, read.counts.get(tenant_id))
+        except Exception as exc:
+            return failed(outcome, Phase.COUNT, exc, scope.policy)
+    return replace(outcome, verdict=verdict)
+
+
+async def tombstone_step(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally,
+                         progress: TombstoneProgress) -> TenantOutcome:
+    """The outcome with what the tenant's tombstoning did (`tombstone_tenant`; `progress`:
+    what an earlier plan of this pass did for it). Never raises."""
+    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
+        try:
+            await tombstone_tenant(scope, tally, progress)
+        except Exception as exc:
+            return failed(replace(outcome, tombstone=progress.figures()), Phase.TOMBSTONE, exc,
+                          scope.policy)
+    return replace(outcome, tombstone=progress.figures())
+
+
+async def guard_tenant(scope: TenantScope, scan: ScanFigures,
+                       counted: int | None) -> GuardVerdict:
     """When tombstoning is on for the tenant (or explaining) and some chunks are actionable,
-    apply the guards; True (and the phase TOMBSTONE) when the pass may tombstone it now.
-    `counted`: the tenant's chunk count when its read already has it."""
-    if not ((scope.tenant_policy.deletes or scope.explain) and outcome.actionable_count > 0):
-        return False
-    if scope.policy.invalid_pass_guards:
-        outcome.guard = GUARD_INVALID_CONFIG
-        return False
-    outcome.phase = Phase.COUNT
-    if await too_large_a_share(scope, outcome, counted) or not scope.deletes:
-        return False
-    outcome.phase = Phase.TOMBSTONE
-    return True
-
-
-async def too_large_a_share(scope: TenantScope, outcome: TenantOutcome,
-                            counted: int | None) -> bool:
-    """Count the tenant's chunks (`counted` by its read when it read them all or swept the
-    collection; else counted only as far as the answer needs: past actionable / fraction it
-    cannot change) and apply the stale-fraction guard to the union of actionable chunks; True
-    (and the guard set) when the pass must not tombstone this tenant."""
+    the guards' verdict: cleared when the pass may tombstone it now. `counted`: the tenant's
+    chunk count when its read already has it; else it is counted only as far as the answer
+    needs (past actionable / fraction it cannot change)."""
     policy = scope.policy
+    if not ((scope.tenant_policy.deletes or scope.explain) and scan.actionable_count > 0):
+        return GuardVerdict()
+    if policy.invalid_pass_guards:
+        return GuardVerdict(GUARD_INVALID_CONFIG)
     if counted is not None:
-        outcome.total_chunks, outcome.total_complete = counted, True
+        total, complete = counted, True
     else:
-        enough = math.ceil(outcome.actionable_count / policy.max_stale_fraction)
-        outcome.total_chunks, outcome.total_complete = await count_tenant_chunks(
+        enough = math.ceil(scan.actionable_count / policy.max_stale_fraction)
+        total, complete = await count_tenant_chunks(
             scope.context.vectors, policy.collection, scope.tenant.tenant_id, enough=enough)
-    if not stale_fraction_exceeded(actionable=outcome.actionable_count,
-                                   total=outcome.total_chunks,
-                                   max_fraction=policy.max_stale_fraction):
-        return False
-    outcome.guard = GUARD_STALE_FRACTION
-    log.warning(
-        "reconcile.guard", guard=GUARD_STALE_FRACTION,
-        actionableCount=outcome.actionable_count, totalChunks=outcome.total_chunks,
-        maxStaleFraction=policy.max_stale_fraction,
-        message="refusing to tombstone: too large a share of the tenant would go; "
-        "check the tenant's config version and manifests before raising the limit",
-    )
-    return True
+    if stale_fraction_exceeded(actionable=scan.actionable_count, total=total,
+                               max_fraction=policy.max_stale_fraction):
+        log.warning(
+            "reconcile.guard", guard=GUARD_STALE_FRACTION,
+            actionableCount=scan.actionable_count, totalChunks=total,
+            maxStaleFraction=policy.max_stale_fraction,
+            message="refusing to tombstone: too large a share of the tenant would go; "
+            "check the tenant's config version and manifests before raising the limit",
+        )
+        return GuardVerdict(GUARD_STALE_FRACTION, total, complete, counted=True)
+    return GuardVerdict(None, total, complete, cleared=scope.deletes, counted=True)
 
 
-async def drop_lapsed(scope: TenantScope, lapsed: Sequence[RestoreHold]) -> None:
-    """Remove the tenant's lapsed holds (the evidence changed after their restore)."""
-    await drop_lapsed_holds(scope.context.graph, scope.tenant.tenant_id, lapsed)
-    log.info("reconcile.restore_holds_lapsed", lapsed=len(lapsed),
-             message="the evidence changed after the restore: these chunks are judged as "
-             "any other again")
+async def drop_lapsed(scope: TenantScope, outcome: TenantOutcome,
+                      lapsed: Sequence[RestoreHold]) -> TenantOutcome:
+    """Remove the tenant's lapsed holds (the evidence changed after their restore). Never
+    raises: a failure is the outcome's, in the phase the tenant reached."""
+    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
+        try:
+            await drop_lapsed_holds(scope.context.graph, scope.tenant.tenant_id, lapsed)
+        except Exception as exc:
+            return failed(outcome, outcome.reached, exc, scope.policy)
+        log.info("reconcile.restore_holds_lapsed", lapsed=len(lapsed),
+                 message="the evidence changed after the restore: these chunks are judged as "
+                 "any other again")
+    return outcome
 
 
-def settle_outcome(scope: TenantScope, outcome: TenantOutcome, tally: TenantTally) -> None:
-    """The tenant's figures from its scan's tally, settled (the manifest-mismatch guard
-    applied: `TenantTally.settle`), warning of held repos and of chunks no band can hold."""
-    tally.settle()
-    if tally.mismatched_repos:
-        outcome.guard = GUARD_MANIFEST_MISMATCH
-        outcome.mismatched_repos = tally.mismatched_repos
-        outcome.mismatch_held_count = tally.mismatch_held_count
+def settle_scan(scope: TenantScope, tally: TenantTally) -> ScanFigures:
+    """The tenant's scan figures from its tally, settled (the manifest-mismatch guard applied:
+    `TenantTally.settle`), warning of held repos and of chunks no band can hold."""
+    scan = tally.figures()
+    if scan.mismatched_repos:
         log.warning(
             "reconcile.guard", guard=GUARD_MANIFEST_MISMATCH,
-            repos=list(tally.mismatched_repos), heldCount=tally.mismatch_held_count,
+            repos=list(scan.mismatched_repos), heldCount=scan.mismatch_held_count,
             maxStaleFraction=scope.policy.max_stale_fraction,
             message="holding these repos' manifest orphans: each manifest would orphan more "
             "than the stale fraction of its repo's chunks; check the folder or list it was "
             "made from (kb-reconcile explain), then set it again")
-    outcome.data_repo = smallest_repo((outcome.data_repo, tally.smallest_repo))
-    outcome.scanned = tally.scanned
-    outcome.stale_count = tally.stale_count
-    outcome.manifest_orphan_count = tally.manifest_orphan_count
-    outcome.total_orphan_count = tally.total_orphan_count
-    outcome.actionable_count = tally.actionable_count
-    outcome.held_count = tally.held_count
-    outcome.restore_held_count = tally.restore_held_count
-    outcome.malformed_count = tally.malformed_count
-    if tally.generations is not None:
-        outcome.parser_orphan_count = tally.generations.parser_orphan_count
-        outcome.extraction_orphan_count = tally.generations.extraction_orphan_count
-    outcome.missing_paths = {slug: len(p) for slug, p in tally.missing_paths().items()}
-    if outcome.malformed_count:
+    if scan.malformed_count:
         log.warning(
-            "reconcile.chunks_malformed", malformedCount=outcome.malformed_count,
+            "reconcile.chunks_malformed", malformedCount=scan.malformed_count,
             message="chunks whose fields have unexpected types: each such field is read as "
             "absent (reconcile explain lists them)",
         )
-    if outcome.held_count and scope.tenant_policy.deletes:
+    if scan.held_count and scope.tenant_policy.deletes:
         log.warning(
-            "reconcile.chunks_held", heldCount=outcome.held_count,
+            "reconcile.chunks_held", heldCount=scan.held_count,
             message="actionable chunks whose ingestedAt is later than this pass's read, of an "
             "unexpected type, or legacy on a manifest or generation orphan only are never "
             "tombstoned: nothing would tell a rewrite of them from the archived content "
             "(legacy config-stale chunks go by id)",
         )
+    return scan
 
 
 async def count_tenant_chunks(
@@ -158,28 +177,17 @@ async def count_tenant_chunks(
     return total, True
 
 
-async def run_isolated(outcome: TenantOutcome, policy: ReconcilePolicy,
-                   step: Coroutine[Any, Any, None]) -> None:
-    """Run one tenant's step with the tenant bound to its log lines; never raises: a failure
-    is recorded in the outcome with the phase it happened in and logged with the tenant's
-    id, so one tenant cannot stop the others."""
-    with structlog.contextvars.bound_contextvars(tenant=outcome.tenant_id):
-        try:
-            await step
-        except CollectionMissing:
-            # No knowledge-base collection yet: there is nothing of this tenant to reconcile.
-            log.warning("reconcile.no_collection", collection=policy.collection)
-        except Exception as exc:
-            record_failure(outcome, exc)
-
-
-def record_failure(outcome: TenantOutcome, exc: Exception) -> None:
-    """The tenant failed in its current phase: recorded in its outcome, logged with its id
-    (the caller binds it) and the traceback."""
-    outcome.failed_phase = outcome.phase
-    outcome.error = f"{type(exc).__name__}: {exc}"
-    log.error("reconcile.tenant_failed", phase=str(outcome.phase), error=outcome.error,
-              exc_info=True)
+def failed(outcome: TenantOutcome, phase: Phase, exc: Exception,
+           policy: ReconcilePolicy) -> TenantOutcome:
+    """The outcome of a step that raised: failed in `phase`, logged with the traceback (the
+    caller binds the tenant). A missing knowledge-base collection is no failure: there is
+    nothing of the tenant to reconcile, and the outcome is returned as it was."""
+    if isinstance(exc, CollectionMissing):
+        log.warning("reconcile.no_collection", collection=policy.collection)
+        return outcome
+    failure = Failure(phase, f"{type(exc).__name__}: {exc}")
+    log.error("reconcile.tenant_failed", phase=str(phase), error=failure.error, exc_info=True)
+    return replace(outcome, failure=failure)
 
 
 def log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:

@@ -25,7 +25,7 @@ from core.reconcile.rules.reconcile import (
     GUARD_STALE_FRACTION,
     ReconcilePolicy,
 )
-from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.reconcile_outcome import GuardVerdict, ScanFigures, TenantOutcome
 from core.reconcile.rules.scan_verdicts import ScanRules
 from core.reconcile.rules.tenant_scan import TenantTally
 
@@ -34,10 +34,14 @@ POLICY = ReconcilePolicy(collection="kb", auto_tombstone=True, orphan_version_ga
                          dry_run=True)
 
 
-def outcome(**fields: Any) -> TenantOutcome:
-    base = TenantOutcome("t", None, 5, auto_tombstone=True, actionable_count=10,
-                         total_chunks=40)
-    return dataclasses.replace(base, **fields)
+def outcome(*, auto_tombstone: bool = True, guard: str | None = None,
+            total_chunks: int = 40, **scan: Any) -> TenantOutcome:
+    """An outcome as the pass would judge it: `scan` holds the scan's figures (10 actionable
+    unless given); the manifest-mismatch guard is the scan's, the others the verdict's."""
+    figures = ScanFigures(**{"actionable_count": 10, **scan})
+    verdict = GuardVerdict(None if guard == GUARD_MANIFEST_MISMATCH else guard, total_chunks)
+    return TenantOutcome("t", None, 5, auto_tombstone=auto_tombstone, scan=figures,
+                         verdict=verdict)
 
 
 def test_an_actionable_tenant_under_every_guard_would_lose_its_actionable_chunks() -> None:

@@ -191,32 +191,32 @@ def _why_not(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) 
         return f"a guard is set to an invalid value: {', '.join(policy.invalid_pass_guards)}"
     if outcome.guard == GUARD_STALE_FRACTION:
         return "the stale-fraction guard holds the tenant"
-    if outcome.actionable_count - outcome.held_count - outcome.restore_held_count <= 0:
-        if outcome.restore_held_count:
+    if outcome.scan.deletable <= 0:
+        if outcome.scan.restore_held_count:
             return (f"its actionable chunks are held by a restore "
                     f"({release_command(outcome.tenant_id)} lifts the hold)")
         if outcome.guard == GUARD_MANIFEST_MISMATCH:
             return (f"the manifest-mismatch guard holds the orphans of "
-                    f"{', '.join(outcome.mismatched_repos)}")
+                    f"{', '.join(outcome.scan.mismatched_repos)}")
         return WHY_NOTHING
     return None
 
 
 def guard_check(outcome: TenantOutcome, policy: ReconcilePolicy, *, enabled: bool) -> GuardCheck:
     """The guards' verdict and numbers for an outcome the pass judged in explain mode."""
-    deletable = max(0, outcome.actionable_count - outcome.held_count
-                    - outcome.restore_held_count)
+    scan, verdict = outcome.scan, outcome.verdict
+    deletable = scan.deletable
     why_not = _why_not(outcome, policy, enabled=enabled)
     would = 0 if why_not else min(deletable, policy.max_deletes_per_tick)
     return GuardCheck(
-        guard=outcome.guard, mismatched_repos=outcome.mismatched_repos,
-        actionable_count=outcome.actionable_count,
-        held_count=outcome.held_count, total_chunks=outcome.total_chunks,
-        total_complete=outcome.total_complete, max_stale_fraction=policy.max_stale_fraction,
+        guard=outcome.guard, mismatched_repos=scan.mismatched_repos,
+        actionable_count=scan.actionable_count,
+        held_count=scan.held_count, total_chunks=verdict.total_chunks,
+        total_complete=verdict.total_complete, max_stale_fraction=policy.max_stale_fraction,
         max_deletes_per_tick=policy.max_deletes_per_tick,
         invalid_guards=policy.invalid_guards, would_delete=would,
         over_cap=max(0, deletable - policy.max_deletes_per_tick), why_not=why_not,
-        restore_held_count=outcome.restore_held_count or None)
+        restore_held_count=scan.restore_held_count or None)
 
 
 def build_plan(

@@ -23,7 +23,7 @@ from core.base.rules.tenants import TenantConfig
 from core.reconcile.rules.generations.orphans import declares_generations
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import STAMP_KEY, TENANT_KEY, ReconcilePolicy
-from core.reconcile.rules.reconcile_outcome import TenantOutcome
+from core.reconcile.rules.reconcile_outcome import ScanFigures
 from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_policy
 from core.reconcile.rules.tombstone_bands import Band, Number, predicate_where
 
@@ -203,10 +203,10 @@ def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
         for tenant, rows in index.items()}
 
 
-def within_cap(outcome: TenantOutcome, policy: ReconcilePolicy) -> bool:
+def within_cap(scan: ScanFigures, policy: ReconcilePolicy) -> bool:
     """Whether every chunk the tenant's scan found deletable fits under the delete cap, so
     that its bands need no `limit` and can be shared with other tenants."""
-    return outcome.actionable_count - outcome.held_count <= policy.max_deletes_per_tick
+    return scan.actionable_count - scan.held_count <= policy.max_deletes_per_tick
 
 
 def rows_by_tenant(rows: Iterable[ChromaRow]) -> dict[str, list[ChromaRow]]:

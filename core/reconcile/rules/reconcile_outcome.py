@@ -1,18 +1,20 @@
-"""What one reconcile pass found, pure: each tenant's outcome as the pass fills it in, and the
-figures and telemetry detail made of it (`core.base.rules.camel_json` writes them as JSON).
+"""What one reconcile pass found, pure: each tenant's outcome, made of what each of its steps
+returned (typed and frozen: `ScanFigures`, `GuardVerdict`, `TombstoneFigures`, `Failure`), and
+the figures and telemetry detail made of it (`core.base.rules.camel_json` writes them as JSON).
 
 A failed tenant is reported with the phase it failed in (`Phase`), and a pass succeeds only
-when no tenant failed; the figures are frozen dataclasses, so a renamed field is a type error
-rather than a missing key downstream.
+when no tenant failed; a renamed field is a type error rather than a missing key downstream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from core.base.rules.camel_json import omitted_when_none
-from core.reconcile.rules.reconcile import ReconcilePolicy
+from core.base.rules.telemetry import smallest_repo
+from core.reconcile.rules.reconcile import GUARD_MANIFEST_MISMATCH, ReconcilePolicy
 
 
 class Phase(StrEnum):
@@ -24,140 +26,189 @@ class Phase(StrEnum):
     TOMBSTONE = "tombstone"
 
 
-@dataclass(slots=True)
-class TenantOutcome:
-    """One tenant's figures, filled in as its pass proceeds."""
+@dataclass(frozen=True, slots=True)
+class ScanFigures:
+    """What a tenant's read found, its tally settled (`TenantTally.figures`)."""
 
-    tenant_id: str
-    #: The tenant config's own `repoSlug` (None when it names none, as the original's).
-    repo_slug: str | None
-    current_version: int
-    #: The smallest repo the tenant's data names (`tenantRepos`, manifests, the chunks read):
-    #: what its telemetry row names when the config names none (`telemetry_repo`).
-    data_repo: str | None = None
     scanned: int = 0
     stale_count: int = 0
     #: Chunks whose path their repo's manifest no longer claims.
     manifest_orphan_count: int = 0
-    #: Generation orphans by parser pair and by extraction identity (issue 25).
+    #: Generation orphans by parser pair and by extraction identity.
     parser_orphan_count: int = 0
     extraction_orphan_count: int = 0
     #: Stale or orphaned, each chunk once (the union).
     total_orphan_count: int = 0
     #: Manifest paths no chunk carries, per repo (reported, never acted on).
-    missing_paths: dict[str, int] = field(default_factory=dict)
-    #: Actionable by either rule, each chunk once: what the guards judge.
+    missing_paths: Mapping[str, int] = field(default_factory=dict)
+    #: Actionable by any rule, each chunk once: what the guards judge.
     actionable_count: int = 0
-    tombstoned_count: int = 0
-    #: Of `tombstoned_count`, the legacy chunks (no numeric `ingestedAt`) deleted by id.
-    legacy_tombstoned_count: int = 0
     #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
     held_count: int = 0
     #: Actionable chunks a restore holds (`core.reconcile.rules.restore_holds`): not deleted.
     restore_held_count: int = 0
-    #: Chunks read whose fields have unexpected types (skipped field by field, counted:
-    #: `core.reconcile.rules.tenant_scan`).
+    #: Chunks read whose fields have unexpected types (`core.reconcile.rules.tenant_scan`).
     malformed_count: int = 0
+    #: Repos whose manifest orphans the manifest-mismatch guard holds, and how many.
+    mismatched_repos: tuple[str, ...] = ()
+    mismatch_held_count: int = 0
+    #: The smallest `repoSlug` of the chunks read.
+    smallest_repo: str | None = None
+
+    @property
+    def deletable(self) -> int:
+        """Actionable chunks a band can hold, restore holds aside."""
+        return max(0, self.actionable_count - self.held_count - self.restore_held_count)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardVerdict:
+    """What the guards decided (`core.reconcile.tenant_steps.guard_tenant`)."""
+
+    #: The guard that holds the tenant (invalid config, stale fraction), if one does.
     guard: str | None = None
-    #: The tenant's chunks, counted for the guard; a lower bound when the count stopped as
-    #: soon as the guard could no longer trip (`total_complete` False).
+    #: The tenant's chunks, counted for the stale-fraction guard; a lower bound when the count
+    #: stopped as soon as the guard could no longer trip (`total_complete` False).
     total_chunks: int | None = None
     total_complete: bool = True
-    archive: str | None = None
+    #: Whether the pass may tombstone the tenant now.
+    cleared: bool = False
+    #: Whether the guards got as far as counting (the phase a later failure is in).
+    counted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TombstoneFigures:
+    """What a tenant's tombstoning did (`core.reconcile.deletion.TombstoneProgress.figures`),
+    so far when it failed part-way."""
+
+    tombstoned_count: int = 0
+    #: Of `tombstoned_count`, the legacy chunks (no numeric `ingestedAt`) deleted by id.
+    legacy_tombstoned_count: int = 0
     #: Chunks the archive holds as deleted (those withdrawn are not counted).
     archived_count: int = 0
-    #: Chunks archived, then found rewritten (or gone) at the delete: kept, and withdrawn
-    #: from the archive (`core.reconcile.deletion`).
+    #: Chunks archived, then found rewritten (or gone) at the delete: kept, and withdrawn.
     rewritten_kept_count: int = 0
     #: Bands left alone because the store and the rule disagreed, or the band kept changing.
     refused_bands: int = 0
-    #: What the tenant's pass is doing now (scanning, counting for the guard, tombstoning).
-    phase: Phase = Phase.SCAN
-    #: The phase the tenant failed in, and why; None when it did not.
-    failed_phase: Phase | None = None
-    error: str | None = None
-    #: The tenant's policy in force: gap (None: closed), grace (None: closed), deletes.
+    archive: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The phase a tenant's pass failed in, and why."""
+
+    phase: Phase
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class TenantOutcome:
+    """One tenant's pass: the policy in force, then what each step returned."""
+
+    tenant_id: str
+    #: The tenant config's own `repoSlug` (None when it names none, as the original's).
+    repo_slug: str | None
+    current_version: int
+    #: The tenant's policy in force: gap (None: closed), grace (None: closed), deletes, and
+    #: the keys of its stored policy that were invalid (each fails closed).
     orphan_version_gap: float | None = None
     manifest_grace_ms: float | None = None
     auto_tombstone: bool = False
-    #: Keys of the tenant's stored policy that were invalid (each fails closed).
     invalid_policy: tuple[str, ...] = ()
-    #: Repos whose manifest orphans are held by the manifest-mismatch guard, and how many
-    #: orphans that holds.
-    mismatched_repos: tuple[str, ...] = ()
-    mismatch_held_count: int = 0
+    #: The smallest repo the tenant's config and manifests name (`telemetry_repo`).
+    declared_repo: str | None = None
+    scan: ScanFigures = field(default_factory=ScanFigures)
+    verdict: GuardVerdict = field(default_factory=GuardVerdict)
+    tombstone: TombstoneFigures = field(default_factory=TombstoneFigures)
+    failure: Failure | None = None
 
     @property
     def failed(self) -> bool:
         """Whether this tenant's pass could not finish."""
-        return self.failed_phase is not None
+        return self.failure is not None
+
+    @property
+    def guard(self) -> str | None:
+        """The guard that holds the tenant (or some of its repos), if one does."""
+        return self.verdict.guard or (GUARD_MANIFEST_MISMATCH if self.scan.mismatched_repos
+                                      else None)
+
+    @property
+    def reached(self) -> Phase:
+        """The last phase the tenant's pass entered."""
+        verdict = self.verdict
+        return (Phase.TOMBSTONE if verdict.cleared else Phase.COUNT if verdict.counted
+                else Phase.SCAN)
 
     @property
     def telemetry_repo(self) -> str | None:
         """The repo the tenant's telemetry row names: the config's `repoSlug`, else the
         smallest repo its data names (None only when nothing names one: the recorder's
         default then applies)."""
-        return self.repo_slug or self.data_repo
+        return self.repo_slug or smallest_repo((self.declared_repo, self.scan.smallest_repo))
 
     @property
     def missing_path_count(self) -> int:
         """Manifest paths no chunk carries, over all the tenant's repos."""
-        return sum(self.missing_paths.values())
+        return sum(self.scan.missing_paths.values())
 
     @property
     def drifted(self) -> bool:
         """Whether the tenant has drift to report (a clean tenant writes no row)."""
-        return self.total_orphan_count > 0 or self.missing_path_count > 0
+        return self.scan.total_orphan_count > 0 or self.missing_path_count > 0
 
     def figures(self) -> TenantFigures:
         """The tenant's entry in the pass's figures."""
-        return TenantFigures(self.tenant_id, self.repo_slug, self.current_version, self.scanned,
-                             self.stale_count, self.manifest_orphan_count,
-                             self.total_orphan_count, self.missing_path_count,
-                             self.actionable_count, self.held_count, self.tombstoned_count,
-                             self.guard, self.malformed_count,
-                             self.parser_orphan_count or None,
-                             self.extraction_orphan_count or None,
-                             self.legacy_tombstoned_count or None,
-                             self.rewritten_kept_count or None,
-                             self.restore_held_count or None)
+        scan, gone = self.scan, self.tombstone
+        return TenantFigures(self.tenant_id, self.repo_slug, self.current_version, scan.scanned,
+                             scan.stale_count, scan.manifest_orphan_count,
+                             scan.total_orphan_count, self.missing_path_count,
+                             scan.actionable_count, scan.held_count, gone.tombstoned_count,
+                             self.guard, scan.malformed_count,
+                             scan.parser_orphan_count or None,
+                             scan.extraction_orphan_count or None,
+                             gone.legacy_tombstoned_count or None,
+                             gone.rewritten_kept_count or None,
+                             scan.restore_held_count or None)
 
     def telemetry_detail(self, policy: ReconcilePolicy) -> ReconcileDetail:
         """The `detail` of the tenant's `reconcile` row."""
+        scan, verdict, gone, failure = self.scan, self.verdict, self.tombstone, self.failure
         return ReconcileDetail(
-            stale_count=self.stale_count,
-            manifest_orphan_count=self.manifest_orphan_count,
-            parser_orphan_count=self.parser_orphan_count,
-            extraction_orphan_count=self.extraction_orphan_count,
-            total_orphan_count=self.total_orphan_count,
+            stale_count=scan.stale_count,
+            manifest_orphan_count=scan.manifest_orphan_count,
+            parser_orphan_count=scan.parser_orphan_count,
+            extraction_orphan_count=scan.extraction_orphan_count,
+            total_orphan_count=scan.total_orphan_count,
             missing_path_count=self.missing_path_count,
-            actionable_count=self.actionable_count,
-            tombstoned_count=self.tombstoned_count,
+            actionable_count=scan.actionable_count,
+            tombstoned_count=gone.tombstoned_count,
             current_version=self.current_version,
             auto_tombstone=self.auto_tombstone,
             orphan_version_gap=self.orphan_version_gap,
             manifest_grace_ms=self.manifest_grace_ms,
-            missing_paths_by_repo=dict(self.missing_paths) or None,
+            missing_paths_by_repo=dict(scan.missing_paths) or None,
             invalid_policy=self.invalid_policy or None,
-            manifest_mismatch_repos=self.mismatched_repos or None,
-            manifest_mismatch_count=self.mismatch_held_count if self.mismatched_repos else None,
+            manifest_mismatch_repos=scan.mismatched_repos or None,
+            manifest_mismatch_count=scan.mismatch_held_count if scan.mismatched_repos else None,
             max_deletes_per_tick=policy.max_deletes_per_tick,
-            scanned=self.scanned,
-            held_count=self.held_count or None,
-            restore_held_count=self.restore_held_count or None,
-            legacy_tombstoned_count=self.legacy_tombstoned_count or None,
-            malformed_count=self.malformed_count or None,
+            scanned=scan.scanned,
+            held_count=scan.held_count or None,
+            restore_held_count=scan.restore_held_count or None,
+            legacy_tombstoned_count=gone.legacy_tombstoned_count or None,
+            malformed_count=scan.malformed_count or None,
             guard=self.guard,
             invalid_guards=policy.invalid_guards or None,
-            total_chunks=self.total_chunks if self.total_complete else None,
-            total_chunks_at_least=None if self.total_complete else self.total_chunks,
+            total_chunks=verdict.total_chunks if verdict.total_complete else None,
+            total_chunks_at_least=None if verdict.total_complete else verdict.total_chunks,
             max_stale_fraction=policy.max_stale_fraction if self.guard else None,
-            archive=self.archive,
-            archived_count=self.archived_count or None,
-            pass_id=policy.pass_id if self.archive else None,
-            refused_bands=self.refused_bands or None,
-            failed_phase=self.failed_phase,
-            error=self.error,
+            archive=gone.archive,
+            archived_count=gone.archived_count or None,
+            pass_id=policy.pass_id if gone.archive else None,
+            refused_bands=gone.refused_bands or None,
+            failed_phase=failure.phase if failure else None,
+            error=failure.error if failure else None,
         )
 
 
@@ -275,12 +326,12 @@ class ReconcileFigures:
             enabled=enabled, auto_tombstone=auto_tombstone, pass_id=pass_id,
             tenants=tuple(o.figures() for o in outcomes),
             failed_tenants=sum(o.failed for o in outcomes),
-            stale_count=sum(o.stale_count for o in outcomes),
-            manifest_orphan_count=sum(o.manifest_orphan_count for o in outcomes),
-            total_orphan_count=sum(o.total_orphan_count for o in outcomes),
+            stale_count=sum(o.scan.stale_count for o in outcomes),
+            manifest_orphan_count=sum(o.scan.manifest_orphan_count for o in outcomes),
+            total_orphan_count=sum(o.scan.total_orphan_count for o in outcomes),
             missing_path_count=sum(o.missing_path_count for o in outcomes),
-            tombstoned_count=sum(o.tombstoned_count for o in outcomes),
-            archives=tuple(o.archive for o in outcomes if o.archive),
+            tombstoned_count=sum(o.tombstone.tombstoned_count for o in outcomes),
+            archives=tuple(a for o in outcomes if (a := o.tombstone.archive)),
             spool_flushed=spool_flushed, unrecorded_rows=unrecorded_rows, stopped=stopped)
 
     @property

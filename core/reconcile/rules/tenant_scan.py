@@ -30,6 +30,7 @@ from core.reconcile.rules.generations.tally import GenerationTally
 from core.reconcile.rules.manifests import INGESTED_KEY, PATH_KEY, REPO_KEY, PathCoverage
 from core.reconcile.rules.orphan_bands import OldestOrphans
 from core.reconcile.rules.reconcile import TENANT_KEY, manifest_mismatched
+from core.reconcile.rules.reconcile_outcome import ScanFigures
 from core.reconcile.rules.scan_verdicts import (
     MalformedChunk,
     RowVerdict,
@@ -259,6 +260,22 @@ class TenantTally:
                 into = chosen.orphans if why[0] == "orphan" else chosen.generations
                 into.setdefault(why[1], []).append((value, row_id, why[2]))
         return chosen
+
+    def figures(self) -> ScanFigures:
+        """What the scan found, settled (`settle`)."""
+        self.settle()
+        gens = self.generations
+        return ScanFigures(
+            scanned=self.scanned, stale_count=self.stale_count,
+            manifest_orphan_count=self.manifest_orphan_count,
+            parser_orphan_count=gens.parser_orphan_count if gens else 0,
+            extraction_orphan_count=gens.extraction_orphan_count if gens else 0,
+            total_orphan_count=self.total_orphan_count,
+            missing_paths={slug: len(p) for slug, p in self.missing_paths().items()},
+            actionable_count=self.actionable_count, held_count=self.held_count,
+            restore_held_count=self.restore_held_count, malformed_count=self.malformed_count,
+            mismatched_repos=self.mismatched_repos,
+            mismatch_held_count=self.mismatch_held_count, smallest_repo=self.smallest_repo)
 
     def missing_paths(self) -> dict[str, tuple[str, ...]]:
         """Per repo, the manifest paths no scanned chunk carries."""
