@@ -2,18 +2,18 @@
 vouches for, report them, and (opt-in, guarded, archived first) delete them.
 
 The decisions are pure and live in `core.reconcile.rules` (`reconcile`: stale, actionable, the
-guards;
-`scan_verdicts`: each row's verdict; `tenant_scan`: one tenant's tally of them;
+guards; `scan_verdicts`: each row's verdict; `tenant_scan`: one tenant's tally of them;
 `reconcile_groups`: which tenants one read can serve; `tombstone_bands` and `orphan_bands`:
-the predicates a deletion runs by). This package is the I/O around them,
-one module per job:
+the predicates a deletion runs by). This package is the I/O around them, one module per job:
 
 - `run_pass`: the pass over every tenant (`reconcile_tick`, the daemon's tick function), group
   by group (`rules.reconcile_groups.plan_groups`);
 - `one_group`: **the one read path**: a group read (by one query, or its part of one sweep),
   each tenant settled and guarded alone, the cleared ones handed to their deletion plans; a
   tenant read alone, and `explain`'s, is a group of one;
-- `tenant_steps`: one read tenant's steps (settle, guard, count, lapsed holds), each isolated;
+- `tenant_steps`: one read tenant's steps (settle, guard, count, tombstone, lapsed holds),
+  each returning what it found, frozen (`rules.reconcile_outcome`: `ScanFigures`,
+  `GuardVerdict`, `TombstoneFigures`, `Failure`); a step that raises is the tenant's failure;
 - `scopes`: what a tenant's read, guards and plans share (`TenantScope`, `GroupRead`);
 - `page_loop`: the one page loop every metadata read goes through;
 - `deletion_plans`: which reasons to delete apply, built as `DeletionPlan`s;
@@ -60,8 +60,8 @@ the tally keeps those chunks' `ingestedAt` (bounded by the cap) in `first_to_go`
 selection; (3) `deletion_plans.tombstone_tenant`: its `DeletionPlan`, handed to
 `deletion.run_bands` with the tenant's shared progress (the cap counts every plan of the
 tenant); (4) `rules.explain_plan`: its line in `explain`; (5) `rules.reconcile_outcome`: its
-count in the figures and telemetry. The engine keeps every guarantee for it: archived first
-and flushed, decided by the store at delete time, re-ingested chunks never deleted, the cap,
-one failure policy. Do not call the vector store's delete anywhere else
-(tests/test_structure.py fails if you do).
+count in `ScanFigures` (filled by `TenantTally.figures`), the figures and telemetry. The engine
+keeps every guarantee for it: archived first and flushed, decided by the store at delete time,
+re-ingested chunks never deleted, the cap, one failure policy. Do not call the vector store's
+delete anywhere else (tests/test_structure.py fails if you do).
 """
