@@ -24,7 +24,7 @@ from core.reconcile.rules.generations.orphans import (
     PARSER_VERSION_KEY,
     GenerationClassifier,
     GenerationOrphan,
-    GenerationSignal,
+    GenerationRule,
     Stamp,
     YieldAuthority,
     extraction_authority,
@@ -196,7 +196,7 @@ def ordered_union(*id_lists: Sequence[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class GenerationDiff:
-    """A signal's result, as the original's engine returns it."""
+    """A rule's result, as the original's engine returns it."""
 
     orphans: tuple[GenerationOrphan, ...]
     actionable_ids: tuple[str, ...]
@@ -210,10 +210,10 @@ class GenerationDiff:
         return len(self.actionable_ids)
 
 
-def _diff(rows: Sequence[Any], tenant_id: Any, signal: GenerationSignal) -> GenerationDiff:
+def _diff(rows: Sequence[Any], tenant_id: Any, rule: GenerationRule) -> GenerationDiff:
     if not isinstance(tenant_id, str) or not tenant_id:
         return GenerationDiff((), ())
-    classifier = GenerationClassifier(signal, tenant_id)
+    classifier = GenerationClassifier(rule, tenant_id)
     for row in rows:
         classifier.observe(row.id, row.metadata)
     orphans = tuple(classifier.orphans())
@@ -233,7 +233,7 @@ def diff_tenant_parser_identity(
                 and isinstance(d.get(PARSER_VERSION_KEY), str)}
     authority = {slug: YieldAuthority(frozenset(paths), None)
                  for slug, paths in (yielded_paths_by_repo or {}).items()}
-    return _diff(rows, tenant_id, GenerationSignal(KIND_PARSER, declared, authority))
+    return _diff(rows, tenant_id, GenerationRule(KIND_PARSER, declared, authority))
 
 
 def diff_tenant_extraction_identity(
@@ -244,5 +244,5 @@ def diff_tenant_extraction_identity(
     snapshot while it carries the declared identity, bounded by its `updatedAt`."""
     authority = {slug: a for slug, d in declared_by_repo.items()
                  if (a := extraction_authority(snapshots.get(slug), d[0])) is not None}
-    return _diff(rows, tenant_id, GenerationSignal(KIND_EXTRACTION, declared_by_repo,
+    return _diff(rows, tenant_id, GenerationRule(KIND_EXTRACTION, declared_by_repo,
                                                    authority))

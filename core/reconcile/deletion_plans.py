@@ -88,7 +88,7 @@ async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
     for key, chunks in until_stopping(jobs, scope.context.control):
         await run(DeletionPlan(
             "generation-orphan", generations.clauses(key),
-            {tenant_id: TenantRule(generations.rule(key), scope.rules.read_ms,
+            {tenant_id: TenantRule(generations.may_delete(key), scope.rules.read_ms,
                                    scope.evidence)},
             orphan_bands(chunks, band_rows=deletion.BAND_ROWS)))
 

@@ -17,7 +17,7 @@ from core.base.io.clock import now_ms
 from core.base.rules.rows import ChromaRow
 from core.base.rules.telemetry import smallest_repo
 from core.base.rules.tenants import TenantConfig
-from core.reconcile.rules.generations.orphans import declared_repo_slugs, tenant_signals
+from core.reconcile.rules.generations.orphans import declared_repo_slugs, tenant_generation_rules
 from core.reconcile.rules.manifests import RepoManifest
 from core.reconcile.rules.reconcile import ReconcilePolicy
 from core.reconcile.rules.reconcile_groups import TenantGroup
@@ -67,7 +67,7 @@ class TenantScope:
         rules = ScanRules(tenant.tenant_id, tenant.version, tenant_policy.gap, manifests,
                           tenant_policy.grace_ms, read_ms=now_ms(),
                           max_stale_fraction=policy.max_stale_fraction,
-                          signals=tenant_signals(tenant.tenant_repos, manifests))
+                          generation_rules=tenant_generation_rules(tenant.tenant_repos, manifests))
         return cls(context, tenant, policy, tenant_policy, manifests, rules, explain,
                    tenant_evidence(tenant.version, manifests))
 

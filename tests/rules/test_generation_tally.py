@@ -1,6 +1,6 @@
-"""`core.reconcile.rules.generations.tally`: a pass's generation signals over its pages, the union
+"""`core.reconcile.rules.generations.tally`: a pass's generation rules over its pages, the union
 with
-the other signals, and the deletion jobs it plans (pure)."""
+the other rules, and the deletion jobs it plans (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from core.reconcile.rules.generations.orphans import (
     KIND_PARSER,
     TIER_SUPERSEDED,
     TIER_UNYIELDED,
-    tenant_signals,
+    tenant_generation_rules,
 )
 from core.reconcile.rules.generations.tally import GenerationJobKey, GenerationTally
 from core.reconcile.rules.manifests import RepoManifest
@@ -20,9 +20,9 @@ READ_MS = 10_000
 
 
 def tally() -> GenerationTally:
-    signals = tenant_signals([{"repoSlug": REPO, "parserId": "p", "parserVersion": "1.1.0"}],
+    rules = tenant_generation_rules([{"repoSlug": REPO, "parserId": "p", "parserVersion": "1.1.0"}],
                              {REPO: RepoManifest(REPO, ("a.md", "b.md"), updated_at=5_000)})
-    return GenerationTally("t1", signals, READ_MS, keep_rows=True)
+    return GenerationTally("t1", rules, READ_MS, keep_rows=True)
 
 
 def chunk(path: str, stamp: dict[str, str], ingested: int | str = 1_000,
@@ -75,5 +75,5 @@ def test_the_store_predicate_names_the_tenant_repo_and_exact_old_stamp() -> None
     clauses = t.clauses(key)
     assert {"tenantId": "t1"} in clauses and {"repoSlug": REPO} in clauses
     assert {"ingestedAt": {"$lte": 5_000}} in clauses  # the unyielded tier's fence
-    rule = t.rule(key)
+    rule = t.may_delete(key)
     assert rule(chunk("x.md", OLD)) and not rule(chunk("x.md", NEW))

@@ -4,7 +4,7 @@ A manifest is what a tenant's repo holds after its last push (CONTRACT "Graph st
 original's V1.x shape): node `kb-manifest:<tenantId>`, label `KnowledgeBaseTenantManifest`,
 `properties.manifests` = `{<repoSlug>: {repoSlug, pathsAfterPush, updatedAt, revision?}}`. It is
 kept apart from the tenant's `kb-config:` node because that node's `version` is the staleness
-signal: routine pushes must not raise it.
+evidence: routine pushes must not raise it.
 
 Two kinds of disagreement, as the original's ticket names them:
 

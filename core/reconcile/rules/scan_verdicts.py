@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from core.base.rules.numbers import is_real_number
-from core.reconcile.rules.generations.orphans import GenerationSignal
+from core.reconcile.rules.generations.orphans import GenerationRule
 from core.reconcile.rules.manifests import (
     INGESTED_KEY,
     PATH_KEY,
@@ -58,8 +58,8 @@ class ScanRules:
     #: `reconciliationMaxStaleFraction` in force: the manifest-mismatch guard's share (an
     #: invalid setting reads as 0.0: every repo with an orphan is held).
     max_stale_fraction: float
-    #: The tenant's generation signals (`core.reconcile.rules.generations`; none: no repo declares).
-    signals: tuple[GenerationSignal, ...] = ()
+    #: The tenant's generation rules (`core.reconcile.rules.generations`; none: no repo declares).
+    generation_rules: tuple[GenerationRule, ...] = ()
     ripe_repos: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -116,13 +116,13 @@ class TenantTally:
     mismatched_repos: tuple[str, ...] = ()
     mismatch_held_count: int = 0
     settled: bool = False
-    #: The generation signals' own tally (None when no repo declares a generation).
+    #: The generation rules' own tally (None when no repo declares a generation).
     generations: GenerationTally | None = field(init=False)
 
     def __post_init__(self) -> None:
-        self.generations = (GenerationTally(self.rules.tenant_id, self.rules.signals,
+        self.generations = (GenerationTally(self.rules.tenant_id, self.rules.generation_rules,
                                             self.rules.read_ms, keep_rows=self.keep_rows)
-                            if self.rules.signals else None)
+                            if self.rules.generation_rules else None)
         self.oldest_stale = OldestIngested(self.cap)
         self.legacy_stale = OldestKeys(self.cap)
         self.oldest_orphans = {slug: OldestOrphans(self.cap) for slug in self.rules.ripe_repos}
@@ -206,7 +206,7 @@ class TenantTally:
             return
         self.settled = True
         self._settle_manifests()
-        if self.generations is not None:  # the generation signals join the union
+        if self.generations is not None:  # the generation rules join the union
             gen = self.generations
             gen.settle(mismatched_repos=self.mismatched_repos)
             self.total_orphan_count += gen.extra_orphans

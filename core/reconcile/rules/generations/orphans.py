@@ -1,9 +1,9 @@
 """Generation orphans (pure): chunks of a repo's superseded generation, the original's
-parser-identity signal (#17392) and its successor's extraction identity (neo-agent-brain #262).
+parser-identity "signal" (#17392) and its successor's extraction identity (neo-agent-brain #262).
 
 A chunk's `parserId`/`parserVersion` (and its `extractionIdentity`) are inputs of its id, so
 a new generation *adds* rows beside the old ones: the config version does not move and the
-path is still in the manifest, so neither other signal sees the old rows. A repo declares its
+path is still in the manifest, so neither other rule sees the old rows. A repo declares its
 current generation in the tenant config's `tenantRepos`; a chunk whose stamp is a string that
 differs from the declared one (plain string equality: no semver, a newer stamp is an orphan
 too) is a generation orphan, in one of two tiers:
@@ -221,7 +221,7 @@ STAMPERS: Final[Mapping[str, Callable[[Mapping[str, Any]], Stamp | None]]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationSignal:
+class GenerationRule:
     """One kind of generation identity for one tenant: the declared stamp per repo and each
     repo's yield authority (absent: none)."""
 
@@ -271,14 +271,14 @@ def within_window(authority: YieldAuthority, ingested: Any) -> bool:
 
 @dataclass(slots=True)
 class GenerationClassifier:
-    """One signal's classification over a tenant's rows, fed row by row (pages), settled once:
+    """One rule's classification over a tenant's rows, fed row by row (pages), settled once:
     the replacement pass and the classification pass of the original in one read.
 
     `read_ms`: in a pass, a replacement counts only with a numeric `ingestedAt` at or before
     it; None (the original's engine, as the tests' oracle runs it): any row at the declared
     generation counts."""
 
-    signal: GenerationSignal
+    rule: GenerationRule
     tenant_id: str
     read_ms: int | None = None
     replaced: set[tuple[str, str]] = field(default_factory=set)
@@ -292,10 +292,10 @@ class GenerationClassifier:
         repo, path = metadata.get(REPO_KEY), metadata.get(PATH_KEY)
         if not isinstance(repo, str) or not isinstance(path, str):
             return
-        declared = self.signal.declared.get(repo)
+        declared = self.rule.declared.get(repo)
         if declared is None:
             return
-        stamp = STAMPERS[self.signal.kind](metadata)
+        stamp = STAMPERS[self.rule.kind](metadata)
         if stamp is None:
             return
         ingested = metadata.get(INGESTED_KEY)
@@ -303,34 +303,34 @@ class GenerationClassifier:
             if self.read_ms is None or deletion_bound(metadata, read_ms=self.read_ms) is not None:
                 self.replaced.add((repo, path))
             return
-        authority = self.signal.authority.get(repo)
+        authority = self.rule.authority.get(repo)
         tier = (TIER_UNYIELDED if authority is not None and path not in authority.paths
                 and within_window(authority, ingested) else TIER_SUPERSEDED)
         self.candidates.append((row_id, repo, path, stamp, tier, ingested))
 
     def orphans(self) -> list[GenerationOrphan]:
         """The orphans, in input order, each actionable when unyielded or replaced."""
-        kind, declared = self.signal.kind, self.signal.declared
+        kind, declared = self.rule.kind, self.rule.declared
         return [GenerationOrphan(i, kind, repo, path, stamp, declared[repo], tier, ingested,
                                  tier == TIER_UNYIELDED or (repo, path) in self.replaced)
                 for i, repo, path, stamp, tier, ingested in self.candidates]
 
 
-def tenant_signals(tenant_repos: Any, manifests: Mapping[str, RepoManifest]
-                   ) -> tuple[GenerationSignal, ...]:
-    """The tenant's signals in a pass: the parser pair (authority: the repo's manifest,
+def tenant_generation_rules(tenant_repos: Any, manifests: Mapping[str, RepoManifest]
+                   ) -> tuple[GenerationRule, ...]:
+    """The tenant's generation rules in a pass: the parser pair (authority: the repo's manifest,
     bounded by its `updatedAt`) and the extraction identity (authority: the manifest's
     snapshot of the declared identity); only those with a declaring repo."""
-    signals: list[GenerationSignal] = []
+    rules: list[GenerationRule] = []
     parsers = declared_parsers(tenant_repos)
     if parsers:
-        signals.append(GenerationSignal(KIND_PARSER, parsers, {
+        rules.append(GenerationRule(KIND_PARSER, parsers, {
             slug: YieldAuthority(m.path_set, m.updated_at)
             for slug, m in manifests.items() if slug in parsers}))
     extractions = declared_extractions(tenant_repos)
     if extractions:
-        signals.append(GenerationSignal(KIND_EXTRACTION, extractions, {
+        rules.append(GenerationRule(KIND_EXTRACTION, extractions, {
             slug: a for slug, d in extractions.items() if slug in manifests
             and (a := extraction_authority(manifests[slug].extraction_snapshot, d[0]))
             is not None}))
-    return tuple(signals)
+    return tuple(rules)

@@ -1,6 +1,6 @@
-"""A tenant's generation signals over one pass (pure): `GenerationTally` gathers the
+"""A tenant's generation rules over one pass (pure): `GenerationTally` gathers the
 generation orphans page by page (`orphans` classifies each row), counts
-them in the union with the other signals, and plans the deletable chunks per job (one tier of one
+them in the union with the other rules, and plans the deletable chunks per job (one tier of one
 stamp of one repo: one predicate the store evaluates exactly).
 
 A replacement counts only when its `ingestedAt` is a number at or before the pass's read: the
@@ -21,7 +21,7 @@ from core.reconcile.rules.generations.orphans import (
     TIER_UNYIELDED,
     GenerationClassifier,
     GenerationOrphan,
-    GenerationSignal,
+    GenerationRule,
     Number,
     Stamp,
     YieldAuthority,
@@ -45,21 +45,21 @@ class GenerationJobKey:
 
 @dataclass(slots=True)
 class GenerationTally:
-    """A tenant's generation signals over a pass's pages, settled after the last page into
-    the figures and the deletable chunks per job. The other signals' verdict on each row is
-    passed in, so the union counts a row once and a row another signal already deletes is
+    """A tenant's generation rules over a pass's pages, settled after the last page into
+    the figures and the deletable chunks per job. The other rules' verdict on each row is
+    passed in, so the union counts a row once and a row another rule already deletes is
     planned there, not twice. Memory: the generation orphans of the tenant."""
 
     tenant_id: str
-    signals: tuple[GenerationSignal, ...]
+    rules: tuple[GenerationRule, ...]
     read_ms: int
     keep_rows: bool = False
     classifiers: list[GenerationClassifier] = field(init=False)
-    #: Per row id another signal judged: (repo, actionable by version, by manifest).
+    #: Per row id another rule judged: (repo, actionable by version, by manifest).
     _others: dict[str, tuple[Any, bool, bool]] = field(default_factory=dict)
     parser_orphan_count: int = 0
     extraction_orphan_count: int = 0
-    #: Generation orphans no other signal counted (the union's extra), actionable ones
+    #: Generation orphans no other rule counted (the union's extra), actionable ones
     #: among them, and of those the ones no band can hold.
     extra_orphans: int = 0
     extra_actionable: int = 0
@@ -74,10 +74,10 @@ class GenerationTally:
 
     def __post_init__(self) -> None:
         self.classifiers = [GenerationClassifier(s, self.tenant_id, self.read_ms)
-                            for s in self.signals]
+                            for s in self.rules]
 
     def observe(self, row_id: str, metadata: Mapping[str, Any], *, other: Any) -> None:
-        """Feed one row; `other` is the other signals' verdict on it (None: neither)."""
+        """Feed one row; `other` is the other rules' verdict on it (None: neither)."""
         for classifier in self.classifiers:
             classifier.observe(row_id, metadata)
         if other is not None:
@@ -142,9 +142,9 @@ class GenerationTally:
         return {o.id for o in self.rows}
 
     def authority(self, key: GenerationJobKey) -> YieldAuthority | None:
-        """The yield authority of a job's repo under its signal."""
-        signal = next(s for s in self.signals if s.kind == key.kind)
-        return signal.authority.get(key.repo_slug)
+        """The yield authority of a job's repo under its rule."""
+        rule = next(r for r in self.rules if r.kind == key.kind)
+        return rule.authority.get(key.repo_slug)
 
     def clauses(self, key: GenerationJobKey) -> tuple[dict[str, Any], ...]:
         """What every band of a job shares, for the store to evaluate at delete time: the
@@ -161,7 +161,7 @@ class GenerationTally:
             clauses.append({INGESTED_KEY: {"$lte": authority.updated_at}})
         return tuple(clauses)
 
-    def rule(self, key: GenerationJobKey) -> Callable[[Mapping[str, Any]], bool]:
+    def may_delete(self, key: GenerationJobKey) -> Callable[[Mapping[str, Any]], bool]:
         """The job's rule on one fetched row: this tenant's and repo's, still the old stamp,
         a path the pass found deletable for this tier (replaced, or unyielded inside the
         authority's window)."""
