@@ -127,37 +127,13 @@ async def read_group(
 
 async def finish_group(context: TickContext, read: GroupRead,
                        policy: ReconcilePolicy) -> list[TenantOutcome]:
-    """Judge each read tenant on its own; tombstone those cleared, under the cap and
-    config-stale only with one shared plan, the others on their own; remove lapsed restore
+    """Judge each read tenant on its own, tombstone those cleared, remove lapsed restore
     holds. The outcomes of the tenants done, in the group's order (fewer when the daemon is
     stopping)."""
-    judged: list[TenantOutcome] = []
-    shared: list[str] = []
-    alone: list[str] = []
-    for tenant_id in until_stopping(read.outcomes, context.control):
-        outcome = await judge_tenant(read, tenant_id)
-        judged.append(outcome)
-        if outcome.verdict.cleared:
-            # A shared plan deletes config-stale chunks only: a tenant whose selection holds
-            # any other reason's (legacy ones included) runs its own plans (`tombstone_tenant`).
-            chosen = read.tallies[tenant_id].first_to_go()
-            sharable = (within_cap(outcome.scan, policy)
-                        and len(chosen.stale) == len(chosen.order))
-            (shared if sharable else alone).append(tenant_id)
-    if len(shared) < 2:
-        shared, alone = [], alone + shared
-    progress = {tenant_id: TombstoneProgress() for tenant_id in shared + alone}
-    if shared and not await tombstone_group(context, read, policy, shared, progress):
-        alone, shared = alone + shared, []
-    tombstoned: dict[str, TenantOutcome] = {}
-    by_id = {outcome.tenant_id: outcome for outcome in judged}
-    for tenant_id in until_stopping(alone, context.control):
-        tombstoned[tenant_id] = await tombstone_step(
-            read.scopes[tenant_id], by_id[tenant_id], read.tallies[tenant_id],
-            progress[tenant_id])
-    for tenant_id in shared:
-        tombstoned[tenant_id] = replace(by_id[tenant_id],
-                                        tombstone=progress[tenant_id].figures())
+    judged = [await judge_tenant(read, tenant_id)
+              for tenant_id in until_stopping(read.outcomes, context.control)]
+    tombstoned = await tombstone_cleared(context, read, policy,
+                                         [o for o in judged if o.verdict.cleared])
     done: list[TenantOutcome] = []
     for outcome in judged:
         if outcome.verdict.cleared:
@@ -170,4 +146,31 @@ async def finish_group(context: TickContext, read: GroupRead,
             outcome = await drop_lapsed(scope, outcome, lapsed)
         log_outcome(outcome, policy)
         done.append(outcome)
+    return done
+
+
+async def tombstone_cleared(context: TickContext, read: GroupRead, policy: ReconcilePolicy,
+                            cleared: list[TenantOutcome]) -> dict[str, TenantOutcome]:
+    """The cleared tenants' outcomes with what their tombstoning did: under the cap and
+    config-stale only, several share one plan (`tombstone_group`); any other, and all of them
+    when that plan fails, run plans of their own. A tenant not started is missing."""
+    shared: list[TenantOutcome] = []
+    alone: list[TenantOutcome] = []
+    for outcome in cleared:
+        # A shared plan deletes config-stale chunks only: a tenant whose selection holds any
+        # other reason's (legacy ones included) runs its own plans (`tombstone_tenant`).
+        chosen = read.tallies[outcome.tenant_id].first_to_go()
+        sharable = within_cap(outcome.scan, policy) and len(chosen.stale) == len(chosen.order)
+        (shared if sharable else alone).append(outcome)
+    if len(shared) < 2:
+        shared, alone = [], alone + shared
+    progress = {outcome.tenant_id: TombstoneProgress() for outcome in cleared}
+    if shared and not await tombstone_group(context, read, policy,
+                                            [o.tenant_id for o in shared], progress):
+        shared, alone = [], alone + shared
+    done = {o.tenant_id: replace(o, tombstone=progress[o.tenant_id].figures()) for o in shared}
+    for outcome in until_stopping(alone, context.control):
+        tenant_id = outcome.tenant_id
+        done[tenant_id] = await tombstone_step(read.scopes[tenant_id], outcome,
+                                               read.tallies[tenant_id], progress[tenant_id])
     return done
