@@ -1,69 +1,47 @@
-"""The one deletion engine: archive exactly the chosen chunks a band names, make the archives
-durable, then delete only those whose content is still what was archived. Every chunk deletion
-goes through `run_bands`; one tenant is a plan of one tenant.
+"""The one deletion engine (`run_bands`): archive exactly the chosen chunks a band names, make
+the archives durable, then delete only those whose content is still what was archived. One
+tenant is a plan of one tenant.
 
-The rules this module keeps: **the chunks a pass deletes are the ones its plan chose (what
-`explain` marks); every chunk deleted is in its tenant's archive with the content it had when
-it was deleted; a chunk rewritten or re-stamped after the pass read it is never deleted, and
-the archive never claims a version that was not deleted.** How:
+Its guarantees: **the chunks a pass deletes are the ones its plan chose (what `explain`
+marks); every chunk deleted is in its tenant's archive with the content it had when it was
+deleted; a chunk rewritten or re-stamped after the pass read it is never deleted, and the
+archive never claims a version that was not deleted.** How:
 
-- **A plan** (`DeletionPlan`) is one reason to delete (config-stale, a repo's manifest
-  orphans, a generation job, legacy chunks, retention) for one or more tenants: the `where`
-  clauses every band shares, the rule each fetched row must pass for its tenant, and the
-  bands. The chunks come from ONE selection (`TenantTally.first_to_go`: the oldest
-  `ingestedAt` of every reason, then the id, up to the cap; retention's own `select_expired`
-  in a `gc` pass), which `explain` shows.
-- **A band** names its ids (at most BAND_ROWS, `core.reconcile.rules.tombstone_bands.id_bands`) and
-  carries the plan's clauses and its own (`ingestedAt <= ` the newest it read, a manifest
-  band's paths): the store evaluates them at delete time, so a re-stamped or re-ingested
-  chunk no longer matches, and a chunk that entered a range since the scan is never swept in.
-  No request carries a `limit`: the store never chooses.
-- **Per band**: the named rows fetched whole by id, a page at a time, split by tenant, each
-  checked against its tenant's rule (one that fails it changed since the scan and stays)
-  and appended to its tenant's own archive, its content digest kept (`content_digests`); every
-  archive the band touched made durable (`sync_archives`: one `syncfs` when many, else an
-  fsync each), copied to the shared state with `stateUrl`; the fencing check; then one
-  compound call (`VectorStore.delete_unchanged`): the rows re-read whole by id, compared
-  with the digests of what was archived, and only the identical ones deleted (by id; on a
-  server with the `where` too). The others stay: counted (`TombstoneProgress.withdrawn`), logged
-  (`reconcile.rewritten_kept`), and **withdrawn** from the archive by a durable withdrawn
-  line naming them (`TombstoneArchive.withdraw`), which restore honours: it never puts back a
-  version that was not deleted. (Writing the archive only after the compare would leave a
-  chunk deleted before it is on disk; withdrawing after the delete keeps "archived first".)
+- **A plan** (`DeletionPlan`) takes its chunks from the one selection
+  (`TenantTally.first_to_go`; retention's `select_expired` in a `gc` pass).
+- **A band** names its ids (at most BAND_ROWS) and carries the plan's clauses and its own
+  (`ingestedAt <=` the newest it read, a manifest band's paths): the store evaluates them at
+  delete time, so a re-stamped or re-ingested chunk no longer matches. No request carries a
+  `limit`: the store never chooses.
+- **Per band**: the named rows fetched whole by id, each checked against its tenant's rule (one
+  that fails it changed since the scan and stays) and appended to its tenant's archive with
+  its content digest; every archive the band touched made durable (`sync_archives`) and copied
+  to the shared state; the fencing check; then `VectorStore.delete_unchanged` deletes only the
+  rows still identical to what was archived. The others stay and are **withdrawn** from the
+  archive by a durable line (`TombstoneArchive.withdraw`), which restore honours. (Archiving
+  only after the compare would leave a chunk deleted before it is on disk; withdrawing after
+  the delete keeps "archived first".)
 - **Restore holds**: right before the fencing check, the band's archived ids are checked
-  against the holds a restore put on the chunks it put back (`RestoreHolds.withhold`,
-  judged against the evidence the tenant's plan was made with): a held chunk stays and is
-  withdrawn like a rewritten one. A restore commits its holds before it writes the chunks,
-  so a band that read a restored chunk always finds its hold.
+  against the holds a restore put (`RestoreHolds.withhold`); a held chunk stays and is
+  withdrawn. A restore commits its holds before it writes the chunks, so a band that read a
+  restored chunk always finds its hold.
 - **Atomic against our own writers** on the embedded store: the compound runs as one call on
-  the store's one thread, which serves this process and every command through the door
-  (`core.base.door.chroma_door`), so nothing of ours writes between the re-read and the delete.
-  On a Chroma server another process may write in that round trip (docs/reliability.md); a
-  row the `where` then keeps is found and withdrawn too. A crash between the delete and the
-  withdrawn line leaves the archive holding the old version of a row that stayed live
-  (restore is preserve-live: it keeps the live one).
-- **The cap** is the selection's: a band never holds more than its tenants' remainder (a
-  band that would is refused, a last check). A plan of many tenants (`tombstone_group`)
-  names the ids of them all in its bands; each tenant keeps its own archive.
-- **What went** per tenant: from the compound's answer; after a failed delete, by reading
-  which archived ids are gone (`_count_gone`, 0 when that read fails).
+  the store's one thread (`core.base.door.chroma_door`), so nothing of ours writes between the
+  re-read and the delete. On a Chroma server another process may write in that round trip
+  (docs/reliability.md); a row the `where` then keeps is found and withdrawn too. A crash
+  between the delete and the withdrawn line leaves the archive holding the old version of a
+  row that stayed live (restore is preserve-live: it keeps the live one).
+- **The cap** is the selection's: a band past a tenant's remainder is refused (a last check).
+- **What went**: from the compound's answer; after a failed delete, the archived ids found gone
+  (`_count_gone`, 0 when that read fails).
 
-**The failure policy (one, for every plan):** in a band of named ids, a fetched row its rule
-refuses changed since the scan and simply stays. In a range band (none is planned now), such
-a row has either changed since the snapshot or shows that the store and the rule disagree.
-The band's `where` is read
-again (up to BAND_VERIFY_ROUNDS times): rows that left the predicate cannot be deleted by it,
-rows that entered it are archived too; if the store still matches a refused row, or the band
-keeps changing, the band is **refused**: nothing of it is deleted, each of its tenants counts a
-refused band, and the runner goes on with the next band. Any other error (a read, an archive
-write or fsync, the delete request) ends the run and is raised, after counting what went; the
-pass fails the tenant of a one-tenant plan, and runs each tenant of a failed many-tenant plan
-as a plan of its own (so one tenant's broken part cannot fail the others); the next pass
-starts over.
-
-To add a deletion reason: its pure parts in `core.reconcile.rules` (clauses, rule, bands over chosen
-ids, as `orphan_clauses` / `orphan_rule` / `orphan_bands`), its chunks in the one selection,
-a `DeletionPlan` handed to `run_bands`. Nothing else deletes (tests/test_structure.py).
+**The failure policy (one, for every plan):** a fetched row its rule refuses changed since the
+scan and stays. In a range band (none is planned now) the `where` is read again (up to
+BAND_VERIFY_ROUNDS times): rows that entered it are archived too; if the store still matches a
+refused row, or the band keeps changing, the band is **refused** (nothing of it deleted, a
+refused band per tenant) and the run goes on. Any other error ends the run, raised after
+counting what went; the pass fails a one-tenant plan's tenant and runs each tenant of a failed
+many-tenant plan alone (so one tenant's broken part cannot fail the others).
 """
 
 from __future__ import annotations
@@ -93,33 +71,29 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Chunks per planned band: the rows of one delete request. Every request re-evaluates the
-#: `where` over the whole tenant, so fewer, larger bands are faster; memory does not grow with
-#: the band (rows are fetched ARCHIVE_READ_ROWS at a time). Smaller bands do not shrink the
-#: store's race window (module docstring). Figures: docs/performance.md.
+#: Chunks per band, the rows of one delete request: each request re-evaluates the `where` over
+#: the whole tenant, so fewer, larger bands are faster (docs/performance.md).
 BAND_ROWS: Final = 5_000
-#: Rows fetched whole (by id) per read for the archive: bounds the process's growth by the
-#: store client's conversion buffers (docs/performance.md).
+#: Rows fetched whole per archive read: bounds the store client's conversion buffers.
 ARCHIVE_READ_ROWS: Final = 1_000
-#: Re-reads of a band whose fetched rows a rule refused, before refusing it (a band still
-#: changing after this many is left alone).
+#: Re-reads of a range band whose fetched rows a rule refused, before refusing it.
 BAND_VERIFY_ROUNDS: Final = 3
 
 
 @dataclass(slots=True)
 class TombstoneProgress:
-    """What has gone so far for one tenant (kept up to date, so a failure part-way reports the
-    truth); shared by every plan of the tenant in a pass, so the cap counts them all."""
+    """What has gone so far for one tenant (kept current, so a failure part-way reports the
+    truth); shared by the tenant's plans in a pass, so the cap counts them all."""
 
     tombstoned: int = 0
-    #: Rows the archive holds as deleted (those withdrawn are not counted).
+    #: Rows the archive holds as deleted (not the withdrawn).
     archived: int = 0
-    #: Rows archived but not deleted (rewritten since the read, or gone already), withdrawn.
+    #: Rows archived but not deleted (rewritten since the read, or gone), withdrawn.
     withdrawn: int = 0
     bands_done: int = 0
     bands_refused: int = 0
     archive: TombstoneArchive | None = None
-    #: Of `tombstoned`, the legacy chunks (deleted by id: `core.reconcile.deletion_plans`).
+    #: Of `tombstoned`, the legacy chunks.
     legacy_tombstoned: int = 0
 
     def figures(self) -> TombstoneFigures:
@@ -130,8 +104,8 @@ class TombstoneProgress:
 
 
 class BandRefused(Exception):
-    """A band the pass will not delete (the store and the rule disagree, it kept changing
-    while it was read, or it would pass a tenant's cap); nothing of it was deleted."""
+    """A band the pass will not delete (the store and the rule disagree, it kept changing, or
+    it would pass a cap); nothing of it was deleted."""
 
 
 class TombstoneFailed(Exception):
@@ -146,10 +120,8 @@ async def run_bands(
     progress: Mapping[str, TombstoneProgress],
     control: TickControl,
 ) -> None:
-    """Archive and delete the plan's bands one after another until every tenant of the plan
-    reached the cap (`progress` may carry deletions of an earlier plan of the same tenants),
-    the bands run out or the daemon is stopping (checked between bands, never inside one).
-    A refused band is logged and counted, and the run goes on; any other error is raised."""
+    """Archive and delete the plan's bands in turn until every tenant reached the cap, the
+    bands run out or the daemon is stopping (checked between bands, never inside one)."""
     for band in until_stopping(plan.bands, control):
         if all(progress[t].tombstoned >= cap for t in plan.rules):
             return
@@ -167,8 +139,8 @@ async def run_bands(
 async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, cap: int,
                     progress: Mapping[str, TombstoneProgress]) -> None:
     where = predicate_where(plan.clauses, band)
-    # A band of named ids is read by id alone (its rule checks each row): a `get` by ids
-    # and `where` costs ~13 ms per id on chromadb 1.5.9 against ~7 us by ids alone.
+    # A band of named ids is read by id alone (its rule checks each row): a `get` by ids and
+    # `where` is orders of magnitude slower (docs/performance.md).
     matched = (list(band.ids) if band.ids
                else await target.vectors.ids_where(target.collection, where=where))
     if not matched:
@@ -180,8 +152,7 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
         digests: dict[str, str] = {}
         refused = await _archive_rows(target, plan, band, matched, archived, digests, progress)
         if refused and band.ids:
-            # Chosen rows that no longer pass their rule changed since the scan: they stay
-            # (nothing else can enter a band of named ids).
+            # Named rows that fail their rule changed since the scan: they stay.
             log.info("reconcile.band_rows_changed", reason=plan.reason, changed=len(refused),
                      message="chosen chunks changed since the scan; they are not deleted")
         elif refused:
@@ -210,8 +181,7 @@ async def _run_band(target: DeletionTarget, plan: DeletionPlan, band: Band, *, c
 
 def _refuse_past_cap(archived: Mapping[str, list[str]],
                      progress: Mapping[str, TombstoneProgress], cap: int) -> None:
-    """BandRefused when a tenant's share of the band would pass the cap. A band names only
-    chosen ids, all within the cap, so this is a last check, never a choice of which go."""
+    """BandRefused when a tenant's share would pass the cap: a last check, never a choice."""
     over = [t for t, ids in archived.items() if progress[t].tombstoned + len(ids) > cap]
     if over:
         raise BandRefused(f"tenant {over[0]!r}'s share of the band would pass the delete cap")
@@ -220,9 +190,8 @@ def _refuse_past_cap(archived: Mapping[str, list[str]],
 async def _delete_band(target: DeletionTarget, where: dict[str, Any],
                        archived: Mapping[str, list[str]], digests: Mapping[str, str],
                        progress: Mapping[str, TombstoneProgress]) -> set[str]:
-    """The band's one compound delete (read whole by id, compare with what was archived,
-    delete the identical rows by id with `where`: `VectorStore.delete_unchanged`), what went
-    attributed to each tenant; returns the archived ids that did not go (to withdraw)."""
+    """The band's one compound delete, what went counted per tenant; returns the archived ids
+    that did not go (to withdraw)."""
     ids = [i for tenant_ids in archived.values() for i in tenant_ids]
     if not ids:
         return set()
@@ -260,8 +229,7 @@ async def _delete_band(target: DeletionTarget, where: dict[str, Any],
 async def _withdraw(target: DeletionTarget, archived: Mapping[str, list[str]],
                     withdrawn: set[str], progress: Mapping[str, TombstoneProgress],
                     touched: list[TombstoneArchive]) -> None:
-    """Withdraw from each tenant's archive the ids archived but not deleted (a withdrawn
-    line, durable; copied to the shared state too), so the archive claims only what went."""
+    """Withdraw from each tenant's archive the ids archived but not deleted, durably."""
     at = now_ms()
     for tenant_id, tenant_ids in archived.items():
         mine = [i for i in tenant_ids if i in withdrawn]
@@ -278,10 +246,8 @@ async def _archive_rows(target: DeletionTarget, plan: DeletionPlan, band: Band,
                         ids: Sequence[str], archived: dict[str, list[str]],
                         digests: dict[str, str],
                         progress: Mapping[str, TombstoneProgress]) -> list[str]:
-    """Fetch these rows whole, ARCHIVE_READ_ROWS at a time, and append every one its tenant's
-    rule allows to that tenant's archive (`archived` gains their ids, `digests` the digest of
-    the content archived); returns the ids the rules refused (changed since they matched, or
-    the store and the rule disagree: the caller finds out which)."""
+    """Fetch these rows whole and archive those their tenant's rule allows (`archived` and
+    `digests` gain them); returns the ids the rules refused."""
     refused: list[str] = []
     for start in range(0, len(ids), ARCHIVE_READ_ROWS):
         page = await target.vectors.get_page(target.collection,
@@ -311,10 +277,9 @@ async def _settle_refused_rows(
     refused: list[str], archived: dict[str, list[str]], digests: dict[str, str],
     progress: Mapping[str, TombstoneProgress],
 ) -> None:
-    """Some rows the band's `where` matched failed their rule when fetched. If the store still
-    matches any of them, the store and the rule disagree (or the row keeps changing), and the
-    band must not go (BandRefused). Rows that entered the band meanwhile are archived too, so
-    that the delete cannot take a row the archives lack."""
+    """Re-read a range band whose fetched rows failed their rule: BandRefused if the store
+    still matches one; rows that entered the band are archived too, so the delete cannot take
+    a row the archives lack."""
     for _round in range(BAND_VERIFY_ROUNDS):
         now = await target.vectors.ids_where(target.collection, where=where)
         still = set(now) & set(refused)
@@ -335,9 +300,8 @@ async def _settle_refused_rows(
 
 def _write_pages(target: DeletionTarget, pages: Mapping[str, ColumnPage],
                  progress: Mapping[str, TombstoneProgress], archived_at_ms: int) -> None:
-    """(blocking, one thread call per fetched page) Append each tenant's rows to its own
-    archive, creating it with its first rows; durable only after `sync_archives`. One tenant
-    after another: encoding the rows is Python work that threads would only take turns at."""
+    """(blocking) Append each tenant's rows to its archive, created with its first rows;
+    durable only after `sync_archives`. Serial: encoding is Python work threads would share."""
     for tenant_id, rows in pages.items():
         done = progress[tenant_id]
         if done.archive is None:
@@ -352,9 +316,8 @@ def _write_pages(target: DeletionTarget, pages: Mapping[str, ColumnPage],
 
 async def _count_gone(target: DeletionTarget, archived: Mapping[str, list[str]],
                       progress: Mapping[str, TombstoneProgress]) -> int:
-    """Count, per tenant, the archived ids that no longer exist, and return the total (none
-    when that cannot be read: the telemetry must not claim deletions that may not have
-    happened)."""
+    """Count per tenant the archived ids now gone; 0 when that cannot be read (the telemetry
+    must not claim deletions that may not have happened)."""
     try:
         live = {row.id for row in await target.vectors.get_by_ids(
             target.collection, [i for ids in archived.values() for i in ids], include=())}
