@@ -1,21 +1,8 @@
 """Tombstone archive files under `<dataDir>/tombstones/`: created, appended durably, read.
 
-Every chunk is on disk, with the content it had, before it is deleted: each band's pages are
-written, then made durable (each file fsynced, or many at once by one `syncfs`, and a new
-file's folder fsynced: `sync_archives`) BEFORE its delete is sent. A chunk archived but not
-deleted (rewritten since, or gone already) is withdrawn after the delete by a withdrawn line
-(`TombstoneArchive.withdraw`), which restore honours. The lines' format and checksums are
-`core.reconcile.rules.archives.format`'s.
-
-**Restore is preserve-live** (`restore_archive`): lines are checked against the header and
-then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which
-leaves any id that exists untouched even if it appeared a moment after the check; an id that
-exists under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under
-another tenant, a line of another collection, pass or tenant is refused with its reason.
-Running a restore twice changes nothing the second time. A format-1 archive is restored with
-a warning: the rules that keep a restore from harming live data (add-only, the archive's own
-tenant and the knowledge-base collection only) do not need a checksum; only edits to such a
-file cannot be detected.
+A band's pages are written, then made durable (`sync_archives`) before its delete is sent
+(the engine's guarantees: `core.reconcile.deletion`). The lines' format and checksums are
+`core.reconcile.rules.archives.format`'s; restoring is `core.reconcile.archives.restore`'s.
 """
 
 from __future__ import annotations
@@ -52,14 +39,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Threads that fsync many archives at once when one `syncfs` cannot (a shared band touches
-#: up to 5,000).
+#: Threads that fsync many archives at once when one `syncfs` cannot.
 ARCHIVE_IO_THREADS: Final = 8
-#: Lines checked and restored per batch: one `get` and one `add` per batch, and memory
-#: bounded by a batch whatever the file's size.
+#: Lines checked and restored per batch (one `get`, one `add`): memory bounded by a batch.
 RESTORE_BATCH_LINES: Final = 1_000
-#: Archives made durable at once from which one `syncfs` replaces their fsyncs (below it, the
-#: fsyncs cost a few milliseconds and flush nothing but the archives).
+#: Archives made durable at once from which one `syncfs` replaces their fsyncs (below it,
+#: fsyncs are cheap and flush nothing but the archives).
 SYNCFS_MIN_ARCHIVES: Final = 64
 #: Bytes of lines joined into one write.
 WRITE_BYTES: Final = 1 << 20
@@ -93,9 +78,8 @@ def archive_file_name(*, collection: str, tenant_id: str, now_ms: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SharedCopy:
-    """What of one archive file is in the shared state (`stateUrl` only:
-    `core.reconcile.stores.archives.shared` writes it): its first `size` bytes, in `parts`,
-    and the running SHA-256 of those bytes."""
+    """What of one archive file is in the shared state (`core.reconcile.stores.archives.shared`):
+    its first `size` bytes, in `parts`, and their running SHA-256."""
 
     parts: int = 0
     size: int = 0
@@ -103,27 +87,19 @@ class SharedCopy:
 
 
 class TombstoneArchive:
-    """An archive being written during one tenant's tombstoning.
-
-    Pages go in one after another (`append`: written and flushed); `sync` makes everything
-    appended so far durable and returns only then, so a caller syncs once before each delete
-    request and deletes nothing that is not on disk. One fsync per delete rather than per page:
-    the pages of a band are only worth protecting together, just before the band goes.
-    """
+    """An archive being written during one tenant's tombstoning: pages are appended, and `sync`
+    makes them durable once before each delete request (not per page: a band's pages are only
+    worth protecting together, just before the band goes)."""
 
     def __init__(self, path: Path, header: ArchiveHeader) -> None:
         self.path = path
         self.header = header
-        #: Rows appended so far, and how many of them are durable.
         self.rows_written = 0
         self.rows_synced = 0
-        #: Whether the file (and its folder entry) is durable yet (`new_unsynced` files are
-        #: not until `sync_archives`).
+        #: The file and its folder entry (`new_unsynced` files: not until `sync_archives`).
         self.durable = True
         self.created_directory = False
-        #: What of the file is copied into the shared state (`stateUrl` only: see
-        #: `core.reconcile.stores.archives.shared`); kept with the file, so every plan of the pass
-        #: that adds to it continues the same copy.
+        #: Kept with the file, so every plan of the pass that adds to it continues the same copy.
         self.shared_copy: SharedCopy | None = None
 
     @classmethod
@@ -147,11 +123,8 @@ class TombstoneArchive:
         first_page: ColumnPage | None = None,
     ) -> TombstoneArchive:
         """(blocking) Create a new archive holding its header and `first_page`'s rows,
-        exclusively, NOT yet durable: for a caller that writes many archives at once and makes
-        them all durable with one `sync_archives` (one fsync per file, one per folder) before
-        any delete. The rows are encoded (and checked) before the file exists, so a row that
-        cannot be archived leaves no file behind. One open and one write for a small archive:
-        at 10,000 tenants a pass creates 10,000 of them."""
+        exclusively, NOT yet durable (`sync_archives` makes many at once). The rows are encoded
+        and checked before the file exists, so a row that cannot be archived leaves no file."""
         header = ArchiveHeader(collection, tenant_id, pass_id, now_ms)
         lines = [seal(header.record())]
         if first_page is not None and len(first_page):
@@ -176,8 +149,7 @@ class TombstoneArchive:
         return archive
 
     def withdraw(self, ids: list[str], *, withdrawn_at_ms: int) -> None:
-        """(blocking) Append a withdrawn line naming these ids (chunk lines above it that are
-        not a version this pass deleted: restore skips them), and make it durable."""
+        """(blocking) Append a durable withdrawn line naming these ids (restore skips them)."""
         fd = os.open(self.path, _APPEND_FLAGS)
         try:
             _write_lines(fd, [withdrawn_line(self.header, ids, withdrawn_at_ms=withdrawn_at_ms)])
@@ -192,16 +164,15 @@ class TombstoneArchive:
             self.rows_written += len(page)
 
     async def append(self, page: ColumnPage, *, archived_at_ms: int) -> None:
-        """Write a page of whole rows (durable only after `sync`); raises (and nothing may be
-        deleted) when a row cannot be archived exactly or the disk refuses."""
+        """Write a page of whole rows (durable after `sync`); raises when a row cannot be
+        archived exactly or the disk refuses."""
         if not len(page):
             return
         await asyncio.to_thread(self._write, page, archived_at_ms)
         self.rows_written += len(page)
 
     def _write(self, page: ColumnPage, archived_at_ms: int) -> None:
-        # Every line is encoded (and checked) before the first is written, so a row that
-        # cannot be archived leaves the file as it was.
+        # Encoded and checked before the first write: a bad row leaves the file as it was.
         lines = chunk_lines(page, header=self.header, archived_at_ms=archived_at_ms)
         fd = os.open(self.path, _APPEND_FLAGS)
         try:
@@ -224,9 +195,8 @@ class TombstoneArchive:
 
 
 def _write_lines(fd: int, lines: Iterable[bytes]) -> None:
-    """(blocking) Write each line and its newline to `fd`, joined into writes of about
-    WRITE_BYTES: few system calls, and never one more copy of a whole page of 384-number
-    rows."""
+    """(blocking) Write each line and its newline to `fd`, in writes of about WRITE_BYTES (no
+    copy of a whole page)."""
     pending: list[bytes] = []
     size = 0
     for line in lines:
@@ -240,9 +210,8 @@ def _write_lines(fd: int, lines: Iterable[bytes]) -> None:
 
 
 def _fsync_each(archives: Sequence[TombstoneArchive]) -> None:
-    """(blocking) fsync every archive, on up to ARCHIVE_IO_THREADS threads (an fsync waits on
-    the disk, not the GIL: 1,000 archives' fsyncs one after another cost ~1 s more than spread
-    over threads); the first error is raised after all finished."""
+    """(blocking) fsync every archive, on threads (an fsync waits on the disk, not the GIL); the
+    first error is raised after all finished."""
     if len(archives) < 2:
         for archive in archives:
             archive._fsync()
@@ -255,13 +224,12 @@ def _fsync_each(archives: Sequence[TombstoneArchive]) -> None:
 
 def sync_archives(archives: list[TombstoneArchive],
                   flush: FilesystemFlush | None = None) -> None:
-    """(blocking) Make every row written to these archives durable, and every new one's
-    folder entry; raises when the disk refuses (and nothing may then be deleted).
+    """(blocking) Make every row written to these archives durable, and every new one's folder
+    entry; raises when the disk refuses (and nothing may then be deleted).
 
-    With `flush`, a handle on the archives' folder opened before any of their unsynced rows
-    was written, and SYNCFS_MIN_ARCHIVES archives or more, one `syncfs` does it when the
-    system can (`FilesystemFlush.flush`); otherwise one fsync per file with unsynced rows (on
-    up to ARCHIVE_IO_THREADS threads). Then one fsync per new archives' folder either way."""
+    With `flush` (opened on the folder before any unsynced row was written) and
+    SYNCFS_MIN_ARCHIVES archives or more, one `syncfs` when the system can; otherwise an fsync
+    per file. Then one fsync per new archives' folder."""
     pending = [a for a in archives if not a.durable or a.rows_synced != a.rows_written]
     flushed = (flush is not None and len(pending) >= SYNCFS_MIN_ARCHIVES
                and all(a.path.parent == flush.folder for a in pending) and flush.flush())
@@ -311,12 +279,9 @@ def _batches(lines: Iterator[tuple[int, bytes]]) -> Iterator[list[tuple[int, byt
 def archive_line_batches(
     path: Path, *, content: bytes | None = None
 ) -> Iterator[Iterator[list[tuple[int, bytes]]]]:
-    """The archive's non-blank lines with their 1-based numbers, RESTORE_BATCH_LINES at a
-    time, read as bytes (so a crash cutting a character in half spoils only that line).
-    With `content` (an archive's bytes from the shared state:
-    `core.reconcile.stores.archives.shared`) those bytes are read instead of the file, line for line
-    the same way. Raises ArchiveError
-    when the file cannot be used at all. Blocking: take each batch through a thread."""
+    """The archive's numbered non-blank lines, RESTORE_BATCH_LINES at a time (from `content`,
+    an archive's bytes from the shared state, when given). Raises ArchiveError when the file
+    cannot be used at all. Blocking: take each batch through a thread."""
     if content is not None:
         yield _batches(_numbered_lines(io.BytesIO(content)))
         return
