@@ -1,24 +1,20 @@
 """Tenant manifests (pure): a repo's claimed state, and the chunks and paths that disagree with it.
 
 A manifest is what a tenant's repo holds after its last push (CONTRACT "Graph store", the
-original's V1.x shape): node `kb-manifest:<tenantId>`, label `KnowledgeBaseTenantManifest`,
-`properties.manifests` = `{<repoSlug>: {repoSlug, pathsAfterPush, updatedAt, revision?}}`. It is
-kept apart from the tenant's `kb-config:` node because that node's `version` is the staleness
-evidence: routine pushes must not raise it.
+original's V1.x shape): node `kb-manifest:<tenantId>`, `properties.manifests` =
+`{<repoSlug>: {repoSlug, pathsAfterPush, updatedAt, revision?}}`. It is kept apart from the
+`kb-config:` node because that node's `version` is the staleness evidence: routine pushes must
+not raise it.
 
-Two kinds of disagreement, as the original's ticket names them:
-
-- a **manifest orphan** (`manifest_orphan`, row by row, the original's `diffTenantManifest`):
-  a chunk of a repo with a usable manifest whose `sourcePath` is a non-empty string not in
-  `pathsAfterPush`, ingested (`ingestedAt` finite) at or before the manifest's `updatedAt`. A
-  chunk ingested after the manifest is outside its authority and never judged by it; a chunk
-  without `repoSlug`, `sourcePath` or a numeric `ingestedAt` is never flagged.
+- a **manifest orphan** (`manifest_orphan`, the original's `diffTenantManifest`): a chunk of a
+  repo with a usable manifest whose `sourcePath` is a non-empty string not in `pathsAfterPush`,
+  with a finite `ingestedAt` at or before the manifest's `updatedAt` (a chunk ingested later is
+  outside its authority);
 - a **missing path** (`PathCoverage`): a manifest path no chunk of that repo carries, a
-  re-ingestion candidate. Reported, never acted on.
+  re-ingestion candidate, reported only.
 
-A usable manifest has a non-empty `repoSlug` key, a list `pathsAfterPush` (its non-empty
-strings are the paths) and a finite numeric `updatedAt`; anything else is skipped (never
-judged against: no baseline, no deletion).
+A usable manifest has a non-empty `repoSlug`, a list `pathsAfterPush` and a finite numeric
+`updatedAt`; any other is never judged against (no baseline, no deletion).
 """
 
 from __future__ import annotations
@@ -47,13 +43,12 @@ def manifest_node_id(tenant_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RepoManifest:
-    """One repo's claimed state (JSON: the stored shape, `{repoSlug, pathsAfterPush,
-    updatedAt, revision?}`)."""
+    """One repo's claimed state."""
 
     repo_slug: str
     #: Sorted, de-duplicated, non-empty.
     paths_after_push: tuple[str, ...]
-    #: When the claim was recorded (epoch ms): chunks ingested later are not judged by it.
+    #: Epoch ms: chunks ingested later are not judged by it.
     updated_at: int | float
     #: The commit id the paths were read at, when they came from git.
     revision: str | None = None
@@ -75,8 +70,7 @@ class RepoManifest:
 
 
 class ManifestPathError(ValueError):
-    """A manifest path that breaks the path rules (`normalize_manifest_paths`): one line
-    naming where it is, what is wrong and the path with its control characters escaped."""
+    """A manifest path that breaks the path rules (`normalize_manifest_paths`)."""
 
 
 #: A `find .` listing's prefix: stripped (with one note), since the paths are relative anyway.
@@ -85,19 +79,16 @@ BYTE_ORDER_MARK: Final = "\ufeff"
 
 
 def visible(text: str) -> str:
-    """`text` as one inert line (`core.base.rules.terminal_text.inert`; the BOM included), so a path
-    shown in a message cannot drive the operator's terminal or hide what it holds."""
+    """`text` as one inert line, so a path shown cannot drive the operator's terminal."""
     return inert(text, keep_newlines=False)
 
 
 def path_problem(path: str) -> str | None:
-    """What makes `path` (its `./` prefix already stripped) unfit for a manifest, or None.
+    """What makes `path` (its `./` already stripped) unfit for a manifest, or None.
 
-    A manifest path must be what a chunk's `sourcePath` holds: relative POSIX, from the repo's
-    top. A leading `/`, a `.` or `..` segment or an empty one (`src//a.py`, a trailing `/`)
-    names no file of the tree the way a chunk does, so every chunk of that file would become
-    an orphan; a BOM or a control character is an editor's or a shell's accident, never a
-    path a repo means (and a terminal would act on it when the path is shown)."""
+    A manifest path must be what a chunk's `sourcePath` holds, relative POSIX: any other spelling
+    names no chunk's file, so every chunk of that file would become an orphan; a BOM or a
+    control character is an accident, never a path a repo means."""
     if BYTE_ORDER_MARK in path:
         return "holds a byte-order mark (U+FEFF): save the list as UTF-8 without BOM"
     if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in path):
@@ -129,12 +120,8 @@ def normalize_manifest_paths(
 ) -> NormalizedPaths:
     """The one check every manifest path goes through (paths files, stdin and git alike).
 
-    Each line is one path (a trailing CR is dropped: CRLF lists work); empty lines are
-    skipped. A leading `./` (a `find .` listing) is stripped, counted for one note. Any other
-    problem (`path_problem`) raises ManifestPathError naming `source` (and the line's number
-    when `numbered`), what is wrong and the line shown with control characters escaped; so
-    does a list with no path at all (an empty claim would orphan every chunk of the repo).
-    Raises before returning anything: a bad list records nothing."""
+    One path a line (CRLF works, empty lines skipped, a `./` stripped and counted); a
+    `path_problem`, or no path at all, raises ManifestPathError, so a bad list records nothing."""
     kept: set[str] = set()
     stripped = 0
     for number, line in enumerate(lines, start=1):
@@ -160,17 +147,15 @@ SAMPLE_PATHS: Final = 3
 
 @dataclass(slots=True)
 class ManifestMatch:
-    """Whether a new manifest names any chunk its repo has, over the pages of a read of that
-    tenant's and repo's chunks (`observe` each row's metadata).
+    """Whether a new manifest names any chunk its repo has (`observe` each of its rows).
 
-    A manifest that matches none of the chunks of a repo that has some names another tree
-    (the wrong folder, a listing from elsewhere, paths with a prefix): recorded, it would make
-    every one of them an orphan. A repo with no chunks yet has nothing to match."""
+    A manifest that matches none of a repo's chunks names another tree (the wrong folder, a
+    prefix): recorded, it would make every one of them an orphan."""
 
     paths: frozenset[str]
     chunks: int = 0
     matched: int = 0
-    #: The first few distinct chunk paths seen (sorted when shown).
+    #: The first few distinct chunk paths seen.
     sample: set[str] = field(default_factory=set)
 
     def observe(self, metadata: Mapping[str, Any]) -> None:
@@ -196,9 +181,8 @@ class ManifestMatch:
 
 
 def claimed_paths(paths: Iterable[str]) -> tuple[str, ...]:
-    """A manifest's paths from one path per item: sorted, de-duplicated, empty items (blank
-    lines) dropped. Raises ValueError when none is left: an empty claim would make every
-    chunk of the repo an orphan, which is never what an operator means."""
+    """A manifest's paths: sorted, de-duplicated, blanks dropped. Raises ValueError when none
+    is left (an empty claim would orphan every chunk of the repo)."""
     kept = sorted({p for p in paths if p})
     if not kept:
         raise ValueError("the path list is empty")
@@ -219,8 +203,7 @@ def usable_manifest(repo_slug: Any, entry: Any) -> RepoManifest | None:
 
 
 def manifests_from(manifests_by_repo: Any) -> dict[str, RepoManifest]:
-    """The usable manifests of a stored `{repoSlug: entry}` map (anything else reads as
-    none)."""
+    """The usable manifests of a stored `{repoSlug: entry}` map."""
     if not isinstance(manifests_by_repo, Mapping):
         return {}
     usable = (usable_manifest(slug, entry) for slug, entry in manifests_by_repo.items())
@@ -234,9 +217,8 @@ def manifests_from_properties(properties: Any) -> dict[str, RepoManifest]:
 
 
 def manifest_patch(tenant_id: str, manifest: RepoManifest) -> dict[str, Any]:
-    """The JSON merge patch that replaces one repo's manifest in the node and keeps the other
-    repos' entries as stored (even unusable ones: they are another writer's to fix). A key the
-    new manifest lacks is set to null, which a merge patch removes (no stale `revision`)."""
+    """The JSON merge patch that replaces one repo's manifest and keeps the others as stored
+    (even unusable ones: another writer's to fix); `revision` is nulled unless set."""
     entry: dict[str, Any] = {"revision": None, **manifest.stored()}
     return {"tenantId": normalize_tenant_id(tenant_id),
             MANIFESTS_PROPERTY: {manifest.repo_slug: entry}}
@@ -245,11 +227,8 @@ def manifest_patch(tenant_id: str, manifest: RepoManifest) -> dict[str, Any]:
 def original_manifest_patch(tenant_id: str, manifest: RepoManifest,
                             stored_properties: Any) -> dict[str, Any]:
     """What `set-manifest` merges into the node on a neo.mjs graph, as the original's
-    `setTenantManifest` writes it: `tenantId`, the repo's entry `{repoSlug, pathsAfterPush,
-    updatedAt[, revision]}` (the other repos' entries, and the entry's other keys such as its
-    `extractionSnapshot`, kept by the merge), the node's `updatedAt` (the entry's) and
-    `visibility: "team"`. The merge deletes no key, so a stale `revision` is overwritten with
-    null, and only when the stored entry has one (the original's entries have none)."""
+    `setTenantManifest` writes it (the other keys kept by the merge). The merge deletes no key,
+    so a stale `revision` is nulled, only when the stored entry has one."""
     entry = manifest.stored()
     if manifest.revision is None and _stored_entry(stored_properties,
                                                    manifest.repo_slug).get("revision"):
@@ -279,7 +258,7 @@ class ManifestOrphan:
 def manifest_orphan(
     row_id: str, metadata: Mapping[str, Any], manifests: Mapping[str, RepoManifest]
 ) -> ManifestOrphan | None:
-    """The row as a manifest orphan, or None when it is not one (the rule, row by row)."""
+    """The row as a manifest orphan, or None."""
     # A repo slug of another type (a list: Chroma 1.x stores those) names no repo, as the
     # store's own `repoSlug` comparison reads it; it must not raise (unhashable).
     repo = metadata.get(REPO_KEY)
@@ -294,14 +273,13 @@ def manifest_orphan(
 
 
 def manifest_ripe(manifest: RepoManifest, *, now_ms: int, grace_ms: float | None) -> bool:
-    """Whether the manifest's orphans are actionable: it is at least `grace_ms` old (never,
-    when the grace is None: an invalid setting fails closed)."""
+    """Whether the manifest is at least `grace_ms` old (never when None: fails closed)."""
     return grace_ms is not None and now_ms - manifest.updated_at >= grace_ms
 
 
 class PathCoverage:
-    """Which manifest paths some chunk of their repo carries, over the pages of a scan: the
-    rest are missing paths (re-ingestion candidates). Memory: the manifests' paths."""
+    """Which manifest paths some chunk of their repo carries, over a scan: the rest are
+    missing paths."""
 
     def __init__(self, manifests: Mapping[str, RepoManifest]) -> None:
         self._manifests = manifests
@@ -320,8 +298,7 @@ class PathCoverage:
             seen.add(path)
 
     def missing(self) -> dict[str, tuple[str, ...]]:
-        """Per repo, its manifest paths no chunk carried (sorted); repos missing none are
-        left out."""
+        """Per repo missing any, its manifest paths no chunk carried (sorted)."""
         out = {}
         for slug, manifest in sorted(self._manifests.items()):
             missing = tuple(p for p in manifest.paths_after_push if p not in self._seen[slug])
