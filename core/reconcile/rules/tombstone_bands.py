@@ -1,15 +1,10 @@
-"""The bands a tenant's tombstoning deletes by (pure): each names the ids of the selection it
-deletes and carries the reason's `where`, which the store evaluates at delete time, so only
-chunks the plan (`explain`) chose can go, and a chunk re-stamped or re-ingested after the pass
-read it no longer matches.
+"""The bands a tenant's tombstoning deletes by (pure; the engine's guarantees:
+`core.reconcile.deletion`).
 
 A band is `ids = [...] AND tenantId = T AND <the reason's clauses> AND ingestedAt <= newest`
-(`id_bands`): a re-stamped chunk no longer matches the stamp; a re-ingested one carries a later
-`ingestedAt` (CONTRACT: epoch ms of its ingestion) than the newest the band read. A rewrite
-that keeps both is caught by the engine's content check before the delete
-(`core.reconcile.deletion`). An actionable chunk with a numeric `ingestedAt` later than
-the pass's read is held (never deleted); a legacy one (absent or an ISO string) is deleted by
-id in a legacy band (`legacy_bands`).
+(`id_bands`): a re-stamped chunk no longer matches the stamp, a re-ingested one carries a later
+`ingestedAt` (CONTRACT: epoch ms). An actionable chunk with a numeric `ingestedAt` later than
+the pass's read is held; a legacy one is deleted by id in a legacy band (`legacy_bands`).
 """
 
 from __future__ import annotations
@@ -30,16 +25,15 @@ INGESTED_KEY: Final = "ingestedAt"
 
 Number = int | float
 
-#: How far a band's float bounds are moved up, in units in the last place, as the store's
-#: operands. Chroma 1.5.9 keeps and reads float metadata, and parses a `where`'s float operand,
-#: up to 1 ulp off (docs/performance.md, "Float bounds"). Without the slack such a chunk fits
-#: no band: actionable on every pass, deleted by none.
+#: Ulps a band's float bounds are moved up as the store's operands: Chroma reads floats up to
+#: 1 ulp off (docs/performance.md, "Float bounds"), and without the slack such a chunk fits no
+#: band: actionable on every pass, deleted by none.
 FLOAT_BOUND_SLACK_ULPS: Final = 2
 
 
 def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
-    """The chunk's `ingestedAt` when a band can hold it: a real number not later than the
-    pass's read; None for a chunk the pass must hold (never delete)."""
+    """The chunk's `ingestedAt` when a band can take it (a real number not after the pass's
+    read); None for a held chunk."""
     if not isinstance(metadata, Mapping):
         return None
     value: Any = metadata.get(INGESTED_KEY)
@@ -47,8 +41,7 @@ def deletion_bound(metadata: Any, *, read_ms: int) -> Number | None:
 
 
 class _Later:
-    """A (`ingestedAt`, id, ...) key with its order reversed: `heapq`'s min-heap of these is a
-    max-heap of the keys, whose top is the key to drop first."""
+    """A key with its order reversed: `heapq`'s min-heap of these is a max-heap of the keys."""
 
     __slots__ = ("key",)
 
@@ -60,9 +53,8 @@ class _Later:
 
 
 class OldestKeys:
-    """The smallest `capacity` keys offered, `(ingestedAt, id, ...)` tuples, in memory bounded
-    by the capacity: the chunks a capped pass deletes first (the oldest, then the smaller
-    id: CONTRACT "Tombstones")."""
+    """The smallest `capacity` `(ingestedAt, id, ...)` keys offered, in bounded memory: the
+    chunks a capped pass deletes first (CONTRACT "Tombstones")."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(0, capacity)
@@ -87,7 +79,7 @@ class OldestKeys:
 
 
 class OldestIngested(OldestKeys):
-    """The (`ingestedAt`, id) of the oldest `capacity` chunks offered (`OldestKeys`)."""
+    """The (`ingestedAt`, id) of the oldest `capacity` chunks offered."""
 
     def offer(self, value: Number, row_id: str = "") -> None:
         """Keep the chunk if it is among the oldest `capacity` seen (ties: the smaller id)."""
@@ -100,17 +92,16 @@ class OldestIngested(OldestKeys):
 
 @dataclass(frozen=True, slots=True)
 class Band:
-    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen.
-    `extra` clauses narrow the band further (a manifest band's `sourcePath $in` paths)."""
+    """The chunks whose `ingestedAt` is in (after, through]; `planned` of them were seen;
+    `extra` clauses narrow it (a manifest band's paths)."""
 
     after: Number | None
     through: Number
     planned: int
     extra: tuple[Mapping[str, Any], ...] = ()
-    #: Exactly these ids (`id_bands`, `legacy_bands`): the delete request names them beside
-    #: the `where`, so nothing outside the selection can go.
+    #: The delete request names them beside the `where`: nothing outside the selection goes.
     ids: tuple[str, ...] = ()
-    #: A legacy band (`legacy_bands`): its rows carry no numeric `ingestedAt`.
+    #: Its rows carry no numeric `ingestedAt` (`legacy_bands`).
     legacy: bool = False
 
 
@@ -142,12 +133,8 @@ def plan_bands(values: Sequence[Number], *, band_rows: int) -> list[Band]:
 def id_bands(chunks: Sequence[tuple[Number, str]], *, band_rows: int,
              extra: Callable[[Sequence[tuple[Number, str]]], tuple[Mapping[str, Any], ...]]
              = lambda _part: ()) -> list[Band]:
-    """Bands of selected chunks, (`ingestedAt`, id) in deletion order, `band_rows` at most
-    each (pure): each names its ids, and is bounded by `ingestedAt <= ` the newest value it
-    read (`store_bound`), which the store evaluates at delete time, so a chunk re-ingested
-    since the read (a later `ingestedAt`) no longer matches. `extra(part)`: more clauses of
-    the band's own. Only the named ids can go, so a chunk that entered a range since the scan
-    is never swept in (it was not in the plan `explain` showed)."""
+    """Bands of selected (`ingestedAt`, id) chunks in deletion order: each names its ids and
+    is bounded by `ingestedAt <=` the newest it read; `extra(part)` adds the band's own clauses."""
     bands: list[Band] = []
     for start in range(0, len(chunks), band_rows):
         part = chunks[start:start + band_rows]
@@ -160,22 +147,17 @@ def id_bands(chunks: Sequence[tuple[Number, str]], *, band_rows: int,
 
 
 def _from_oldest(oldest: Number) -> tuple[Mapping[str, Any], ...]:
-    """`ingestedAt >=` the band's oldest value, rounded down to a whole number (so that it is
-    an integer operand, which Chroma compares exactly with integers and floats alike): it
-    changes no row of the band, and keeps the store's evaluation of the `where` beside the ids
-    to about the band's own rows (chromadb 1.5.9 evaluates a `where` given with ids over every
-    row it matches: a `where` matching the whole tenant costs ~13 ms per id, one bounded to
-    the band well under 1 ms)."""
+    """`ingestedAt >=` the band's oldest value, floored (an integer operand compares exactly):
+    it changes no row of the band but bounds the store's evaluation of the `where` beside the
+    ids to about the band's rows (docs/performance.md)."""
     if not math.isfinite(oldest):
         return ()
     return ({INGESTED_KEY: {"$gte": math.floor(oldest)}},)
 
 
 def legacy_order(value: Any) -> float:
-    """Where a legacy chunk (no numeric `ingestedAt`) sorts among the others in the one
-    deletion order (`TenantTally.first_to_go`, and so `explain`): an ISO-8601 string at its
-    time in epoch ms (a zone-less one read as UTC), anything else (absent, or a string that
-    is no date) first of all, at minus infinity."""
+    """Where a legacy chunk sorts in the one deletion order: an ISO-8601 string at its time in
+    epoch ms (zone-less read as UTC), anything else first, at minus infinity."""
     if isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.strip())
@@ -193,13 +175,10 @@ def stale_clauses(tenant_id: str, ceiling: Number) -> tuple[dict[str, Any], ...]
 
 
 def store_bound(value: Number) -> Number:
-    """A band bound as the store's operand: an int as it is (Chroma compares integers exactly);
-    a float moved up by FLOAT_BOUND_SLACK_ULPS, so the chunk whose value the pass read matches
-    `$lte` of it whatever Chroma's last-bit rounding. A band's `after` is the previous band's
-    `through` and both move alike, so every chunk still falls in exactly one band; one a band
-    takes in through the slack is in the band's snapshot read, so it is archived before it
-    goes. (Chroma truncates a fractional operand toward zero against integer values, so the
-    slack never reaches an integer `ingestedAt`, the CONTRACT's epoch ms.)"""
+    """A band bound as the store's operand: an int as it is; a float moved up by
+    FLOAT_BOUND_SLACK_ULPS. A band's `after` is the previous band's `through` and both move
+    alike, so every chunk still falls in exactly one band; one taken in through the slack is in
+    the band's snapshot read, so it is archived before it goes."""
     if isinstance(value, float) and math.isfinite(value):
         for _ in range(FLOAT_BOUND_SLACK_ULPS):
             value = math.nextafter(value, math.inf)
@@ -214,29 +193,23 @@ def ingested_range(band: Band) -> list[dict[str, Any]]:
 
 def predicate_where(clauses: Sequence[Mapping[str, Any]], band: Band) -> dict[str, Any]:
     """A band's predicate, as Chroma `where`: the shared `clauses`, the band's own, and its
-    `ingestedAt` range (`ingested_range`). Numeric operands are exact against float values
-    (up to the slack) and, for operands >= 0, against integer ones (Chroma truncates a
-    fractional operand toward zero for integers: `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`)."""
-    if band.ids:  # a band of named ids: they go with the request (`id_bands`)
+    `ingestedAt` range. (Chroma truncates a fractional operand toward zero against integers:
+    `$lte 2.5` is `<= 2`, `$gt 2.5` is `> 2`.)"""
+    if band.ids:  # its ids go with the request
         return {"$and": [*clauses, *band.extra]}
     return {"$and": [*clauses, *band.extra, *ingested_range(band)]}
 
 
 def is_legacy_ingested(value: Any) -> bool:
-    """A legacy `ingestedAt` (CONTRACT "Chroma data"): absent, or an ISO-8601 string written
-    before the stamp was epoch ms. Such a chunk fits no band's numeric range; an actionable
-    one is deleted by id (`legacy_bands`)."""
+    """A legacy `ingestedAt` (CONTRACT "Chroma data"): absent, or an ISO-8601 string."""
     return value is None or type(value) is str
 
 
 def legacy_bands(chunks: Sequence[tuple[str, Any]], *, band_rows: int) -> list[Band]:
-    """Bands of legacy chunks, (id, `ingestedAt` as read) in deletion order: each names its ids
-    (the delete request carries them, beside the reason's `where`, which the store evaluates
-    at delete time: a chunk re-stamped since the read no longer matches). The chunks with an
-    ISO string come first, each band of them narrowed to `ingestedAt $in` the strings read,
-    so one rewritten with a numeric `ingestedAt` no longer matches either; then the chunks
-    without one (Chroma's `where` cannot say "absent": their rule refuses a fetched row that
-    has gained a number)."""
+    """Bands of legacy (id, `ingestedAt` as read) chunks in deletion order, each naming its ids.
+    ISO strings first, narrowed to `ingestedAt $in` the strings read (a row rewritten with a
+    number no longer matches); then the absent ones (a `where` cannot say "absent": their rule
+    refuses a fetched row that gained a number)."""
     texts = [c for c in chunks if isinstance(c[1], str)]
     absent = [c for c in chunks if c[1] is None]
     bands: list[Band] = []
@@ -258,11 +231,9 @@ def rows_refused(
     page: ColumnPage, *, may_delete: Callable[[Mapping[str, Any]], bool], read_ms: int,
     by_id: bool = False,
 ) -> list[str]:
-    """Ids in a page the rule would not delete (pure): `may_delete` says no (another tenant's,
-    no longer actionable), or no numeric `ingestedAt` or one after the pass's read. The
-    band's `where` matched these rows a moment before, so each has changed since, or shows
-    that the store and the rule disagree (the caller finds out which)."""
-    if by_id:  # a legacy band: its plan's rule says what `ingestedAt` it may carry
+    """Ids in a page the rule would not delete (pure): `may_delete` says no, or no numeric
+    `ingestedAt` or one after the pass's read."""
+    if by_id:  # a legacy band: its rule says what `ingestedAt` it may carry
         return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
                 if not may_delete(metadata)]
     return [row_id for row_id, metadata in zip(page.ids, page.metadatas, strict=True)
@@ -277,8 +248,7 @@ def stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
 
 def legacy_stale_rule(tenant_id: str, is_actionable: Callable[[Any], bool]
                       ) -> Callable[[Mapping[str, Any]], bool]:
-    """The rule of a legacy band's rows: config-stale (`stale_rule`) and still a legacy
-    `ingestedAt` (a row that gained a number was rewritten since the read)."""
+    """The rule of a legacy band's rows: config-stale and still a legacy `ingestedAt`."""
     stale = stale_rule(tenant_id, is_actionable)
     return lambda m: stale(m) and is_legacy_ingested(m.get(INGESTED_KEY))
 
