@@ -1,33 +1,25 @@
 """Generation orphans (pure): chunks of a repo's superseded generation, the original's
 parser-identity "signal" (#17392) and its successor's extraction identity (neo-agent-brain #262).
 
-A chunk's `parserId`/`parserVersion` (and its `extractionIdentity`) are inputs of its id, so
-a new generation *adds* rows beside the old ones: the config version does not move and the
-path is still in the manifest, so neither other rule sees the old rows. A repo declares its
-current generation in the tenant config's `tenantRepos`; a chunk whose stamp is a string that
-differs from the declared one (plain string equality: no semver, a newer stamp is an orphan
-too) is a generation orphan, in one of two tiers:
+A chunk's generation stamp is an input of its id, so a new generation *adds* rows beside the
+old ones, which neither the config version nor the manifest sees. A repo declares its current
+generation in `tenantRepos`; a chunk whose stamp is a string other than the declared one
+(plain string equality: a newer stamp is an orphan too) is a generation orphan, in one of two
+tiers:
 
 - **superseded**: its path is still yielded (or the repo has no yield authority: "unknown is
   not empty"). Actionable only once a chunk at the declared generation exists for the same
   (repo, path): nothing is deleted ahead of its replacement.
 - **unyielded**: its path is absent from the repo's yield authority and its `ingestedAt` is at
-  or before the authority's `updatedAt` (the successor's freshness fence: a chunk newer than
-  the authority was written by something the authority has not seen). Actionable: no
-  replacement will ever come.
+  or before the authority's `updatedAt` (a chunk newer than the authority was written by
+  something it has not seen). Actionable: no replacement will ever come.
 
-The yield authority of the parser pair is the repo's manifest (`pathsAfterPush`); that of the
-extraction identity is the manifest's `extractionSnapshot`, and only while it carries the
-declared identity (a snapshot of a prior identity is unknown, not empty).
+The parser pair's yield authority is the manifest; the extraction identity's is the manifest's
+`extractionSnapshot`, only while it carries the declared identity. A repo without a declared
+generation, a chunk without a well-formed stamp or a string `sourcePath`, is never an orphan.
 
-Never guessed: a repo without a declared generation, a chunk without the stamp (or with a
-malformed one), a chunk of another tenant, or without a string `sourcePath`, is never a
-generation orphan.
-
-In a pass (`tally`), a replacement counts only when its `ingestedAt`
-is a number at or before the pass's read: the decision rests on what existed when the pass began
-reading, so a replacement arriving while the pass pages through the tenant never makes an
-early delete (the old rows go on the next pass).
+In a pass, a replacement counts only with a numeric `ingestedAt` at or before the pass's read,
+so one arriving while the pass pages through the tenant never makes an early delete.
 """
 
 from __future__ import annotations
@@ -89,8 +81,7 @@ class RepoGeneration:
 
 def repo_generation(repo_slug: str, *, parser_id: str | None, parser_version: str | None,
                     extraction_identity: str | None) -> RepoGeneration:
-    """A declaration from `set-repo`'s flags, checked; ValueError (naming the flag) for a
-    version without an id, an empty id or version, or an identity that is not 64 hex."""
+    """A declaration from `set-repo`'s flags, checked (ValueError naming the flag)."""
     if parser_version is not None and parser_id is None:
         raise ValueError("--parser-version: only with --parser-id")
     if parser_id is not None and not parser_id.strip():
@@ -106,8 +97,8 @@ def repo_generation(repo_slug: str, *, parser_id: str | None, parser_version: st
 
 
 def replaced_repos(stored: Any, slug: str, entry: RepoGeneration | None) -> list[Any]:
-    """The `tenantRepos` list with `slug`'s entry replaced by `entry` (removed when None):
-    the other entries are kept as stored (even unusable ones: another writer's to fix)."""
+    """The `tenantRepos` list with `slug`'s entry replaced by `entry` (removed when None), the
+    others kept as stored."""
     kept = [e for e in (stored if isinstance(stored, list) else [])
             if not (isinstance(e, Mapping) and e.get(REPO_KEY) == slug)]
     return kept if entry is None else [*kept, entry.stored()]
@@ -119,12 +110,10 @@ GENERATION_KEYS: Final = (PARSER_ID_KEY, PARSER_VERSION_KEY, EXTRACTION_KEY)
 
 
 def declared_in_place(stored: Any, slug: str, entry: RepoGeneration | None) -> list[Any]:
-    """The `tenantRepos` list as `set-repo` leaves it on a neo.mjs graph: each entry of `slug`
-    keeps its own keys (the platform's clone URL and credential reference), its generation
-    keys replaced by `entry`'s (removed with None); the other entries as stored. LookupError
-    when no entry names `slug`: the original requires a `cloneUrl` and a `credentialRef` of
-    every entry (its `normalizeTenantRepoConfig` throws on one without, stopping its
-    repository sync), which only the platform can give."""
+    """The `tenantRepos` list as `set-repo` leaves it on a neo.mjs graph: `slug`'s entries keep
+    the platform's keys, their generation keys replaced by `entry`'s. LookupError when no entry
+    names `slug`: the original's `normalizeTenantRepoConfig` throws on an entry without the
+    `cloneUrl` and `credentialRef` only the platform can give, stopping its repository sync."""
     repos = stored if isinstance(stored, list) else []
     if not any(isinstance(e, Mapping) and e.get(REPO_KEY) == slug for e in repos):
         raise LookupError(f"repo {slug!r} is not in the tenant's tenantRepos; on a neo.mjs "
@@ -144,15 +133,13 @@ def _entries(tenant_repos: Any) -> Iterable[Mapping[str, Any]]:
 
 
 def declared_repo_slugs(tenant_repos: Any) -> tuple[str, ...]:
-    """The `repoSlug` of every `tenantRepos` entry that has one (the original's tenant configs
-    name their repos only there: they have no top-level `repoSlug`)."""
+    """The `repoSlug` of every `tenantRepos` entry that has one."""
     return tuple(e[REPO_KEY] for e in _entries(tenant_repos))
 
 
 def declared_parsers(tenant_repos: Any) -> dict[str, Stamp]:
-    """`{repoSlug: (parserId, parserVersion)}` of the entries with a repo slug and a string
-    `parserId` (the original's `fetchTenantDeclaredParsers`); a missing `parserVersion`
-    declares DEFAULT_PARSER_VERSION. An entry without one cannot be judged and is left out."""
+    """`{repoSlug: (parserId, parserVersion)}` of the entries with a string `parserId` (the
+    original's `fetchTenantDeclaredParsers`)."""
     declared: dict[str, Stamp] = {}
     for e in _entries(tenant_repos):
         parser_id, version = e.get(PARSER_ID_KEY), e.get(PARSER_VERSION_KEY)
@@ -170,8 +157,7 @@ def declared_extractions(tenant_repos: Any) -> dict[str, Stamp]:
 
 
 def declares_generations(tenant_repos: Any) -> bool:
-    """Whether any repo of the tenant declares a generation (its pass then reads all of the
-    tenant's chunks, as for a manifest)."""
+    """Whether any repo of the tenant declares a generation."""
     return bool(declared_parsers(tenant_repos) or declared_extractions(tenant_repos))
 
 
@@ -271,18 +257,15 @@ def within_window(authority: YieldAuthority, ingested: Any) -> bool:
 
 @dataclass(slots=True)
 class GenerationClassifier:
-    """One rule's classification over a tenant's rows, fed row by row (pages), settled once:
-    the replacement pass and the classification pass of the original in one read.
-
-    `read_ms`: in a pass, a replacement counts only with a numeric `ingestedAt` at or before
-    it; None (the original's engine, as the tests' oracle runs it): any row at the declared
-    generation counts."""
+    """One rule's classification over a tenant's rows, fed row by row: the original's
+    replacement and classification passes in one read. `read_ms` None (the original's engine,
+    the tests' oracle): any row at the declared generation counts as a replacement."""
 
     rule: GenerationRule
     tenant_id: str
     read_ms: int | None = None
     replaced: set[tuple[str, str]] = field(default_factory=set)
-    #: Candidates (id, repo, path, stamp, tier, ingestedAt), in input order.
+    #: (id, repo, path, stamp, tier, ingestedAt), in input order.
     candidates: list[tuple[str, str, str, Stamp, str, Any]] = field(default_factory=list)
 
     def observe(self, row_id: str, metadata: Mapping[str, Any]) -> None:
@@ -318,9 +301,7 @@ class GenerationClassifier:
 
 def tenant_generation_rules(tenant_repos: Any, manifests: Mapping[str, RepoManifest]
                    ) -> tuple[GenerationRule, ...]:
-    """The tenant's generation rules in a pass: the parser pair (authority: the repo's manifest,
-    bounded by its `updatedAt`) and the extraction identity (authority: the manifest's
-    snapshot of the declared identity); only those with a declaring repo."""
+    """The tenant's generation rules in a pass, those with a declaring repo."""
     rules: list[GenerationRule] = []
     parsers = declared_parsers(tenant_repos)
     if parsers:
