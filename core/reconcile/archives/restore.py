@@ -1,23 +1,18 @@
 """Restoring a tombstone archive, preserve-live: only absent ids come back, only into the
 knowledge-base collection, only for the archive's own tenant, and never a chunk line a later
-withdrawn line of the archive withdraws (archived but not deleted: rewritten since, or gone
-already; `core.reconcile.rules.archives.format`).
+withdrawn line withdraws (archived but not deleted).
 
-Lines are checked against the archive's header (`core.reconcile.rules.archives.format.refusal`) and
-then against the store, a batch at a time. Absent ids are added back with Chroma `add`, which leaves
-any id that exists untouched even if it appeared a moment after the check; an id that exists
-under the archive's tenant is kept as it lives now (`keptLive`); an id that lives under another
-tenant, a line of another collection, pass or tenant is refused with its reason. Running a
-restore twice changes nothing the second time. A bad line never stops the others.
+Lines are checked against the header (`core.reconcile.rules.archives.format.refusal`), then
+against the store, a batch at a time. Absent ids are added back with Chroma `add`, which leaves
+any id that exists untouched even if it appeared a moment after the check; an id live under the
+archive's tenant is kept (`keptLive`); one under another tenant, or a line of another
+collection, pass or tenant, is refused with its reason. A restore run twice changes nothing the
+second time; a bad line never stops the others.
 
-The absent rows of a batch go to the store in one `add` (one per embedding dimension). When
-the store refuses that call for its data (an embedding of another dimension than the
-collection's, metadata Chroma cannot hold) while it still answers, the call is split in halves
-until each refused line stands alone: that line is refused with the store's own reason
-(escaped and cut, `core.base.rules.terminal_text`), the others are restored. Anything else (a
-server down, a timeout, an error the store gives for itself) is an outage: it propagates,
-and no line of the failed call is counted as restored or refused. Only a call the store
-accepted counts its rows as restored.
+A batch's absent rows go in one `add` per embedding dimension. When the store refuses it for
+its data while it still answers, the call is halved until each refused line stands alone,
+refused with the store's own reason. Anything else is an outage: it propagates, and no line of
+the failed call is counted restored or refused.
 """
 
 from __future__ import annotations
@@ -88,16 +83,14 @@ class RestoreResult:
     format: int | None
     restored: int = 0
     kept_live: int = 0
-    #: Chunk lines a later withdrawn line of the archive withdraws (archived, not deleted):
-    #: never put back.
+    #: Chunk lines a later withdrawn line withdraws: never put back.
     withdrawn: int = 0
-    #: Well-formed lines that do not belong (another tenant, collection, pass, owner), or
-    #: that the store refused (another embedding dimension, metadata it cannot hold).
+    #: Well-formed lines that do not belong, or that the store refused.
     refused: tuple[LineProblem, ...] = ()
     #: Lines that could not be read (torn, edited, not an archive line).
     unreadable: tuple[LineProblem, ...] = ()
     warnings: tuple[str, ...] = ()
-    #: Whether the restored chunks are held (`hold` given: what the command does).
+    #: `hold` was given (what the command does).
     held: bool = False
 
     @property
@@ -111,8 +104,7 @@ class RestoreResult:
         return not self.refused and not self.unreadable
 
     def figures(self) -> RestoreFigures:
-        """The figures of `restore --json`: counts, and every line not applied, in file
-        order."""
+        """The figures of `restore --json`."""
         return RestoreFigures(
             self.path, self.collection, self.tenant_id, self.format, self.restored,
             self.kept_live, len(self.refused), len(self.unreadable),
@@ -135,10 +127,8 @@ class RestoreFigures:
     unreadable: int
     problems: tuple[LineProblem, ...]
     warnings: tuple[str, ...]
-    #: Chunk lines withdrawn by the archive (archived, not deleted): written only when some.
+    #: Written only when some (as `held` and `release`).
     withdrawn: int | None = field(default=None, metadata=omitted_when_none())
-    #: The chunks put back and held (no pass deletes them until the tenant's evidence changes
-    #: or the hold is lifted), and the command that lifts it: written only when some.
     held: int | None = field(default=None, metadata=omitted_when_none())
     release: str | None = field(default=None, metadata=omitted_when_none())
 
@@ -154,19 +144,18 @@ class _Restore:
     restored: int = 0
     kept_live: int = 0
     withdrawn: int = 0
-    #: The archive's withdrawn lines (line number, record), read before the chunk lines.
+    #: (line number, record), read before the chunk lines.
     withdrawals: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     #: Per withdrawn id, the last line withdrawing it: chunk lines above it are skipped.
     withdrawn_until: dict[str, int] = field(default_factory=dict)
     refused: list[LineProblem] = field(default_factory=list)
     unreadable: list[LineProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    #: Commits the holds of (tenant, chunk ids) before those chunks are written back.
     hold: HoldChunks | None = None
 
     def read_first_line(self, path: Path, raw: bytes) -> bool:
-        """Learn the archive's format from its first line; True when that line was a header
-        (nothing more to do with it), False when it is a format-1 chunk line to restore."""
+        """Learn the archive's format from its first line; True when it was a header, False
+        when it is a format-1 chunk line to restore."""
         try:
             header = parse_header(unseal(raw))
         except ValueError:
@@ -205,8 +194,7 @@ class _Restore:
                 self.withdrawn_until[row_id] = max(number, self.withdrawn_until.get(row_id, 0))
 
     def parse(self, number: int, raw: bytes) -> ArchivedChunk | None:
-        """A line that may be applied, or None (recorded as unreadable, refused or
-        withdrawn; a withdrawn line itself was read before: `read_withdrawals`)."""
+        """A line that may be applied, or None (recorded as unreadable, refused or withdrawn)."""
         if self.withdrawals and number in {n for n, _ in self.withdrawals}:
             return None
         try:
@@ -269,9 +257,7 @@ class _Restore:
 
     async def add_isolating_refusals(self, vectors: VectorStore,
                                      lines: list[tuple[int, ChromaRow]]) -> None:
-        """Add the rows in one call and count them restored; when the store refuses the call
-        for its data, split it until each refused line is alone and refuse that line with the
-        store's reason, restoring the rest. An outage propagates with nothing counted."""
+        """Add the rows in one call, halving it on the store's refusal (module docstring)."""
         try:
             await vectors.add(self.collection, [row for _, row in lines])
         except VectorStoreError as exc:
@@ -294,8 +280,7 @@ class _Restore:
         self.restored += len(lines)
 
     async def store_answers(self, vectors: VectorStore, refusal_error: VectorStoreError) -> None:
-        """Return when the collection answers a harmless call; raise the error that call
-        raised (an outage) otherwise."""
+        """Return when the collection answers a harmless call; raise its error otherwise."""
         try:
             await vectors.count(self.collection)
         except VectorStoreError as exc:
@@ -312,8 +297,7 @@ class _Restore:
 
 
 def _withdrawals(path: Path, content: bytes | None) -> list[tuple[int, dict[str, Any]]]:
-    """(blocking) The archive's sealed withdrawn lines, (line number, record): one read of
-    the file before the restore's own, unsealing only the lines that say they are one."""
+    """(blocking) The archive's sealed withdrawn lines, (line number, record)."""
     found: list[tuple[int, dict[str, Any]]] = []
     with archive_line_batches(path, content=content) as batches:
         for batch in batches:
@@ -327,8 +311,7 @@ def _withdrawals(path: Path, content: bytes | None) -> list[tuple[int, dict[str,
 
 
 def store_reason(error: VectorStoreError) -> str:
-    """The store's own words for refusing a row (the message of what Chroma raised, without
-    our "store: add on ... failed" prefix), one line, escaped and cut (`shown_text`)."""
+    """The store's own words for refusing a row (without our prefix), escaped and cut."""
     cause = error.__cause__
     return shown_text(str(cause) if cause is not None else str(error))
 
@@ -342,18 +325,12 @@ async def restore_archive(
     content: bytes | None = None,
     hold: HoldChunks | None = None,
 ) -> RestoreResult:
-    """Put back the archived chunks of `path` that are absent now, into `collection` (the
-    knowledge-base collection) only, for the archive's own tenant only; see the module's
-    docstring for the rules. Raises ArchiveError when the file cannot be used at all, and
-    StoreUnavailable when the store fails (rows of the batches before are in the store; the
-    failed batch's rows are neither claimed restored nor refused). A bad line, the store's
-    refusal of a line included, does not stop the others (it is returned with its number and
-    reason). When
-    `stopping()` turns true, returns after the batch in hand (a restore is idempotent: running
-    it again finishes the rest). With `content` (the bytes of a shared archive, read from the
-    state on another host's behalf) those bytes are restored, by the same rules, and `path`
-    only names them. With `hold`, the chunks of each batch are held (committed) before they
-    are written back (CONTRACT "Tombstones": a restore stays restored).
+    """Put back the archived chunks of `path` that are absent now (the module's rules).
+
+    Raises ArchiveError when the file cannot be used at all, StoreUnavailable when the store
+    fails. When `stopping()` turns true, returns after the batch in hand (run again, it finishes
+    the rest). `content`: a shared archive's bytes, which `path` only names. With `hold`, each
+    batch's chunks are held before they are written back (CONTRACT "Tombstones").
     """
     state = _Restore(collection, hold=hold)
     state.withdrawals = await asyncio.to_thread(_withdrawals, path, content)
