@@ -32,9 +32,7 @@ class ScanFigures:
 
     scanned: int = 0
     stale_count: int = 0
-    #: Chunks whose path their repo's manifest no longer claims.
     manifest_orphan_count: int = 0
-    #: Generation orphans by parser pair and by extraction identity.
     parser_orphan_count: int = 0
     extraction_orphan_count: int = 0
     #: Stale or orphaned, each chunk once (the union).
@@ -43,21 +41,19 @@ class ScanFigures:
     missing_paths: Mapping[str, int] = field(default_factory=dict)
     #: Actionable by any rule, each chunk once: what the guards judge.
     actionable_count: int = 0
-    #: Actionable chunks no band can hold (no numeric `ingestedAt`, or one after the read).
+    #: Actionable chunks no band can take (glossary: held).
     held_count: int = 0
-    #: Actionable chunks a restore holds (`core.reconcile.rules.restore_holds`): not deleted.
     restore_held_count: int = 0
-    #: Chunks read whose fields have unexpected types (`core.reconcile.rules.tenant_scan`).
+    #: Chunks read whose fields have unexpected types (skipped field by field, counted).
     malformed_count: int = 0
     #: Repos whose manifest orphans the manifest-mismatch guard holds, and how many.
     mismatched_repos: tuple[str, ...] = ()
     mismatch_held_count: int = 0
-    #: The smallest `repoSlug` of the chunks read.
     smallest_repo: str | None = None
 
     @property
     def deletable(self) -> int:
-        """Actionable chunks a band can hold, restore holds aside."""
+        """Actionable chunks a band can take, restore holds aside."""
         return max(0, self.actionable_count - self.held_count - self.restore_held_count)
 
 
@@ -71,21 +67,18 @@ class GuardVerdict:
     #: stopped as soon as the guard could no longer trip (`total_complete` False).
     total_chunks: int | None = None
     total_complete: bool = True
-    #: Whether the pass may tombstone the tenant now.
     cleared: bool = False
-    #: Whether the guards got as far as counting (the phase a later failure is in).
+    #: The guards got as far as counting (the phase a later failure is in).
     counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class TombstoneFigures:
-    """What a tenant's tombstoning did (`core.reconcile.deletion.TombstoneProgress.figures`),
-    so far when it failed part-way."""
+    """What a tenant's tombstoning did (`TombstoneProgress.figures`), so far if it failed."""
 
     tombstoned_count: int = 0
-    #: Of `tombstoned_count`, the legacy chunks (no numeric `ingestedAt`) deleted by id.
     legacy_tombstoned_count: int = 0
-    #: Chunks the archive holds as deleted (those withdrawn are not counted).
+    #: Chunks the archive holds as deleted (not the withdrawn).
     archived_count: int = 0
     #: Chunks archived, then found rewritten (or gone) at the delete: kept, and withdrawn.
     rewritten_kept_count: int = 0
@@ -110,8 +103,7 @@ class TenantOutcome:
     #: The tenant config's own `repoSlug` (None when it names none, as the original's).
     repo_slug: str | None
     current_version: int
-    #: The tenant's policy in force: gap (None: closed), grace (None: closed), deletes, and
-    #: the keys of its stored policy that were invalid (each fails closed).
+    #: The tenant's policy in force (None: invalid, fails closed) and its invalid keys.
     orphan_version_gap: float | None = None
     manifest_grace_ms: float | None = None
     auto_tombstone: bool = False
@@ -144,8 +136,7 @@ class TenantOutcome:
     @property
     def telemetry_repo(self) -> str | None:
         """The repo the tenant's telemetry row names: the config's `repoSlug`, else the
-        smallest repo its data names (None only when nothing names one: the recorder's
-        default then applies)."""
+        smallest its data names (None: the recorder's default applies)."""
         return self.repo_slug or smallest_repo((self.declared_repo, self.scan.smallest_repo))
 
     @property
@@ -212,7 +203,6 @@ class TenantOutcome:
         )
 
 
-#: An optional key of the detail: written only when it says something.
 _OPTIONAL = omitted_when_none()
 
 
@@ -232,18 +222,12 @@ class TenantFigures:
     held_count: int
     tombstoned_count: int
     guard: str | None
-    #: Chunks read whose fields have unexpected types (skipped field by field, counted).
     malformed_count: int = 0
-    #: Generation orphans (issue 25), written only when there are some.
+    #: These only when there are some.
     parser_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
     extraction_orphan_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id, counted apart.
     legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Chosen chunks rewritten (or gone) between their archive and their delete: kept, their
-    #: archive lines withdrawn; written only when there are some.
     rewritten_kept_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Actionable chunks a restore holds: not deleted until the evidence changes after the
-    #: restore or `tenants release` lifts the hold; written only when there are some.
     restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
@@ -254,7 +238,6 @@ class ReconcileDetail:
 
     stale_count: int
     manifest_orphan_count: int
-    #: Generation orphans (the original's `parserOrphanCount`, `extractionOrphanCount`).
     parser_orphan_count: int
     extraction_orphan_count: int
     total_orphan_count: int
@@ -262,29 +245,25 @@ class ReconcileDetail:
     actionable_count: int
     tombstoned_count: int
     current_version: int
-    #: Whether the tenant's chunks may be tombstoned (the master switch and its policy).
+    #: The master switch and the tenant's policy.
     auto_tombstone: bool
-    #: The gap and grace in force for the tenant; null when invalid (fails closed).
+    #: Null when invalid (fails closed).
     orphan_version_gap: float | None
     manifest_grace_ms: float | None
     max_deletes_per_tick: int
     scanned: int
     missing_paths_by_repo: dict[str, int] | None = field(default=None, metadata=_OPTIONAL)
     invalid_policy: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
-    #: Repos held by the manifest-mismatch guard, and the manifest orphans it holds.
     manifest_mismatch_repos: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     manifest_mismatch_count: int | None = field(default=None, metadata=_OPTIONAL)
     held_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Actionable chunks a restore holds (`restoreHeldCount`).
     restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Legacy chunks (no numeric `ingestedAt`) tombstoned by id (`legacyTombstonedCount`).
     legacy_tombstoned_count: int | None = field(default=None, metadata=_OPTIONAL)
-    #: Chunks read whose fields have unexpected types (`malformedCount`).
     malformed_count: int | None = field(default=None, metadata=_OPTIONAL)
     guard: str | None = field(default=None, metadata=_OPTIONAL)
     invalid_guards: tuple[str, ...] | None = field(default=None, metadata=_OPTIONAL)
     total_chunks: int | None = field(default=None, metadata=_OPTIONAL)
-    #: The tenant's chunks when the count stopped early (the guard could no longer trip).
+    #: When the count stopped early (the guard could no longer trip).
     total_chunks_at_least: int | None = field(default=None, metadata=_OPTIONAL)
     max_stale_fraction: float | None = field(default=None, metadata=_OPTIONAL)
     archive: str | None = field(default=None, metadata=_OPTIONAL)
@@ -314,7 +293,7 @@ class ReconcileFigures:
     spool_flushed: int
     #: Telemetry rows still not in SQLite when the pass ended (kept in the spool).
     unrecorded_rows: int
-    #: Whether the daemon's stop ended the pass before its last tenant.
+    #: The daemon's stop ended the pass before its last tenant.
     stopped: bool
 
     @classmethod
@@ -336,9 +315,8 @@ class ReconcileFigures:
 
     @property
     def succeeded(self) -> bool:
-        """A pass did its work when no tenant failed and every telemetry row it owes (its own
-        and those spooled by earlier passes) is in SQLite: deletions nobody can see did not
-        succeed."""
+        """No tenant failed and every telemetry row the pass owes is in SQLite: deletions
+        nobody can see did not succeed."""
         return not self.failed_tenants and not self.unrecorded_rows
 
 
