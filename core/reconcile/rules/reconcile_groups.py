@@ -1,13 +1,10 @@
 """How a pass groups tenants so that one Chroma query serves many of them (pure).
 
-Every tenant is read as a member of a group (`plan_groups`). A tenant a shared read cannot
-serve exactly (a manifest, a generation, a policy or restore holds of its own) is a group of
-one; the others share a group per current version, read by one candidate query (`tenantId $in
-[...] AND tenantConfigVersion < version`) or, when they are small, all together by one sweep
-of the whole collection (their candidates and their counts for the stale-fraction guard at
-once): at fleet scale a pass costs what its round trips cost, a tenant's whatever its size
-(docs/performance.md). Each page is split back by `tenantId`, and every decision stays per
-tenant (`core.reconcile.rules.reconcile`).
+A tenant a shared read cannot serve exactly is a group of one (glossary: group); the others
+share a group per current version, read by one candidate query or, when they are small, by one
+sweep of the whole collection (candidates and guard counts at once): at fleet scale a pass
+costs what its round trips cost (docs/performance.md). Each page is split back by `tenantId`,
+and every decision stays per tenant.
 """
 
 from __future__ import annotations
@@ -27,23 +24,18 @@ from core.reconcile.rules.reconcile_outcome import ScanFigures
 from core.reconcile.rules.tenant_policy import TenantPolicy, resolve_policy
 from core.reconcile.rules.tombstone_bands import Band, Number, predicate_where
 
-#: A pass reads the whole collection in one sweep (no `where`) when its tenants average at most
-#: this many chunks: one bare paged scan then costs less than a round trip per tenant or group
-#: (docs/performance.md, "Shared bands at fleet scale"), and it counts every tenant for the
-#: guard in the same read.
+#: A pass sweeps the whole collection when its tenants average at most this many chunks
+#: (docs/performance.md, "Shared bands at fleet scale").
 SWEEP_MAX_CHUNKS_PER_TENANT: Final = 500
-#: Tenants per `tenantId $in [...]` list. Chroma 1.5.9 accepts 10,000 values and refuses
-#: 50,000 (SQLite's limit of 32,766 variables; tests/jobs/test_reconcile_fleet.py sends a full
-#: list through every request a group makes). 5,000 stays well inside it, and fewer, larger
-#: requests are what a fleet pass is for (docs/performance.md).
+#: Tenants per `tenantId $in [...]` list: well inside SQLite's 32,766 variables, which Chroma
+#: hits between 10,000 and 50,000 values (tests/jobs/test_reconcile_fleet.py).
 TENANTS_PER_WHERE: Final = 5_000
 
 
 @dataclass(frozen=True, slots=True)
 class TenantGroup:
     """Tenants that share one current version, so one candidate `where` serves them all; or
-    one tenant read alone, every chunk of it when `whole` (a manifest or a generation judges
-    chunks that are not candidates)."""
+    one tenant read alone, every chunk of it when `whole`."""
 
     version: int
     tenants: tuple[TenantConfig, ...]
@@ -56,8 +48,7 @@ class TenantGroup:
 
     @property
     def read_where(self) -> dict[str, Any]:
-        """The `where` of the group's read: every chunk of its tenant when `whole`, else its
-        tenants' candidates (`group_candidate_where`)."""
+        """The `where` of the group's read."""
         if self.whole:
             return tenants_where(self.tenant_ids)
         return group_candidate_where(self)
@@ -69,9 +60,8 @@ class TenantGroup:
 
 @dataclass(frozen=True, slots=True)
 class PassGroups:
-    """A pass's tenants as the groups it reads, in the order it reads them: first the tenants
-    read alone (a group of one each), then the shared groups, which one sweep of the whole
-    collection may serve together (`sweep_pays`)."""
+    """A pass's tenants as the groups it reads, in order: the tenants read alone, then the
+    shared groups (which one sweep may serve: `sweep_pays`)."""
 
     alone: tuple[TenantGroup, ...]
     shared: tuple[TenantGroup, ...]
@@ -87,9 +77,8 @@ def plan_groups(
     manifests: Mapping[str, Mapping[str, RepoManifest]], holding: Collection[str], *,
     per_where: int = TENANTS_PER_WHERE,
 ) -> PassGroups:
-    """Every tenant's group. Alone, in the tenants' order: each tenant `shares_reads` refuses
-    and each one `holding` restore holds (its own read judges them); the others grouped by
-    version (`group_tenants`)."""
+    """Every tenant's group: alone, each tenant `shares_reads` refuses and each `holding`
+    restore holds; the others by version."""
     default = resolve_policy(None, policy)
     shared = [t for t in tenants if t.tenant_id not in holding
               and shares_reads(t, policy, default, manifests.get(t.tenant_id, {}))]
@@ -101,19 +90,16 @@ def plan_groups(
 
 
 def reads_whole(tenant: TenantConfig, manifests: Mapping[str, RepoManifest]) -> bool:
-    """Whether the tenant's read takes every chunk of it, not only candidates: its manifests
-    (orphans and missing paths) and its generations judge chunks at any stamp."""
+    """Whether the tenant's read takes every chunk, not only candidates: manifests and
+    generations judge chunks at any stamp."""
     return bool(manifests) or declares_generations(tenant.tenant_repos)
 
 
 def shares_reads(tenant: TenantConfig, policy: ReconcilePolicy, default: TenantPolicy,
                  manifests: Mapping[str, RepoManifest]) -> bool:
-    """Whether a shared group serves this tenant exactly: a valid version, a read of
-    candidates only (`reads_whole` false) and the pass's own policy in force (a group's
-    shared bands use one gap; a tenant's own gap, grace or autoTombstone, or an invalid stored
-    value, reads alone). When in doubt, alone: a group of one is the reference a shared group
-    must equal. `default` is the pass's own policy resolved once, which is also what a tenant
-    with nothing stored resolves to."""
+    """Whether a shared group serves this tenant exactly: a valid version, candidates only and
+    the pass's policy in force (`default`, resolved once). When in doubt, alone: a group of one
+    is the reference a shared group must equal."""
     if tenant.version < 1 or reads_whole(tenant, manifests):
         return False
     own = default if tenant.stored_policy is None else resolve_policy(tenant.stored_policy, policy)
@@ -124,9 +110,8 @@ def shares_reads(tenant: TenantConfig, policy: ReconcilePolicy, default: TenantP
 def group_tenants(
     tenants: Iterable[TenantConfig], *, per_where: int = TENANTS_PER_WHERE
 ) -> list[TenantGroup]:
-    """Tenants with a valid version (>= 1) grouped by version, at most `per_where` a group,
-    each group's tenants in the order given; groups ordered by their first tenant's place.
-    A tenant id listed twice is kept once (one outcome per tenant)."""
+    """Tenants with a valid version grouped by version, at most `per_where` a group, in the
+    order given; a tenant id listed twice is kept once (one outcome per tenant)."""
     by_version: dict[int, list[TenantConfig]] = {}
     seen: set[str] = set()
     for tenant in tenants:
@@ -147,8 +132,7 @@ def tenants_where(tenant_ids: Sequence[str]) -> dict[str, Any]:
 
 
 def group_candidate_where(group: TenantGroup) -> dict[str, Any]:
-    """`where` for the group's possibly stale chunks: one of its tenants, stamp below the
-    group's version (`core.reconcile.rules.reconcile.candidate_where` for many tenants at once)."""
+    """`where` for the group's possibly stale chunks (`candidate_where` for many tenants)."""
     return {"$and": [tenants_where(group.tenant_ids), {STAMP_KEY: {"$lt": group.version}}]}
 
 
@@ -159,10 +143,8 @@ def sweep_pays(*, tenants: int, chunks: int) -> bool:
 
 def sweep_page(page: ColumnPage, versions: Mapping[str, int]
                ) -> tuple[Counter[str], dict[str, list[ChromaRow]]]:
-    """A sweep's page, for the tenants at these current versions: how many rows each has, and
-    each one's candidate rows (those its candidate `where` would return: a real-number stamp
-    below its version, as Chroma's `$lt` matches numbers only). Rows of other tenants, and
-    fresh rows, cost a lookup and no object."""
+    """A sweep's page, for the tenants at these current versions: each one's row count and the
+    candidate rows its `where` would return (Chroma's `$lt` matches numbers only)."""
     counts: Counter[str] = Counter()
     candidates: dict[str, list[ChromaRow]] = {}
     for row_id, metadata in zip(page.ids, page.metadatas, strict=True):
@@ -177,21 +159,17 @@ def sweep_page(page: ColumnPage, versions: Mapping[str, int]
 
 
 def group_stale_clauses(tenant_ids: Sequence[str], ceiling: Number) -> tuple[dict[str, Any], ...]:
-    """What every config-stale band of these tenants (one stamp ceiling) shares: one of the
-    tenants, an actionable stamp. For one tenant, exactly `tombstone_bands.stale_clauses`."""
+    """`tombstone_bands.stale_clauses` for several tenants of one stamp ceiling."""
     return (tenants_where(tenant_ids), {STAMP_KEY: {"$lte": ceiling}})
 
 
 def group_band_where(tenant_ids: Sequence[str], ceiling: Number, band: Band) -> dict[str, Any]:
-    """A band's predicate over several tenants of one ceiling:
-    `core.reconcile.rules.tombstone_bands.
-    band_where` with `tenantId $in [...]` for the tenant; the same staleness rule for each."""
+    """`tombstone_bands.band_where` for several tenants of one ceiling."""
     return predicate_where(group_stale_clauses(tenant_ids, ceiling), band)
 
 
 def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
-    """A page of whole rows split by the `tenantId` each row carries; rows whose `tenantId`
-    is not a string (absent, a number, a list: unhashable) go under None, no tenant's."""
+    """A page of whole rows split by `tenantId`; rows without a string one go under None."""
     index: dict[str | None, list[int]] = {}
     for i, metadata in enumerate(page.metadatas):
         tenant_id = metadata.get(TENANT_KEY)
@@ -204,21 +182,19 @@ def split_page(page: ColumnPage) -> dict[str | None, ColumnPage]:
 
 
 def within_cap(scan: ScanFigures, policy: ReconcilePolicy) -> bool:
-    """Whether every chunk the tenant's scan found deletable fits under the delete cap, so
-    that its bands need no `limit` and can be shared with other tenants."""
+    """Whether every chunk the tenant's scan found deletable fits under the delete cap (its
+    bands can then be shared)."""
     return scan.actionable_count - scan.held_count <= policy.max_deletes_per_tick
 
 
 def rows_by_tenant(rows: Iterable[ChromaRow]) -> dict[str, list[ChromaRow]]:
-    """A page split by the `tenantId` each row carries (rows without a string one dropped:
-    no tenant can act on them)."""
+    """Rows split by `tenantId` (those without a string one dropped)."""
     split: dict[str, list[ChromaRow]] = {}
     for row in rows:
         tenant_id = row.metadata.get(TENANT_KEY)
         if isinstance(tenant_id, str):
             split.setdefault(tenant_id, []).append(row)
     return split
-
 
 
 
