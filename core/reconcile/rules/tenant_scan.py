@@ -1,22 +1,11 @@
 """One tenant's scan, tallied (pure): the counts of stale and orphaned chunks, which are
 actionable, what a tombstoning pass may delete first, and which manifest paths no chunk
-carries. Each row's verdict is `core.reconcile.rules.scan_verdicts.judge_row`; how a repo's orphans
-are banded is `core.reconcile.rules.orphan_bands`.
+carries. Each row's verdict is `scan_verdicts.judge_row`.
 
-The pass (`core.reconcile`) and `reconcile explain` feed the same pages through the same
-`TenantTally`, so the plan an operator reads has the numbers the pass acts on. The tally knows
-nothing of where pages come from: a later fleet pass can read many tenants' rows in one query
-and hand each tenant's rows to its own tally.
-
-Counting: `stale_count` and `manifest_orphan_count` each count a row once; `total_orphan_count`
-is their ordered union (a row that is both counts once), and so is `actionable_count`, which
-the guards (cap, stale fraction) judge. A chunk of the tenant with fields of unexpected types
-is counted in `malformed_count` and judged on its well-typed fields only (`scan_verdicts`).
-
-The manifest-mismatch guard is the tally's own: once the last page is in, `settle` holds every
-repo whose manifest orphans more than the stale fraction of the repo's chunks (their orphans
-stop being actionable; a chunk also actionable by version stays so). The per-tenant pass, the
-grouped pass and `explain` all settle the same tally the same way.
+The pass and `reconcile explain` feed the same pages through the same `TenantTally`, so the
+plan an operator reads has the numbers the pass acts on. `total_orphan_count` and
+`actionable_count` are unions (a row that is both stale and orphaned counts once). The
+manifest-mismatch guard is the tally's own (`settle`).
 """
 
 from __future__ import annotations
@@ -43,21 +32,17 @@ from core.reconcile.rules.tombstone_bands import Number, OldestIngested, OldestK
 
 @dataclass(frozen=True, slots=True)
 class FirstToGo:
-    """What a capped pass deletes: ONE selection across every reason (config-stale, legacy,
-    manifest orphans of every repo, generation orphans), the oldest `ingestedAt` first, then
-    the smaller id, up to the cap in all (CONTRACT "Tombstones"); a legacy chunk sorts at
-    `legacy_order` of its `ingestedAt`. `explain` marks exactly `ids`, and the pass's bands
-    name exactly these ids (`core.reconcile.rules.tombstone_bands.id_bands`), reason by reason."""
+    """What a capped pass deletes: ONE selection across every reason, up to the cap in all
+    (glossary: first to go; CONTRACT "Tombstones"). `explain` marks exactly `ids`, and the
+    pass's bands name exactly these ids, reason by reason; each list is in the one order."""
 
-    #: The chosen legacy config-stale chunks' (id, `ingestedAt` as read), in the order.
+    #: (id, `ingestedAt` as read).
     legacy: list[tuple[str, Any]]
-    #: The chosen config-stale chunks' (`ingestedAt`, id), in the order.
     stale: list[tuple[Number, str]]
-    #: Per repo: its chosen manifest orphans' (`ingestedAt`, id, `sourcePath`), in the order.
+    #: Per repo: (`ingestedAt`, id, `sourcePath`).
     orphans: dict[str, list[tuple[Number, str, str]]]
-    #: Per generation job: its chosen chunks' (`ingestedAt`, id, `sourcePath`), in the order.
+    #: Per generation job: (`ingestedAt`, id, `sourcePath`).
     generations: dict[Any, list[tuple[Number, str, str]]]
-    #: Every chosen chunk's id, in the one order (what `explain` marks, and the pass deletes).
     order: tuple[str, ...]
 
     @property
@@ -69,15 +54,13 @@ class FirstToGo:
 @dataclass(slots=True)
 class TenantTally:
     """The figures of one tenant's scan, page after page, and what a capped pass deletes
-    first. Memory: the cap's worth of `ingestedAt` per kind, the manifests' paths, and the
-    verdicts only when `keep_rows` (explain)."""
+    first; the verdicts only when `keep_rows` (explain)."""
 
     rules: ScanRules
     #: Deletions a pass may make (0 when it deletes nothing: nothing kept for bands).
     cap: int
     keep_rows: bool = False
-    #: The chunks a restore holds (holds in force: `core.reconcile.rules.restore_holds`):
-    #: counted as they are, never chosen to go.
+    #: The chunks a restore holds: counted as they are, never chosen to go.
     restore_held: frozenset[str] = frozenset()
     scanned: int = 0
     stale_count: int = 0
@@ -87,22 +70,18 @@ class TenantTally:
     total_orphan_count: int = 0
     actionable_count: int = 0
     held_count: int = 0
-    #: Actionable chunks a restore holds (`restore_held`), set aside from the selection.
     restore_held_count: int = 0
-    #: Actionable chunks with a legacy `ingestedAt`, deleted by id (`RowVerdict.legacy`).
     legacy_count: int = 0
-    #: The tenant's chunks with fields of unexpected types (see the module docstring).
+    #: Chunks judged on their well-typed fields only (`scan_verdicts`).
     malformed_count: int = 0
-    #: The alphabetically smallest `repoSlug` (a non-empty string) of the rows read: the repo
-    #: the tenant's telemetry row names when its config names none (`telemetry.smallest_repo`).
+    #: Named by the telemetry row when the config names no repo.
     smallest_repo: str | None = None
     oldest_stale: OldestIngested = field(init=False)
-    #: The legacy chunks a capped pass may take, (`legacy_order`, id, `ingestedAt`), the first.
+    #: (`legacy_order`, id, `ingestedAt`).
     legacy_stale: OldestKeys = field(init=False)
     oldest_orphans: dict[str, OldestOrphans] = field(init=False)
     coverage: PathCoverage = field(init=False)
     rows: list[RowVerdict] = field(default_factory=list)
-    #: The malformed chunks themselves, only when `keep_rows` (explain).
     malformed: list[MalformedChunk] = field(default_factory=list)
     #: Per repo with a manifest: its chunks, its manifest orphans, its orphans actionable by
     #: manifest, and of those the ones only the manifest made actionable (and held among them).
@@ -116,7 +95,6 @@ class TenantTally:
     mismatched_repos: tuple[str, ...] = ()
     mismatch_held_count: int = 0
     settled: bool = False
-    #: The generation rules' own tally (None when no repo declares a generation).
     generations: GenerationTally | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -197,11 +175,9 @@ class TenantTally:
                                                            metadata[PATH_KEY], verdict.id)
 
     def settle(self) -> None:
-        """Apply the manifest-mismatch guard once the last page is in (idempotent): each repo
-        whose manifest orphans more than `max_stale_fraction` of the repo's chunks
-        (`manifest_mismatched`) is held: its orphans leave the actionable counts and the
-        bands, and the kept verdicts say so; a chunk also actionable by version stays
-        actionable (the config version is a separate authority)."""
+        """Apply the manifest-mismatch guard once the last page is in (idempotent): the guard
+        holds each `manifest_mismatched` repo's orphans (out of the actionable counts and the
+        bands); a chunk also actionable by version stays so (a separate authority)."""
         if self.settled:
             return
         self.settled = True
@@ -233,9 +209,8 @@ class TenantTally:
                      if v.orphan and v.repo_slug in held else v for v in self.rows]
 
     def first_to_go(self) -> FirstToGo:
-        """What a pass capped at `cap` deletes once settled (`FirstToGo`): every reason's
-        chunks in one order, oldest `ingestedAt` first, then the smaller id; each reason's
-        keep holds its own first `cap` in that order, so the merge is exact."""
+        """What a pass capped at `cap` deletes, once settled. Each reason keeps its own first
+        `cap` in the one order, so the merge is exact."""
         self.settle()
         candidates: list[tuple[Number, str, Any]] = [
             (order, str(row_id), ("legacy", value))
