@@ -2,11 +2,8 @@
 and when a pass must hold back.
 
 A chunk is **stale** when its `tenantConfigVersion` is a real number below its tenant's
-current version; it is **actionable** when it is at least `reconciliationOrphanVersionGap`
-versions behind, by the store's own comparison (`stamp <= current - gap`:
-`actionable_stamp_ceiling`). Each row is judged by `core.reconcile.rules.scan_verdicts`; the
-band predicates it deletes by are `core.reconcile.rules.tombstone_bands`. Plain data in, plain
-data out; no I/O, no clock. The pass around it is `core.reconcile`.
+current version; **actionable** when it is at least `reconciliationOrphanVersionGap` versions
+behind, by the store's own comparison (`actionable_stamp_ceiling`).
 
 Fail-safe throughout: a current version that is not a positive number or a stamp that is not a
 real number gives nothing to act on; a destructive guard configured with an invalid value
@@ -21,15 +18,12 @@ from typing import Any
 
 from core.base.config.config import Settings
 
-#: The metadata keys the engine reads (CONTRACT's knowledge-base chunk fields).
 TENANT_KEY = "tenantId"
 STAMP_KEY = "tenantConfigVersion"
-#: The telemetry/figures value of `guard` when the stale-fraction guard stopped a tenant.
+#: The values of `guard` in telemetry and figures; the manifest-mismatch guard holds only the
+#: mismatched repos' manifest orphans (the rest goes on).
 GUARD_STALE_FRACTION = "stale-fraction"
-#: The telemetry/figures value of `guard` when a destructive guard's setting is invalid.
 GUARD_INVALID_CONFIG = "invalid-config"
-#: The telemetry/figures value of `guard` when a repo's manifest would orphan too large a
-#: share of the repo's chunks: that repo's manifest orphans are held (the rest goes on).
 GUARD_MANIFEST_MISMATCH = "manifest-mismatch"
 #: The guards whose invalid setting stops every deletion of a pass (the gap and the manifest
 #: grace fail closed too, but each only for what it governs).
@@ -40,8 +34,8 @@ PASS_GUARDS: tuple[str, ...] = ("reconciliationMaxDeletesPerTick",
 def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float) -> bool:
     """Whether tombstoning `actionable` of a tenant's `total` chunks is too much at once.
 
-    True when actionable / total > max_fraction. With actionable chunks but a total of 0 (the
-    chunks vanished between the two reads) it is True: when in doubt, delete nothing.
+    A total of 0 with actionable chunks (they vanished between the two reads) is too much: when
+    in doubt, delete nothing.
     """
     if actionable <= 0:
         return False
@@ -51,14 +45,11 @@ def stale_fraction_exceeded(*, actionable: int, total: int, max_fraction: float)
 
 
 def manifest_mismatched(*, orphans: int, chunks: int, max_fraction: float) -> bool:
-    """Whether a repo's manifest disagrees with too many of the repo's chunks to be trusted:
-    it orphans more than `max_fraction` of them (`stale_fraction_exceeded`'s rule, per repo).
+    """Whether a repo's manifest orphans more than `max_fraction` of the repo's chunks.
 
-    A manifest is the operator's claim about one repo; one that orphans most of the repo is
-    far more often the wrong folder or list than a push that removed most files. The tenant
-    guard cannot see it when the tenant has other repos (their chunks dilute the share), so
-    each repo with a manifest is judged on its own. A fraction outside (0, 1] (an invalid
-    setting reads as 0) holds every repo with an orphan: it fails closed."""
+    One that orphans most of the repo is far more often the wrong folder or list than a push
+    that removed most files; judged per repo, since a tenant's other repos dilute the share. A
+    fraction outside (0, 1] holds every repo with an orphan: it fails closed."""
     if not 0 < max_fraction <= 1:
         return orphans > 0
     return stale_fraction_exceeded(actionable=orphans, total=chunks, max_fraction=max_fraction)
@@ -68,11 +59,9 @@ def actionable_stamp_ceiling(current_version: int, orphan_version_gap: float) ->
     """The operand for Chroma's `$lte` that selects the actionable stamps (`stamp <= current -
     gap`), as an int when whole.
 
-    Chroma 1.5.9 compares an integer stamp against a fractional operand by truncating the
-    operand toward zero (measured: `$lte 2.5` matches int 2, `$lte -0.5` matches int 0). That
-    is exact for a ceiling >= 0; below zero the ceiling is floored instead, so no integer stamp
-    above it comes back (a fractional stamp between the two is then left for a later look:
-    never deleted wrongly, and the engine re-checks every row anyway).
+    Chroma truncates a fractional operand toward zero against an integer stamp (`$lte -0.5`
+    matches 0), exact for a ceiling >= 0; below zero the ceiling is floored, so no integer
+    stamp above it comes back (a fractional one between is only left for later).
     """
     ceiling = current_version - orphan_version_gap
     if float(ceiling).is_integer():
@@ -81,11 +70,7 @@ def actionable_stamp_ceiling(current_version: int, orphan_version_gap: float) ->
 
 
 def candidate_where(tenant_id: str, current_version: int) -> dict[str, Any]:
-    """Chroma `where` for a tenant's possibly stale chunks (stamp below the current version).
-
-    Chroma's `$lt` matches numeric metadata only, so string and boolean stamps never come
-    back; the engine would skip them anyway.
-    """
+    """Chroma `where` for a tenant's possibly stale chunks (`$lt` matches numbers only)."""
     return {"$and": [{TENANT_KEY: tenant_id}, {STAMP_KEY: {"$lt": current_version}}]}
 
 
@@ -95,26 +80,23 @@ class ReconcilePolicy:
 
     collection: str
     auto_tombstone: bool
-    #: The `[knowledgeBase]` gap (math.inf when invalid: it fails closed, per tenant too).
+    #: math.inf when invalid: fails closed (as the grace).
     orphan_version_gap: float
-    #: The `[knowledgeBase]` manifest grace (math.inf when invalid: fails closed).
     manifest_grace_ms: float
     max_deletes_per_tick: int
     max_stale_fraction: float
     dry_run: bool
-    #: Keys that fail closed configured with an invalid value. While a pass-wide guard
-    #: (PASS_GUARDS) is listed, the pass deletes nothing (CONTRACT: the guards fail closed);
-    #: an invalid gap or grace shuts off only what it governs (by its closed value).
+    #: Keys configured with an invalid value: a pass-wide guard (PASS_GUARDS) listed, the pass
+    #: deletes nothing (CONTRACT); an invalid gap or grace shuts off only what it governs.
     invalid_guards: tuple[str, ...] = ()
-    #: This pass's id, written into each archive's header.
+    #: Written into each archive's header.
     pass_id: str = ""
 
     @classmethod
     def from_settings(
         cls, settings: Settings, *, dry_run: bool, pass_id: str = ""
     ) -> ReconcilePolicy:
-        """The pass's policy; `auto_tombstone` is exactly the setting (a TOML `true` only,
-        already enforced by the config reader)."""
+        """The pass's policy (`auto_tombstone`: a TOML `true` only)."""
         reconcile = settings.reconcile
         return cls(
             collection=settings.chroma.knowledge_base_collection,
