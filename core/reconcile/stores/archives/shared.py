@@ -1,32 +1,21 @@
 """Archives every host can read: a copy of each tombstone archive in the PostgreSQL state.
 
-With `stateUrl` every host shares one database but keeps its own `dataDir`, so an archive
-written under host A's `<dataDir>/tombstones/` is out of host B's reach (and is lost with A's
-disk). The deletion engine (`core.reconcile.deletion`) therefore copies each archive into
-the database as it grows: once a band's archives are durable on disk and BEFORE its delete
-request (and before the fencing check), `SharedArchives.store` commits the bytes each archive
-gained since its last copy as that archive's next part, every archive of the band in one
-transaction. When that fails it raises and the band deletes nothing, as when the disk refuses
-an archive: no chunk is deleted whose archive is not in the shared database.
+With `stateUrl` every host keeps its own `dataDir`, so an archive on host A is out of host B's
+reach (and is lost with A's disk). The engine therefore copies each archive into the database
+as it grows: once a band's archives are durable on disk and before the fencing check and the
+delete, `SharedArchives.store` commits the bytes each gained since its last copy as its next
+part, the band's archives in one transaction. When that fails, the band deletes nothing.
 
-**Parts, not the whole file again.** An archive grows band by band (up to a tenant's delete
-cap, 10,000 chunks by default, ~50 MB with 384-dimension embeddings); re-sending it whole after
-each band would cost the square of its size. The head row carries the size and SHA-256 of all
-its parts together, updated in the same transaction as each part and only when its part count
-is the one this pass wrote last: a name already taken by another pass (or host) is refused,
-never appended to.
+**Parts, not the whole file again**: re-sending a growing archive after each band would cost
+the square of its size. The head row carries the size and SHA-256 of all its parts, updated
+with each part and only from the part count this pass wrote last: a name another pass (or
+host) took is refused, never appended to.
 
-**Reading** (`fetch`, for `restore` on any host): by the archive's file name (the basename of
-the path host A wrote, so A's full path works too). The parts must be complete and in order,
-and their bytes must match the head's size and SHA-256, or the copy is refused (ArchiveError:
-exit 2, nothing restored). The bytes are then restored exactly as a local file is
-(`core.reconcile.archives.restore`), line checksums and preserve-live rules included.
+**Reading** (`fetch`, for `restore` on any host) is by the archive's file name; the parts must
+be complete, in order, and match the head's size and SHA-256, or nothing is restored.
 
-**Listing and pruning** (`shared_heads`, `remove_shared`): `reconcile archives` lists every
-head; the retention pass removes old copies, parts then head, in one transaction.
-
-SQLite mode has none of this: `shared_archives()` gives None and the engine does no extra work.
-The SQL below is PostgreSQL's only (the tables are its schema version 3).
+SQLite mode has none of this (`shared_archives()` gives None). The SQL is PostgreSQL's (schema
+version 3).
 """
 
 from __future__ import annotations
@@ -52,7 +41,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: The head table (its presence says the database holds shared archives at all).
+#: Its presence says the database holds shared archives at all.
 SHARED_ARCHIVE_TABLE: Final = "tombstone_archives"
 
 # A new archive inserts its head; a known one advances it only from the part count this pass
@@ -89,7 +78,7 @@ _PARTS: Final = ("SELECT part, content FROM tombstone_archive_parts WHERE name =
 
 class SharedCopyRefused(KbError):
     """The database holds another archive of this name (or its copy changed under this pass):
-    the band is not deleted (exit 1, nothing lost)."""
+    the band is not deleted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +96,9 @@ class SharedArchives:
         self._host = host or socket.gethostname()
 
     async def store(self, archives: Sequence[TombstoneArchive]) -> None:
-        """Commit what each archive gained since its last copy (its file's bytes, read back
-        after they were made durable) as its next part, all in one transaction; return only
-        once committed. Raises (StoreUnavailable, SharedCopyRefused) when the database
-        refuses: the caller must then delete nothing."""
+        """Commit what each archive gained since its last copy as its next part, in one
+        transaction. Raises (StoreUnavailable, SharedCopyRefused) when the database refuses:
+        the caller must then delete nothing."""
         parts = [part for part in await asyncio.to_thread(self._read_new_bytes, archives)
                  if part.content]
         if not parts:
@@ -162,8 +150,7 @@ class SharedArchives:
 
 
 def shared_archives(settings: Settings, graph: GraphDB) -> SharedArchives | None:
-    """The pass's shared copies when the state is shared (`stateUrl`), else None: a SQLite
-    state has one host, and its archive files are all there is."""
+    """The pass's shared copies when the state is shared (`stateUrl`), else None."""
     return SharedArchives(graph) if settings.state.url else None
 
 
@@ -174,7 +161,7 @@ class SharedHead:
     name: str
     tenant_id: str
     collection: str
-    #: The host that wrote it, and the path it wrote it at there.
+    #: The host that wrote it, and its path there.
     host: str
     path: str
     created_at_ms: int
@@ -190,17 +177,15 @@ async def shared_heads(graph: GraphDB) -> list[SharedHead]:
 
 
 async def remove_shared(graph: GraphDB, names: Sequence[str]) -> None:
-    """Remove these shared archives, their parts first then their heads, in one transaction
-    (the retention job's pruning)."""
+    """Remove these shared archives, parts then heads, in one transaction."""
     async with graph.write() as tx:
         await tx.execute(_REMOVE_PARTS, [list(names)])
         await tx.execute(_REMOVE_HEADS, [list(names)])
 
 
 async def fetch(graph: GraphDB, name: str) -> bytes | None:
-    """The bytes of the shared archive named `name` (a file name, exactly), None when the
-    database holds none by that name. Raises ArchiveError when its copy is incomplete or
-    fails its checksum (nothing may be restored from it)."""
+    """The bytes of the shared archive named `name` (a file name), or None. Raises ArchiveError
+    when its copy is incomplete or fails its checksum."""
     if SHARED_ARCHIVE_TABLE not in await graph.table_names():
         return None  # a database from before schema version 3: it holds no archive
     heads = await graph.query(_HEAD, [name])
@@ -221,9 +206,8 @@ async def fetch(graph: GraphDB, name: str) -> bytes | None:
 
 
 async def shared_archive_content(settings: Settings, path: Path) -> bytes:
-    """The archive `restore` was given when no file exists at `path` and the state is shared
-    (`stateUrl`): the shared copy named by `path`'s file name; ArchiveError naming what was
-    looked for and where when the state holds none by that name."""
+    """The shared copy named by `path`'s file name, for a `restore` of a path with no file
+    here; ArchiveError when the state holds none."""
     graph = await open_graph(settings.state, read_only=True)
     try:
         content = await fetch(graph, path.name)
