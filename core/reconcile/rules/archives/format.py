@@ -6,21 +6,17 @@ An archive is a JSON-lines file, one per tenant per pass:
   "passId", "createdAt"}`;
 - then one **chunk** line per archived row: `{"format": 2, "kind": "chunk", "collection",
   "tenantId", "passId", "archivedAt", "id", "metadata", "document", "embedding"}`;
-- and, after the chunk lines of a band, a **withdrawn** line when some of them were not
-  deleted (rewritten after they were archived, or gone already): `{"format": 2, "kind":
-  "withdrawn", "collection", "tenantId", "passId", "withdrawnAt", "ids"}`. It withdraws the
-  chunk lines of those ids above it: they are not a version this pass deleted, and restore
-  skips them (`withdrawn_ids`).
+- and, after a band's chunk lines, a **withdrawn** line when some were not deleted:
+  `{"format": 2, "kind": "withdrawn", "collection", "tenantId", "passId", "withdrawnAt",
+  "ids"}`, which withdraws those ids' chunk lines above it (restore skips them).
 
-Every line ends with `"sha256"`: the SHA-256 of the line's own bytes without that key (the
-exact bytes written, so checking needs no re-serialization). A line cut short by a crash or
-edited by hand fails its check. The checksum guards against accidents, not forgery: a forged
-line with a valid checksum is still held to `refusal`, which does not depend on it.
+Every line ends with `"sha256"`: the SHA-256 of the line's own bytes without that key, so a
+line torn by a crash or edited by hand fails its check. It guards against accidents, not
+forgery: a forged line is still held to `refusal`, which does not depend on it.
 
-Embeddings are written as float32 (what Chroma stores) in their shortest round-tripping form,
-so a restored chunk has bit for bit the embedding it was deleted with. Format 1 archives
-(before headers and checksums) are still read: they are the only copy of chunks deleted before
-the upgrade.
+Embeddings are written as float32 (what Chroma stores), so a restored chunk has bit for bit
+the embedding it was deleted with. Format 1 archives (before headers and checksums) are still
+read: they are the only copy of chunks deleted before the upgrade.
 """
 
 from __future__ import annotations
@@ -44,10 +40,8 @@ ARCHIVE_SUFFIX: Final = ".jsonl"
 KIND_HEADER: Final = "header"
 KIND_CHUNK: Final = "chunk"
 KIND_WITHDRAWN: Final = "withdrawn"
-#: How a withdrawn line starts its kind, as `seal` writes it (compact JSON): restore looks
-#: for these bytes before unsealing a line, so it unseals only the withdrawn lines twice.
+#: A withdrawn line's kind as `seal` writes it: restore unseals only lines holding it twice.
 WITHDRAWN_MARK: Final = b'"kind":"withdrawn"'
-#: The metadata key that names a chunk's tenant (CONTRACT's knowledge-base fields).
 TENANT_KEY: Final = "tenantId"
 _CHECKSUM_SUFFIX = re.compile(rb',"sha256":"([0-9a-f]{64})"\}\s*$')
 
@@ -59,9 +53,8 @@ FIRST_FORMAT_WARNING: Final = (
 
 
 def seal(record: Mapping[str, Any]) -> bytes:
-    """One archive line (without its newline): `record` as compact JSON with its checksum
-    appended as the last key. numpy arrays are written as lists. orjson writes NaN and infinity
-    as `null`, so callers refuse them first (`chunk_lines` does)."""
+    """One archive line (without its newline): `record` as compact JSON, its checksum the last
+    key. orjson writes NaN and infinity as `null`, so callers refuse them first."""
     body = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY)
     digest = hashlib.sha256(body).hexdigest()
     return body[:-1] + b',"sha256":"' + digest.encode("ascii") + b'"}'
@@ -117,8 +110,8 @@ class ArchivedChunk:
 
 
 def _float32_exact(embeddings: Any) -> Any:
-    """The page's embeddings as float32 when that loses nothing (Chroma stores float32, so it
-    always should), else as they are; refuses NaN and infinity."""
+    """The page's embeddings as float32 when that loses nothing, else as they are; refuses NaN
+    and infinity."""
     import numpy as np
 
     array = np.asarray(embeddings)
@@ -131,9 +124,9 @@ def _float32_exact(embeddings: Any) -> Any:
 def chunk_lines(
     page: ColumnPage, *, header: ArchiveHeader, archived_at_ms: int
 ) -> list[bytes]:
-    """The sealed lines of a page of whole rows (pure). Refuses (ValueError) a row without an
-    embedding or with a value JSON cannot hold exactly: restoring it would need an embedding
-    model, or would not give back what was deleted, so such a row must not be deleted."""
+    """The sealed lines of a page of whole rows (pure). ValueError for a row without an
+    embedding or with a value JSON cannot hold exactly: its restore would not give back what
+    was deleted, so it must not be deleted."""
     if len(page) and page.embeddings is None:
         raise ValueError(f"chunk {page.ids[0]!r} has no embedding; refusing to archive it")
     embeddings = _float32_exact(page.embeddings) if len(page) else ()
@@ -161,8 +154,8 @@ def withdrawn_line(header: ArchiveHeader, ids: list[str], *, withdrawn_at_ms: in
 
 def withdrawn_ids(record: Mapping[str, Any], *, tenant_id: str,
                   pass_id: str | None) -> list[str] | None:
-    """The ids an unsealed line withdraws, or None when it is no withdrawn line of this
-    archive's tenant and pass (pure); ValueError for a withdrawn line that is malformed."""
+    """The ids an unsealed line withdraws, or None when it is no withdrawn line; ValueError
+    for a malformed one or one of another tenant or pass."""
     if record.get("kind") != KIND_WITHDRAWN or record.get("format") != ARCHIVE_FORMAT:
         return None
     ids = record.get("ids")
@@ -193,8 +186,8 @@ def parse_header(record: Mapping[str, Any]) -> ArchiveHeader:
 
 
 def parse_chunk(record: Mapping[str, Any], *, expected_format: int) -> ArchivedChunk:
-    """An archived chunk from an unsealed (format 2) or plain (format 1) record (pure);
-    ValueError naming what is wrong otherwise."""
+    """An archived chunk from an unsealed (format 2) or plain (format 1) record; ValueError
+    otherwise."""
     found = record.get("format")
     if found != expected_format:
         raise ValueError(f"archive format {found!r} in a format-{expected_format} archive")
@@ -221,9 +214,8 @@ def parse_chunk(record: Mapping[str, Any], *, expected_format: int) -> ArchivedC
 
 
 def _as_stored(embedding: list[Any]) -> list[float]:
-    """An embedding as Chroma will hold it: each number rounded to float32 (what Chroma
-    stores) and given back as a Python float, so an archived row compares equal to the row
-    Chroma returned before the delete and will return after the restore."""
+    """An embedding as Chroma will hold it (float32, as Python floats), so an archived row
+    compares equal to the row Chroma returns before the delete and after the restore."""
     import numpy as np
 
     with np.errstate(over="ignore"):
@@ -236,9 +228,7 @@ def _as_stored(embedding: list[Any]) -> list[float]:
 
 def refusal(chunk: ArchivedChunk, *, collection: str, tenant_id: str,
             pass_id: str | None) -> str | None:
-    """Why a well-formed line does not belong in this restore (pure), or None when it does:
-    another collection than the knowledge-base one, another tenant than the archive's, a
-    metadata tenant that differs from the line's, a line copied in from another pass."""
+    """Why a well-formed line does not belong in this restore (pure), or None when it does."""
     if chunk.collection != collection:
         return (f"collection {chunk.collection!r} is not the knowledge-base collection "
                 f"{collection!r}")
