@@ -32,19 +32,26 @@ Glossary (one word per idea):
   longer lists (actionable after the grace).
 - **guard**: a check that holds a tenant's deletions for the pass (the delete cap, the stale
   fraction, a manifest mismatch, an invalid setting that fails closed).
+- **policy**: what a pass does about stale chunks (gap, grace, whether it deletes), at two
+  scopes: the pass's (`rules.reconcile.ReconcilePolicy`, from `[knowledgeBase]`), and a
+  tenant's in force (`rules.tenant_policy.TenantPolicy`: its stored overrides resolved over
+  the pass's).
 - **group**: tenants read by one request: at one current version (`tenantId $in [...]`), or
   one tenant alone (a manifest, a generation, a policy or restore holds of its own: a group
   of one). The **sweep** is one read of the whole collection that serves every shared group at
   once when tenants are small: a way the one path reads, not a path of its own.
 - **plan**: one reason to delete for one or more tenants (`DeletionPlan`): the `where` its
-  bands share, each tenant's rule, and its bands.
+  bands share, each tenant's rule, and its bands. `explain`'s plan (`rules.explain_plan.TenantPlan`)
+  is exactly the deletion plans' selection: the plan is the delete.
 - **band**: the chunks of a plan whose `ingestedAt` falls in one range: one ids-only read,
   one archive write per tenant, one delete request.
 - **legacy**: a config-stale actionable chunk whose `ingestedAt` is absent or an ISO string
   (older ingesters): its band names its ids, beside the staleness `where` (and, for strings,
   `ingestedAt $in` the strings read); deleted first, counted apart (`legacyTombstonedCount`).
 - **held**: an actionable chunk that no band can take (an `ingestedAt` after the pass's read
-  or of another type, or a legacy one that is only an orphan): reported, never deleted.
+  or of another type, or a legacy one that is only an orphan): reported, never deleted. A
+  guard also *holds* a tenant, or a repo's orphans (the guard's hold): another idea than a
+  held chunk or a restore hold.
 - **restore hold**: a chunk a restore put back, not deleted while the tenant's evidence is
   the one of the restore or until `tenants release` (`restoreHeldCount`; rules/restore_holds).
 - **first to go**: under the cap, config-stale chunks (legacy ones first), then the oldest
