@@ -1,16 +1,12 @@
 """The retention pass (the original's GC daemon, #11641): for every tenant, the chunks its
 retention expires (`core.reconcile.rules.retention`), reported as `tombstone` telemetry rows per
-tenant and repo, and (opt-in, `gcAutoDelete`) deleted through the one deletion engine
-(`core.reconcile.deletion`): archived first, decided by the store at delete time (a
-chunk re-ingested since the read has a later `ingestedAt` and no longer matches), bounded by
-`reconciliationMaxDeletesPerTick` per tenant, the oldest first.
+tenant and repo, and (opt-in, `gcAutoDelete`) deleted through the one deletion engine, the
+oldest first, up to `reconciliationMaxDeletesPerTick` per tenant. Then, with `archiveMaxAgeMs`,
+the old archives are pruned (`core.reconcile.archives.pruning`).
 
-Then, with `archiveMaxAgeMs`, the archives older than that are pruned, never a tenant's newest
-(`core.reconcile.archives.pruning`).
-
-Tenants are the configured ones (`list_tenants`, as the reconciliation pass), not the
-telemetry rollup the original enumerates. A tenant's scan holds its chunks' (id, repo,
-`ingestedAt`) in memory: the count rule needs every chunk of a repo.
+Tenants are the configured ones, not the telemetry rollup the original enumerates. A tenant's
+scan holds its chunks' (id, repo, `ingestedAt`) in memory: the count rule needs every chunk of
+a repo.
 """
 
 from __future__ import annotations
@@ -79,9 +75,8 @@ class RetentionFigures:
     tenants: tuple[TenantRetention, ...]
     failed_tenants: int
     unrecorded_rows: int = 0
-    #: Archives pruned (`archiveMaxAgeMs`); omitted when it is 0 (every archive kept).
+    #: Omitted when `archiveMaxAgeMs` is 0.
     archives: ArchivePruning | None = field(default=None, metadata=_OPTIONAL)
-    #: Why pruning the archives failed (the pass then has not succeeded).
     archives_error: str | None = field(default=None, metadata=_OPTIONAL)
 
     @property
@@ -105,9 +100,8 @@ class RetentionDisabled:
 
 async def retention_tick(context: TickContext, dry_run: bool
                          ) -> RetentionFigures | RetentionDisabled:
-    """One retention pass over every configured tenant (the reconcile daemon's `gc` job and
-    `kb-reconcile gc`). Disabled and not a dry run: touches nothing. A dry run (or
-    `gcAutoDelete` off) deletes nothing and writes no row; it reports what would expire."""
+    """One retention pass over every configured tenant (the `gc` job and `kb-reconcile gc`).
+    A dry run deletes nothing and writes no row; it reports what would expire."""
     settings = context.settings
     if not settings.gc.enabled and not dry_run:
         log.info("gc.disabled", message="retention disabled (set gcEnabled = true)")
@@ -158,8 +152,8 @@ async def retention_tick(context: TickContext, dry_run: bool
 
 async def _prune_archives(context: TickContext, dry_run: bool
                           ) -> tuple[ArchivePruning | None, str | None]:
-    """The pass's archive pruning (`core.reconcile.archives.pruning`), unless the pass was
-    stopped; a failure is logged and returned, never raised (the tenants' work stands)."""
+    """The pass's archive pruning, unless stopped; a failure is returned, never raised (the
+    tenants' work stands)."""
     if context.control.stopping:
         return None, None
     try:
@@ -172,8 +166,7 @@ async def _prune_archives(context: TickContext, dry_run: bool
 
 
 async def tenant_expiry(context: TickContext, tenant: TenantConfig) -> TenantRetention:
-    """What retention would take of one tenant now, nothing deleted (`reconcile explain`):
-    the retention in force, the expired chunks per repo and their ids, oldest first."""
+    """What retention would take of one tenant now, nothing deleted (`reconcile explain`)."""
     settings = context.settings
     target = DeletionTarget(context.vectors, settings.chroma.knowledge_base_collection,
                             settings.tombstones_dir, "explain")
@@ -186,7 +179,7 @@ async def _collect_tenant(context: TickContext, target: DeletionTarget, tenant: 
                           retention: Retention, *, deletes: bool, cap: int,
                           list_ids: bool = False) -> TenantRetention:
     """The original's `collectTenant`: read, select, delete when asked; never raises (a
-    failure is logged and reported with the tenant)."""
+    failure is reported with the tenant)."""
     tenant_id = tenant.tenant_id
     rows: list[tuple[str, dict[str, Any]]] = []
     progress = TombstoneProgress()
@@ -250,9 +243,8 @@ async def _delete_expired(context: TickContext, target: DeletionTarget, tenant_i
 
 async def _record(context: TickContext, done: list[TenantRetention], auto_delete: bool,
                   defrag: bool) -> int:
-    """One `tombstone` row per tenant and repo with expired chunks; returns the rows that
-    could not be written (the pass then has not succeeded): they go to the telemetry spool,
-    which the next reconciliation pass writes first."""
+    """One `tombstone` row per tenant and repo with expired chunks; returns how many could not
+    be written (kept in the spool, which the next reconciliation pass writes first)."""
     rows: list[MetricRow] = []
     for tenant in done:
         for repo in tenant.repos:
