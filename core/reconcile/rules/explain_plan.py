@@ -1,10 +1,8 @@
 """`reconcile explain`'s plan (pure): what one tenant's pass would find and do, chunk by chunk,
-built from the very tally and outcome a pass produces (`core.reconcile.explain_tenant`),
-so that its numbers are the pass's.
+built from the very tally and outcome a pass produces, so that its numbers are the pass's.
 
-Like `terraform plan`, it changes nothing: an operator about to switch auto-tombstone on reads
-it first. The guards are judged as if tombstoning were on, so the plan says which one would
-hold the pass and the numbers behind it even while it is off.
+Like `terraform plan`, it changes nothing. The guards are judged as if tombstoning were on, so
+the plan says which would hold the pass even while it is off.
 """
 
 from __future__ import annotations
@@ -33,7 +31,6 @@ WHY_DISABLED = "reconciliationEnabled is false: the daemon idles (explain and --
 WHY_MASTER_OFF = "reconciliationAutoTombstone is false (the master switch)"
 WHY_TENANT_OFF = "the tenant's policy sets autoTombstone off"
 WHY_NOTHING = "nothing is actionable"
-#: An optional key of the plan: written only when it says something.
 _OPTIONAL = omitted_when_none()
 
 
@@ -51,13 +48,10 @@ class ChunkLine:
     #: Versions behind, for a config-stale chunk.
     version_gap: Any
     actionable: bool
-    #: Actionable but never deleted (no numeric `ingestedAt`, or one after the read).
     held: bool
-    #: Among the chunks this pass would delete (within the cap, the first to go:
-    #: `TenantTally.first_to_go`); False whenever the pass would delete nothing.
+    #: Among the first to go; False whenever the pass would delete nothing.
     would_delete: bool = False
-    #: Put back by a restore and held (true only then): no pass deletes it while the hold
-    #: is in force.
+    #: True only when held by a restore.
     restore_held: bool | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
@@ -71,8 +65,7 @@ class ChunkLine:
 
 @dataclass(frozen=True, slots=True)
 class HoldLine:
-    """The tenant's restore holds in force: how many chunks, from which archives, and the
-    command that lifts them."""
+    """The tenant's restore holds in force, and the command that lifts them."""
 
     chunk_count: int
     archives: tuple[str, ...]
@@ -90,11 +83,9 @@ class ManifestLine:
     #: At least `manifestGraceMs` old when the pass read the tenant.
     past_grace: bool
     missing_paths: tuple[str, ...]
-    #: The repo's chunks and how many of them the manifest orphans.
     chunk_count: int
     orphan_count: int
-    #: Held by the manifest-mismatch guard: it orphans more than the stale fraction of the
-    #: repo's chunks, so none of its orphans is actionable.
+    #: The manifest-mismatch guard holds its orphans.
     mismatch: bool
 
 
@@ -102,10 +93,7 @@ class ManifestLine:
 class GuardCheck:
     """The guards, judged as a tombstoning pass would judge them, with their numbers."""
 
-    #: `stale-fraction`, `invalid-config`, `manifest-mismatch` (some repos' manifest orphans
-    #: are held; the rest goes on) or None.
     guard: str | None
-    #: The repos the manifest-mismatch guard holds.
     mismatched_repos: tuple[str, ...]
     actionable_count: int
     held_count: int
@@ -119,9 +107,7 @@ class GuardCheck:
     would_delete: int
     #: Actionable chunks past the cap, left for later passes.
     over_cap: int
-    #: Why nothing would be deleted; None when something would.
     why_not: str | None
-    #: Actionable chunks a restore holds (not deleted); written only when some.
     restore_held_count: int | None = field(default=None, metadata=_OPTIONAL)
 
 
@@ -141,13 +127,10 @@ class TenantPlan:
     guards: GuardCheck
     manifests: tuple[ManifestLine, ...]
     chunks: tuple[ChunkLine, ...]
-    #: Chunks whose fields have unexpected types (each such field read as absent), by id.
     malformed: tuple[MalformedChunk, ...] = ()
-    #: Generation orphans (issue 25): tier, actionable, and why, by repo, path, id.
     generation_orphans: tuple[GenerationLine, ...] = ()
-    #: What retention (`gcRetention`, the tenant's override) would take now, nothing deleted.
+    #: What retention would take now, nothing deleted.
     retention: TenantRetention | None = None
-    #: The restore holds in force (written only when there are some).
     restore_holds: HoldLine | None = field(default=None, metadata=_OPTIONAL)
 
 
@@ -166,9 +149,7 @@ class GenerationLine:
     actionable: bool
     ingested_at: Any
     why: str
-    #: Among the chunks this pass would delete (see `ChunkLine.would_delete`).
     would_delete: bool = False
-    #: Held by a restore (see `ChunkLine.restore_held`).
     restore_held: bool | None = field(default=None, metadata=_OPTIONAL)
 
     @classmethod
@@ -224,8 +205,7 @@ def build_plan(
     manifests: dict[str, RepoManifest], *, enabled: bool,
     retention: TenantRetention | None = None, holds: Sequence[RestoreHold] = (),
 ) -> TenantPlan:
-    """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id);
-    `holds`: the tenant's restore holds (those in force are the tally's `restore_held`)."""
+    """The plan of one tenant's explain-mode pass (its chunks sorted by repo, path, id)."""
     missing = tally.missing_paths()
     lines = tuple(ManifestLine(slug, len(m.paths_after_push), m.updated_at, m.revision,
                                slug in tally.rules.ripe_repos, missing.get(slug, ()),
@@ -258,8 +238,7 @@ def build_plan(
 
 def _hold_line(tenant_id: str, holds: Sequence[RestoreHold],
                shown: set[str] | frozenset[str]) -> HoldLine | None:
-    """The holds in force on the chunks the plan lists (a hold on a chunk that is gone, or
-    no longer stale or orphaned, has nothing to keep)."""
+    """The holds in force on the chunks the plan lists (the others have nothing to keep)."""
     in_force = [h for h in holds if h.chunk_id in shown]
     if not in_force:
         return None
