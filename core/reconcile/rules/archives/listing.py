@@ -1,18 +1,13 @@
 """What an archive holds, by its own lines (pure), and which archives the retention job may
 prune.
 
-- `read_contents`: one read of an archive's lines gives its identity (the header's tenant,
-  collection, pass and creation time; a format-1 archive's tenant from its first line), its
-  chunk lines, and how many of them a restore could still put back: the distinct ids of the
-  well-formed chunk lines that belong to the archive (`format.refusal`) and that no
-  later withdrawn line withdraws. The store is not asked: a restorable chunk that lives again
-  now would be kept live by a restore, not overwritten. An archive that cannot be used at all
-  (no readable header, empty) says so in `problem`, and so does one with unreadable lines.
+- `read_contents`: one read of an archive's lines gives its identity, its chunk lines, and
+  how many a restore could still put back: the distinct ids of the chunk lines that belong to
+  the archive and that no later withdrawn line withdraws. The store is not asked: a restore
+  would keep a live one live, not overwrite it.
 - `ListedArchive`, `ArchiveListing`: what `reconcile archives` shows of each archive.
 - `archives_to_prune`: the archives strictly older than the age, except the newest of each
   tenant (per collection), which always stays.
-
-No I/O: the stores hand the lines in.
 """
 
 from __future__ import annotations
@@ -43,26 +38,22 @@ EMPTY: Final = "empty archive"
 
 @dataclass(frozen=True, slots=True)
 class ArchiveContents:
-    """An archive as its lines describe it. `tenant_id` and the rest are None when the
-    archive has no readable first line."""
+    """An archive as its lines describe it (identity None without a readable first line)."""
 
     format: int | None
     collection: str | None
     tenant_id: str | None
     pass_id: str | None
-    #: The header's `createdAt` (epoch ms); None for a format-1 archive (it has none).
+    #: None for a format-1 archive (it has none).
     created_at_ms: int | None
     #: Well-formed chunk lines.
     chunks: int = 0
-    #: Distinct ids a restore could put back (see the module docstring).
+    #: Distinct ids a restore could put back (module docstring).
     restorable: int = 0
-    #: Chunk lines a later withdrawn line withdraws (archived, not deleted).
     withdrawn: int = 0
-    #: Well-formed chunk lines that do not belong to the archive (another tenant, ...).
+    #: Well-formed chunk lines that do not belong to the archive.
     refused: int = 0
-    #: Lines that cannot be read (torn, edited, not an archive line).
     unreadable: int = 0
-    #: What is wrong with the archive, None when nothing is.
     problem: str | None = None
 
 
@@ -85,8 +76,8 @@ class _Reading:
 
 
 def _first_line(reading: _Reading, raw: bytes) -> bool:
-    """Learn the archive's identity from its first line; True when it was a header, False
-    when it is a format-1 chunk line (to be counted), raises ValueError when neither."""
+    """Learn the archive's identity from its first line; True when it was a header, False for
+    a format-1 chunk line, ValueError when neither."""
     try:
         header = parse_header(unseal(raw))
     except ValueError:
@@ -105,7 +96,6 @@ def _first_line(reading: _Reading, raw: bytes) -> bool:
 def read_contents(lines: Iterable[tuple[int, bytes]]) -> ArchiveContents:
     """An archive's contents from its non-blank lines (1-based number, bytes), read once."""
     reading = _Reading()
-    #: (line number, id) of each chunk line that belongs to the archive.
     belonging: list[tuple[int, str]] = []
     withdrawn_until: dict[str, int] = {}
     first = True
@@ -166,7 +156,7 @@ class ListedArchive:
     name: str
     #: `local` (a file in this host's folder) or `shared` (a copy in the database).
     where: str
-    #: The file's path; for a shared copy, the path the host that wrote it wrote it at.
+    #: For a shared copy, its path on the host that wrote it.
     path: str
     tenant_id: str | None
     collection: str | None
@@ -179,15 +169,14 @@ class ListedArchive:
     refused: int
     unreadable: int
     bytes: int
-    #: The host that wrote a shared copy (None for a local file).
     host: str | None = field(default=None, metadata=omitted_when_none())
     problem: str | None = field(default=None, metadata=omitted_when_none())
 
     @classmethod
     def of(cls, name: str, where: str, path: str, contents: ArchiveContents, *, size: int,
            host: str | None = None, tenant_id: str | None = None) -> ListedArchive:
-        """The listing's row of an archive read as `contents` (`tenant_id`: what the shared
-        head says when the copy itself cannot be read)."""
+        """The listing's row of an archive (`tenant_id`: the shared head's, when the copy
+        cannot be read)."""
         created = contents.created_at_ms
         return cls(name, where, path, contents.tenant_id or tenant_id, contents.collection,
                    created, iso_from_ms(created) if created is not None else None,
@@ -200,9 +189,9 @@ class ArchiveListing:
     """What `reconcile archives` prints (with `ok`)."""
 
     folder: Path
-    #: The tenant asked for; None for every tenant.
+    #: None for every tenant.
     tenant_id: str | None
-    #: Whether shared copies were looked for (the state is on PostgreSQL).
+    #: Shared copies were looked for (the state is on PostgreSQL).
     shared: bool
     archives: tuple[ListedArchive, ...]
 
@@ -219,9 +208,8 @@ class DatedArchive:
 
 def archives_to_prune(archives: Sequence[DatedArchive], *, now_ms: int,
                       max_age_ms: int) -> list[DatedArchive]:
-    """The archives strictly older than `max_age_ms` at `now_ms`, oldest first, never the
-    newest of a tenant in a collection (ties: the greater name stays); none when
-    `max_age_ms` is 0 or less (keep every archive)."""
+    """The archives strictly older than `max_age_ms` at `now_ms`, oldest first, never a
+    tenant's newest in a collection (ties: the greater name stays); none when `max_age_ms` <= 0."""
     if max_age_ms <= 0:
         return []
     newest: dict[tuple[str, str], DatedArchive] = {}
