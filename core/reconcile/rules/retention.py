@@ -2,14 +2,10 @@
 engine decides (#11641, `kbGarbageCollectionEngine`), and the figures a retention pass reports.
 
 - `resolve_retention`: `maxAgeMs` a finite number > 0, `maxCount` an integer >= 0 (0 keeps
-  none); anything else is None (that rule off). A non-table is both off.
-- `select_expired`: a chunk expires by age when `now - ingestedAt > maxAgeMs` (strictly
-  older), by count when it is beyond the newest `maxCount` of its (tenant, repo) (newest
-  first, ties: the smaller id is kept); the result is the union. A chunk without a numeric
-  `ingestedAt` never expires (neither rule can place it in time).
-- `defrag_recommended`: a pass that deleted more than `threshold` of the collection.
-
-No I/O, no clock: the job passes `now`.
+  none); anything else turns that rule off.
+- `select_expired`: a chunk expires by age when `now - ingestedAt > maxAgeMs`, by count when
+  it is beyond the newest `maxCount` of its (tenant, repo) (ties: the smaller id is kept); the
+  result is the union. A chunk without a numeric `ingestedAt` never expires.
 """
 
 from __future__ import annotations
@@ -44,14 +40,12 @@ class Retention:
 
     @property
     def active(self) -> bool:
-        """Whether any rule is set (an inactive retention expires nothing)."""
+        """Whether any rule is set."""
         return self.max_age_ms is not None or self.max_count is not None
 
     def stored(self) -> dict[str, Any]:
-        """As the original's `resolveRetention` returns it (`maxAgeMs`, `maxCount`, null
-        when off): the `retention` of a `tombstone` row's detail."""
+        """As the original's `resolveRetention` returns it (a `tombstone` row's `retention`)."""
         return {"maxAgeMs": self.max_age_ms, "maxCount": self.max_count}
-
 
 
 def resolve_retention(value: Any) -> Retention:
@@ -64,9 +58,8 @@ def resolve_retention(value: Any) -> Retention:
 
 
 def tenant_retention(pass_retention: Retention, stored_policy: Any) -> Retention:
-    """The retention in force for a tenant: its `reconciliationPolicy`'s `gcMaxAgeMs` /
-    `gcMaxCount` where present and valid, else the pass's (`gcRetention`). An invalid stored
-    value expires nothing by that rule (a destructive setting fails closed)."""
+    """The retention in force for a tenant: its stored overrides over the pass's. An invalid
+    stored value expires nothing by that rule (a destructive setting fails closed)."""
     if not isinstance(stored_policy, Mapping):
         return pass_retention
     age, count = pass_retention.max_age_ms, pass_retention.max_count
@@ -118,8 +111,7 @@ class ExpiredChunk:
 
 @dataclass(frozen=True, slots=True)
 class Expired:
-    """`select_expired`'s answer (the original's `{expiredIds, expiredCount,
-    evaluatedCount}`), the chunks sorted oldest first, then by id."""
+    """`select_expired`'s answer, the chunks oldest first, then by id."""
 
     chunks: tuple[ExpiredChunk, ...]
     evaluated_count: int
@@ -135,8 +127,8 @@ class Expired:
 
 def select_expired(rows: Sequence[tuple[str, Mapping[str, Any]]], retention: Retention, *,
                    now: int | float | None) -> Expired:
-    """The original's `selectExpiredChunks` over (id, metadata) rows (see the module
-    docstring); `now` None turns the age rule off, as a non-number does in the original."""
+    """The original's `selectExpiredChunks` over (id, metadata) rows; `now` None turns the age
+    rule off."""
     if not rows:
         return Expired((), 0)
     if not retention.active:
@@ -185,9 +177,7 @@ def gc_detail(*, expired_count: int, evaluated_count: int, deleted_count: int,
 
 
 def retention_bands(chunks: Sequence[ExpiredChunk], *, band_rows: int) -> list[Band]:
-    """Bands of one repo's expired chunks (oldest first), each naming its ids and bounded by
-    `ingestedAt <= ` the newest value it read: the store evaluates that at delete time, so a
-    chunk re-ingested since the read (a later `ingestedAt`) is never deleted."""
+    """Bands of one repo's expired chunks (oldest first), as `tombstone_bands.id_bands`."""
     bands: list[Band] = []
     for start in range(0, len(chunks), band_rows):
         part = chunks[start:start + band_rows]
@@ -199,8 +189,8 @@ def retention_bands(chunks: Sequence[ExpiredChunk], *, band_rows: int) -> list[B
 
 def retention_rule(tenant_id: str, repo_slug: Any, newest: int | float
                    ) -> Callable[[Mapping[str, Any]], bool]:
-    """The rule on a fetched row of a repo's retention plan: this tenant's and repo's, with a
-    numeric `ingestedAt` no later than the newest the plan read (not re-ingested since)."""
+    """The rule on a fetched row of a repo's retention plan: this tenant's and repo's, not
+    re-ingested since the read."""
     def may_delete(m: Mapping[str, Any]) -> bool:
         at = m.get(INGESTED_KEY)
         return (m.get(TENANT_KEY) == tenant_id and m.get(REPO_KEY) == repo_slug
