@@ -1,8 +1,7 @@
 """The reconciliation pass over every tenant: the tick function of the reconcile daemon.
 
-Every tenant is read as a member of a group (`core.reconcile.rules.reconcile_groups.
-plan_groups`; a tenant with a manifest or a policy of its own is a group of one) and takes the
-one path (`one_group`). Each group's telemetry rows are written (`recording`) before the next.
+Every tenant is read as a member of a group (`rules.reconcile_groups.plan_groups`) and takes
+the one path (`one_group`). Each group's telemetry rows are written before the next.
 """
 
 from __future__ import annotations
@@ -43,21 +42,15 @@ log = structlog.get_logger(__name__)
 async def reconcile_tick(
     context: TickContext, dry_run: bool
 ) -> ReconcileFigures | ReconcileDisabled:
-    """One reconciliation pass over every tenant with a config node: the tick function that
-    `core.suite.tick.run_tick("reconcile", ...)` runs for `--tick` and for the scheduler (which
-    adds `durationMs`, and `dryRun` to its log line; the figures must not repeat them).
+    """One reconciliation pass over every tenant with a config node (`run_tick("reconcile")`
+    for `--tick` and the scheduler, which adds `durationMs` and `dryRun`: the figures must not
+    repeat them).
 
-    Disabled (and not a dry run): logs "reconciliation disabled" and touches nothing. A dry
-    run works either way and writes nothing: no telemetry, no archive, no delete. First, rows
-    an earlier pass could not write are written (the spool). Then every group of tenants
-    (`reconcile_all_tenants`): one read serves the group, each tenant is guarded on its own,
-    and the group's telemetry rows are written in one transaction. One tenant's failure is
-    logged with its id and counted in `failedTenants`, and the pass goes on to the next; a
-    shared read that fails reads each of its tenants alone.
-    `unrecordedRows` counts telemetry rows still not in SQLite when the pass ends (kept in
-    the spool): such a pass has not succeeded. When the daemon is stopping, the pass returns
-    between groups, tenants or bands (never inside one) with `stopped: true`; the next pass
-    starts over, so nothing is lost.
+    A dry run writes nothing: no telemetry, no archive, no delete. First the spooled rows of an
+    earlier pass are written, then every group in turn. One tenant's failure is counted in
+    `failedTenants` and the pass goes on; a shared read that fails reads each tenant alone.
+    When the daemon is stopping, the pass returns between groups, tenants or bands (never
+    inside one) with `stopped: true`; the next pass starts over.
     """
     settings = context.settings
     if not settings.reconcile.enabled and not dry_run:
