@@ -1,19 +1,14 @@
 """One row of a tenant's scan, decided (pure): config-stale, manifest orphan, both or neither;
 actionable or not; held or legacy; and which of its fields are malformed.
 
-`judge_row` is the one verdict the pass (`core.reconcile`) and `reconcile explain` both
-count, through `core.reconcile.rules.tenant_scan.TenantTally`.
+`judge_row` is the one verdict the pass and `reconcile explain` both count (`TenantTally`).
 
-Any row shape is survivable: a chunk of the tenant whose fields have unexpected types (CONTRACT
-"Chroma data": a list `repoSlug`, which Chroma 1.x stores; a string or boolean stamp; a number
-for `sourcePath`; a boolean `ingestedAt`) never raises. `malformed_fields` names such fields,
-and each is skipped: read as absent by every rule, which is how Chroma's own `where` reads it
-(measured on 1.5.9: a list, string or boolean value never matches a scalar `$eq`, `$lte` or
-`$in`), so the rule and the delete predicate keep agreeing on every band. So a chunk with a
-malformed `repoSlug` or `sourcePath` is in no repo's manifest judgement, one with a malformed
-stamp is never config-stale, one with a malformed `ingestedAt` is never deleted (held); what
-its well-typed fields say still counts (skipping the whole row would make the rule refuse a
-chunk the store's band still matches, and that band would be held for ever).
+Any row shape is survivable (CONTRACT "Chroma data"): `malformed_fields` names the fields of
+unexpected types, and each is read as absent by every rule, which is how Chroma's own `where`
+reads it (a list, string or boolean never matches a scalar `$eq`, `$lte` or `$in`), so the rule
+and the delete predicate keep agreeing on every band. A malformed `ingestedAt` is held; the
+well-typed fields still count (skipping the whole row would make the rule refuse a chunk the
+store's band still matches, and that band would be held for ever).
 """
 
 from __future__ import annotations
