@@ -2,9 +2,8 @@
 
 A restore holds every chunk it puts back (CONTRACT "Tombstones"): no pass or retention run
 deletes it until the evidence that condemned it changes after the restore, or `tenants release`
-lifts the hold. The evidence is what a pass judges a tenant's chunks by, apart from the chunks
-themselves: the tenant's config version, and its manifests with their yield snapshots
-(`HoldEvidence`, recorded with each hold when the restore wrote it).
+lifts the hold. The evidence (`HoldEvidence`, recorded with each hold) is the tenant's config
+version and its manifests with their yield snapshots.
 
 A hold **lapses** (`hold_in_force` is False) when, against the evidence a pass judges by:
 
