@@ -3,15 +3,13 @@ an override and the `[knowledgeBase]` values combine, and where each value in fo
 
 The policy lives in the tenant's configuration node, `properties.reconciliationPolicy` =
 `{orphanVersionGap?, manifestGraceMs?, autoTombstone?}` (CONTRACT "Graph store"); a key that is
-absent inherits the `[knowledgeBase]` value. Writing a policy never raises the tenant's version
-(`core.base.state.tenants.set_tenant_policy`): a version change makes chunks stale, a policy change
-only changes what is done about them.
+absent inherits the `[knowledgeBase]` value. Writing a policy never raises the tenant's version:
+a version change makes chunks stale, a policy change only changes what is done about them.
 
-Fail closed, as the global settings do: a stored value that is invalid (another program wrote
-the node, or an older version did) makes nothing actionable by what it governs, never falls
-back to the global value, which may be looser. `autoTombstone` is `inherit` (the default),
-`off` (exempts the tenant from a global `true`) or `on`, which does **not** override a global
-`false`: `reconciliationAutoTombstone` stays the one master opt-in for deleting anything.
+Fail closed, as the global settings do: an invalid stored value makes nothing actionable by
+what it governs, never falls back to the global value, which may be looser. `autoTombstone` is
+`inherit` (the default), `off` (exempts the tenant from a global `true`) or `on`, which does
+**not** override a global `false`: `reconciliationAutoTombstone` stays the one master opt-in.
 """
 
 from __future__ import annotations
@@ -74,9 +72,9 @@ class TenantPolicy:
     #: None: no manifest orphan is actionable (an invalid grace, here or global).
     manifest_grace_ms: PolicyValue
     auto_tombstone: PolicyValue
-    #: What the tenant's node holds, as stored (`inherit` for an absent autoTombstone).
+    #: As stored (`inherit` for an absent autoTombstone).
     auto_tombstone_setting: str
-    #: Keys of the stored policy whose value was invalid (each fails closed), for a warning.
+    #: Stored keys whose value was invalid (each fails closed).
     invalid_keys: tuple[str, ...] = ()
 
     @property
@@ -93,15 +91,14 @@ class TenantPolicy:
 
     @property
     def deletes(self) -> bool:
-        """Whether this tenant's actionable chunks may be tombstoned at all."""
+        """Whether this tenant's actionable chunks may be tombstoned."""
         return self.auto_tombstone.value is True
 
 
 def _overridden(
     stored: Mapping[str, Any], key: str, global_value: Any, valid: Any, invalid: list[str]
 ) -> PolicyValue:
-    """The tenant's value when it set one (None when that is invalid), else the global one
-    (None when the global one is invalid)."""
+    """The tenant's value when it set one, else the global one (None when invalid)."""
     if key in stored:
         if valid(stored[key]):
             return PolicyValue(stored[key], FROM_TENANT)
@@ -115,9 +112,8 @@ def _overridden(
 def resolve_tenant_policy(
     stored: Any, *, global_gap: Any, global_grace_ms: Any, global_auto_tombstone: bool
 ) -> TenantPolicy:
-    """The policy in force for a tenant whose node holds `stored` (None or anything: read
-    defensively) under the `[knowledgeBase]` values given (an invalid global gap or grace is
-    passed as it was resolved, `math.inf`, and fails closed here too)."""
+    """The policy in force for a tenant whose node holds `stored` (anything: read defensively)
+    under the `[knowledgeBase]` values given (an invalid one, `math.inf`, fails closed here too)."""
     policy = stored if isinstance(stored, Mapping) else {}
     invalid: list[str] = []
     if stored is not None and not isinstance(stored, Mapping):
@@ -156,9 +152,8 @@ def policy_patch(
     *, gap: float | None, grace_ms: int | None, auto_tombstone: str | None,
     gc_max_age_ms: float | None = None, gc_max_count: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON merge patch of the node's properties that `set-policy` writes: the given
-    values set, `inherit` removing `autoTombstone` (null: absent means inherit), the others
-    kept. Raises ValueError for an invalid value, so that a typo never reaches the node."""
+    """The JSON merge patch `set-policy` writes (`inherit` nulls `autoTombstone`, the others
+    kept). Raises ValueError for an invalid value, so that a typo never reaches the node."""
     policy: dict[str, Any] = {}
     if gap is not None:
         if not valid_gap(gap):
