@@ -1,13 +1,11 @@
 """The restore holds in the state (`restore_holds`, on every backend): written by a restore,
-read by the pass, `explain`, `status` and the deletion engine, lifted by `tenants release`.
-What a hold means and when it lapses is `core.reconcile.rules.restore_holds`'; this module
-holds the statements.
+read by the pass, `explain`, `status` and the deletion engine, lifted by `tenants release`
+(what a hold means: `core.reconcile.rules.restore_holds`).
 
 **Ordering is what makes a restore race-safe.** `RestoreHoldWriter` commits a batch's holds
-BEFORE the restore writes those chunks back, and the deletion engine re-reads the holds of a
-band's ids right before its delete (`RestoreHolds.withhold`): a pass can only archive a
-restored chunk by reading it after it was written, so after its hold was committed, and the
-engine's re-read then finds the hold and the chunk stays.
+BEFORE the restore writes those chunks back, and the engine re-reads the holds of a band's ids
+right before its delete (`RestoreHolds.withhold`): a pass can only archive a restored chunk by
+reading it after it was written, so after its hold was committed.
 
 A state of an earlier version has no `restore_holds` table until its next writable open; a
 read-only open (a dry run, `status`, `explain`) of one reads no hold.
@@ -74,8 +72,7 @@ async def current_evidence(reader: GraphDB, tenant_id: str) -> HoldEvidence:
 
 async def hold_chunks(graph: GraphDB, *, tenant_id: str, archive: str, restored_at_ms: int,
                       evidence: HoldEvidence, ids: Sequence[str]) -> None:
-    """Hold these chunks of the tenant (replacing an earlier hold of any), committed in one
-    transaction before this returns."""
+    """Hold these chunks of the tenant (replacing an earlier hold), in one transaction."""
     if not ids:
         return
     async with graph.write() as tx:
@@ -134,9 +131,8 @@ async def drop_lapsed_holds(graph: GraphDB, tenant_id: str,
 
 
 class RestoreHoldWriter:
-    """A restore's holds: `hold` is called with each batch's chunk ids right before they are
-    written back (the evidence is read once, at the first batch), `unhold` with those the
-    store then refused (not restored, so not held)."""
+    """A restore's holds: `hold` each batch's chunk ids right before they are written back (the
+    evidence read once, at the first batch), `unhold` those the store then refused."""
 
     def __init__(self, graph: GraphDB, archive: str) -> None:
         self._graph = graph
@@ -171,8 +167,7 @@ class JudgedBy(Protocol):
 
 
 class RestoreHolds:
-    """The deletion engine's view of the holds: which of a band's archived ids are held now
-    (one query per band for its tenants, and one per tenant of them that holds any chunk)."""
+    """The deletion engine's view of the holds: which of a band's archived ids are held now."""
 
     def __init__(self, graph: GraphDB) -> None:
         self._graph = graph
@@ -189,9 +184,8 @@ class RestoreHolds:
     async def withhold(
         self, archived: Mapping[str, list[str]], rules: Mapping[str, JudgedBy],
     ) -> tuple[Mapping[str, list[str]], set[str]]:
-        """The band's archived ids by tenant without those a hold in force keeps (judged
-        against the evidence the tenant's plan was made with, its rule's `evidence`; a plan
-        made without any holds every hold in force), and the ids kept."""
+        """The band's archived ids by tenant without those a hold in force keeps (judged by the
+        evidence the tenant's plan was made with; without any, every hold), and the ids kept."""
         held: set[str] = set()
         holding = await self._held_tenants(list(archived))
         for tenant_id, ids in archived.items():
