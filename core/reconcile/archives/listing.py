@@ -1,14 +1,11 @@
 """`reconcile archives`: every archive there is to restore from, with what it holds.
 
-The local files under `<dataDir>/tombstones/` and, with `stateUrl`, the shared copies in the
-database (`core.reconcile.stores.archives.shared`, which any host can restore from), each read
-once and described by its own lines (`core.reconcile.rules.archives.listing`): tenant, time,
-chunks, and how many of them a restore could still put back. Chroma is never opened, and
-nothing is written (the state is opened read-only).
+The local files under `<dataDir>/tombstones/` and, with `stateUrl`, the shared copies, each
+read once and described by its own lines (`core.reconcile.rules.archives.listing`). Chroma is
+never opened, and the state is opened read-only.
 
-An archive that cannot be used (no readable header, a shared copy missing parts or failing
-its checksum) is listed with its problem, never left out: with a TENANT, one whose tenant
-cannot be read is listed too, since it may be that tenant's.
+An archive that cannot be used is listed with its problem, never left out: with a TENANT, one
+whose tenant cannot be read is listed too, since it may be that tenant's.
 """
 
 from __future__ import annotations

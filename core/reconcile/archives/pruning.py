@@ -1,8 +1,6 @@
-"""Pruning old archives (`archiveMaxAgeMs`), a step of the retention pass: the archive files
-under `<dataDir>/tombstones/` and, with `stateUrl`, the shared copies in the database, older
-than the age by their header's `createdAt`, never the newest of a tenant
-(`core.reconcile.rules.archives.listing.archives_to_prune`). 0, the default, keeps every
-archive and reads nothing.
+"""Pruning old archives (`archiveMaxAgeMs`), a step of the retention pass: the local files and
+the shared copies older than the age by their header's `createdAt`, never a tenant's newest
+(`rules.archives.listing.archives_to_prune`). 0, the default, keeps every archive.
 
 Only an archive known to be whole is removed: each candidate is read through before it goes
 (a shared copy fetched and checked against its head's SHA-256). One that cannot be read, has
