@@ -1,10 +1,5 @@
-"""The one path every tenant takes: its group is read (one query for all its tenants, or its
-part of a sweep of the whole collection: `page_loop`), then each tenant is settled and
-guarded on its own (`tenant_steps`), and the cleared tenants are tombstoned: under the cap
-and config-stale only, several share one plan; any other, a plan of its own
-(`deletion_plans`). A tenant read alone is a group of one on the same path, and so is
-`reconcile explain`'s (with nothing deleted). A shared read that fails reads each of its
-tenants as a group of one instead.
+"""The one path every tenant takes (the package docstring's `one_group`). A shared read that
+fails reads each of its tenants as a group of one instead.
 """
 
 from __future__ import annotations
@@ -46,11 +41,9 @@ async def reconcile_group(
     manifests: Mapping[str, Mapping[str, RepoManifest]] | None = None,
     holds: Mapping[str, Sequence[RestoreHold]] | None = None, explain: bool = False,
 ) -> tuple[list[TenantOutcome], GroupRead | None]:
-    """The group's outcomes, in its order (fewer when the daemon is stopping), and what its
-    read found (None when it was not read). `swept`: a sweep's read that holds this group's
-    tenants; else the group is read now. A tenant without a valid version is never read.
-    Never raises: a tenant's failure is in its outcome. Writes no telemetry (the caller
-    does)."""
+    """The group's outcomes, in its order (fewer when the daemon is stopping), and its read
+    (None when not read). `swept`: a sweep's read that holds this group's tenants. Never
+    raises: a tenant's failure is in its outcome. Writes no telemetry."""
     if group.version < 1:
         return [skipped(tenant) for tenant in group.tenants], None
     read = (swept.only(group) if swept is not None
@@ -74,9 +67,8 @@ def skipped(tenant: TenantConfig) -> TenantOutcome:
 
 async def read_sweep(context: TickContext, tenants: Sequence[TenantConfig],
                      policy: ReconcilePolicy) -> GroupRead | None:
-    """All these tenants from ONE paged read of the whole collection, when their chunks are
-    few enough that it costs less than a read per group (`sweep_pays`): candidates and counts
-    alike. None when it does not pay or fails (each group is then read on its own)."""
+    """All these tenants from ONE paged read of the whole collection, when it pays
+    (`sweep_pays`); None when it does not or fails (each group is then read on its own)."""
     try:
         chunks = await context.vectors.count(policy.collection)
         if not sweep_pays(tenants=len(tenants), chunks=chunks):
@@ -99,10 +91,8 @@ async def read_group(
     manifests: Mapping[str, Mapping[str, RepoManifest]] | None,
     holds: Mapping[str, Sequence[RestoreHold]] | None, explain: bool,
 ) -> GroupRead | None:
-    """One read for all the group's tenants: their candidates, or every chunk of a `whole`
-    group's tenant (which counts it for the guard). A missing collection is an empty read.
-    When the read fails, None for a shared group (its tenants are then read alone); a group
-    of one is returned with the failure in its tenant's outcome (phase scan)."""
+    """One read for all the group's tenants (a `whole` group's read counts it for the guard).
+    When it fails, None for a shared group; a group of one has the failure in its outcome."""
     read = GroupRead.empty(context, group.tenants, policy, manifests=manifests, holds=holds,
                            explain=explain)
     bound = {"tenant": group.tenant_ids[0]} if len(group.tenants) == 1 else {}
@@ -128,8 +118,7 @@ async def read_group(
 async def finish_group(context: TickContext, read: GroupRead,
                        policy: ReconcilePolicy) -> list[TenantOutcome]:
     """Judge each read tenant on its own, tombstone those cleared, remove lapsed restore
-    holds. The outcomes of the tenants done, in the group's order (fewer when the daemon is
-    stopping)."""
+    holds; the outcomes of the tenants done, in the group's order."""
     judged = [await judge_tenant(read, tenant_id)
               for tenant_id in until_stopping(read.outcomes, context.control)]
     tombstoned = await tombstone_cleared(context, read, policy,
