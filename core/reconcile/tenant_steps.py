@@ -45,16 +45,14 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: Rows per page when counting a tenant's chunks for the guard (ids only). Each page re-runs
-#: the `where` over the tenant and skips its offset, so fewer, larger pages are faster, while
-#: Chroma's buffers for a page grow the process: this bounds that growth (figures:
-#: docs/performance.md, "Counting a tenant").
+#: Rows per page when counting a tenant's chunks for the guard: fewer, larger pages are faster,
+#: but Chroma's buffers for a page grow the process (docs/performance.md, "Counting a tenant").
 COUNT_PAGE_ROWS = 25_000
 
 
 async def judge_tenant(read: GroupRead, tenant_id: str) -> TenantOutcome:
-    """A read tenant's outcome with its scan's figures and its guards' verdict (cleared when
-    the pass may tombstone it now), as a group of one would judge it. Never raises."""
+    """A read tenant's outcome with its scan's figures and its guards' verdict, as a group of
+    one would judge it. Never raises."""
     outcome = read.outcomes[tenant_id]
     if outcome.failed or read.collection_missing:
         return outcome
@@ -86,10 +84,9 @@ async def tombstone_step(scope: TenantScope, outcome: TenantOutcome, tally: Tena
 
 async def guard_tenant(scope: TenantScope, scan: ScanFigures,
                        counted: int | None) -> GuardVerdict:
-    """When tombstoning is on for the tenant (or explaining) and some chunks are actionable,
-    the guards' verdict: cleared when the pass may tombstone it now. `counted`: the tenant's
-    chunk count when its read already has it; else it is counted only as far as the answer
-    needs (past actionable / fraction it cannot change)."""
+    """The guards' verdict, when tombstoning is on for the tenant (or explaining) and some
+    chunks are actionable. `counted`: the tenant's chunk count when its read already has it;
+    else it is counted only as far as the answer needs."""
     policy = scope.policy
     if not ((scope.tenant_policy.deletes or scope.explain) and scan.actionable_count > 0):
         return GuardVerdict()
@@ -130,8 +127,7 @@ async def drop_lapsed(scope: TenantScope, outcome: TenantOutcome,
 
 
 def settle_scan(scope: TenantScope, tally: TenantTally) -> ScanFigures:
-    """The tenant's scan figures from its tally, settled (the manifest-mismatch guard applied:
-    `TenantTally.settle`), warning of held repos and of chunks no band can hold."""
+    """The tenant's scan figures from its settled tally, warning of held repos and chunks."""
     scan = tally.figures()
     if scan.mismatched_repos:
         log.warning(
@@ -162,9 +158,7 @@ async def count_tenant_chunks(
     vectors: VectorStore, collection: str, tenant_id: str, *, enough: int | None = None
 ) -> tuple[int, bool]:
     """A tenant's chunks, counted from an ids-only paged read, and whether the count is
-    complete: it reads `enough` + 1 first and stops once it has `enough` (the guard's answer
-    cannot change past it; at 100,000 chunks that saves ~0.6 s of a pass and the memory of
-    the later pages). Offset paging never counts a row twice, and a ratio needs no more."""
+    complete: it stops once it has `enough` (the guard's answer cannot change past it)."""
     total = 0
     first = min(enough + 1, COUNT_PAGE_ROWS) if enough is not None else None
     async for page in vectors.scan(
@@ -179,9 +173,8 @@ async def count_tenant_chunks(
 
 def failed(outcome: TenantOutcome, phase: Phase, exc: Exception,
            policy: ReconcilePolicy) -> TenantOutcome:
-    """The outcome of a step that raised: failed in `phase`, logged with the traceback (the
-    caller binds the tenant). A missing knowledge-base collection is no failure: there is
-    nothing of the tenant to reconcile, and the outcome is returned as it was."""
+    """The outcome of a step that raised: failed in `phase`, logged with the traceback. A
+    missing knowledge-base collection is no failure: the outcome is returned as it was."""
     if isinstance(exc, CollectionMissing):
         log.warning("reconcile.no_collection", collection=policy.collection)
         return outcome
@@ -191,9 +184,8 @@ def failed(outcome: TenantOutcome, phase: Phase, exc: Exception,
 
 
 def log_outcome(outcome: TenantOutcome, policy: ReconcilePolicy) -> None:
-    """The tenant's one `reconcile.tenant` line: its figures when its pass is done. Not
-    built when info lines are off (at 10,000 tenants, building them was about a third of a
-    dry pass's own Python work in a profile)."""
+    """The tenant's one `reconcile.tenant` line: its figures when its pass is done (not built
+    when info lines are off: at fleet scale it is costly)."""
     if not log.isEnabledFor(logging.INFO):
         return
     log.info("reconcile.tenant", dryRun=policy.dry_run, failed=outcome.failed,
