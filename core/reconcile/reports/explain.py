@@ -120,8 +120,7 @@ def _malformed(plan: TenantPlan) -> list[str]:
 
 
 def _generations(plan: TenantPlan) -> list[Any]:
-    """The generation orphans (issue 25): kind, the chunk's stamp against the declared one,
-    the tier and why, and what this pass would do with each."""
+    """The generation orphans, and what this pass would do with each."""
     if not plan.generation_orphans:
         return []
     rows = [[g.id, g.repo_slug, g.source_path, g.kind, "/".join(g.stamp), "/".join(g.declared),
