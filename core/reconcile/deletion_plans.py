@@ -43,11 +43,8 @@ log = structlog.get_logger(__name__)
 
 async def tombstone_tenant(scope: TenantScope, tally: TenantTally,
                            progress: TombstoneProgress) -> None:
-    """Archive and delete, band by band, exactly the chunks `explain` marks
-    (`TenantTally.first_to_go`: one selection, the oldest `ingestedAt` of every reason first,
-    ties by id, up to the cap), each reason's share as a plan of the one engine whose bands
-    name those ids (one archive for the tenant; the cap counts them all). `progress`: what
-    went so far in this pass (an earlier plan's too), kept up to date when a plan fails."""
+    """Archive and delete exactly the chunks `explain` marks (`TenantTally.first_to_go`), each
+    reason's share as a plan of the one engine. `progress`: what went so far in this pass."""
     context, tenant, rules = scope.context, scope.tenant, scope.rules
     run = functools.partial(run_bands, deletion_target(context, scope.policy),
                             cap=scope.policy.max_deletes_per_tick,
@@ -77,9 +74,8 @@ async def tombstone_tenant(scope: TenantScope, tally: TenantTally,
 async def _tombstone_generations(scope: TenantScope, tally: TenantTally,
                                  chosen: Mapping[Any, list[tuple[Number, str, str]]],
                                  run: Callable[[DeletionPlan], Awaitable[None]]) -> None:
-    """Each generation job (one tier of one old stamp of one repo,
-    `core.reconcile.rules.generations`) with chunks among the first to go, as one more plan of
-    the same engine: archived first, decided by the store at delete time, within the cap."""
+    """Each generation job (one tier of one old stamp of one repo) with chunks among the first
+    to go, as one more plan of the same engine."""
     generations = tally.generations
     if generations is None:
         return
@@ -103,8 +99,7 @@ def deletion_target(context: TickContext, policy: ReconcilePolicy) -> DeletionTa
 
 def legacy_plan(scope: TenantScope, ceiling: int | float,
                 chunks: Sequence[tuple[str, Any]]) -> DeletionPlan:
-    """The config-stale plan of a tenant's legacy chunks (no numeric `ingestedAt`): by id, with
-    the stale `where` the store evaluates at delete time (`legacy_bands`)."""
+    """The config-stale plan of a tenant's legacy chunks (`legacy_bands`)."""
     tenant_id = scope.tenant.tenant_id
     return DeletionPlan(
         "stale-legacy", group_stale_clauses([tenant_id], ceiling),
@@ -115,9 +110,8 @@ def legacy_plan(scope: TenantScope, ceiling: int | float,
 
 def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
                chunks: Sequence[tuple[Number, str]]) -> DeletionPlan:
-    """The config-stale plan of these tenants (stamps at or below `ceiling`, one shared by
-    them all), whose bands name the chosen chunks, (`ingestedAt`, id) in deletion order
-    (`id_bands`): ids of many tenants may share a band."""
+    """The config-stale plan of these tenants of one `ceiling`: ids of many tenants may share
+    a band."""
     ids = [s.tenant.tenant_id for s in scopes]
     return DeletionPlan(
         "stale", group_stale_clauses(ids, ceiling),
@@ -131,12 +125,9 @@ def stale_plan(scopes: Sequence[TenantScope], ceiling: int | float,
 async def tombstone_group(context: TickContext, read: GroupRead, policy: ReconcilePolicy,
                             tenant_ids: list[str],
                             progress: dict[str, TombstoneProgress]) -> bool:
-    """Tombstone these tenants (one version, one gap, each under the cap) with one plan, whose
-    bands serve them all; False when they do not share one stamp ceiling, or when the plan
-    raised (a read, a write or a delete failed: the engine's failure policy,
-    `core.reconcile.deletion`). The caller then runs each tenant as a plan of its own,
-    continuing its progress, so that only the tenant whose part fails is failed: one tenant
-    cannot fail the others."""
+    """Tombstone these tenants (each under the cap) with one plan whose bands serve them all;
+    False when they do not share one stamp ceiling or the plan raised: the caller then runs
+    each tenant as a plan of its own (the engine's failure policy, `core.reconcile.deletion`)."""
     scopes = [read.scopes[t] for t in tenant_ids]
     ceilings = {actionable_stamp_ceiling(s.tenant.version, s.rules.orphan_version_gap)
                 for s in scopes if s.rules.orphan_version_gap is not None}
