@@ -1,11 +1,6 @@
-"""A tenant's generation rules over one pass (pure): `GenerationTally` gathers the
-generation orphans page by page (`orphans` classifies each row), counts
-them in the union with the other rules, and plans the deletable chunks per job (one tier of one
-stamp of one repo: one predicate the store evaluates exactly).
-
-A replacement counts only when its `ingestedAt` is a number at or before the pass's read: the
-decision rests on what existed when the pass began reading, so a replacement arriving while
-the pass pages through the tenant never makes an early delete.
+"""A tenant's generation rules over one pass (pure): `GenerationTally` gathers the generation
+orphans page by page (`orphans` classifies each row and says when a replacement counts),
+counts them in the union with the other rules, and plans the deletable chunks per job.
 """
 
 from __future__ import annotations
@@ -45,10 +40,9 @@ class GenerationJobKey:
 
 @dataclass(slots=True)
 class GenerationTally:
-    """A tenant's generation rules over a pass's pages, settled after the last page into
-    the figures and the deletable chunks per job. The other rules' verdict on each row is
-    passed in, so the union counts a row once and a row another rule already deletes is
-    planned there, not twice. Memory: the generation orphans of the tenant."""
+    """A tenant's generation rules over a pass's pages, settled after the last page. The other
+    rules' verdict on each row is passed in, so the union counts a row once and a row another
+    rule already deletes is planned there, not twice."""
 
     tenant_id: str
     rules: tuple[GenerationRule, ...]
@@ -122,8 +116,7 @@ class GenerationTally:
         self.paths.setdefault(key, set()).add(orphan.source_path)
 
     def set_aside(self, held: frozenset[str]) -> int:
-        """Take the chunks a restore holds out of the deletable ones (once settled); how
-        many."""
+        """Take the chunks a restore holds out of the deletable ones; how many."""
         if not held:
             return 0
         count = 0
@@ -147,11 +140,8 @@ class GenerationTally:
         return rule.authority.get(key.repo_slug)
 
     def clauses(self, key: GenerationJobKey) -> tuple[dict[str, Any], ...]:
-        """What every band of a job shares, for the store to evaluate at delete time: the
-        tenant, the repo, exactly the old stamp, and for the unyielded tier the authority's
-        window (`ingestedAt <= updatedAt`). The band adds its `sourcePath $in` and its
-        `ingestedAt` range (never past the pass's read), so a chunk rewritten after the read
-        never matches."""
+        """What every band of a job shares: the tenant, the repo, exactly the old stamp, and for
+        the unyielded tier the authority's window (`ingestedAt <= updatedAt`)."""
         clauses: list[dict[str, Any]] = [{TENANT_KEY: self.tenant_id},
                                          {REPO_KEY: key.repo_slug},
                                          *stamp_clauses(key.kind, key.stamp)]
@@ -162,9 +152,8 @@ class GenerationTally:
         return tuple(clauses)
 
     def may_delete(self, key: GenerationJobKey) -> Callable[[Mapping[str, Any]], bool]:
-        """The job's rule on one fetched row: this tenant's and repo's, still the old stamp,
-        a path the pass found deletable for this tier (replaced, or unyielded inside the
-        authority's window)."""
+        """The job's rule on one fetched row: this tenant's and repo's, still the old stamp, a
+        path the pass found deletable for this tier."""
         paths = frozenset(self.paths.get(key, ()))
         stamper = STAMPERS[key.kind]
         authority = self.authority(key)
