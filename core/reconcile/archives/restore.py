@@ -127,7 +127,8 @@ class RestoreFigures:
     unreadable: int
     problems: tuple[LineProblem, ...]
     warnings: tuple[str, ...]
-    #: Written only when some (as `held` and `release`).
+    #: These three written only when some; `held`: the chunks put back and held, `release`:
+    #: the command that lifts the hold.
     withdrawn: int | None = field(default=None, metadata=omitted_when_none())
     held: int | None = field(default=None, metadata=omitted_when_none())
     release: str | None = field(default=None, metadata=omitted_when_none())

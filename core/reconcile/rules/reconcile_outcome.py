@@ -245,7 +245,7 @@ class ReconcileDetail:
     actionable_count: int
     tombstoned_count: int
     current_version: int
-    #: The master switch and the tenant's policy.
+    #: Whether the tenant's chunks may be tombstoned (the master switch and its policy).
     auto_tombstone: bool
     #: Null when invalid (fails closed).
     orphan_version_gap: float | None
