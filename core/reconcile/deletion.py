@@ -72,7 +72,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 #: Chunks per band, the rows of one delete request: each request re-evaluates the `where` over
-#: the whole tenant, so fewer, larger bands are faster (docs/performance.md).
+#: the whole tenant, so fewer, larger bands are faster (docs/performance.md); memory does not
+#: grow with the band, and a smaller one would not shrink the store's race window.
 BAND_ROWS: Final = 5_000
 #: Rows fetched whole per archive read: bounds the store client's conversion buffers.
 ARCHIVE_READ_ROWS: Final = 1_000
@@ -301,7 +302,8 @@ async def _settle_refused_rows(
 def _write_pages(target: DeletionTarget, pages: Mapping[str, ColumnPage],
                  progress: Mapping[str, TombstoneProgress], archived_at_ms: int) -> None:
     """(blocking) Append each tenant's rows to its archive, created with its first rows;
-    durable only after `sync_archives`. Serial: encoding is Python work threads would share."""
+    durable only after `sync_archives`. One tenant after another: threads would only take turns
+    at encoding (the GIL)."""
     for tenant_id, rows in pages.items():
         done = progress[tenant_id]
         if done.archive is None:
