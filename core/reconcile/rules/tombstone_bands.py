@@ -178,7 +178,8 @@ def store_bound(value: Number) -> Number:
     """A band bound as the store's operand: an int as it is; a float moved up by
     FLOAT_BOUND_SLACK_ULPS. A band's `after` is the previous band's `through` and both move
     alike, so every chunk still falls in exactly one band; one taken in through the slack is in
-    the band's snapshot read, so it is archived before it goes."""
+    the band's snapshot read, so it is archived before it goes. (Against integer values Chroma
+    truncates a fractional operand, so the slack never reaches an integer `ingestedAt`.)"""
     if isinstance(value, float) and math.isfinite(value):
         for _ in range(FLOAT_BOUND_SLACK_ULPS):
             value = math.nextafter(value, math.inf)
