@@ -41,8 +41,9 @@ Glossary (one word per idea):
   of one). The **sweep** is one read of the whole collection that serves every shared group at
   once when tenants are small: a way the one path reads, not a path of its own.
 - **plan**: one reason to delete for one or more tenants (`DeletionPlan`): the `where` its
-  bands share, each tenant's rule, and its bands. `explain`'s plan (`rules.explain_plan.TenantPlan`)
-  is exactly the deletion plans' selection: the plan is the delete.
+  bands share, each tenant's rule, and its bands. `explain`'s plan
+  (`rules.explain_plan.TenantPlan`) is exactly the deletion plans' selection: the plan is the
+  delete.
 - **band**: the chunks of a plan whose `ingestedAt` falls in one range: one ids-only read,
   one archive write per tenant, one delete request.
 - **legacy**: a config-stale actionable chunk whose `ingestedAt` is absent or an ISO string
@@ -54,8 +55,9 @@ Glossary (one word per idea):
   held chunk or a restore hold.
 - **restore hold**: a chunk a restore put back, not deleted while the tenant's evidence is
   the one of the restore or until `tenants release` (`restoreHeldCount`; rules/restore_holds).
-- **first to go**: under the cap, config-stale chunks (legacy ones first), then the oldest
-  `ingestedAt` of every other reason together, then the smaller id (`first_to_go`).
+- **first to go**: under the cap, ONE order across every reason: the oldest `ingestedAt`
+  first (a legacy chunk at its ISO time, one without a date first of all), then the smaller id
+  (`TenantTally.first_to_go`).
 - **tombstone**: to delete a chunk after archiving it (`restore` puts it back).
 
 How to add a deletion reason (e.g. a generation-identity orphan, retention) touches five
