@@ -9,11 +9,9 @@ the exit code) happens in the command's own process, so its output is the same b
 construction.
 
 Why it is safe:
-- **Same user only, checked by the kernel both ways.** A Unix socket in an owner-only folder
-  (no TCP port). The daemon accepts only a peer of its own uid (SO_PEERCRED) and closes any
-  other before reading a byte; the command checks, before it sends anything, that the folder,
-  pid file and socket are its user's and owner-only and that the listening process is its
-  user's and the pid the door names. There is no secret to leak.
+- **Same user only, checked by the kernel both ways** (SO_PEERCRED; how:
+  `core.base.door.door_socket`): the daemon closes another user's connection before reading
+  a byte, and a command sends nothing before it has verified the door. There is no secret.
 - **Nothing decoded for a peer not yet let in.** A command first sends HELLO, fixed bytes the
   daemon compares; after it, frames are bounded (MAX_FRAME_BYTES) and arrays only of plain
   numeric dtypes (`ARRAY_DTYPES`).
