@@ -7,24 +7,16 @@
     python -m daemons.reconcile archives [TENANT] [--config F] [--json]
 
 `--tick` runs the daemon's jobs once, through the scheduler's own path (`core.suite`): one
-pass (`core.reconcile.reconcile_tick`), then one alerting pass
-(`core.alerting.alerting_pass.alerting_tick`) when alerting is enabled, as CONTRACT says.
+pass, then one alerting pass when alerting is enabled.
 
 Exit 0 done; 1 a store unreachable, a tenant failed, or telemetry rows the pass could not
-write (spooled for the next pass; the `--json` object is printed first); 2 usage,
-configuration or archive errors (a restore with a refused or unreadable line included, a
-line the store refused for its data among them: each is named on stderr with its reason, the
-others are still restored); 128 + the signal's number when SIGINT or
-SIGTERM stopped the run (after its current tenant, band or batch).
+write (spooled; the `--json` object is printed first); 2 usage, configuration or archive
+errors (a restore's refused lines are each named on stderr, the others still restored);
+128 + the signal's number when a signal stopped the run.
 
-`explain` runs one tenant's pass in explain mode (`core.reconcile.explain_tenant`: the
-pass's own scan, rules and guards; nothing deleted, nothing written) and prints the plan: a
-table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
-tenant without a configuration node, 1 when a store cannot be read.
-
-`archives` lists the tombstone archives (`core.reconcile.archives.listing`): this host's files
-and, with `stateUrl`, the shared copies; an archive that cannot be used is listed with its
-problem (exit 0). Never opens Chroma.
+`explain` prints one tenant's plan from the pass's own scan, rules and guards, nothing written
+(`core.reconcile.explain_tenant`). `archives` lists the tombstone archives, this host's and the
+shared copies, each unusable one with its problem (`core.reconcile.archives.listing`).
 """
 
 from __future__ import annotations

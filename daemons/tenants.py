@@ -16,19 +16,13 @@
     python -m daemons.tenants remove-yield TENANT --repo-slug R [--config F] [--json]
     python -m daemons.tenants release TENANT [--archive ARCHIVE] [--config F] [--json]
 
-`set-config` raises the tenant's config version by one (the first call gives 1) and says so
-(`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
-older version becomes stale for reconciliation. `set-manifest` records a repo's claimed state
-(replacing that repo's manifest) once its paths pass the manifest rules and, unless `--force`,
-it names at least one chunk the repo has (it reads Chroma, as `set-repo` does for a repo
-the tenant does not declare);
-`set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
-exit 2 with one line, and changes nothing; so is a tenant without a configuration or a repo
-the tenant neither declares nor has chunks of (a typo: `core.reconcile.known_names`), unless
-`--create`. The others open only the graph, so they are quick.
-On a neo.mjs graph every node is written in the original's shape (`core.base.rules.tenants`):
-`--repo-slug` of `set-config`, and `set-repo` of a repo the platform has not declared, are
-exit 2 there.
+`set-config` raises the tenant's config version by one, so every chunk stamped with an older
+one becomes stale. `set-manifest` replaces a repo's manifest once its paths pass the manifest
+rules and, unless `--force`, name at least one chunk the repo has (it reads Chroma, as
+`set-repo` does for an undeclared repo); `set-policy` never changes the version. Bad input, a
+tenant without a configuration or an unknown repo (a typo: `core.reconcile.known_names`)
+unless `--create`, is exit 2 with one line, nothing changed. On a neo.mjs graph nodes are
+written in the original's shape (`core.base.rules.tenants`).
 """
 
 from __future__ import annotations
