@@ -222,12 +222,10 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
-    """`--tick`: one pass over every configured tenant, then the alerting pass when enabled:
-    the daemon's jobs, each run once as its scheduler runs them.
+    """`--tick`: the daemon's jobs, each run once as its scheduler runs them.
 
-    With `--json`, exactly one object: the reconcile figures with `ok` and the alerting
-    figures under `alerting`; `{"ok": false, "error": ...}` when a store could not be used.
-    Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
+    With `--json`, one object: the reconcile figures with `ok`, the alerting figures under
+    `alerting`.
     """
     settings = load_settings(args.config)
 
@@ -245,10 +243,8 @@ def pass_succeeded(figures: Figures) -> bool:
 
 
 async def run_restore(args: argparse.Namespace) -> int:
-    """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only;
-    each refused or unreadable line named on stderr (exit 2), then the counts on stdout.
-    Bounded like a reconcile pass; a stop signal ends it after the current batch (re-running
-    it finishes the rest: a restore is idempotent)."""
+    """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only
+    (idempotent: a run stopped after a batch is finished by running it again)."""
     settings = load_settings(args.config)
     archive: Path = args.archive
     # A file here is read as today; with the state shared (`stateUrl`) and no such file, the
@@ -311,10 +307,9 @@ def restore_summary(result: RestoreResult) -> str:
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:
-    """The reconcile daemon: a pass every `reconciliationIntervalMs` (with a little jitter, so
-    that several hosts do not scan one Chroma server in step), plus the alerting job every
-    `alertingIntervalMs` when alerting is enabled. With reconciliation disabled the pass job
-    still ticks and logs that it is disabled: the daemon idles, visibly."""
+    """The reconcile daemon: a pass every `reconciliationIntervalMs` (jittered, so hosts do
+    not scan one Chroma server in step), and the alerting job when enabled. Disabled, the
+    pass job still ticks and says so: the daemon idles, visibly."""
     interval = settings.reconcile.interval_ms
     jobs = [Job(DAEMON, reconcile_tick, interval,
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]

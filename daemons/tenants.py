@@ -130,9 +130,7 @@ class ManifestRead:
 
 def read_manifest(args: argparse.Namespace, *, now: int) -> ManifestRead:
     """The manifest the flags describe, read and checked (`normalize_manifest_paths`) before
-    anything is opened for writing; a ConfigError (exit 2, one line) for a folder that is not
-    a repository's top, a missing ref, an unreadable file, an empty path list or a path that
-    breaks the rules."""
+    anything is opened for writing; ConfigError (exit 2, one line) when it cannot be used."""
     if args.ref is not None and args.from_git is None:
         raise ConfigError("argument --ref: only with --from-git")
     try:
@@ -171,11 +169,9 @@ async def open_store_to_check(settings: Settings, why: str) -> VectorStore:
 
 async def check_manifest(settings: Settings, args: argparse.Namespace,
                          manifest: RepoManifest) -> None:
-    """Raise ConfigError, before anything is written, for a tenant without a configuration
-    or a repo it neither declares nor has chunks of (a typo, unless `--create`), and for a
-    manifest that names none of its repo's chunks while the repo has some (unless `--force`):
-    recorded, it would make every one of them an orphan. Reads Chroma only when one of those
-    questions needs it, without creating anything; a store that cannot be read is exit 1."""
+    """Raise ConfigError, before anything is written, for an unknown tenant or repo (unless
+    `--create`), and for a manifest that names none of its repo's chunks (unless `--force`):
+    recorded, it would make every one of them an orphan. Reads Chroma only when needed."""
     graph = await open_graph(settings.state, read_only=True)
     try:
         declared = await known_tenant_repos(graph, args.tenant, create=args.create)
