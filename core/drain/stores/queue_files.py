@@ -10,12 +10,11 @@ longer points at it, and reopens.
 
 Segments. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically)
 naming a fresh random segment id (JSON key `generation`); a line is (segment, byte offset)
-(see `core.drain`). The sidecar, not the inode, binds the id to the file: an unlinked `.draining`'s inode
-number can be handed to the next queue file, and resuming that file at a stale offset would
-skip real lines. The sidecar is removed only after `.draining` is (and a sidecar found without
-`.draining` is stale and removed first thing), so it never outlives its file into the next
-one. A `.draining` without a sidecar (made by hand) gets a fresh segment and is drained from
-its first byte.
+(see `core.drain`). The sidecar, not the inode, binds the id to the file: an unlinked
+`.draining`'s inode number can be handed to the next queue file, and resuming that file at a
+stale offset would skip real lines. The sidecar is removed only after `.draining` is (one
+found without `.draining` is stale and removed first thing), so it never outlives its file. A
+`.draining` without a sidecar (made by hand) gets a fresh segment, drained from its first byte.
 
 Producers that append without the lock (a bare `>>`, `appendFileSync`) are served too: the
 drainer hands the bytes they wrote into `.draining` late back to the live queue
