@@ -14,14 +14,14 @@ What it guarantees:
   `.draining` file) makes the first run due at once.
 - **Supervision.** A tick that raises is logged with its traceback and the next one still
   runs; repeated failures back off (logged once, and again on recovery). A daemon whose
-  scheduler dies is restarted with backoff; the other daemon in the process is unaffected.
+  scheduler dies is restarted by `core.suite.serve`.
 - **Recovery.** A state that does not answer at start is waited for; a state connection lost
   under a tick (a database restart, a failover, a cut network, a SQLite I/O error) fails that
   tick as store unavailable, nothing lost, and is replaced before the next one.
-- **Graceful shutdown.** SIGTERM/SIGINT stop scheduling and ask running ticks to return after
-  their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
-  tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
-  its transaction rolls back and its lines stay on disk.
+- **Graceful shutdown.** A stop asks running ticks to return after their current batch
+  (APScheduler's own shutdown would cancel them mid-batch, so ticks run in tasks of ours,
+  shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled; its
+  transaction rolls back and its lines stay on disk.
 - **Health.** `DaemonRunner.health_problem` says when a scheduler died or a tick stalled, so
   the systemd watchdog (`core.suite.serve`) stops pinging only when progress has stopped.
 """
