@@ -1,12 +1,9 @@
 """`python -m daemons.backfill --days N [--dry-run] [--skip-drain] [--json] [--config F]`:
 live-ingest every session summarized in the last N days, then drain the lazy-edge queue.
 
-Run it before a workload that reaches into many historical sessions, so the workload does not
-pay a lazy back-fill per request. The work is `core.drain.eager_backfill`, run once through the
-runtime's one-shot path; this module parses the flags, shows progress and turns the outcome
-into CONTRACT's exit codes: 0 done, 1 a session failed (listed), a store was unreachable or
-the run outlived its bound, 2 a usage or configuration error, 128 + the signal's number when
-SIGINT/SIGTERM stopped it after its current batch.
+The work is `core.drain.eager_backfill`, run once through the runtime's one-shot path; this
+module parses the flags, shows progress and turns the outcome into CONTRACT's exit codes
+(`daemons.cli.commands`; 1 also when a session failed, each listed).
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """`python -m daemons.demo [--config F]`: seed a small realistic dataset, run one drain tick and
 one reconcile pass on it, and print the status.
 
-What a newcomer sees within a minute of a fresh clone: sessions live-ingested, missing nodes
-back-filled from Chroma (some as minimal sessions), hallucinated edges re-queued, malformed
-lines dead-lettered, and a tenant whose knowledge-base chunks drifted behind its config.
+The newcomer sees sessions live-ingested, missing nodes back-filled, hallucinated edges
+re-queued, malformed lines dead-lettered, and a tenant whose chunks drifted behind its config.
+The reconcile pass is report-only (auto-tombstoning forced off), not a dry run, so it writes
+the telemetry `status` shows and deletes nothing.
 
-The reconcile pass runs for real but report-only: reconciliation is switched on for this one
-pass (it is opt-in and off by default) with auto-tombstoning forced off. A dry run would write
-no telemetry, so `status` would have no stale counts to show; report-only writes the
-telemetry and deletes nothing.
+The demo writes over nothing it did not write: it starts again only in a data folder that is
+fresh or as its last run left it (`core.suite.demo.folder`), and only into a store that holds
+nothing but its own rows; anything else is exit 2, one line, nothing changed.
 
-Every run tells the same story, and writes over nothing it did not write: in a data folder that
-is fresh, or that the demo's last run left and nobody else wrote to since, it starts again
-from nothing (`core.suite.demo.folder`); any other folder (a tenant's policy or manifest set
-there since, a drained queue, real nodes) it refuses (exit 2, one line naming what changed and
-how to run it in a folder of its own) and changes nothing in it.
-
-The demo writes only into a store that holds nothing but its own rows: pointed at a store with
-other data it refuses (exit 2) rather than mix made-up sessions into real ones.
-
-`--neo [DIR]` tells the same story on a neo.mjs deployment's own graph: a made-up checkout in
-a folder of the demo's own (default `.kb-neo-demo`; `core.suite.demo.neo`), whose graph is the
-original's latest schema holding what the platform would (its frontier, tenant configs and
-telemetry), rebuilt on every run that finds it as the last one left it; a folder the demo
-did not make, or one that changed since (the same judgement), is exit 2, never written.
+`--neo [DIR]` tells the same story on a made-up neo.mjs checkout in a folder of the demo's own
+(default `.kb-neo-demo`; `core.suite.demo.neo`), judged the same way.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`python -m daemons.enqueue [--config F]`: append edge JSON lines from stdin to the queue.
 
-Every line is checked before any is written: when one is malformed nothing is appended, each
-bad line is named by its number on stderr, and the exit code is 2. Valid input is appended in
-one locked write (the producer protocol in `core.drain.stores.queue_files`); when that write fails
-(a full disk) the queue is cut back to its size before it, so nothing is appended, and the exit code
-is 1. Every line is a new line: a `_drain` key (the drainer's bookkeeping, present on a line
-copied from the queue or a dead letter) is stripped. A queue path that is a symbolic link is
-refused (exit 2).
+All or nothing (`core.drain.stores.queue_files.enqueue_edges`): a malformed line appends none
+(exit 2, each bad line named by its number on stderr); a failed write leaves the queue as it
+was (exit 1). A `_drain` key is stripped, so every line is a new one.
 """
 
 from __future__ import annotations

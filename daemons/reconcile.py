@@ -7,24 +7,16 @@
     python -m daemons.reconcile archives [TENANT] [--config F] [--json]
 
 `--tick` runs the daemon's jobs once, through the scheduler's own path (`core.suite`): one
-pass (`core.reconcile.reconcile_tick`), then one alerting pass
-(`core.alerting.alerting_pass.alerting_tick`) when alerting is enabled, as CONTRACT says.
+pass, then one alerting pass when alerting is enabled.
 
 Exit 0 done; 1 a store unreachable, a tenant failed, or telemetry rows the pass could not
-write (spooled for the next pass; the `--json` object is printed first); 2 usage,
-configuration or archive errors (a restore with a refused or unreadable line included, a
-line the store refused for its data among them: each is named on stderr with its reason, the
-others are still restored); 128 + the signal's number when SIGINT or
-SIGTERM stopped the run (after its current tenant, band or batch).
+write (spooled; the `--json` object is printed first); 2 usage, configuration or archive
+errors (a restore's refused lines are each named on stderr, the others still restored);
+128 + the signal's number when a signal stopped the run.
 
-`explain` runs one tenant's pass in explain mode (`core.reconcile.explain_tenant`: the
-pass's own scan, rules and guards; nothing deleted, nothing written) and prints the plan: a
-table of the first 50 chunks with the totals, or every chunk with `--json`. Exit 2 for a
-tenant without a configuration node, 1 when a store cannot be read.
-
-`archives` lists the tombstone archives (`core.reconcile.archives.listing`): this host's files
-and, with `stateUrl`, the shared copies; an archive that cannot be used is listed with its
-problem (exit 0). Never opens Chroma.
+`explain` prints one tenant's plan from the pass's own scan, rules and guards, nothing written
+(`core.reconcile.explain_tenant`). `archives` lists the tombstone archives, this host's and the
+shared copies, each unusable one with its problem (`core.reconcile.archives.listing`).
 """
 
 from __future__ import annotations
@@ -230,12 +222,10 @@ async def run_explain(args: argparse.Namespace) -> int:
 
 
 async def run_one_pass(args: argparse.Namespace) -> int:
-    """`--tick`: one pass over every configured tenant, then the alerting pass when enabled:
-    the daemon's jobs, each run once as its scheduler runs them.
+    """`--tick`: the daemon's jobs, each run once as its scheduler runs them.
 
-    With `--json`, exactly one object: the reconcile figures with `ok` and the alerting
-    figures under `alerting`; `{"ok": false, "error": ...}` when a store could not be used.
-    Exit 1 (`ok: false`) when a tenant failed or a telemetry row is not in SQLite yet.
+    With `--json`, one object: the reconcile figures with `ok`, the alerting figures under
+    `alerting`.
     """
     settings = load_settings(args.config)
 
@@ -253,10 +243,8 @@ def pass_succeeded(figures: Figures) -> bool:
 
 
 async def run_restore(args: argparse.Namespace) -> int:
-    """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only;
-    each refused or unreadable line named on stderr (exit 2), then the counts on stdout.
-    Bounded like a reconcile pass; a stop signal ends it after the current batch (re-running
-    it finishes the rest: a restore is idempotent)."""
+    """`restore ARCHIVE`: put back the absent chunks, into the knowledge-base collection only
+    (idempotent: a run stopped after a batch is finished by running it again)."""
     settings = load_settings(args.config)
     archive: Path = args.archive
     # A file here is read as today; with the state shared (`stateUrl`) and no such file, the
@@ -319,10 +307,9 @@ def restore_summary(result: RestoreResult) -> str:
 
 
 def reconcile_daemon(settings: Settings) -> DaemonSpec:
-    """The reconcile daemon: a pass every `reconciliationIntervalMs` (with a little jitter, so
-    that several hosts do not scan one Chroma server in step), plus the alerting job every
-    `alertingIntervalMs` when alerting is enabled. With reconciliation disabled the pass job
-    still ticks and logs that it is disabled: the daemon idles, visibly."""
+    """The reconcile daemon: a pass every `reconciliationIntervalMs` (jittered, so hosts do
+    not scan one Chroma server in step), and the alerting job when enabled. Disabled, the
+    pass job still ticks and says so: the daemon idles, visibly."""
     interval = settings.reconcile.interval_ms
     jobs = [Job(DAEMON, reconcile_tick, interval,
                 jitter_s=min(interval / 1000 * RECONCILE_JITTER_FRACTION, RECONCILE_JITTER_MAX_S))]

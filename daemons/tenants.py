@@ -16,19 +16,13 @@
     python -m daemons.tenants remove-yield TENANT --repo-slug R [--config F] [--json]
     python -m daemons.tenants release TENANT [--archive ARCHIVE] [--config F] [--json]
 
-`set-config` raises the tenant's config version by one (the first call gives 1) and says so
-(`--json`: the tenant's id, version and repo slug as one object); every chunk stamped with an
-older version becomes stale for reconciliation. `set-manifest` records a repo's claimed state
-(replacing that repo's manifest) once its paths pass the manifest rules and, unless `--force`,
-it names at least one chunk the repo has (it reads Chroma, as `set-repo` does for a repo
-the tenant does not declare);
-`set-policy` changes the tenant's reconciliation policy and never its version. Bad input is
-exit 2 with one line, and changes nothing; so is a tenant without a configuration or a repo
-the tenant neither declares nor has chunks of (a typo: `core.reconcile.known_names`), unless
-`--create`. The others open only the graph, so they are quick.
-On a neo.mjs graph every node is written in the original's shape (`core.base.rules.tenants`):
-`--repo-slug` of `set-config`, and `set-repo` of a repo the platform has not declared, are
-exit 2 there.
+`set-config` raises the tenant's config version by one, so every chunk stamped with an older
+one becomes stale. `set-manifest` replaces a repo's manifest once its paths pass the manifest
+rules and, unless `--force`, name at least one chunk the repo has (it reads Chroma, as
+`set-repo` does for an undeclared repo); `set-policy` never changes the version. Bad input, a
+tenant without a configuration or an unknown repo (a typo: `core.reconcile.known_names`)
+unless `--create`, is exit 2 with one line, nothing changed. On a neo.mjs graph nodes are
+written in the original's shape (`core.base.rules.tenants`).
 """
 
 from __future__ import annotations
@@ -136,9 +130,7 @@ class ManifestRead:
 
 def read_manifest(args: argparse.Namespace, *, now: int) -> ManifestRead:
     """The manifest the flags describe, read and checked (`normalize_manifest_paths`) before
-    anything is opened for writing; a ConfigError (exit 2, one line) for a folder that is not
-    a repository's top, a missing ref, an unreadable file, an empty path list or a path that
-    breaks the rules."""
+    anything is opened for writing; ConfigError (exit 2, one line) when it cannot be used."""
     if args.ref is not None and args.from_git is None:
         raise ConfigError("argument --ref: only with --from-git")
     try:
@@ -177,11 +169,9 @@ async def open_store_to_check(settings: Settings, why: str) -> VectorStore:
 
 async def check_manifest(settings: Settings, args: argparse.Namespace,
                          manifest: RepoManifest) -> None:
-    """Raise ConfigError, before anything is written, for a tenant without a configuration
-    or a repo it neither declares nor has chunks of (a typo, unless `--create`), and for a
-    manifest that names none of its repo's chunks while the repo has some (unless `--force`):
-    recorded, it would make every one of them an orphan. Reads Chroma only when one of those
-    questions needs it, without creating anything; a store that cannot be read is exit 1."""
+    """Raise ConfigError, before anything is written, for an unknown tenant or repo (unless
+    `--create`), and for a manifest that names none of its repo's chunks (unless `--force`):
+    recorded, it would make every one of them an orphan. Reads Chroma only when needed."""
     graph = await open_graph(settings.state, read_only=True)
     try:
         declared = await known_tenant_repos(graph, args.tenant, create=args.create)

@@ -1,12 +1,10 @@
 """The alerting pass: telemetry rollup in, alerts out, cooldowns and a record kept in SQLite.
 
-It reads only the telemetry table (and its own cooldowns): reconciliation never dispatches an
-alert itself, it writes `reconcile` rows, and this pass turns them into alerts on its own
-schedule. The decisions are `core.alerting.rules`' (pure); this module is the I/O around
-them:
+It reads only the telemetry table (and its own cooldowns): reconciliation writes `reconcile`
+rows and never alerts itself. The decisions are `core.alerting.rules`' (pure); this module is
+the I/O around them:
 
-1. the rules: parsed once, when the settings were read (each invalid rule was warned about
-   once, at start; the valid ones run);
+1. the rules, parsed once when the settings were read (each invalid one warned about);
 2. roll up `alertWindowMs` of telemetry, per tenant and/or per repo as the rules' scopes need;
 3. load the cooldown stamps still in force, evaluate, deliver
 (`core.alerting.stores.alert_delivery`);
@@ -17,9 +15,7 @@ Delivered before stamped, so a crash in between fires the alert again on the nex
 rather than losing it. A failed delivery is recorded but starts no cooldown: the next pass
 tries again instead of staying silent for a whole `alertingCooldownMs`.
 
-Nothing stored holds a webhook's secrets: `alerts_fired.channel` is the redacted label, its
-`error` is scrubbed, and `alert_cooldowns.channel` is `channel_key` (label + fingerprint).
-Rows an earlier version stored with the full URL are rewritten by the first pass that writes.
+Nothing stored holds a webhook's secrets (`core.alerting.stores.alert_records`).
 """
 
 from __future__ import annotations
@@ -97,14 +93,11 @@ async def alerting_tick(
     clock: Callable[[], int] = now_ms,
     delivery: DeliveryPolicy = DEFAULT_DELIVERY_POLICY,
 ) -> AlertingFigures | AlertingDisabled:
-    """One alerting pass: the tick function `core.suite.tick.run_tick` runs for `--tick`
-    and for the scheduler. Returns the pass's figures.
+    """One alerting pass (the tick function of `--tick` and the scheduler); its figures.
 
-    Disabled (and not a dry run): logs "alerting disabled" and touches nothing. A dry run
-    works either way: it evaluates against the stored cooldowns and reports what would fire,
-    and sends nothing and writes nothing. A telemetry read that fails raises (the tick fails
-    visibly rather than reporting that all is quiet); a delivery that fails does not. The
-    rules were parsed (and the invalid ones warned about) once, when the settings were read.
+    Disabled (and not a dry run), it touches nothing. A dry run reports what would fire
+    against the stored cooldowns, and sends and writes nothing. A failed telemetry read
+    raises (the tick fails visibly); a failed delivery does not.
     """
     alerting = context.settings.alerting
     if not alerting.enabled and not dry_run:

@@ -45,7 +45,7 @@ Every appended line takes effect exactly once, whatever its bytes and wherever a
 This package is the I/O around the pure decisions of `core.drain.rules.drain_plan`, one module per
 concern:
 
-- `tick`: `drain_queue`, one tick's drain over the files: the drainer lock, the leftover
+- `queue_drain`: `drain_queue`, one tick's drain over the files: the drainer lock, the leftover
   `.draining` resumed at its committed offset, the live queue rotated, each read in bounded
   batches (DRAIN_BATCH_LINES ...) and removed; the dry run reads them in place;
 - `batches`: one batch settled: resolved, written in the order above (`BatchSettler._write`),

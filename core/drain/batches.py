@@ -47,9 +47,8 @@ from core.drain.tick_state import TickState
 #: The drain's one logger name (see `core.drain.tick_state`).
 log = structlog.get_logger(__package__)
 
-#: Tries of a batch that lost to a concurrent write (`WriteConflict`: another drainer on a
-#: shared PostgreSQL state), CONFLICT_BACKOFF_S times the try number apart; none spends a
-#: line's attempts, and a conflict on the last one fails the tick as an outage.
+#: Tries of a batch that lost to a concurrent write (`WriteConflict`), CONFLICT_BACKOFF_S
+#: times the try number apart; a conflict on the last one fails the tick as an outage.
 CONFLICT_TRIES = 5
 CONFLICT_BACKOFF_S = 0.05
 
@@ -82,9 +81,8 @@ class BatchSettler:
         self.clock = clock
 
     async def settle(self, batch: Batch, *, tries: int = BATCH_TRIES) -> None:
-        """Apply a batch; when it fails `tries` times with an error that is not an outage,
-        split it until the failing line is alone, and dead-letter that line (see
-        `core.drain`). Outages propagate: the tick fails and nothing is spent."""
+        """Apply a batch, splitting it on a failure that is not an outage (see `core.drain`);
+        outages propagate."""
         alone = len(batch.lines) == 1
         tries = ISOLATION_TRIES if alone else tries
         error: Exception | None = None

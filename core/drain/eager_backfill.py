@@ -1,10 +1,9 @@
 """The operator's eager back-fill: live-ingest every session summarized in the last N days,
 then drain the lazy-edge queue (what `python -m daemons.backfill` runs).
 
-Run before a workload that will touch many historical sessions, so that it does not pay a lazy
-back-fill per request. It reuses live ingestion (`core.drain.live_ingest`) and the drain
-(`core.drain`); what it adds is what an operator needs from a one-off run over a large
-window:
+Run before a workload that will touch many historical sessions. It reuses live ingestion
+(`core.drain.live_ingest`) and the drain (`core.drain`), and adds what a one-off run over a
+large window needs:
 
 - the window is a time, not a string: summaries are read in pages and each `createdAt` is
   parsed (ISO-8601 with or without zone, epoch ms or s); rows that cannot be parsed are counted
@@ -48,8 +47,7 @@ DAY_MS = 86_400_000
 #: Why the rest of a run was not done when a stop signal came (the run is not ok; re-running
 #: it is cheap: unchanged nodes are skipped, drained lines are gone from the queue).
 STOPPED = "stopped by a signal before the end; run it again to finish"
-#: How many failures the figures and the log name (all are counted): enough to see a pattern,
-#: few enough that one `--json` object stays readable when a whole window fails.
+#: How many failures the figures and the log name (all are counted).
 FAILURES_NAMED = 50
 
 
@@ -147,8 +145,7 @@ class EagerBackfillFigures:
 
 
 def cutoff_for_days(days: int, *, now: int) -> int:
-    """The start of a window of `days` days ending at `now` (epoch ms), never before 1970:
-    a window longer than the epoch simply means "every session"."""
+    """The start of a window of `days` days ending at `now` (epoch ms), never before 1970."""
     if days < 1:
         raise ValueError(f"days must be >= 1, got {days}")
     return max(0, now - days * DAY_MS)
@@ -164,9 +161,8 @@ async def eager_backfill(
     clock: Callable[[], int] = now_ms,
 ) -> EagerBackfillReport:
     """Live-ingest the sessions summarized in the last `days` days, then drain unless
-    `skip_drain`. Per-session problems are in the report (`failures`); raises StoreUnavailable
-    only when the store is down (every session of a batch failed on it). When the run is
-    stopping, it returns after the batch in hand and does not drain."""
+    `skip_drain`. Per-session problems are in the report; raises StoreUnavailable only when
+    the store is down. When stopping, returns after the batch in hand and does not drain."""
     report = EagerBackfillReport(days, cutoff_for_days(days, now=clock()), dry_run)
     await _find_window(context, report)
     await _ingest_window(context, report, progress=progress)
@@ -185,8 +181,7 @@ async def eager_backfill(
 
 
 async def _find_window(context: TickContext, report: EagerBackfillReport) -> None:
-    """The sessions summarized since the report's cutoff (none, and why, without a summary
-    collection)."""
+    """The sessions summarized since the report's cutoff."""
     try:
         report.window = await sessions_created_since(context.vectors, context.settings,
                                                      report.cutoff_ms)

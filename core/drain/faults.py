@@ -1,12 +1,9 @@
 """The drain's failure policy: telling an outage from a batch's bad data, and isolating the one
 line that fails alone.
 
-An outage (a store down, locked or full; a file that cannot be written) fails the tick, keeps
-`.draining` for the next one and spends no line's attempts. Only a failure that is not an
-outage may be blamed on a batch's data: the batch is tried BATCH_TRIES times, then split in
-halves until the failing line is alone, and that line, after ISOLATION_TRIES tries of its own
-a moment apart, is dead-lettered `unprocessable` with the error. So no line can stop the queue,
-and a store that flaps cannot get a good line dead-lettered.
+The policy is the package's "no line can stop the queue" (`core.drain`): an outage fails the
+tick and spends nothing; a batch that fails otherwise BATCH_TRIES times is split until the
+failing line is alone, and that line is dead-lettered `unprocessable` after ISOLATION_TRIES.
 """
 
 from __future__ import annotations
@@ -30,9 +27,8 @@ log = structlog.get_logger(__name__)
 
 #: Tries of a batch before it is split (the split halves get one each).
 BATCH_TRIES = 2
-#: Tries of a line alone before it is dead-lettered `unprocessable`, with ISOLATION_BACKOFF_S
-#: times the try number between them: a store that flaps (answers the probe, fails the next
-#: request) must not get a good line dead-lettered by bad luck.
+#: Tries of a line alone before it is dead-lettered `unprocessable`, ISOLATION_BACKOFF_S times
+#: the try number apart, so a store that flaps cannot get a good line dead-lettered.
 ISOLATION_TRIES = 3
 ISOLATION_BACKOFF_S = 0.2
 #: The id asked of Chroma to tell an outage from a request that failed on its data.
@@ -42,11 +38,9 @@ ISOLATED_DETAIL_CHARS = 500
 
 
 async def is_outage(exc: Exception, vectors: VectorStore, collections: Sequence[str]) -> bool:
-    """Whether `exc` says a store is unavailable (so the tick must fail, spending nothing)
-    rather than that a batch's data made a call fail. A SQLite error is told by its kind (the
-    store raises StoreUnavailable for busy, locked, I/O, full ...); a Chroma error is the
-    batch's fault only when the store refused the request for its data while it answers a
-    harmless question about each of `collections`."""
+    """Whether `exc` says a store is unavailable rather than that a batch's data made a call
+    fail (how each store is told: see `core.drain`); `collections` are asked the harmless
+    question."""
     if isinstance(exc, VectorStoreError):
         return not (refused_for_its_data(exc) and await _chroma_answers(vectors, collections))
     return isinstance(exc, (StoreUnavailable, LockHeld, OSError))
@@ -67,9 +61,8 @@ async def _chroma_answers(vectors: VectorStore, collections: Sequence[str]) -> b
 
 def isolation_plan(segment: str, read: ReadLine, error: Exception, *,
                    already_dead: Collection[str], now_ms: int) -> BatchPlan:
-    """The plan that settles a line that fails alone: one `unprocessable` dead letter carrying
-    the error (none when `already_dead` holds its position: never two records for one line),
-    and its re-queue token used up, so no copy of it is applied later. Logs the isolation."""
+    """The plan that settles a line that fails alone: one `unprocessable` dead letter (none
+    when `already_dead` holds its position), and its re-queue token used up. Logs it."""
     read_at = position_id(segment, read.offset)
     line_id, attempts, token = read_at, 0, None
     try:

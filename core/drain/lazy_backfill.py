@@ -54,15 +54,12 @@ async def plan_backfill(
     *,
     existing: Collection[str] | None = None,
 ) -> BackfillPlan:
-    """Resolve many node ids at once (reads only): SQLite once for which exist, Chroma once
-    (chunked) for the missing memories and once for the sessions they and the request need.
-    On a neo.mjs graph (E2/E3) a missing `memory:X` whose bare id another kind of node holds
-    is `canonical-label-conflict` before Chroma is asked (one more SQLite query).
-    `existing`, when given, is the caller's fresh answer to "which of these exist" and saves
-    the first SQLite query.
+    """Resolve many node ids at once (reads only): the graph once for which exist, Chroma once
+    (chunked) for the missing memories and once for their sessions. `existing`, when given,
+    is the caller's fresh answer to which exist.
 
-    Raises nothing for Chroma trouble: a missing collection or a failed fetch becomes the
-    reason of every id it affects, so the caller can decide (retry the line, fail the tick).
+    Raises nothing for Chroma trouble: it becomes the reason of every id it affects, so the
+    caller can decide (retry the line, fail the tick).
     """
     request = sort_request(node_ids)
     plan = request.plan
@@ -137,10 +134,8 @@ async def ingest_single_row(
 ) -> BackfillResult:
     """Make one `memory:` / `session:` node exist (with its parent session), never raising.
 
-    Uppercase prefixes are accepted and normalized; an id that names no row (another prefix,
-    an empty body, not a string) is `unrecognized-prefix` and never reaches Chroma. Every
-    result echoes the requested id as `graphNodeId` (normalized; None only for a non-string),
-    as the original does, whether it succeeded or not.
+    An id that names no row is `unrecognized-prefix` and never reaches Chroma; every result
+    echoes the requested id, normalized, as `graphNodeId`, as the original does.
     """
     parsed = parse_row_node_id(node_id)
     if parsed is None:
@@ -164,9 +159,8 @@ async def link_with_backfill(
     weight: float = 1.0,
     properties: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Link two nodes, first back-filling missing `memory:` / `session:` endpoints (the
-    platform's `linkNodesAsync`). False when an endpoint cannot be resolved; the edge is
-    then culled exactly as `GraphDB.link_nodes` would."""
+    """Link two nodes, first back-filling missing endpoints (the platform's `linkNodesAsync`);
+    False, the edge culled, when an endpoint cannot be resolved."""
     source = normalize_graph_node_id(source)
     target = normalize_graph_node_id(target)
     present = await existing_ids(graph, [source, target])

@@ -42,19 +42,13 @@ from core.drain.tick_state import TickState
 #: The drain's one logger name (see `core.drain.tick_state`).
 log = structlog.get_logger(__package__)
 
-#: Lines per batch: one existence query, a Chroma get or two, one transaction. Fewer, larger
-#: batches rewrite fewer index pages and fsync fewer times; a batch's memory grows with its
-#: lines, so this is the size past which a larger batch drains no faster (docs/performance.md,
-#: "Notes moved from the code").
+#: Lines per batch (one existence query, a Chroma get or two, one transaction): the size past
+#: which a larger batch drains no faster (docs/performance.md).
 DRAIN_BATCH_LINES = 20_000
-#: Bytes of lines per batch, which bounds what a batch holds in copies of its lines (the
-#: parsed strings, the properties JSON, a dead letter's record) when they are long.
+#: Bytes of lines per batch: bounds what a batch holds in copies of long lines.
 DRAIN_BATCH_BYTES = 6 << 20
-#: The bound of a batch's lines once parsed (`parsed_size_bound`: their bytes plus
-#: PARSED_BYTES_PER_VALUE per JSON value). It lets a full batch of real edge lines through,
-#: while a line that parses into millions of small objects (`[[],[],...]`) counts for many
-#: times its bytes, so a 1 MiB one makes a batch of its own instead of sharing one with two
-#: others: what a batch holds once parsed is bounded whatever its lines hold.
+#: The bound of a batch's lines once parsed (`parsed_size_bound`): a full batch of real edge
+#: lines fits, a line that parses into millions of small objects makes a batch of its own.
 DRAIN_BATCH_PARSED_BYTES = 48 << 20
 #: How long to wait for a bare producer to finish an unterminated last line.
 LATE_WRITER_GRACE_S = 0.05
@@ -73,9 +67,8 @@ class QueueFileError(StoreUnavailable):
 async def drain_queue(
     context: TickContext, *, dry_run: bool = False, clock: Callable[[], int] = now_ms
 ) -> DrainStats:
-    """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld when
-    another drainer runs, StoreUnavailable when a store fails (nothing lost either way),
-    QueuePathIsSymlink (exit 2) when the queue path is a symbolic link."""
+    """Drain the leftover `.draining` (if any), then the live queue. Raises LockHeld,
+    StoreUnavailable (nothing lost either way) or QueuePathIsSymlink (exit 2)."""
     started = time.monotonic()
     refuse_symlinked_queue(context.settings.drain.lazy_edges_queue_path)
     drainer = _Drainer(context, dry_run=dry_run, clock=clock)
@@ -83,8 +76,7 @@ async def drain_queue(
         with _cyclic_gc_paused():
             await (drainer.read_in_place() if dry_run else drainer.drain_under_lock())
     except OSError as exc:
-        # Disk full, permissions, a vanished folder: fail the tick like a store outage;
-        # `.draining` (if any) stays for the next tick and nothing is lost.
+        # Fail the tick like a store outage: `.draining` stays for the next tick.
         raise QueueFileError(f"queue file error: {exc}") from exc
     drainer.state.log_malformed(context.settings.drain.dead_letter_path)
     return replace(drainer.state.stats,
@@ -93,12 +85,9 @@ async def drain_queue(
 
 @contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the drain. A drain allocates several
-    containers per line (the parsed object, its properties, the rows to write), and every few
-    thousand allocations the collector walks the whole heap, which with chromadb loaded is
-    large (see docs/performance.md, "Notes moved from the code"). Nothing the drain allocates
-    forms a reference cycle, so reference counting frees it all the same; the collector runs
-    again as soon as the drain returns."""
+    """Pause the cyclic garbage collector for the drain: it would walk the whole (large) heap
+    every few thousand of the drain's allocations (docs/performance.md), and nothing the
+    drain allocates forms a cycle, so reference counting frees it all the same."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -146,21 +135,18 @@ class _Drainer:
             lock.release()
 
     async def _resume_leftover(self) -> tuple[Segment, int]:
-        """The leftover's segment and the offset to resume at: its sidecar and committed
-        offset, or (no sidecar: a file made by hand) a fresh
-        segment from the first byte. Collects the dead letters a crashed batch wrote.
+        """The leftover's segment and offset to resume at (no sidecar: a fresh segment from
+        the first byte); collects the dead letters a crashed batch wrote.
 
-        A committed offset past the file's end means the sidecar does not describe this file
-        (only something outside the drainer can cause it): the file is drained from its first
-        byte under a fresh segment, because resuming could skip lines nobody read, while
-        starting over can at worst apply lines a second time, and says so in the log."""
+        A committed offset past the file's end means the sidecar belongs to another file: the
+        file is drained from its first byte under a fresh segment, because resuming could skip
+        lines nobody read, while starting over can at worst apply lines twice (and logs it)."""
         s = self.settings.drain
         segment = await asyncio.to_thread(read_sidecar, s.draining_path)
         if segment is not None:
             committed, dead_size = await drain_state.progress(self.graph, segment.id)
             size = file_size(s.draining_path)
             if committed is not None and committed > size:
-                # Committed past the file's end: this sidecar belongs to another file.
                 log.error("drain.sidecar_mismatch", segment=segment.id,
                           committedOffset=committed, size=size)
                 segment = None
@@ -176,10 +162,9 @@ class _Drainer:
         return segment, 0
 
     async def _drain_segment(self, segment: Segment, start: int) -> None:
-        """Process every line of `.draining` from `start` in batches, then remove it (and its
-        sidecar), handing bytes a bare producer wrote meanwhile back to the live queue. When
-        the daemon is stopping, return after the current batch and keep the file: the next
-        start resumes after the committed offset."""
+        """Settle `.draining` from `start` in batches, hand late bytes back to the live queue,
+        and remove it with its sidecar. When stopping, return after the current batch and keep
+        the file: the next start resumes after the committed offset."""
         s, state = self.settings.drain, self.state
         state.dead_letters_size = file_size(s.dead_letter_path)
         reader = await asyncio.to_thread(
@@ -208,8 +193,7 @@ class _Drainer:
             await asyncio.to_thread(reader.close)
 
     async def read_in_place(self) -> None:
-        """Dry run: read `.draining` (from its committed offset) and the queue where they are;
-        no lock, no rename, no write, no side file."""
+        """Dry run: read `.draining` (from its committed offset) and the queue in place."""
         s, state = self.settings.drain, self.state
         state.drain_tables = await drain_state.table_exists(self.graph,
                                                             drain_state.TOKENS_TABLE)
@@ -232,12 +216,12 @@ class _Drainer:
 
 
 async def _read_batch(reader: QueueReader) -> list[ReadLine]:
-    """The next batch of whole lines; at the end of the file, after a short wait for a bare
-    producer to finish, an unterminated last line counts as a line."""
+    """The next batch of whole lines; at the end, after a short wait for a bare producer, an
+    unterminated last line counts as a line."""
     lines = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES, DRAIN_BATCH_BYTES,
                                     max_parsed_bytes=DRAIN_BATCH_PARSED_BYTES)
     if not lines and await asyncio.to_thread(reader.has_more):
-        await asyncio.sleep(LATE_WRITER_GRACE_S)  # let a writer finish its line
+        await asyncio.sleep(LATE_WRITER_GRACE_S)
         lines = await asyncio.to_thread(reader.read_lines, DRAIN_BATCH_LINES,
                                         DRAIN_BATCH_BYTES, final=True,
                                         max_parsed_bytes=DRAIN_BATCH_PARSED_BYTES)

@@ -15,8 +15,8 @@ import structlog
 from core.drain.rules.drain_plan import BatchPlan, DrainStats, Parsed
 from core.drain.rules.queue_lines import MalformedLine, position_id
 
-#: The drain's one logger name for every module of the package (`core.drain`), as when
-#: it was one module: a filter on the logger keeps seeing all of the drain's lines.
+#: The drain's one logger name for every module of the package, so a filter on the logger
+#: sees all of the drain's lines.
 log = structlog.get_logger(__package__)
 
 #: How many malformed lines are quoted in the log per tick (all are dead-lettered).

@@ -5,23 +5,17 @@ alerting) run on one host at a time: the host whose `Leadership` holds the leade
 (`core.base.state.postgres.leader_lock`) on a session of its own. Every host runs the same daemon;
 the others are standbys, whose ticks are skipped (`tick.skipped reason="standby..."`).
 
-- Election: every `heartbeat_s` (a third of the lease) the leader renews its lease (which also
-  checks it still holds the lock) and a standby tries for the lock. When the leader's session
-  ends (kill -9: at once), a standby takes the lock within a heartbeat. When the leader stops
-  answering, however (SIGSTOP, even inside a statement; a hung event loop; a cut network), its
-  lease runs out one lease after its last renewal, by the server's clock, and a standby ends
-  its session and takes the lock at its next heartbeat: within one lease plus one heartbeat
-  of the leader's last word (`leadership.holder_ended`). The new leader schedules its next
-  pass one interval after the last recorded pass started (`daemon_ticks` is shared), so the
-  schedule carries on within one interval.
-- Fencing: a tick runs under a fence of its term (`core.base.runtime.fencing`); before each delete
-  it renews the lease, asking the server whether this host still holds the lock in that same
-  term, so a leader that was paused and resumed, or lost the lock and took it again mid-pass,
-  deletes nothing.
+- Election: every `heartbeat_s` (a third of the lease) the leader renews its lease and a
+  standby tries for the lock; a leader that died or went silent loses it within one lease plus
+  one heartbeat (how: `core.base.state.postgres.leader_lock`). The new leader carries on the
+  shared schedule (`DaemonRunner._carry_on_schedule`).
+- Fencing: a tick runs under a fence of its term (`core.base.runtime.fencing`): before each
+  delete it renews the lease, so a leader that was paused, or lost the lock and took it again
+  mid-pass, deletes nothing.
 - An unreachable database is logged once per outage (`leadership.unreachable`, then
   `leadership.reachable`); each heartbeat tries again.
 
-With SQLite (no `stateUrl`) or a dry run there is no election: one host, as before.
+With SQLite (no `stateUrl`) or a dry run there is no election.
 """
 
 from __future__ import annotations
@@ -47,9 +41,8 @@ from core.suite.tick import Job
 log = structlog.get_logger(__name__)
 
 #: The lease: how long a silent leader keeps the lock. A third of the shortest elected
-#: interval, so a standby takes over well within one interval of a pause or a network cut,
-#: held within [LEASE_MIN_MS, LEASE_MAX_MS] (a shorter lease would take the lead from a host
-#: whose event loop is merely busy; a longer one only delays the takeover).
+#: interval, within [LEASE_MIN_MS, LEASE_MAX_MS] (shorter would take the lead from a host
+#: whose event loop is merely busy).
 LEASE_MIN_MS = 1_000
 LEASE_MAX_MS = 30_000
 #: Why a leader lost the lead when its own session answers no more.

@@ -4,45 +4,12 @@ The library writes the text format (escaping, full-precision values, histograms)
 `process_*` metrics; the registry is our own, so nothing another library registers globally
 leaks in, and two runtimes in one test process do not collide.
 
-What is exposed:
-- per job: ticks by outcome (`kb_ticks_total`), a tick-duration histogram
-  (`kb_tick_duration_seconds`), when the last *completed* tick finished
-  (`kb_last_success_timestamp_seconds`; an interrupted or unsuccessful tick does not move it),
-  the job's interval (`kb_job_interval_seconds`, so a rule can say "no success for two
-  intervals" whatever the configuration) and whether a tick is running (`kb_tick_in_progress`,
-  so a `.draining` file with no drain running is known to be left behind);
-- read from the files at scrape time, through the same readers status uses, and re-read only
-  when a file's size or mtime changed (a scrape of an unchanged multi-GB queue costs two
-  `stat` calls): the queue's lines (`kb_queue_lines`), whether a `.draining` file is left
-  (`kb_queue_draining`), dead letters by reason (`kb_dead_letters`; one series with
-  `reason=""` at 0 while there are none, so a rule sees the first one);
-- per tenant, from the last reconcile pass: stale chunks (`kb_stale_chunks`), chunks of paths
-  the manifest no longer lists (`kb_manifest_orphan_chunks`), every orphan once
-  (`kb_orphan_chunks`), paths a manifest lists that no chunk carries (`kb_missing_paths`),
-  the guard that held the tenant (`kb_tenant_held`, 1 with `guard` naming it, 0 with
-  `guard=""` when none did), and chunks tombstoned (`kb_tombstoned_chunks_total`);
-- per drainer of the state (`drainer`: its id, '' for a SQLite file's one drainer; `host`),
-  from each drainer's own tick record, so every host's drainer shows on every host: when its
-  last tick finished (`kb_drainer_last_tick_timestamp_seconds`), whether it was ok
-  (`kb_drainer_last_tick_ok`), and the queue lines and dead letters it saw then
-  (`kb_drainer_queue_lines`, `kb_drainer_dead_letters`), and whether it is gone
-  (`kb_drainer_gone`: no tick for `drainerGoneIntervals` intervals; a forgotten drainer's
-  series go). Read at start, after each tick of
-  this process and, while /metrics is served, every `FOLLOW_INTERVAL_S`;
-- whether this process leads the reconcile passes (`kb_reconcile_is_leader`, 0 in a process
-  without kb-reconcile) and who it saw lead at its last heartbeat (`kb_reconcile_leader`, 1
-  with `holder` naming the session, `kb-reconcile@host:pid`, or 0 with `holder=""` when
-  nobody held the lock). On SQLite (one host, no election) the process running kb-reconcile
-  leads from its start; a process without it shows no `kb_reconcile_leader` series.
-
-What other processes record on the same state (a pass run with `--tick` beside the daemon, a
-standby's or another host's passes) shows too, within `FOLLOW_INTERVAL_S`
-(`core.suite.metrics_reads`): a later last success, and each pass's tenant gauges and
-tombstones, every pass counted once (by its id) whoever ran it.
-
-From the first scrape (`start`, before any tick): every job's series exist, with the last
-success and each tenant's gauges restored from SQLite (`core.suite.restored_metrics` says
-what is restored); counters and the histogram start at 0, as Prometheus counters do.
+The series are listed in docs/operating.md ("Metrics"). The files (queue, dead letters) are
+read at scrape time through the readers status uses, again only when a file's size or mtime
+changed. What other processes record on the same state (a `--tick` pass, another host's
+passes, every drainer's tick record) shows within `FOLLOW_INTERVAL_S`
+(`core.suite.metrics_reads`), each pass counted once by its id. From the first scrape every
+job's series exist, restored from the state where they can be (`core.suite.restored_metrics`).
 
 Scrapes are answered on the library's own thread, so a slow file read never blocks the loop.
 """
@@ -242,9 +209,7 @@ class Metrics:
 
     def observe_tick(self, job: str, *, outcome: str, duration_s: float,
                      figures: Figures | None = None, finished_ts: float) -> None:
-        """Record one tick's outcome and duration and, for a reconcile pass, each tenant's
-        stale, manifest-orphaned and orphaned chunks, missing paths, guard and tombstoned
-        chunks."""
+        """Record one tick's outcome and duration and, for a reconcile pass, its tenants."""
         self.ticks.labels(job, outcome).inc()
         self.durations.labels(job).observe(duration_s)
         self.in_progress.labels(job).set(0)
@@ -268,9 +233,8 @@ class Metrics:
         self._guards[name] = guard
 
     def show_drainers(self, drainers: Sequence[DrainerTick], *, now: int) -> None:
-        """Each drainer's gauges from its recorded tick, and whether it is gone at `now` (one
-        series per drainer: a drainer that moved host keeps only its new `host`; a drainer
-        whose row was forgotten loses its series)."""
+        """Each drainer's gauges from its recorded tick, one series per drainer (a forgotten
+        drainer loses its series)."""
         gauges, drain = self.drainer_gauges, self.settings.drain
         last_tick, ok, queue, dead, gone = gauges
         present = {d.queue.drainer for d in drainers}
@@ -294,8 +258,8 @@ class Metrics:
             dead.labels(name, host).set(d.queue.dead_letters)
 
     def show_leadership(self, *, leads: bool, holder: str | None) -> None:
-        """What this process's election saw at its last heartbeat: whether it leads, and
-        who does (None: nobody held the lock). One `kb_reconcile_leader` series at a time."""
+        """What this process's election saw at its last heartbeat: whether it leads, and who
+        does (None: nobody)."""
         self.is_leader.set(1 if leads else 0)
         label = holder or ""
         if self._leader_shown is not None and self._leader_shown != label:
@@ -304,9 +268,8 @@ class Metrics:
         self._leader_shown = label
 
     def serve(self, port: int, *, key: str = "metricsPort") -> None:
-        """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design), on
-        a thread of the library's. A port that is taken is a configuration error (exit 2)
-        naming `key`, the setting the port came from."""
+        """Start answering `GET /metrics` on 127.0.0.1:`port` (loopback only, by design); a
+        port that is taken is a ConfigError naming `key`."""
         try:
             self._server, _thread = start_http_server(port, addr="127.0.0.1",
                                                       registry=self.registry)
@@ -328,8 +291,7 @@ class Metrics:
 
 
 def _drainer_gauges(r: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge, Gauge, Gauge]:
-    """Each drainer's series (labels `drainer`, `host`): last tick, ok, queue lines, dead
-    letters, gone."""
+    """Each drainer's series (labels `drainer`, `host`)."""
     labels = ["drainer", "host"]
     return (
         Gauge("kb_drainer_last_tick_timestamp_seconds", "When each drainer's last tick "
@@ -348,8 +310,7 @@ def _drainer_gauges(r: CollectorRegistry) -> tuple[Gauge, Gauge, Gauge, Gauge, G
 
 
 async def refresh_drainers(metrics: Metrics, graph: GraphDB) -> None:
-    """Show every drainer's recorded tick (best effort: a read that fails is logged and the
-    gauges keep their last values; it never fails the daemon)."""
+    """Show every drainer's recorded tick (best effort: never fails the daemon)."""
     try:
         drainers = await last_drainer_ticks(graph)
     except StoreUnavailable as exc:  # an outage: the tick's own line said so

@@ -14,14 +14,14 @@ What it guarantees:
   `.draining` file) makes the first run due at once.
 - **Supervision.** A tick that raises is logged with its traceback and the next one still
   runs; repeated failures back off (logged once, and again on recovery). A daemon whose
-  scheduler dies is restarted with backoff; the other daemon in the process is unaffected.
+  scheduler dies is restarted by `core.suite.serve`.
 - **Recovery.** A state that does not answer at start is waited for; a state connection lost
   under a tick (a database restart, a failover, a cut network, a SQLite I/O error) fails that
   tick as store unavailable, nothing lost, and is replaced before the next one.
-- **Graceful shutdown.** SIGTERM/SIGINT stop scheduling and ask running ticks to return after
-  their current batch (APScheduler's own shutdown would cancel them mid-batch, so ticks run in
-  tasks of ours, shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled;
-  its transaction rolls back and its lines stay on disk.
+- **Graceful shutdown.** A stop asks running ticks to return after their current batch
+  (APScheduler's own shutdown would cancel them mid-batch, so ticks run in tasks of ours,
+  shielded from it). After SHUTDOWN_GRACE_S a tick still running is cancelled; its
+  transaction rolls back and its lines stay on disk.
 - **Health.** `DaemonRunner.health_problem` says when a scheduler died or a tick stalled, so
   the systemd watchdog (`core.suite.serve`) stops pinging only when progress has stopped.
 """
@@ -62,12 +62,11 @@ from core.suite.tick import Job, TickFn, run_tick
 
 log = structlog.get_logger(__name__)
 
-#: How long running ticks get to finish their current batch after SIGTERM. The units set
-#: TimeoutStopSec=45: this grace, plus closing the stores (< 5 s), stays well below it.
+#: How long running ticks get to finish their current batch after SIGTERM (below the units'
+#: TimeoutStopSec, closing the stores included).
 SHUTDOWN_GRACE_S = 30.0
 #: A running tick that reports no progress for this long is hung: the watchdog stops pinging
-#: and systemd (WatchdogSec=180 in the units) restarts the process. Drain batches and reconcile
-#: pages report progress every second or so, so two minutes of silence is not a slow store.
+#: and systemd restarts the process (ticks report progress every batch or page).
 STALL_LIMIT_S = 120.0
 #: A daemon that fails to start, a store that does not answer at start, and a lost state
 #: connection are retried after 0.5, 1, 2 ... s (jittered), up to this.
@@ -179,8 +178,8 @@ class DaemonRunner:
 
     async def _schedule(self, scheduler: Any, job: Job, graph: GraphDB,
                         recorded: TickRecord | None) -> None:
-        """Add `job` to `scheduler`: its first tick placed by its last recorded one (at once
-        when that failed or work is left), then every interval, one at a time, coalesced."""
+        """Add `job` to `scheduler`, its first tick placed by its last recorded one (see the
+        module docstring), then every interval, one at a time, coalesced."""
         self._states[job.name].control = TickControl()
         last = (await self._own_drainer_tick(graph, recorded)
                 if job.drainer is not None else recorded)
@@ -210,12 +209,9 @@ class DaemonRunner:
 
     async def _own_drainer_tick(self, graph: GraphDB, shared: TickRecord | None
                                 ) -> TickRecord | None:
-        """The last tick of this host's drainer, to place its first tick: the `drain` row of
-        `daemon_ticks` is the last tick of any drainer of the state, and another host's tick
-        (or its failure) says nothing of this host's queue. A state written before drainers
-        had rows has only that shared row, which is then this drainer's own (a SQLite file,
-        or the upgraded host's drainer that has an id); a drainer with no id has never
-        ticked here."""
+        """The last tick of this host's drainer: the shared `drain` row is any drainer's, and
+        another host's tick says nothing of this host's queue. Without a row of its own, the
+        shared row is this drainer's (a SQLite file); a drainer with no id never ticked here."""
         local = await asyncio.to_thread(local_drainer, self.settings)
         if local is None:
             return None
@@ -226,7 +222,7 @@ class DaemonRunner:
 
     def _elected_jobs(self) -> tuple[Leadership | None, tuple[Job, ...]]:
         """The jobs as this host runs them: gated by a `Leadership` when the daemon is
-        elected on a shared state (none otherwise: one host, as before)."""
+        elected on a shared state."""
         if not needs_election(self.settings.state.url, elected=self.spec.elected,
                               dry_run=self.options.dry_run):
             return None, self.spec.jobs
@@ -237,9 +233,8 @@ class DaemonRunner:
         return leadership, tuple(leadership.elected(job) for job in self.spec.jobs)
 
     async def _carry_on_schedule(self) -> None:
-        """This host just took the lead: each job's next tick comes one interval after the
-        last recorded one started (whichever host ran it), at once when that did not
-        complete, so the schedule carries on without a pass missed or doubled."""
+        """This host just took the lead: each job's next tick is placed by the last recorded
+        one, whichever host ran it, so no pass is missed or doubled."""
         if self.scheduler is None:
             return
         # A connection of its own: the runner's may be in use by a tick right now.
@@ -259,7 +254,7 @@ class DaemonRunner:
 
     async def _fire(self, job: Job) -> None:
         """APScheduler's job: run the tick in a task of ours, shielded from the scheduler's
-        shutdown, which would cancel it mid-batch."""
+        shutdown (see the module docstring)."""
         state = self._states[job.name]
         if state.control.stopping:
             return
@@ -310,15 +305,13 @@ class DaemonRunner:
             state.running_since = None
         self.metrics.observe_tick(job.name, outcome=outcome, duration_s=duration,
                                   figures=figures, finished_ts=time.time())
-        # Every drainer of the state, this one's tick included (another host's drainer shows
-        # within one interval of this daemon's ticks).
+        # Every drainer of the state, this one's tick included.
         await refresh_drainers(self.metrics, context.graph)
         self._after_tick(job, state, outcome)
 
     def _reconnected(self, tick: TickFn) -> TickFn:
-        """`tick`, run on a state connection checked first: a lost one is replaced here (the
-        one place; `ReopeningGraph.reconnect`), so the first tick after an outage succeeds
-        and a tick during one fails as `ConnectionLost` (store unavailable, nothing lost)."""
+        """`tick`, run on a state connection checked first: a lost one is replaced here, the
+        one place (`ReopeningGraph.reconnect`)."""
         graph = self._graph
         assert graph is not None
 

@@ -109,9 +109,8 @@ async def serve(
     metrics_port: tuple[str, int] | None = None,
 ) -> int:
     """Run the daemons until SIGTERM/SIGINT (or until `stop` is set by an embedding caller);
-    return the exit code (0 after a clean stop). A second signal exits at once (EXIT_FORCED).
-    `/metrics` is served on `metrics_port` (the key and port of a daemon run alone: its own),
-    else on `metricsPort`; 0 is off."""
+    the exit code. `/metrics` is served on `metrics_port` (a daemon run alone: its own key
+    and port), else on `metricsPort`; 0 is off."""
     options = options or RuntimeOptions()
     stop = stop or asyncio.Event()
 

@@ -80,12 +80,9 @@ async def open_context(
     vectors: VectorStore | None = None,
     control: TickControl | None = None,
 ) -> AsyncIterator[TickContext]:
-    """Open the graph (read-only for a dry run, so not one byte of it can change) and Chroma
-    (for a dry run, an embedded store that does not exist is not created); close both on the
-    way out, in reverse order. The graph opens first: it is cheap and local.
-
-    `vectors`, when given, is an already open store shared between daemons in one process (an
-    embedded store admits one opener per process); it is not closed here.
+    """Open the graph (first: it is cheap and local) and Chroma, both as a dry run opens them
+    when `dry_run`; close both on the way out, in reverse order. `vectors`, when given, is the
+    process's shared store, and is not closed here.
     """
     graph = await open_graph(settings.state, read_only=dry_run)
     try:
@@ -191,9 +188,8 @@ async def run_tick(
 
 async def _record(context: TickContext, record: TickRecord,
                   drainer: Callable[[Settings], DrainerQueue | None] | None) -> None:
-    """Remember the tick (its figures scrubbed of the configuration's secrets: an error text
-    may quote one) and, for a drain job, its drainer's queue figures read now; a failure
-    here is logged, never allowed to mask the tick's outcome."""
+    """Remember the tick (its figures scrubbed: an error text may quote a secret) and, for a
+    drain job, its drainer's queue figures; a failure here is logged, never masks the tick."""
     queue = None
     if drainer is not None:
         try:

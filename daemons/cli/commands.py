@@ -59,9 +59,8 @@ _output = _JsonOutput()
 
 
 def asks_for_json(argv: Sequence[str]) -> bool:
-    """Whether a command line asks for `--json`: the flag, an abbreviation of it argparse
-    would accept, or the flag given a value by mistake (`--json=1`), before any `--`. Read
-    from the raw words, so it holds for a command line argparse refuses."""
+    """Whether a command line asks for `--json` (an abbreviation, or `--json=1` by mistake,
+    included), read from the raw words so it holds for a line argparse refuses."""
     for word in argv:
         if word == "--":
             return False
@@ -79,9 +78,8 @@ def emit_failure(message: str) -> None:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with CONTRACT's error shape: one line on stderr, exit 2, and under `--json`
-    the one JSON object on stdout as well. Subcommand parsers are Parsers too (argparse makes
-    them of the parent's class)."""
+    """argparse with CONTRACT's error shape (see the module docstring); subcommand parsers
+    are Parsers too."""
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None,
@@ -109,17 +107,15 @@ class Parser(argparse.ArgumentParser):
 
 
 def command_name(module: str) -> str:
-    """The command as it was typed, for error prefixes and usage lines: the console script's
-    name (`kb-reconcile`) when run as one, else the module (`daemons.reconcile`, as in
-    `python -m daemons.reconcile`)."""
+    """The command as it was typed (`kb-reconcile`, or `daemons.reconcile` under `python -m`),
+    for error prefixes and usage lines."""
     typed = os.path.basename(sys.argv[0])
     return typed if typed.startswith("kb-") else module
 
 
 def split_leading_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """`--config F` (or `--config=F`) given before a subcommand, and the rest of the words.
-    A command's own parser reads the `--config` after its subcommand; `agreed_config`
-    joins the two."""
+    """`--config F` given before a subcommand, and the rest of the words (`agreed_config`
+    joins it with the one after)."""
     words = list(argv)
     before: str | None = None
     while words[:1] and (words[0] == "--config" or words[0].startswith("--config=")):
@@ -134,9 +130,8 @@ def split_leading_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
 
 def agreed_config(parser: argparse.ArgumentParser, before: str | None,
                   after: str | None) -> str | None:
-    """The one config file of a command given `--config` before and/or after its subcommand:
-    either alone, or both when they name the same file; two different files are a usage error
-    (exit 2) rather than a silent choice between them."""
+    """The one config file of `--config` given before and/or after the subcommand; two
+    different files are a usage error rather than a silent choice."""
     if before is not None and after is not None and os.path.abspath(before) != os.path.abspath(
             after):
         parser.error(f"argument --config: given twice with different files ({before!r} before "
@@ -174,9 +169,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *, tick: bool = False) -> Non
 
 
 def write_text(text: str) -> None:
-    """Text for a person on stdout, scrubbed of the configuration's secrets (`scrub_shown`)
-    and made inert (`core.base.rules.terminal_text`): every string a tenant or a producer wrote
-    that it quotes shows its control characters, never obeys them."""
+    """Text for a person on stdout, scrubbed of the configuration's secrets and made inert
+    (`core.base.rules.terminal_text`): quoted control characters are shown, never obeyed."""
     sys.stdout.write(inert(scrub_shown(text)))
 
 
@@ -186,10 +180,8 @@ def write_error(text: str) -> None:
 
 
 def emit_json(figures: Any) -> None:
-    """The one JSON object of a `--json` run, on stdout, scrubbed of every form of every
-    secret of the configuration (`scrub_shown`); JSON escapes every control character itself.
-    A second object is never written (it would break every reader of the first): it is
-    logged instead."""
+    """The one JSON object of a `--json` run, on stdout, scrubbed of the configuration's
+    secrets. A second object is logged instead (it would break every reader of the first)."""
     if _output.emitted:
         log.error("cli.second_json_object_dropped", keys=sorted(figures)[:20]
                   if isinstance(figures, dict) else type(figures).__name__)
@@ -206,12 +198,9 @@ def unexpected_error(exc: BaseException) -> str:
 
 
 def run_main(prog: str, main: Callable[[], Coroutine[Any, Any, int]]) -> NoReturn:
-    """Run a command's coroutine and exit with CONTRACT's code for how it ended; under
-    `--json` a run that ends without its object gets `{"ok": false, "error": ...}` (see the
-    module docstring). An unexpected exception is logged once with its traceback (no local
-    variables, scrubbed) and ends as one line and exit 1. The process first gets its owner-only
-    umask and its malloc arena cap (`core.base.runtime.process`), before any file, thread or
-    store."""
+    """Run a command's coroutine and exit with CONTRACT's code for how it ended (see the
+    module docstring); an unexpected exception is logged once, scrubbed, and is exit 1. The
+    process first gets its owner-only umask and malloc arena cap (`core.base.runtime.process`)."""
     restrict_umask()
     limit_malloc_arenas()
     prog = command_name(prog)

@@ -1,12 +1,10 @@
 """`kb-drain forget DRAINER [--config F] [--json]`: remove a gone drainer's row from the state,
 so that status and /metrics stop showing it (`core.drain.rules.drainers`).
 
-Only a gone drainer is forgotten (no recorded tick for `drainerGoneIntervals` x
-`remIntervalMs`); a live one is exit 2 saying when it would be gone, since its next tick would
-write its row again. The row is removed only if its last tick is still the one judged gone: a
-drainer that ticked in between keeps its row (exit 1). Its queue, its id file and its segment
-rows are not touched: a host that comes back drains on as before and is shown again.
-A SQLite state has one drainer, this host's, and nothing to forget (exit 2).
+Only a gone drainer is forgotten; a live one is exit 2 saying when it would be gone (its next
+tick would write its row again), and one that ticked in between keeps its row (exit 1). Its
+queue, id file and segment rows are not touched: a host that comes back drains on as before.
+A SQLite state has nothing to forget (exit 2).
 """
 
 from __future__ import annotations

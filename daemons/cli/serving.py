@@ -2,10 +2,9 @@
 once, as its scheduler runs them), the exit code of a one-shot run, and the daemon-mode entry
 point.
 
-Apart from `daemons.cli.commands` because these need the scheduler, the one-shot runner and the
-serving loop (and through them every wing's tick and the metrics exposition), which the
-commands that run no daemon job (`kb-status`, `kb-tenants`, `kb-enqueue`) never load: their
-start-up stays close to a bare interpreter's (README "Performance", the start-up section).
+Apart from `daemons.cli.commands` because these load every wing's tick, which the commands
+that run no daemon job (`kb-status`, `kb-tenants`, `kb-enqueue`) never need: their start-up
+stays quick (README "Performance").
 """
 
 from __future__ import annotations
@@ -33,12 +32,10 @@ async def tick_once(
     summarize: Callable[[Mapping[str, Figures]], str],
     succeeded: Callable[[Figures], bool] = lambda _figures: True,
 ) -> int:
-    """A daemon's `--tick`: each of its jobs once, as its scheduler runs them (the first job's
-    figures, then each other job's under its name), printed as one JSON object with `--json`,
-    else as the few lines `summarize` makes of the figures by job name.
-    Exit 0 when `succeeded` says the run did its work, 1 when not, 128 + the signal's number
-    when a stop signal ended it early. A failure propagates to `run_main`, which prints the
-    one `{"ok": false, "error": ...}` object."""
+    """A daemon's `--tick`: each of its jobs once, as its scheduler runs them, printed as one
+    JSON object with `--json` (the first job's figures, each other job's under its name),
+    else as `summarize`'s lines. Exit 0 when `succeeded` says the run did its work, else 1;
+    a failure propagates to `run_main`."""
     done = await run_jobs_once(settings, daemon.jobs, dry_run=dry_run,
                                elected=daemon.name if daemon.elected else None)
     main = done.figures[daemon.jobs[0].name]

@@ -2,9 +2,8 @@
 `counted`, the count with its noun that every summary uses (pure: figures in, text out; the
 house rules for these lines are in `daemons.cli.summaries`).
 
-Apart from `daemons.cli.summaries` because that module names the figures of every daemon job
-(and so imports every wing's tick), which these commands never run: they stay quick to start
-(README "Performance", the start-up section).
+Apart from `daemons.cli.summaries` because that module imports every wing's tick, which these
+commands never run: they stay quick to start (README "Performance").
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """`kb-status --health`: the original's `KB Multi-Tenant Health` view, gathered and rendered.
 
-Like the rest of status it runs beside busy daemons, so it never makes things worse: it never
-opens or imports Chroma, opens the state store read-only, and never writes (a missing database
-or a database without telemetry yet is an empty window, not an error, and nothing is created).
+Like the rest of status (`core.suite.status`) it never opens Chroma and never writes; a
+missing database or one without telemetry yet is an empty window, not an error.
 
 Three renderings of one `HealthReport`: a text table for a person (`core.base.reports.tables`), the
 original's Markdown section for pasting (`core.alerting.rules.health.markdown_section`), and its

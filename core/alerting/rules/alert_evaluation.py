@@ -125,14 +125,11 @@ def evaluate_alert_rules(
     now_ms: int,
     cooldown_ms: int,
 ) -> Evaluation:
-    """Every alert the (valid, parsed) rules raise over the rollup, minus those still cooling
-    down.
+    """Every alert the parsed rules raise over the rollup (a list or tuple of rows, else
+    nothing), minus those still cooling down.
 
-    `rollup` must be a list (or tuple) of rows; anything else gives an empty evaluation. For
-    each rule, each rollup row of its scope and each of its channels: a breach fires unless
-    the key fired less than `cooldown_ms` ago (so it fires again at exactly `cooldown_ms`);
-    firing stamps the key with `now_ms`, so a second rule on the same key in the same
-    evaluation is suppressed too.
+    A breach fires unless its key fired less than `cooldown_ms` ago; firing stamps the key
+    with `now_ms`, so a second rule on the same key in the same evaluation is suppressed too.
     """
     state = dict(cooldown_state) if isinstance(cooldown_state, Mapping) else {}
     if not isinstance(rollup, (list, tuple)):

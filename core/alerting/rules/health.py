@@ -1,7 +1,7 @@
 """The original's `KB Multi-Tenant Health` view (pure): rolled-up telemetry in, figures and the
 Markdown section out.
 
-The original (#11639) renders, per (tenant, repo) over a window (7 days by default), the events
+The original renders, per (tenant, repo) over a window (7 days by default), the events
 by kind, the errors, the error rate and the chunks embedded and deleted, as a GitHub table it
 appends to a handoff file. This module keeps its figures and its text exactly:
 
@@ -74,10 +74,8 @@ def error_rate(error_events: int, event_count: int) -> float:
 def format_error_rate(rate: float) -> str:
     """The rate as the original prints it: `(rate * 100).toFixed(1) + "%"`.
 
-    `Decimal(float)` is the double's exact value, and JavaScript's `toFixed` picks the nearer
-    of the two one-decimal neighbours of that exact value, the larger on a tie: ROUND_HALF_UP
-    on a non-negative value. So `0.0125` (x 100 = 1.25 exactly) prints `1.3%`, `1 / 12` prints
-    `8.3%`, `2 / 3` prints `66.7%`.
+    `toFixed` rounds the double's exact value (`Decimal(float)`) half up, so `0.0125` prints
+    `1.3%` (see the module docstring).
     """
     percent = Decimal(rate * 100).quantize(_ONE_DECIMAL, rounding=ROUND_HALF_UP)
     return f"{percent}%"

@@ -6,8 +6,8 @@ to fail politely: every failure becomes a `Delivery` value with its error (logge
 the pass), never an exception; one slow or dead endpoint holds one slot of `concurrency`, not
 the others; and the whole phase ends by `budget_s` however many endpoints hang.
 
-httpx is used because it is already installed as a chromadb requirement and, unlike
-`urllib.request` in a thread, an asyncio request can really be cancelled at the bound.
+httpx (already a chromadb requirement): unlike `urllib.request` in a thread, its asyncio
+request can really be cancelled at the bound.
 """
 
 from __future__ import annotations
@@ -118,12 +118,9 @@ def deliver_to_console(alert: Alert) -> None:
 async def deliver_alerts(
     alerts: Sequence[Alert], *, policy: DeliveryPolicy = DEFAULT_DELIVERY_POLICY
 ) -> list[Delivery]:
-    """Deliver every alert on its channel; one Delivery per alert, in the input's order.
-
-    Never raises for a delivery failure: each is logged with its alert's key and returned as
-    `delivered=False` with the reason. Runs at most `policy.concurrency` webhook requests at
-    once (the console needs no slot), and ends by `policy.budget_s` from the call (counting
-    the wait for a slot): an alert still pending then is cancelled and reported as timed out.
+    """Deliver every alert on its channel; one Delivery per alert, in the input's order
+    (bounds and failures: see the module docstring). An alert still pending at
+    `policy.budget_s` is cancelled and reported as timed out.
     """
     if not alerts:
         return []
@@ -196,10 +193,8 @@ class _Tries:
 def _failed(
     alert: Alert, label: str, error: str, tries: int, *, exc: BaseException | None = None
 ) -> Delivery:
-    """Log and return a failed delivery. The error text, and the traceback of an unexpected
-    failure, are scrubbed of every form of the channel's secrets (an exception message may
-    quote the URL it was given, a receiver the Basic credentials it got), then the error is
-    cut to ERROR_CHARS."""
+    """Log and return a failed delivery, its error and traceback scrubbed of the channel's
+    secrets (a message may quote the URL or the Basic credentials), then cut to ERROR_CHARS."""
     error = channel_secrets(alert.channel).scrub_foreign(error, limit=ERROR_CHARS)
     trace = None
     if exc is not None:

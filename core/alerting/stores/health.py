@@ -1,9 +1,8 @@
 """The health view's one read: `kb_ingestion_metrics` rolled up per (tenant, repo) since a
 time (`graph.sql.health_by_repo`), as `HealthRow`s.
 
-Read-only: one SELECT, no transaction, nothing written. A failing read raises
-(StoreUnavailable): a health view that cannot see the telemetry must say so, not show an
-empty, healthy-looking table.
+Read-only. A failing read raises (StoreUnavailable): a health view that cannot see the
+telemetry must say so, not show an empty, healthy-looking table.
 """
 
 from __future__ import annotations

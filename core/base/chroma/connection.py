@@ -44,7 +44,7 @@ from core.base.rules.secrets import NO_SECRETS, Secrets
 if TYPE_CHECKING:
     from core.base.config.config_settings import ChromaSettings
 
-# The package's name, so log lines name the adapter as they did when it was one module.
+# The package's name: log lines name the adapter, not this module.
 log = structlog.get_logger(__package__)
 
 
@@ -74,10 +74,8 @@ class ChromaConnection:
     async def open(cls, settings: ChromaSettings, *, via_daemon: bool = True,
                    dry_run: bool = False) -> Self:
         """Connect to the server at `chromaUrl`, or open the embedded store at `chromaPath`
-        under its process lock (for a `dry_run`, taken without writing the lock file).
-        When a running daemon holds that lock, the store is reached through the daemon
-        (`core.base.door.chroma_door`) unless `via_daemon` is false (a daemon never rides on
-        another one). Raises LockHeld or StoreUnavailable (exit 1)."""
+        under its process lock, else through the daemon holding it unless `via_daemon` is
+        false (a daemon never rides on another). Raises LockHeld or StoreUnavailable."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chroma")
         lock: ProcessLock | None = None
         if settings.server_mode:
@@ -135,11 +133,9 @@ class ChromaConnection:
         return cls(client, executor, description=description)
 
     async def call_for_peer(self, name: str, method: str, kwargs: Mapping[str, Any]) -> Any:
-        """One collection call for a command beside this daemon (`core.base.runtime.store_door`),
-        on this store's one Chroma thread, so it is serialized with the daemon's own calls.
-        The raw result or the raw error, which the command's own VectorStore maps exactly as
-        it would here; a handle that went stale is dropped, so the command's retry reopens
-        it. ENSURE_COLLECTION creates a missing collection."""
+        """One collection call for a command beside this daemon, on this store's one Chroma
+        thread: the raw result or error, for the command's VectorStore to map; a stale handle
+        is dropped, so the command's retry reopens it."""
         if self._client is None:
             raise VectorStoreError(f"{self.description}: store is closed")
         import chromadb.errors
@@ -158,12 +154,10 @@ class ChromaConnection:
 
     @classmethod
     async def open_for_dry_run(cls, settings: ChromaSettings) -> Self:
-        """The store as `open` gives it, except that an embedded store that does not exist is
-        not created (a dry run creates nothing: no folder, no lock file, no database): it
-        reads as a store without collections, and any write is refused. An embedded store
-        that exists is opened under its lock, whose file is left as it is; what the Chroma
-        client itself writes on opening it is the one exception to "a dry run writes
-        nothing" (docs/reliability.md, "Dry runs")."""
+        """The store as `open` gives it, except that an absent embedded store is not created:
+        it reads as a store without collections, and refuses writes. What the Chroma client
+        writes on opening an existing one is the one exception to "a dry run writes nothing"
+        (docs/reliability.md, "Dry runs")."""
         if settings.server_mode or (settings.path / EMBEDDED_STORE_FILE).exists():
             return await cls.open(settings, dry_run=True)
         description = f"embedded Chroma store {settings.path} (not created yet)"
@@ -184,9 +178,8 @@ class ChromaConnection:
             self._lock.release()
 
     async def _run(self, name: str, method: str, **kwargs: Any) -> Any:
-        """Call `collection.<method>(**kwargs)` on the Chroma thread; map failures to project
-        errors. A cached collection handle that went stale (the collection was dropped and
-        recreated by another program) is refreshed once before the failure is reported."""
+        """Call `collection.<method>(**kwargs)` on the Chroma thread, mapping failures to the
+        project's errors; a stale cached handle is refreshed once first."""
         if self._client is None:
             raise VectorStoreError(f"{self.description}: store is closed")
         import chromadb.errors
@@ -230,9 +223,7 @@ class ChromaConnection:
             collection = self._client.get_collection(name, embedding_function=None)
             self._collections[name] = collection
         if method == DELETE_UNCHANGED and not isinstance(self._client, DaemonStoreClient):
-            # The compound runs here, on this store's one thread (through the door, in the
-            # daemon, on its one thread): `ChromaWrites.delete_unchanged`.
-            # An embedded store (held under its process lock) runs nothing else meanwhile.
+            # On this store's one thread (see `ChromaWrites.delete_unchanged`).
             return delete_unchanged_on(collection, **kwargs)
         return getattr(collection, method)(**kwargs)
 

@@ -3,9 +3,8 @@ text may say (`failure_text`: the store's answer, reduced and scrubbed), whether
 for the request's data or an outage, and a daemon's store error rebuilt for the command beside
 it (`core.base.door.chroma_door`).
 
-chromadb is imported inside the functions that need it, so that importing the errors (every
-job does) costs nothing: `import chromadb` costs seconds that commands such as `enqueue` and
-`status` should not pay.
+chromadb is imported inside the functions that need it, so that importing the errors costs
+commands such as `enqueue` and `status` nothing.
 """
 
 from __future__ import annotations
@@ -23,23 +22,19 @@ class VectorStoreError(StoreUnavailable):
 
 
 def failure_text(exc: BaseException, secrets: Secrets) -> str:
-    """What a failed Chroma call says, as it may travel on (an error line, a log, `--json`,
-    `daemon_ticks`): the store's answer reduced to its parsed message, scrubbed of every form
-    of the token and of anything opaque, and cut (`core.base.rules.secrets.foreign_message`); the
-    exception's own type name when that leaves nothing. A server or a proxy that refuses a
-    request may quote it back, the token in it, in any encoding: this is the one place where
-    such an answer is read. The exception is made to say only this too (its `args`
-    replaced), so that a logged traceback or a chained cause carries nothing more."""
+    """What a failed Chroma call says, as it may travel on: the store's answer reduced,
+    scrubbed and cut (`core.base.rules.secrets.foreign_message`), else the exception's type
+    name. A refusal may quote the request, token and all, in any encoding: this is the one
+    place such an answer is read, and the exception's `args` are replaced too, so a logged
+    traceback or chained cause carries nothing more."""
     text = foreign_message(str(exc), secrets) or type(exc).__name__
     exc.args = (text,)
     return text
 
 
 def refused_for_its_data(error: VectorStoreError) -> bool:
-    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError: an invalid
-    argument, a duplicate id, a batch too big), or the client did before sending it (a
-    ValueError or TypeError). A server error, a rate limit, a refused connection, a timeout
-    is an outage."""
+    """Whether Chroma refused the request for what it asked (a 400/413 ChromaError), or the
+    client did before sending it (ValueError, TypeError); anything else is an outage."""
     import chromadb.errors
 
     cause = error.__cause__
@@ -49,9 +44,8 @@ def refused_for_its_data(error: VectorStoreError) -> bool:
 
 
 def peer_error(classes: list[tuple[str, str]], message: str) -> Exception:
-    """A store error raised in the daemon, rebuilt for the command beside it: the same Chroma
-    error class (or ValueError/TypeError) with the same text, so `VectorStore._run` and
-    `refused_for_its_data` judge it as they would the original; anything else is an outage."""
+    """A store error raised in the daemon, rebuilt for the command beside it with the same
+    class and text, so it is judged as the original would be; anything else is an outage."""
     import chromadb.errors
 
     for module, name in classes:

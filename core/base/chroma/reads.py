@@ -14,12 +14,10 @@ from core.base.rules.rows import ChromaRow, ColumnPage, column_page
 T = TypeVar("T")
 Include = Literal["metadatas", "documents", "embeddings"]
 
-#: Rows per page of a `where` scan: bounds what one page holds in Chroma's conversion buffers
-#: (the trade of time for memory is in docs/performance.md, "Notes moved from the code").
-#: Well under the 32,766-row metadata limit.
+#: Rows per page of a `where` scan: bounds Chroma's conversion buffers (docs/performance.md),
+#: well under the metadata limit.
 SCAN_PAGE_ROWS = 2_000
-#: Ids per `get(ids=...)`: one SQL variable each, far below the limit, large enough that a
-#: 5,000-line drain batch needs one call.
+#: Ids per `get(ids=...)`: one SQL variable each, far below the limit.
 IDS_PER_GET = 5_000
 #: Session ids per `where sessionId $in [...]` lookup.
 SESSIONS_PER_WHERE = 1_000
@@ -47,9 +45,7 @@ def _rows_from(result: Mapping[str, Any]) -> list[ChromaRow]:
 
 
 def _floats(vector: Any) -> list[float]:
-    """An embedding as a list of Python floats. Chroma hands back numpy rows; their `tolist`
-    gives the same floats as `float()` on each element, converted in C rather than one Python
-    call per number."""
+    """An embedding as a list of Python floats (numpy's `tolist`, in C)."""
     dtype = getattr(vector, "dtype", None)
     if dtype is not None and dtype.kind == "f" and getattr(vector, "ndim", 0) == 1:
         values: list[float] = vector.tolist()
@@ -90,10 +86,10 @@ class ChromaReads(ChromaConnection):
         first_page_rows: int | None = None,
     ) -> AsyncIterator[list[ChromaRow]]:
         """Page through every row matching `where`, by offset (the first page of
-        `first_page_rows` when given, for a caller that may not need more).
+        `first_page_rows` when given).
 
-        Only for sets nobody is deleting from during the scan: an offset page over a shrinking
-        set skips rows (deleting callers read what they delete with `ids_where`).
+        Only for sets nobody is deleting from meanwhile: an offset page over a shrinking set
+        skips rows (deleting callers use `ids_where`).
         """
         offset = 0
         limit = first_page_rows or page_rows
@@ -118,9 +114,8 @@ class ChromaReads(ChromaConnection):
         self, name: str, *, where: Mapping[str, Any] | None = None,
         page_rows: int = SCAN_PAGE_ROWS,
     ) -> AsyncIterator[ColumnPage]:
-        """`scan` for a reader of many rows that keeps few of them: ids and metadatas column
-        by column as Chroma returns them (no per-row object is built, no metadata copied),
-        by offset, under the same rule (nobody deleting from the set meanwhile)."""
+        """`scan` for a reader that keeps few rows: ids and metadatas column by column as
+        Chroma returns them, under the same rule."""
         offset = 0
         while True:
             result = await self._run(name, "get", where=dict(where) if where else None,
@@ -158,9 +153,8 @@ class ChromaReads(ChromaConnection):
         limit: int | None = None,
         offset: int = 0,
     ) -> ColumnPage:
-        """Whole rows (metadatas, documents, embeddings) matching `where`, or with these `ids`
-        (at most IDS_PER_GET), column by column as Chroma returns them (see `ColumnPage`).
-        One `get`: a snapshot of the store at that moment."""
+        """Whole rows matching `where`, or with these `ids` (at most IDS_PER_GET), column by
+        column (`ColumnPage`), in one `get`."""
         if (where is None) == (ids is None):
             raise ValueError("get_page takes where or ids")
         kwargs: dict[str, Any] = {"include": ["metadatas", "documents", "embeddings"]}
@@ -181,9 +175,8 @@ class ChromaReads(ChromaConnection):
 
     async def ids_where(self, name: str, *, where: Mapping[str, Any],
                         ids: Sequence[str] | None = None) -> list[str]:
-        """Every id matching `where` (and among `ids` when given), in ONE ids-only `get` (no
-        paging, so no row can slip between pages while others write; ids-only reads have no
-        SQL-variable limit)."""
+        """Every id matching `where` (and among `ids` when given), in ONE ids-only `get`, so no
+        row can slip between pages while others write."""
         kwargs: dict[str, Any] = {"ids": list(ids)} if ids else {}
         result = await self._run(name, "get", where=dict(where), include=[], **kwargs)
         return list(result.get("ids") or [])

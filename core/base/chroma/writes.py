@@ -24,12 +24,7 @@ class ChromaWrites(ChromaConnection):
         ids: Sequence[str] | None = None,
     ) -> int:
         """Delete the rows matching `where` (at most `limit` of them) in one request, and
-        return how many went.
-
-        The store evaluates `where` when the request runs, so a row changed so that it no
-        longer matches before then is not deleted. Which rows a `limit` keeps is the store's
-        choice: callers must treat every matching row as possibly deleted.
-        """
+        return how many went (evaluated when it runs: see the package docstring)."""
         kwargs: dict[str, Any] = {"where": dict(where)}
         if ids:  # only these ids, and of them only those `where` matches (Chroma ANDs them)
             kwargs["ids"] = list(ids)
@@ -45,18 +40,14 @@ class ChromaWrites(ChromaConnection):
 
     async def delete_unchanged(self, name: str, *, ids: Sequence[str], digests: Sequence[str],
                                where: Mapping[str, Any]) -> UnchangedDelete:
-        """Delete those of `ids` whose content (document, metadata, embedding) still has the
-        expected digest (`content_digests`, one per id) and that `where` matches, in one call
-        on the store's one thread: the rows are read whole by id, compared, and the identical
-        ones deleted by id with `where`. The others stay, reported as changed or missing.
+        """Delete those of `ids` whose content still has the expected digest
+        (`content_digests`) and that `where` matches, in one call on the store's one thread
+        (read by id, compare, delete the identical ones by id with `where`); the others stay,
+        reported as changed or missing.
 
-        On an embedded store nothing of this process writes between that read and the
-        delete: every call of the process, and every call a command sends through the door
-        (`core.base.door.chroma_door`), runs on the same one thread, one call after another. A
-        writer outside this process (a server's other clients, another client of the same
-        embedded store) may still write between the read and the delete: the delete's
-        `where` then refuses a row re-stamped or re-ingested since, and only a rewrite that
-        keeps its stamp and `ingestedAt` in that window is not seen (docs/reliability.md)."""
+        Nothing of this process, nor of a command through the door, writes between the read
+        and the delete (one thread). A writer outside it may: the delete's `where` then refuses
+        a row re-stamped or re-ingested since (the window left: docs/reliability.md)."""
         if not ids:
             return UnchangedDelete(0, (), ())
         result = await self._run(name, DELETE_UNCHANGED, ids=list(ids), digests=list(digests),
@@ -69,9 +60,8 @@ class ChromaWrites(ChromaConnection):
                                tuple(result.get("missing") or ()))
 
     async def add(self, name: str, rows: Sequence[ChromaRow]) -> None:
-        """Insert rows whose ids are absent, leaving every existing id's row untouched (Chroma
-        `add`, checked on 1.5.9: an existing id is skipped silently, the absent ids of the same
-        batch are added). Rows need embeddings; chunked to the batch limit."""
+        """Insert rows whose ids are absent, leaving every existing row untouched (see the
+        package docstring). Rows need embeddings; chunked to the batch limit."""
         await self.ensure_collection(name)
         for chunk in chunks(list(rows), self.max_batch):
             if any(r.embedding is None for r in chunk):
@@ -86,8 +76,7 @@ class ChromaWrites(ChromaConnection):
             )
 
     async def upsert(self, name: str, rows: Sequence[ChromaRow], *, create: bool = False) -> None:
-        """Write rows (id, embedding, metadata, document) in chunks of the batch limit; with
-        `create`, make the collection first when missing (restore, demo, tests)."""
+        """Write rows in chunks of the batch limit; with `create`, make the collection first."""
         if create:
             await self.ensure_collection(name)
         for chunk in chunks(list(rows), self.max_batch):

@@ -55,12 +55,9 @@ _CHANNEL_KEY = re.compile(r".* #[0-9a-f]{16}")
 
 
 def redact_channel(spec: Any) -> str:
-    """A channel as it may be shown or stored (pure): `console` and other specs without a URL
-    as they are; anything URL-like (it has `://` or `@`) as
-    `[webhook:|a2a:]<scheme>://<host>[:port]/…`, with user-info, path, query and fragment
-    left out, or `[webhook:|a2a:]…` when even that cannot be parsed; a number, bool or null
-    as written, any other non-string by its type only (a table may hold URLs). Idempotent: a
-    label redacts to itself."""
+    """A channel as it may be shown or stored (pure): a spec without a URL as it is, anything
+    URL-like as `[webhook:|a2a:]<scheme>://<host>[:port]/…` (or `…` when unparseable), a
+    non-string scalar as written, anything else by its type only. Idempotent."""
     if spec is None or isinstance(spec, (bool, int, float)):
         return str(spec)
     if not isinstance(spec, str):
@@ -81,10 +78,8 @@ def redact_channel(spec: Any) -> str:
 
 @functools.lru_cache(maxsize=256)
 def channel_secrets(spec: str, *, min_segment: int = MIN_SECRET_CHARS) -> Secrets:
-    """Every secret of a channel spec in every form it may come back in (`Secrets.of_url`):
-    the spec, its URL's user-info (and the Basic credentials httpx makes of it), path and its
-    segments, query and its values, fragment; raw, percent-encoded and decoded. `console`
-    and other specs without a URL have none."""
+    """Every secret of a channel spec in every form it may come back in (`Secrets.of_url`);
+    a spec without a URL has none."""
     if "://" not in spec and "@" not in spec:
         return NO_SECRETS
     target = spec.partition(":")[2] if spec.startswith((WEBHOOK_PREFIX, A2A_PREFIX)) else spec
@@ -101,10 +96,9 @@ def scrub_secrets(text: str, spec: str) -> str:
 @functools.lru_cache(maxsize=256)
 def channel_key(spec: str) -> str:
     """The channel part of a cooldown key (pure, deterministic): `console`, or the redacted
-    label plus a fingerprint, so that two webhooks on one host (one chat relay, two rooms)
-    cool down apart. The fingerprint is scrypt of the spec (16 MiB, ~50 ms, cached), 64 bits
-    of it: enough to tell a few channels apart, and slow to test guesses of a weak password
-    against should the SQLite file leak."""
+    label plus a fingerprint, so two webhooks on one host cool down apart. The fingerprint is
+    64 bits of scrypt of the spec (cached): enough to tell channels apart, and slow to test
+    guesses of a weak password against should the state leak."""
     if spec == CONSOLE:
         return spec
     digest = hashlib.scrypt(spec.encode("utf-8"), salt=b"kb-daemons alert channel",

@@ -9,8 +9,7 @@ is warned about (it is usually a typo). Destructive switches are on only for a T
 the destructive guards fail closed (`Key.closed_value`, listed in `Settings.invalid_guards`).
 A key that names where data lives never falls back: an invalid value is a ConfigError.
 
-The schema's public names are importable from here too (`Settings`, `KEYS`, ...), where the
-callers have always imported them.
+The schema's public names are importable from here too (`Settings`, `KEYS`, ...).
 """
 
 
@@ -28,7 +27,7 @@ from core.base.config.chroma_server import (
     parse_chroma_url,
 )
 
-# The schema, importable from here as callers always have (explicit re-exports).
+# The schema, importable from here (explicit re-exports).
 from core.base.config.config_schema import (
     KEYS as KEYS,
 )
@@ -156,13 +155,11 @@ def _collection_name_ok(name: str) -> bool:
 def resolve_config(
     document: Mapping[str, Any], *, base_dir: Path, source: Path | None = None
 ) -> LoadedConfig:
-    """Turn a parsed TOML document into Settings, defaulting and warning defensively.
+    """Turn a parsed TOML document into Settings, defaulting and warning defensively (pure).
 
-    Pure: no file access, no clock. `base_dir` anchors relative paths (the config file's folder,
-    or the current folder when no file is used). Raises ConfigError (one line naming the file,
-    the key and what was expected) for an invalid key that names where data lives or what is
-    acted on (`Key.locating`), and for a table that is a near miss of `[knowledgeBase]` when
-    the file has no `[knowledgeBase]`: running on defaults would act on other data.
+    `base_dir` anchors relative paths. Raises ConfigError (one line) for an invalid locating
+    key (`Key.locating`) or a near miss of `[knowledgeBase]` without the real table: running
+    on defaults would act on other data.
     """
     where = str(source) if source is not None else "configuration"
     warnings: list[ConfigWarning] = []
@@ -181,10 +178,8 @@ def _knowledge_base_table(
     document: Mapping[str, Any], warnings: list[ConfigWarning], *, where: str
 ) -> Mapping[str, Any]:
     """The `[knowledgeBase]` table ({} when absent), warning about every key it should not
-    have. A near-miss table (`[knowledgebase]`, `[knowledge_base]`...) is an error when there
-    is no `[knowledgeBase]` (its keys would be silently unread and everything run on
-    defaults), a warning beside a real one; a `knowledgeBase` that is not a table is an error,
-    and so is a `[knowledgeBase]` key at the file's top level (unread, it would run a default)."""
+    have. A near-miss table without the real one, a `knowledgeBase` that is not a table, and
+    one of its keys at the file's top level are errors: unread, they would run on defaults."""
     near_misses = [name for name in document
                    if name != TABLE and _folded(name) == _folded(TABLE)]
     if near_misses and TABLE not in document:
@@ -215,8 +210,7 @@ def _knowledge_base_table(
 
 
 def _refuse_invalid_locating_keys(table: Mapping[str, Any], *, where: str) -> None:
-    """ConfigError for the first locating key whose value is invalid (the rest named by
-    count): these keys never fall back to a default."""
+    """ConfigError for the first invalid locating key (the rest counted): these never default."""
     invalid = [(key, table[key.name]) for key in KEYS
                if key.locating and key.name in table
                and not (_type_ok(key, table[key.name]) and _value_ok(key, table[key.name]))]
@@ -228,8 +222,7 @@ def _refuse_invalid_locating_keys(table: Mapping[str, Any], *, where: str) -> No
 
 
 def locating_value_message(key: Key, seen: Any) -> str:
-    """What is wrong with an invalid locating key's value: the key, the expected form, the
-    value seen (a URL without its user-info) and, for a value of the right type, the problem."""
+    """What is wrong with an invalid locating key's value, as a message may quote it."""
     problem = value_problem(key, seen) if _type_ok(key, seen) else None
     return (f"{TABLE}.{key.name}: expected {key.type_text}, got {_shown_value(key, seen)}"
             + (f": {problem}" if problem else ""))
@@ -238,12 +231,10 @@ def locating_value_message(key: Key, seen: Any) -> str:
 def memory_core_problem(settings: Settings) -> str | None:
     """Why the settings cannot place the memory and summary collections, or None (pure).
 
-    `memoryCoreChromaUrl` without `chromaUrl` is refused rather than read as "memories on
-    that server, the knowledge base in the embedded store under dataDir": an operator who set
-    only the memory server most likely forgot the knowledge base's, and a pass over an empty
-    embedded store would report a clean knowledge base. With two servers, a collection name
-    shared by the knowledge base and the memory core could not say which server it is on.
-    Called once the settings are final (a `neoRoot` may supply `chromaUrl`)."""
+    `memoryCoreChromaUrl` without `chromaUrl` is refused: the knowledge base's server was most
+    likely forgotten, and a pass over an empty embedded store would report it clean. With two
+    servers, a collection name they share could not say which one it is on. Called once the
+    settings are final (a `neoRoot` may supply `chromaUrl`)."""
     chroma = settings.chroma
     if not chroma.memory_core_chroma_url:
         return None
@@ -263,8 +254,8 @@ def memory_core_problem(settings: Settings) -> str | None:
 def _checked_values(
     table: Mapping[str, Any], warnings: list[ConfigWarning]
 ) -> tuple[dict[str, Any], list[str]]:
-    """Each key's value as configured when valid, else its default (or, for a destructive
-    guard, its closed value, and the guard's name in the second list), with a warning."""
+    """Each key's value as configured when valid, else its default (a destructive guard's
+    closed value, its name in the second list), with a warning."""
     values: dict[str, Any] = {}
     invalid_guards: list[str] = []
     for key in KEYS:
@@ -315,8 +306,7 @@ def _resolved(
 
 def invalid_value_message(key: Key, seen: Any) -> str:
     """The warning for a value of the wrong type or out of range: what was expected, what was
-    seen, and what is used instead. The value of `alertRules` is described, never quoted: it
-    may hold webhook URLs with credentials in them; a URL is quoted without its user-info."""
+    seen (`_shown_value`), and what is used instead."""
     head = f"{TABLE}.{key.name}: expected {key.type_text}, got {_shown_value(key, seen)}"
     if key.fails_closed:
         return f"{head}; {key.closed_effect} until it is fixed (a destructive guard fails closed)"
@@ -338,8 +328,7 @@ def _shown_value(key: Key, seen: Any) -> str:
 
 
 def _folded(name: str) -> str:
-    """A table name with case and separators removed: `knowledge_base`, `Knowledge-Base` and
-    `knowledgebase` all fold to the same word as `knowledgeBase`."""
+    """A table name with case and separators removed (`knowledge_base` -> `knowledgebase`)."""
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 

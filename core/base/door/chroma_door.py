@@ -1,44 +1,29 @@
-"""The door to an embedded Chroma store held by a running daemon: how a command beside the
-daemon reaches the store the daemon has open (the client side, and the wire format both sides
-share; the door's socket and its checks are `core.base.door.door_socket`, the daemon's side is
-`core.base.runtime.store_door`).
+"""The store door's client side and the wire format both sides share (the socket and its
+checks: `core.base.door.door_socket`; the daemon's side: `core.base.runtime.store_door`).
 
-Why a door: an embedded store admits one process, so `python -m daemons` (what `make
-run-daemons` and the units run) holds it under an exclusive lock for as long as it runs. A
-command started beside it (`kb-reconcile explain`, `restore`, a `--tick`, `kb-backfill`, the
-demo) that finds that lock held asks the daemon instead: the daemon runs each of the command's
-Chroma calls on its own open store and sends back the result. Everything else (flags, SQLite,
-the decisions, the output, the exit code) happens in the command's own process, exactly as
-when it runs alone, so its output and exit codes are the same by construction; only where the
-Chroma calls run changes.
+An embedded store admits one process, so `python -m daemons` holds it under an exclusive lock
+while it runs. A command started beside it (`kb-reconcile explain`, `restore`, a `--tick`,
+`kb-backfill`, the demo) that finds the lock held asks the daemon to run each of its Chroma
+calls on the daemon's open store. Everything else (flags, SQLite, the decisions, the output,
+the exit code) happens in the command's own process, so its output is the same by
+construction.
 
 Why it is safe:
-- **Same user only, checked by the kernel both ways.** The door is a Unix socket in an
-  owner-only folder of the store (no TCP port). The daemon accepts only a process of its own
-  uid (SO_PEERCRED) and closes any other before reading a byte; the command checks, before it
-  sends anything, that the folder, pid file and socket are its user's and owner-only and that
-  the listening process is its user's and the pid the door names. There is no secret: the
-  kernel's credentials are what a secret could only stand for, and nothing on disk can leak.
-- **Nothing decoded for a peer not yet let in.** The first thing a command sends is HELLO,
-  fixed bytes the daemon compares; no JSON and no array is built before. After it, frames are
-  bounded (MAX_FRAME_BYTES) and arrays only of plain numeric dtypes (`ARRAY_DTYPES`).
-- **Serialized with the daemon's own work.** The daemon runs a peer's call on its one Chroma
-  thread, between its own calls, as the calls of two processes on one Chroma server
-  interleave. Nothing a command does goes around the store's own rules: `restore` still adds
-  only absent ids (preserve-live, decided by the store), and a pass still deletes only what
-  its `where` matches when the delete runs.
-- **Only collection reads and writes.** A peer may call `count`, `get`, `add`, `upsert`,
-  `delete` and the pass's compound `delete_unchanged` (read by id, compare, delete the
-  identical rows: one call on the daemon's thread, so nothing else writes between) on a named
-  collection and create a missing one; nothing else of the client (no reset, no drop) is
-  reachable.
-- **The daemon's drain is untouched.** The daemon itself keeps its in-process store (no
-  socket hop in its own calls); the door costs it one idle listening socket, a few peers at
-  most (`core.base.runtime.store_door`).
+- **Same user only, checked by the kernel both ways** (SO_PEERCRED; how:
+  `core.base.door.door_socket`): the daemon closes another user's connection before reading
+  a byte, and a command sends nothing before it has verified the door. There is no secret.
+- **Nothing decoded for a peer not yet let in.** A command first sends HELLO, fixed bytes the
+  daemon compares; after it, frames are bounded (MAX_FRAME_BYTES) and arrays only of plain
+  numeric dtypes (`ARRAY_DTYPES`).
+- **Serialized with the daemon's own work.** A peer's call runs on the daemon's one Chroma
+  thread, between its own calls, as two processes' calls on one Chroma server interleave; the
+  store's own rules still hold (`restore` adds only absent ids, a delete removes only what
+  its `where` matches when it runs).
+- **Only collection reads and writes**: `PEER_METHODS` on a named collection, and creating a
+  missing one; nothing else of the client (no reset, no drop) is reachable.
 
 A command that finds the lock held and no daemon it can trust answering (no door, a stale one,
-one of another user, the holder another kind of process, a daemon still starting) gets
-LockHeld: one line, exit 1, nothing sent and nothing done.
+another user's, a daemon still starting) gets LockHeld: one line, exit 1, nothing sent.
 """
 
 from __future__ import annotations
@@ -65,21 +50,18 @@ ENSURE_COLLECTION = "ensure_collection"
 #: What a command sends first, once it has verified the daemon: fixed bytes, compared by the
 #: daemon as they are (nothing is decoded before them); the version names this wire format.
 HELLO = b"kb-daemons store door 2\n"
-#: How long a command waits for one call's answer. A peer's call waits behind at most the one
-#: daemon call in progress on the Chroma thread (a page, a batch, a delete: seconds), so ten
-#: minutes means the daemon is stuck; the command then fails (exit 1) rather than hang.
+#: How long a command waits for one call's answer (behind at most the one daemon call in
+#: progress): past it the daemon is stuck, and the command fails rather than hang.
 PEER_CALL_TIMEOUT_S = 600.0
 #: How long a command waits to connect and be let in.
 CONNECT_TIMEOUT_S = 5.0
-#: The largest frame either side accepts once the other is let in (a page of 5,000 rows with
-#: their embeddings is tens of MB); anything larger is a broken peer.
+#: The largest frame either side accepts once the other is let in; larger is a broken peer.
 MAX_FRAME_BYTES = 1 << 30
 #: The largest answer to HELLO (the welcome, or why the daemon turns the command away).
 WELCOME_FRAME_BYTES = 4_096
-#: The only dtypes an array crossing the door may have: plain numbers (what Chroma hands back
-#: for embeddings). Any other dtype string (a subarray shape such as "(9999,9999)f8", a
-#: structured or object dtype) is refused before numpy sees it, so a frame's size bounds the
-#: memory its arrays take.
+#: The only dtypes an array crossing the door may have: plain numbers. Any other dtype string
+#: (a subarray shape such as "(9999,9999)f8", an object dtype) is refused before numpy sees
+#: it, so a frame's size bounds the memory its arrays take.
 ARRAY_DTYPES = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64",
                           "uint8", "uint16", "uint32", "uint64", "bool"})
 _LENGTH = struct.Struct(">Q")
@@ -96,8 +78,7 @@ ErrorRebuilder = Callable[[list[tuple[str, str]], str], Exception]
 
 
 def _default(value: Any) -> Any:
-    """JSON for what Chroma hands back besides plain values: numpy arrays (kept as arrays of
-    the same dtype on the other side, so a result reads as it would in-process) and scalars."""
+    """JSON for numpy arrays (rebuilt with their dtype on the other side) and scalars."""
     tolist = getattr(value, "tolist", None)
     if tolist is not None and getattr(value, "ndim", None) is not None:
         if value.ndim == 0:
@@ -164,9 +145,8 @@ class DaemonStoreClient:
 
     @classmethod
     def connect(cls, chroma_path: Path, *, rebuild_error: ErrorRebuilder) -> DaemonStoreClient:
-        """Reach the daemon serving the store at `chroma_path` once the door and the process
-        listening at it are verified (`door_socket.connect_verified`: nothing is sent before),
-        then say HELLO; DoorClosed saying why when no daemon to trust lets us in."""
+        """Reach the daemon serving the store at `chroma_path` once the door is verified
+        (nothing is sent before), then say HELLO; DoorClosed saying why when refused."""
         try:
             sock, pid = connect_verified(chroma_path, timeout=CONNECT_TIMEOUT_S)
         except OSError as exc:

@@ -86,8 +86,7 @@ def door_path(chroma_path: Path) -> Path:
 
 
 def peer_of(sock: socket.socket) -> Peer:
-    """The process at the other end of a connected Unix socket, as the kernel records it
-    (for a command: the process that called listen(); for the daemon: the one that connected)."""
+    """The process at the other end of a connected Unix socket, as the kernel records it."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     pid, uid, _gid = _PEERCRED.unpack(raw)
     return Peer(pid=pid, uid=uid)
@@ -110,9 +109,8 @@ class Listening:
 
 
 def open_listening(chroma_path: Path, *, backlog: int) -> Listening:
-    """Create (or reclaim) the owner-only door folder, write the pid, bind and listen; the
-    socket appears under its name only once it listens. StoreUnavailable (one line) when the
-    door's place holds something this daemon must not reuse."""
+    """Create (or reclaim) the owner-only door folder, write the pid, bind and listen;
+    StoreUnavailable when the door's place holds something this daemon must not reuse."""
     _remove_earlier_door(chroma_path)
     folder = door_folder(chroma_path)
     fd = _own_folder(folder)
@@ -158,8 +156,8 @@ def close_listening(listening: Listening) -> None:
 
 
 def _own_folder(folder: Path) -> int:
-    """The door folder's descriptor, created 0700 or reclaimed (this user's: chmodded 0700,
-    whatever the umask or an earlier mode); StoreUnavailable when it is not this user's folder."""
+    """The door folder's descriptor, created or reclaimed 0700; StoreUnavailable when it is
+    not this user's folder."""
     with suppress(FileExistsError):
         os.mkdir(folder, 0o700)
     try:
@@ -209,10 +207,8 @@ def _remove_earlier_door(chroma_path: Path) -> None:
 
 
 def connect_verified(chroma_path: Path, *, timeout: float) -> tuple[socket.socket, int]:
-    """A socket connected to the daemon serving the store at `chroma_path`, and that daemon's
-    pid, once the door's folder, pid file and socket and the listening process are all this
-    user's (nothing has been sent on it). DoorClosed saying why otherwise: no door, a stale
-    one (nothing listens), or one not to be trusted."""
+    """A socket connected to the daemon serving the store at `chroma_path`, and its pid, once
+    the door is verified (see the module docstring); nothing sent on it. DoorClosed otherwise."""
     folder = door_folder(chroma_path)
     try:
         fd = os.open(folder, _OPEN_FOLDER)
@@ -258,7 +254,7 @@ def _connect(fd: int, folder: Path, pid: int, *, timeout: float) -> socket.socke
 
 def _connect_within(sock: socket.socket, address: str | bytes, *, timeout: float) -> None:
     """Connect, waiting up to `timeout` while the daemon's accept queue is full (a Unix socket
-    then answers EAGAIN at once instead of waiting, as a busy TCP listener would)."""
+    then answers EAGAIN at once)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -316,8 +312,8 @@ def _untrusted(folder: Path, problem: str) -> DoorClosed:
 
 
 def _address(fd: int, folder: Path, name: str) -> str | bytes:
-    """A socket address for `name` in the folder open as `fd`: through /proc (short whatever
-    the folder's depth, and bound to that very folder), else the path itself when it fits."""
+    """A socket address for `name` in the folder open as `fd`: through /proc (see the module
+    docstring), else the path itself when it fits."""
     via_fd = f"/proc/self/fd/{fd}"
     if os.path.isdir(via_fd):
         return f"{via_fd}/{name}"

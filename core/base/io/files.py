@@ -25,10 +25,8 @@ _SKIP_CHUNK = 1 << 16
 
 
 def make_private_dirs(folder: Path) -> None:
-    """Create `folder` and every missing folder above it with PRIVATE_DIR_MODE (owner-only,
-    whatever the umask); a folder that exists is left exactly as it is (kb-daemons never
-    chmods what it did not create). A folder another process creates at the same moment is
-    taken as it is."""
+    """Create `folder` and every missing folder above it owner-only, whatever the umask; a
+    folder that exists (or another process creates meanwhile) is left as it is."""
     missing: list[Path] = []
     while not folder.is_dir():
         missing.append(folder)
@@ -44,8 +42,7 @@ def make_private_dirs(folder: Path) -> None:
 
 
 def create_private_file(path: Path, flags: int = os.O_WRONLY) -> int:
-    """`os.open(path, flags | O_CREAT, PRIVATE_FILE_MODE)`: a file this project creates is
-    owner-only whatever the umask (one that exists keeps its mode). The descriptor."""
+    """Open `path`, created owner-only whatever the umask (one that exists keeps its mode)."""
     return os.open(path, flags | os.O_CREAT, PRIVATE_FILE_MODE)
 
 
@@ -61,17 +58,12 @@ def fsync_dir(path: Path) -> None:
 
 class FilesystemFlush:
     """A handle on the filesystem holding `folder`, opened BEFORE the writes it is to make
-    durable, whose `flush` makes everything written to that filesystem durable with one
-    `syncfs`.
-
-    One call in place of thousands of fsyncs (one per archive file of a pass over many
-    tenants; the timing is in docs/performance.md, "Fleet scale"). It also flushes what other
-    programs wrote to that filesystem, which costs them nothing but time.
+    durable, whose `flush` makes them all durable with one `syncfs` (in place of an fsync per
+    file: docs/performance.md, "Fleet scale").
 
     Why opened first: `syncfs` reports the write-back errors recorded since its descriptor was
-    opened (Linux's per-filesystem error sequence). A descriptor opened after the writes would
-    miss an error on them that another program's `syncfs` was told of in between; one opened
-    before cannot."""
+    opened, so one opened after the writes could miss an error another program's `syncfs` was
+    told of in between."""
 
     def __init__(self, folder: Path, fd: int) -> None:
         self.folder = folder
@@ -79,19 +71,16 @@ class FilesystemFlush:
 
     @classmethod
     def open(cls, folder: Path) -> FilesystemFlush:
-        """(blocking) The handle on `folder`, which is created when missing (durably: its
-        parent folder is fsynced)."""
+        """(blocking) The handle on `folder`, created (durably) when missing."""
         if not folder.is_dir():
             make_private_dirs(folder)
             fsync_dir(folder.parent)
         return cls(folder, os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
 
     def flush(self) -> bool:
-        """(blocking) Whether everything written to the filesystem since the handle was
-        opened is now durable: False (and nothing is promised) when this system cannot (not
-        Linux, a kernel before 5.8, where `syncfs` does not report write-back errors, no
-        `syncfs` in the C library, a sandbox refusing it) or when it failed. A caller then
-        falls back to one fsync per file, which reports any error that is its files' own."""
+        """(blocking) Whether everything written since the handle was opened is now durable:
+        False when this system cannot tell (see `_syncfs`) or it failed; the caller then falls
+        back to one fsync per file."""
         syncfs = _syncfs()
         if syncfs is None:
             return False
@@ -145,8 +134,7 @@ def file_size(path: Path) -> int:
 
 def iter_bounded_lines(stream: IO[bytes], *, limit: int) -> Iterator[bytes | None]:
     """Each line of a binary stream without its newline, or None for a line longer than
-    `limit` (which is skipped in chunks, never held whole). A last line without a newline
-    counts: a producer may be writing it."""
+    `limit` (skipped, never held whole); an unterminated last line counts."""
     while True:
         line = stream.readline(limit + 1)
         if not line:
@@ -173,9 +161,8 @@ class OpenLines:
 
 @contextmanager
 def open_lines(path: Path, *, limit: int) -> Iterator[OpenLines | None]:
-    """The non-blank bounded lines of `path` (see `iter_bounded_lines`): a file of millions
-    of lines, or one runaway line, costs a read and not the memory to hold it. None when the
-    file does not exist, which for every reader of these files means "nothing yet"."""
+    """The non-blank bounded lines of `path` (see `iter_bounded_lines`); None when the file
+    does not exist ("nothing yet")."""
     try:
         stream = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:

@@ -34,20 +34,15 @@ MEMORY_LABEL = "MEMORY"
 SESSION_LABEL = "SESSION"
 ORIGINATES_IN = "ORIGINATES_IN"
 
-#: The largest weight magnitude a line may carry. Weights are relevance scores (default 1.0,
-#: reinforced up to the graph's cap of 5.0); a million times the default is far beyond any
-#: real producer, and keeps every edge weight finite: the graph reinforces by a tenth of a
-#: line's weight and never lets a sum go below -WEIGHT_LIMIT (`core.base.state.graph`), so no
-#: number of lines can push an edge to ±Inf.
+#: The largest weight magnitude a line may carry: far beyond any real producer, and with
+#: MIN_WEIGHT it keeps every edge weight finite however many lines reinforce it.
 WEIGHT_LIMIT = 1_000_000.0
 #: Linking an existing edge again adds this fraction of the new weight.
 REINFORCE_FACTOR = 0.1
 #: Reinforcement never takes a weight above this.
 MAX_WEIGHT = 5.0
-#: No stored weight goes below this (nor does a link store one above WEIGHT_LIMIT): with the
-#: cap above, every edge weight stays finite however many lines reinforce it (ten lines of
-#: -1e308 once left an edge at -Inf). Queue lines outside ±WEIGHT_LIMIT are refused before
-#: they get here; the bound holds for every other caller too.
+#: No stored weight goes below this (nor does a link store one above WEIGHT_LIMIT), so no
+#: number of lines can push an edge to ±Inf, whoever the caller.
 MIN_WEIGHT = -WEIGHT_LIMIT
 
 Marker = Literal["backfilled", "liveIngested"]
@@ -78,8 +73,7 @@ class EdgeRow:
 
 
 class EdgeLike(Protocol):
-    """An edge's fields, read-only: an `EdgeRow`, or a parsed queue line, which the drainer
-    links as it is (one object less per line)."""
+    """An edge's fields, read-only: an `EdgeRow`, or a parsed queue line linked as it is."""
 
     @property
     def source(self) -> str: ...
@@ -93,19 +87,16 @@ class EdgeLike(Protocol):
     def properties(self) -> Mapping[str, Any] | None: ...
 
 
-#: One encoder for every hash: `json.dumps` with keywords builds a new encoder per call, a cost
-#: paid once per back-filled node otherwise.
+#: One encoder for every hash (`json.dumps` with keywords builds one per call).
 _JS_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def js_json(value: Any) -> str:
     """Compact key-sorted JSON formatted as JavaScript's JSON.stringify would (integral floats
-    without a fraction, non-ASCII unescaped), so hashes match those the platform's JavaScript
-    writers compute.
+    without a fraction, non-ASCII unescaped), so hashes match the platform's JavaScript writers.
 
-    A value without floats (the usual payload: strings, integers, booleans, null) is written by
-    orjson, whose output for those is byte-identical to the standard encoder's (a property test
-    holds it to that) at a fraction of the cost; anything else goes to the standard encoder."""
+    A value without floats is written by orjson, byte-identical there to the standard encoder
+    (a property test holds it to that) and cheaper."""
     normalized = _js_numbers(value)
     if _float_free(normalized):
         try:
@@ -145,12 +136,8 @@ def _field(metadata: Mapping[str, Any], name: str) -> Any:
 def payload_hash(payload: Mapping[str, Any]) -> str:
     """SHA-256 of `js_json(payload)`, the hash a node's payload is compared by.
 
-    A payload whose values are all strings and integers (every real one: ids, titles, epoch
-    milliseconds or ISO times) is written by orjson straight to bytes, the same bytes
-    `js_json` gives (a property test holds the two to that), without `js_json`'s walks over
-    the value, which are a back-fill's planning cost otherwise.
-    Anything else (a float, a bool, a lone surrogate, an integer past 64 bits) goes through
-    `js_json`."""
+    A payload of strings and integers only (every real one) goes to orjson straight, the same
+    bytes without `js_json`'s walks (a property test holds the two to that)."""
     for value in payload.values():
         if type(value) is not str and type(value) is not int:
             break
@@ -174,9 +161,7 @@ def session_payload_hash(metadata: Mapping[str, Any]) -> str:
 
 
 def memory_node(chroma_id: str, metadata: Mapping[str, Any], marker: Marker) -> NodeRow:
-    """The MEMORY node for a memory row: `chromaId`, the row's `sessionId`, `createdAt` and
-    `userId` that it has (a missing one is no key, and "" in the hash), `payloadHash`, the
-    marker."""
+    """The MEMORY node for a memory row (the fields it mirrors: see the module docstring)."""
     created, session, user = (metadata.get("createdAt"), metadata.get("sessionId"),
                               metadata.get("userId"))
     properties: dict[str, Any] = {"chromaId": chroma_id}
@@ -198,9 +183,7 @@ def memory_node(chroma_id: str, metadata: Mapping[str, Any], marker: Marker) -> 
 def session_node(
     session_id: str, summary_id: str, metadata: Mapping[str, Any], marker: Marker
 ) -> NodeRow:
-    """The SESSION node for a session whose summary row exists: `chromaId` (the summary's
-    id), `sessionId`, the row's `title`, `createdAt` and `userId` that it has (a missing one
-    is no key, and "" in the hash), `payloadHash`, the marker."""
+    """The SESSION node for a session whose summary row exists (`chromaId` is the summary's)."""
     fields = {**metadata, "sessionId": session_id}
     properties: dict[str, Any] = {"chromaId": summary_id, "sessionId": session_id}
     for name in ("title", "createdAt", "userId"):
@@ -212,9 +195,8 @@ def session_node(
 
 
 def minimal_session_node(session_id: str) -> NodeRow:
-    """A SESSION node for a session that has no summary row, as the original writes it:
-    `sessionId`, `backfilled`, `minimal` and no hash. Edges can land on it, and a later live
-    ingestion of its summary upgrades it (`minimal` is dropped)."""
+    """A SESSION node for a session without a summary row, as the original writes it (no
+    hash); a later live ingestion of its summary upgrades it."""
     properties = {"sessionId": session_id, "backfilled": True, "minimal": True}
     return NodeRow(session_node_id(session_id), SESSION_LABEL, properties)
 
@@ -245,9 +227,8 @@ def summaries_by_session(
 def pick_summary_row(
     rows: Iterable[tuple[str, Mapping[str, Any]]],
 ) -> tuple[str, Mapping[str, Any]] | None:
-    """The summary row that represents a session when there are several: the earliest time
-    (`createdAt`, else `timestamp`: `row_time_ms`); rows whose time cannot be read come last;
-    ties by row id. Deterministic: never "whichever Chroma returned first"."""
+    """The summary row that represents a session among several, deterministically: the
+    earliest (`row_time_ms`; unreadable times last), ties by row id."""
     best: tuple[tuple[int, int, str], str, Mapping[str, Any]] | None = None
     for row_id, metadata in rows:
         created = row_time_ms(metadata)

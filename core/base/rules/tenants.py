@@ -78,11 +78,8 @@ class StoredConfig:
 
 
 def normalize_tenant_id(raw: str) -> str:
-    """The canonical tenant id: whitespace trimmed and one leading `@` removed.
-
-    Raises ValueError for an id that is empty after normalizing: an empty tenant would match
-    chunks that carry `tenantId: ""`, which no operator means.
-    """
+    """The canonical tenant id (see the module docstring); ValueError when empty, as it would
+    match chunks that carry `tenantId: ""`."""
     tenant_id = raw.strip().removeprefix("@").strip()
     if not tenant_id:
         raise ValueError(f"tenant id {raw!r} is empty")
@@ -95,11 +92,8 @@ def tenant_config_node_id(tenant_id: str) -> str:
 
 
 def version_from_properties(properties: Any) -> int:
-    """The node's version when it is an integer >= 1 (a bool is not), else 0.
-
-    Other programs write these nodes too; an unreadable version must make a tenant look
-    unconfigured (nothing reconciled) rather than far ahead (everything stale).
-    """
+    """The node's version when it is an integer >= 1 (a bool is not), else 0: an unreadable
+    version makes a tenant look unconfigured rather than far ahead (everything stale)."""
     if not isinstance(properties, dict):
         return NO_CONFIG_VERSION
     version = properties.get("version")
@@ -163,11 +157,8 @@ def original_config_properties(
     node_id: str, old_properties: Any, *, exists: bool
 ) -> tuple[dict[str, Any], TenantConfig]:
     """The properties `set-config` writes on a neo.mjs graph, as the original's
-    `setTenantConfig` does: `tenantId`, the version raised by one from the stored one (as
-    `(existing?.properties?.version || 0) + 1`; an unreadable one counts as 0), `visibility:
-    "team"`, and, only for a node not yet there (`exists` False), the original's defaults.
-    No `repoSlug` and no `updatedAt`: the original writes neither. The merge that writes them
-    keeps every other key of a stored node (its `tenantRepos` included)."""
+    `setTenantConfig` does (see the module docstring): the version raised by one (an
+    unreadable one counts as 0), and the original's defaults only for a new node."""
     version = version_from_properties(old_properties) + 1
     tenant_id = node_id[len(TENANT_CONFIG_PREFIX):]
     properties: dict[str, Any] = {"tenantId": tenant_id}
@@ -188,9 +179,8 @@ def team_visible(patch: dict[str, Any]) -> dict[str, Any]:
 
 def named_as_recorded(tenants: Sequence[TenantConfig],
                       recorded: Mapping[str, str]) -> list[TenantConfig]:
-    """The tenants with the repo the original names their telemetry by (neo.mjs graph): the
-    smallest repo of each tenant's recorded events (`recorded`), which the original's
-    reconciler takes before anything else (it never reads a config's `repoSlug`); a tenant
-    without events keeps its own (and then the repos its data names: `TenantOutcome`)."""
+    """The tenants with the repo the original names their telemetry by on a neo.mjs graph:
+    the smallest repo of each one's recorded events (`recorded`); a tenant without events
+    keeps its own."""
     return [dataclasses.replace(t, repo_slug=recorded[t.tenant_id])
             if recorded.get(t.tenant_id) else t for t in tenants]

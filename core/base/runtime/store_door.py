@@ -3,20 +3,17 @@ commands run beside it (`core.base.door.chroma_door` says why and how it is kept
 `core.base.door.door_socket` where the door is and how each side checks the other).
 
 `serve()` opens the door whenever it holds an embedded store, so every way of starting a daemon
-(`python -m daemons`, `python -m daemons.drain`, `python -m daemons.reconcile`, `make
-run-daemons`, the units) behaves alike.
+behaves alike.
 
 What it guarantees, whatever a peer sends:
-- **Another user's process is closed before a byte is read**, at accept (SO_PEERCRED), and
-  so costs the daemon one accept and one close.
+- **Another user's process is closed before a byte is read**, at accept (SO_PEERCRED).
 - **A few peers at once.** At most `max_peers` connections of the daemon's own user are served
   at a time; any further one is turned away at accept with one short refusal frame.
 - **Bounded before HELLO.** A peer must send the fixed HELLO bytes within `hello_timeout_s`;
   nothing else is read or decoded before them. After it, frames are bounded
   (`MAX_FRAME_BYTES`) and each request must arrive within `idle_timeout_s` of the last answer.
-- **A peer's failure is the peer's.** Any exception in a peer's handler (a timeout, bad UTF-8,
-  deep nesting's RecursionError, a refused dtype, a MemoryError) ends that peer with one
-  warning line and no traceback; the accept loop, the other peers and the ticks go on.
+- **A peer's failure is the peer's.** Any exception in a peer's handler ends that peer with
+  one warning line and no traceback; the accept loop, the other peers and the ticks go on.
 - **Refusals are counted, not logged one by one**: at most one warning line per
   `REFUSAL_LOG_INTERVAL_S` says how many were refused and why the last one was.
 - **Closed before the store**: first no new peer (the socket unlinked and closed), then the
@@ -59,16 +56,14 @@ from core.base.rules.errors import StoreUnavailable
 
 log = structlog.get_logger(__name__)
 
-#: How many commands the door serves at once: each holds one connection for its run, and an
-#: operator runs a few beside the daemons; the cap bounds the daemon's descriptors and memory.
+#: How many commands the door serves at once: bounds the daemon's descriptors and memory.
 MAX_PEERS = 8
 #: Connections the kernel queues for the door before it accepts them (kernel memory only; a
 #: command finding the queue full tries again for CONNECT_TIMEOUT_S).
 LISTEN_BACKLOG = 64
 #: A peer must send HELLO within this many seconds of connecting (a command sends it at once).
 HELLO_TIMEOUT_S = 5.0
-#: A peer that sends no request for this long is ended: a command between two Chroma calls
-#: does SQLite or file work of seconds, so ten minutes means it is stuck or gone.
+#: A peer that sends no request for this long is stuck or gone, and is ended.
 IDLE_TIMEOUT_S = 600.0
 #: At most one `store_door.refused` line in this many seconds, whatever the refusal rate.
 REFUSAL_LOG_INTERVAL_S = 10.0

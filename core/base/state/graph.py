@@ -51,8 +51,7 @@ async def _write_rows(tx: Transaction, row_sql: str, columns_sql: str,
                       rows: Sequence[tuple[Any, ...]], *, key_width: int) -> None:
     """Run `row_sql` for each row in order, or, where the backend has a set-based form
     (`columns_sql`), that form once per round of distinct keys (the first `key_width`
-    columns): the same outcome (`core.base.rules.state.write_rounds`) in a few statements instead of
-    one per row, which is what a PostgreSQL drain spent most of its time waiting on."""
+    columns): the same outcome (`core.base.rules.state.write_rounds`) in a few statements."""
     if not columns_sql:
         await tx.executemany(row_sql, rows)
         return
@@ -86,10 +85,9 @@ async def upsert_nodes(
 
 
 async def rewrite_node_keys(tx: Transaction, node: NodeRow) -> None:
-    """Set each top-level key of `node.properties` on the existing node to exactly that value:
-    an object replaces the stored one whole instead of being merged into it, so a key inside
-    it can go (an upsert's merge never deletes one on a graph that keeps every key). The
-    node's other keys are kept; a node that does not exist is not created."""
+    """Set each top-level key of `node.properties` on the existing node to exactly that value
+    (an object replaced whole, so a key inside it can go, which an upsert's merge never
+    does); the other keys are kept, and a missing node is not created."""
     if tx.model is not None:
         await tx.model.rewrite_node_keys(tx, node)
         return
@@ -114,14 +112,11 @@ async def insert_edges_if_absent(tx: Transaction, edges: Iterable[EdgeLike]) -> 
 
 async def link_edges(tx: Transaction, edges: Iterable[EdgeLike]) -> None:
     """Create edges, or reinforce each existing one by REINFORCE_FACTOR x the new weight
-    (capped at MAX_WEIGHT, floored at MIN_WEIGHT: never ±Inf) and merge its properties.
-    Links of one edge apply in their order, so two links of one edge in a batch reinforce
-    twice, as two separate calls would.
+    (within MIN_WEIGHT..MAX_WEIGHT) and merge its properties; two links of one edge in a
+    batch reinforce twice, in their order.
 
-    The rows are written grouped by source (a stable sort: the links of one edge keep their
-    order, and links of different edges touch different rows, so the graph is the same as
-    in the given order). Upserts in queue order land all over the edge index; grouped by
-    source they walk it (docs/performance.md has the figures)."""
+    The rows are written grouped by source (a stable sort, so the graph is the same as in
+    the given order), which walks the edge index instead of landing all over it."""
     if tx.model is not None:
         await tx.model.link_edges(tx, edges)
         return
@@ -152,9 +147,8 @@ async def link_nodes(
     weight: float = 1.0,
     properties: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Link two existing nodes (or reinforce the edge); cull the edge when an endpoint is
-    missing: log it and return False. The existence check and the link share one transaction.
-    Never back-fills (see `core.drain.lazy_backfill.link_with_backfill`)."""
+    """Link two existing nodes (or reinforce the edge) in one transaction with the existence
+    check; False, logged, when an endpoint is missing. Never back-fills."""
     source = normalize_graph_node_id(source)
     target = normalize_graph_node_id(target)
     async with graph.write() as tx:

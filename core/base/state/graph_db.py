@@ -1,13 +1,9 @@
 """The store seam: what every backend of the state (graph, telemetry, daemon state) offers.
 
-The store modules that own a table group run their statements through these
-Protocols, and every layer above names only them (`TickContext.graph` is a `GraphDB`), so a
-second backend is a new package beside `core.base.state.sqlite`, not edits across the layers.
-A backend's `sql` is its text of every statement (`core.base.state.statements.Statements`).
-
-`query`, `Transaction.execute` and `Transaction.executemany` are for the modules of
-the stores only: every SQL statement lives there (a test walks the source and fails on SQL
-text or a call of these anywhere else).
+Every layer above names only these Protocols, so a second backend is a new package beside
+`core.base.state.sqlite`, not edits across the layers. A backend's `sql` is its text of every
+statement (`core.base.state.statements.Statements`). `query`, `execute` and `executemany` are
+for the stores only (a test walks the source for SQL anywhere else).
 
 A backend whose graph is not this project's `nodes`/`edges` (the original's `Nodes`/`Edges`
 documents: `core.base.state.neo`) has a `model`, a `GraphModel`, that `core.base.state.graph` hands
@@ -33,10 +29,9 @@ class GraphDataError(KbError):
 
 
 class ConnectionTurn:
-    """Takes turns on one connection between the tasks of one process: a daemon's jobs (a
-    pass, the alerting job) share its state connection, and a connection holds one transaction
-    at a time. Re-entrant per task: a task inside its own turn (a read within its open write
-    transaction) goes straight on. Uncontended, a turn costs an `asyncio.Lock` acquire."""
+    """Takes turns on one connection between the tasks of one process (a connection holds one
+    transaction at a time). Re-entrant per task: a read within its own open write transaction
+    goes straight on."""
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
@@ -90,11 +85,9 @@ class Transaction(Reader, Protocol):
 class GraphDB(Reader, Protocol):
     """An open state store: reads, short write transactions, and its tables.
 
-    `write()` commits on success and rolls back on any error; an outage surfaces as
-    `StoreUnavailable` (the tick fails cleanly, nothing half-written remains), a statement the
-    data made fail as `GraphDataError`, a connection that broke under the call as
-    `ConnectionLost` (then `lost` says why). A read-only store (`read_only`, for dry runs) refuses
-    `write()` and changes nothing.
+    `write()` commits on success and rolls back on any error: `StoreUnavailable` for an
+    outage, `GraphDataError` for a statement the data made fail, `ConnectionLost` when the
+    connection broke (`lost` says why). A read-only store (dry runs) refuses `write()`.
     """
 
     @property
@@ -109,10 +102,8 @@ class GraphDB(Reader, Protocol):
 
     @property
     def lost(self) -> str | None:
-        """Why this connection can no longer be used, or None while it can: a call failed
-        with the connection's own error (`ConnectionLost`), or the backend saw it end (the
-        server closed it, the SQLite file was replaced). A lost connection is never used
-        again; `core.base.state.reopening_graph` replaces it."""
+        """Why this connection can no longer be used, or None while it can; a lost connection
+        is never used again (`core.base.state.reopening_graph` replaces it)."""
         ...
 
     def write(self) -> AbstractAsyncContextManager[Transaction]:

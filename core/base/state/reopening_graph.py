@@ -1,17 +1,15 @@
 """The state a daemon keeps open for its whole life, reopened when its connection is lost.
 
-A daemon opens its state once (`core.suite.scheduler.DaemonRunner`) and every tick works on
-it. A connection lost under a call (PostgreSQL restarted or failed over, the network cut, a
-SQLite I/O error, the file replaced: the backend's `GraphDB.lost`) is never used again; this
-is the one place where it is replaced, and no job retries anything:
+A daemon opens its state once (`core.suite.scheduler.DaemonRunner`). A connection lost under a
+call (the backend's `GraphDB.lost`) is never used again; this is the one place where it is
+replaced, and no job retries anything:
 
 - The call that meets the loss fails (`ConnectionLost`: its transaction rolled back, nothing
   lost), and with it the tick; the tick after it starts with a new connection
   (`reconnect`, called before every tick), so the first tick after the store is back succeeds.
 - Between ticks, a call that finds the connection lost opens a new one too, but at most once
-  per backoff (RETRY_FIRST_S doubling up to `retry_max_s`, each wait jittered to between half
-  and all of it); a call in between fails at once without a connection attempt, so a pass over
-  many tenants during an outage costs the server one attempt per backoff, not one per tenant.
+  per backoff (`retry_delay_s`); a call in between fails at once, so a pass over many tenants
+  during an outage costs the server one attempt per backoff, not one per tenant.
 - Logged once per outage (`core.base.state.outage`): `store.lost` with the reason when it begins,
   `store.reopened` when it ends, with how long it lasted and its `failures` (the loss and
   every reopen that failed).
@@ -57,8 +55,8 @@ _inside_write: ContextVar[tuple[object, GraphDB] | None] = ContextVar("kb_inside
 
 def retry_delay_s(failures: int, *, max_s: float, draw: float) -> float:
     """The wait before the next reopen after `failures` failed ones (pure): RETRY_FIRST_S
-    doubling, at most `max_s`, scaled by a jitter factor between 0.5 and 1 (`draw` in
-    [0, 1)), so hosts that lost one server together do not come back in step."""
+    doubling, at most `max_s`, jittered to between half and all of it (`draw` in [0, 1)), so
+    hosts that lost one server together do not come back in step."""
     base = min(max_s, RETRY_FIRST_S * 2.0 ** max(0, failures - 1))
     return base * (0.5 + draw / 2)
 
@@ -111,10 +109,9 @@ class ReopeningGraph:
         return None
 
     async def reconnect(self) -> None:
-        """Before a tick: check the connection (a lost one, or one that does not answer
-        within PROBE_TIMEOUT_S) and open a new one when it cannot be used, whatever the
-        backoff (ticks are spaced by their interval already). ConnectionLost when the store
-        is still unreachable: the tick fails, nothing lost."""
+        """Before a tick: open a new connection when this one is lost or does not answer
+        within PROBE_TIMEOUT_S, whatever the backoff (ticks are spaced already);
+        ConnectionLost when the store is still unreachable."""
         graph = self._graph
         if graph.lost is None:
             try:

@@ -34,15 +34,14 @@ log = structlog.get_logger(__name__)
 
 
 def new_metric_row(*, timestamp_ms: int | None = None, **fields: Any) -> MetricRow:
-    """A telemetry row with a fresh id, stamped now unless `timestamp_ms` says when (fields
-    as `build_metric_row`)."""
+    """A telemetry row with a fresh id, stamped now unless `timestamp_ms` says when."""
     return build_metric_row(row_id=str(uuid.uuid4()), timestamp_ms=timestamp_ms or now_ms(),
                             **fields)
 
 
 async def insert_metric_rows(graph: GraphDB, rows: Sequence[MetricRow]) -> None:
-    """Insert rows in one transaction; raises (StoreUnavailable) when SQLite refuses. A row
-    whose id is already there is left as it is, so writing a spooled row twice is harmless."""
+    """Insert rows in one transaction (StoreUnavailable when refused); an id already there is
+    left as it is, so writing a spooled row twice is harmless."""
     if not rows:
         return
     async with graph.write() as tx:
@@ -50,13 +49,8 @@ async def insert_metric_rows(graph: GraphDB, rows: Sequence[MetricRow]) -> None:
 
 
 async def record_ingestion_metric(graph: GraphDB, **fields: Any) -> str | None:
-    """Append one telemetry event (fields as `new_metric_row`) and return its id; on any
-    failure log it and return None.
-
-    Never raises into its caller: telemetry must not be the reason an ingestion fails. A
-    caller whose work is not done until it is recorded (a reconciliation pass) uses
-    `insert_metric_rows` and the spool instead.
-    """
+    """Append one telemetry event and return its id; on any failure log it and return None
+    (best effort: see the module docstring)."""
     row: MetricRow | None = None
     try:
         row = new_metric_row(**fields)
@@ -75,13 +69,9 @@ async def ingestion_rollup(
     per: RollupScope = "repo",
     tenant_id: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Aggregate the events of `window`, one dict per (tenant, repo) or per tenant.
-
-    Each dict has `tenantId`, `repoSlug` (only when `per="repo"`) and every KNOWN_METRICS
-    figure; `errorRate` is errorEvents / eventCount, 0 for no events. Unlike recording, a
-    failing read raises (StoreUnavailable): an alerting pass that cannot see the telemetry
-    must fail visibly, not report that all is quiet.
-    """
+    """Aggregate the events of `window`, one dict per (tenant, repo) or per tenant
+    (`rollup_row`). A failing read raises: an alerting pass that cannot see the telemetry
+    must fail visibly, not report that all is quiet."""
     tenant = tenant_or_default(tenant_id) if tenant_id is not None else None
     statement = graph.sql.rollup_by_repo if per == "repo" else graph.sql.rollup_by_tenant
     rows = await graph.query(statement, (window.since_ms, window.until_ms, tenant, tenant))
@@ -91,12 +81,8 @@ async def ingestion_rollup(
 
 
 async def last_stale_counts(graph: GraphDB) -> dict[str, StaleReport]:
-    """Each tenant's latest `reconcile` event, by tenant id.
-
-    A clean tenant writes no event, so a report older than the reconcile daemon's last
-    completed tick (see `core.base.state.daemon_state.last_ticks`) means the tenant was clean on
-    that tick.
-    """
+    """Each tenant's latest `reconcile` event, by tenant id (a clean tenant writes none, so an
+    older report than the last completed tick means the tenant was clean on it)."""
     rows = await graph.query(graph.sql.last_reconcile, (EVENT_RECONCILE, EVENT_RECONCILE))
     reports: dict[str, StaleReport] = {}
     for tenant, repo, timestamp, total, deleted, detail in rows:
@@ -117,7 +103,6 @@ async def last_stale_counts(graph: GraphDB) -> dict[str, StaleReport]:
 
 async def recorded_repos(graph: GraphDB) -> dict[str, str]:
     """Each tenant's smallest repo among its recorded events, by tenant id: the repo the
-    original's reconciler names the tenant's telemetry by (its rollup's first row). Tenants
-    without an event are absent. A failing read raises (StoreUnavailable)."""
+    original's reconciler names the tenant's telemetry by."""
     rows = await graph.query(graph.sql.first_repo_by_tenant)
     return {str(tenant): str(repo) for tenant, repo in rows if repo is not None}

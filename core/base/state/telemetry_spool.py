@@ -27,14 +27,11 @@ SPOOL_LINE_SHOWN = 2_000
 
 
 class MetricSpool:
-    """Telemetry rows that SQLite refused, kept in a small JSON-lines file until a later pass
-    writes them (`<dataDir>/telemetry-spool.jsonl`).
+    """Telemetry rows that SQLite refused, kept until a later pass writes them.
 
-    A file, not a table: the rows are here exactly because the SQLite file could not be
-    written. Appends are whole lines, fsynced; every read and write happens under an
-    exclusive `flock` of `<spool>.lock`, so two processes sharing a data folder cannot lose
-    each other's rows. Flushing inserts every row (ids make a repeat harmless) and only then
-    removes the file, so a crash in between writes nothing twice and loses nothing.
+    Appends are whole lines, fsynced, under an exclusive `flock` of `<spool>.lock`, so two
+    processes sharing a data folder cannot lose each other's rows. Flushing inserts every row
+    (ids make a repeat harmless) and only then removes the file: a crash loses nothing.
     """
 
     def __init__(self, path: Path) -> None:
@@ -79,9 +76,8 @@ class MetricSpool:
             return 0
 
     async def flush(self, graph: GraphDB) -> int:
-        """Write every spooled row to SQLite, then remove the spool; returns how many rows
-        were written. Raises (and keeps the spool) when SQLite still refuses. A line that is
-        not a row (a crash cut it short) is logged with its text and dropped."""
+        """Write every spooled row, then remove the spool; how many were written. Raises (the
+        spool kept) when SQLite still refuses; a line cut short by a crash is logged, dropped."""
         if not self.path.exists():
             return 0
         lock = await asyncio.to_thread(self._lock)

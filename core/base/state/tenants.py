@@ -58,12 +58,9 @@ async def set_tenant_config(
 ) -> TenantConfig:
     """Write a tenant's configuration and raise its version by one (the first write gives 1).
 
-    The read of the old version and the write of the new one share one `BEGIN IMMEDIATE`
-    transaction, so two concurrent `set-config` calls give two distinct versions instead of
-    both writing the same one. Other properties of the node (written by the platform) are
-    kept; `repoSlug` changes only when given. On a neo.mjs graph the node is written as the
-    original writes it (`core.base.rules.tenants.original_config_properties`); a `repo_slug` is
-    then a ValueError, since the original keeps a tenant's repos in `tenantRepos` only.
+    The old version is read in the write transaction, so two concurrent calls give two
+    distinct versions. The node's other properties are kept. On a neo.mjs graph the node is
+    written as the original writes it, and a `repo_slug` is a ValueError.
     """
     node_id = tenant_config_node_id(tenant_id)
     if repo_slug is not None and not repo_slug.strip():
@@ -87,11 +84,7 @@ async def set_tenant_config(
 
 
 async def list_tenants(graph: GraphDB) -> list[TenantConfig]:
-    """Every tenant with a configuration node, ordered by tenant id.
-
-    This is the reconciliation pass's list of tenants: every configured tenant is visited,
-    not only those that happen to have telemetry.
-    """
+    """Every tenant with a configuration node, ordered by tenant id: the pass's tenants."""
     rows = await graph.query(
         graph.sql.nodes_by_label_and_prefix,
         (TENANT_CONFIG_LABEL, len(TENANT_CONFIG_PREFIX), TENANT_CONFIG_PREFIX))
@@ -100,12 +93,10 @@ async def list_tenants(graph: GraphDB) -> list[TenantConfig]:
 
 
 async def set_tenant_policy(graph: GraphDB, tenant_id: str, patch: dict[str, Any]) -> TenantConfig:
-    """Merge a policy patch (`core.reconcile.rules.tenant_policy.policy_patch`) into an existing
-    tenant's configuration node, in one transaction; the version is never raised (a policy changes
-    what is done about stale chunks, not which chunks are stale). Raises LookupError for a tenant
-    without a configuration node: a policy on a tenant the pass never visits would do nothing.
-    On a neo.mjs graph the write also keeps the node `visibility: "team"` (the original's
-    row-filtered reads find it).
+    """Merge a policy patch into an existing tenant's configuration node, in one transaction,
+    never raising the version (a policy changes what is done about stale chunks, not which are
+    stale). LookupError for a tenant without a configuration node. On a neo.mjs graph the node
+    stays `visibility: "team"` (so the original's row-filtered reads find it).
     """
     node_id = tenant_config_node_id(tenant_id)
     async with graph.write() as tx:

@@ -1,10 +1,9 @@
 """The back-fill's plan (pure): given which ids exist and the rows Chroma returned, which
 nodes and edges to write and what each requested id's outcome is.
 
-One plan serves every entry point (`ingest_single_row`, `link_with_backfill`, the drainer's
-batches): the job asks SQLite which ids exist, Chroma for the missing memories and for the
-sessions they and the request need, and hands each answer to the step here that uses it. The
-outcome per requested id has the shape `{success, reason, graphNodeId, error}`.
+One plan serves every entry point (`core.drain.lazy_backfill`): the job hands each answer of
+the stores to the step here that uses it. The outcome per requested id has the shape
+`{success, reason, graphNodeId, error}`.
 
 Never a memory without its session: when the parent session cannot be resolved because
 Chroma failed, the memory is not planned either (`chroma-fetch-failed`) and is retried later.
@@ -142,9 +141,8 @@ def sort_request(node_ids: Iterable[Any]) -> Request:
 
 def missing_keys(request: Request, present: Collection[str],
                  conflicts: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
-    """The memory and session keys to look up: those not in the graph (the others are
-    `already-exists`), except the ids whose node id another node holds (`conflicts`, with the
-    reason: `canonical-label-conflict`, never looked up, nothing written)."""
+    """The memory and session keys to look up: those not in the graph, except the ids whose
+    node id another node holds (`conflicts`: `canonical-label-conflict`, nothing written)."""
     memory_keys: list[str] = []
     session_keys: list[str] = []
     for node_id, (kind, key) in request.row_ids.items():
@@ -208,15 +206,13 @@ def plan_sessions(plan: BackfillPlan, session_keys: Sequence[str],
 def plan_memories(plan: BackfillPlan, memory_rows: Iterable[ChromaRow], *,
                   session_keys: Sequence[str], needed: Collection[str],
                   session_failure: BackfillResult | None) -> None:
-    """Plan the memories found with their ORIGINATES_IN edges. When the sessions could not
-    be read, a requested session takes that failure, and so does every memory whose parent
-    had to be read with them: never a memory without its session edge; both are retried."""
+    """Plan the memories found with their ORIGINATES_IN edges; when the sessions could not be
+    read, every memory whose parent was among them fails too (see the module docstring)."""
     for key in session_keys:
         node_id = session_node_id(key)
         if node_id not in plan.results and session_failure is not None:
             plan.results[node_id] = replace(session_failure, graph_node_id=node_id)
-    # Only a failure makes `needed` matter: asked per row of a list, it cost as much as
-    # planning the rows (measured).
+    # Only a failure makes `needed` matter (asked per row, it cost as much as the planning).
     unresolved_parents = frozenset(needed) if session_failure is not None else frozenset()
     for row in memory_rows:
         node_id = memory_node_id(row.id)

@@ -1,20 +1,18 @@
 """The drainer's per-line decisions (pure): what happens to each line of a batch.
 
-No I/O and no clock here (the time comes in as an argument). The drainer (`core.drain`) reads a
-batch, asks the stores a few bulk questions, and calls these in turn:
+The drainer (`core.drain`) reads a batch, asks the stores a few bulk questions, and calls:
 
 1. `parse_batch`: every read line parsed (blank lines dropped), with its position.
 2. `triage`, given what the stores and this tick already know (`Known`): a copy of a
    re-queued line whose token is not outstanding is a duplicate left by a crash (skipped); a
-   line that already failed earlier in this tick (its token was issued since the tick began)
-   is deferred (put back untouched: a tick spends at most one attempt per line); a
-   line whose dead letter a crashed attempt already wrote keeps that record (never a second
-   one); a malformed line is dead-lettered; the rest is work.
+   line that already failed in this tick is deferred (put back untouched: a tick spends at
+   most one attempt per line); a line whose dead letter a crashed attempt already wrote keeps
+   that record; a malformed line is dead-lettered; the rest is work.
 3. `decide`, given which endpoints cannot be resolved and why: each work line is linked,
    re-queued with one more attempt, or dead-lettered after its last.
 
-The result is a `BatchPlan`: everything to write, in one place, so the writer can make it
-durable in the order that makes a crash harmless (see `core.drain`).
+The result is a `BatchPlan`: everything to write, for the writer to make durable in the order
+that makes a crash harmless (see `core.drain`).
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ from core.drain.rules.queue_lines import (
     requeue_line,
 )
 
-#: The reason of a line whose endpoint the back-fill did not report on at all (a defensive
-#: default: every endpoint asked about gets a reason).
+#: The reason of a line whose endpoint the back-fill did not report on (a defensive default).
 ENDPOINT_MISSING = "endpoint-missing"
 
 
@@ -67,14 +64,11 @@ def parse_batch(lines: Sequence[ReadLine]) -> list[Parsed]:
 class Known:
     """What the stores and this tick know about a batch's lines, read before deciding."""
 
-    #: Outstanding re-queue tokens of the batch's re-queued lines: lineId -> (attempts, when
-    #: the token was issued, epoch ms).
+    #: Outstanding re-queue tokens: lineId -> (attempts, issued at epoch ms).
     outstanding: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    #: When this tick started (epoch ms): a line whose token was issued since failed earlier
-    #: in this tick (it was re-queued while the leftover `.draining` was drained).
+    #: When this tick started (epoch ms): a token issued since means the line failed in it.
     tick_started_ms: int = 0
-    #: Positions (readAt) whose dead letter is already in the file (a crashed attempt, or a
-    #: failed commit of this tick, wrote it).
+    #: Positions (readAt) whose dead letter an uncommitted attempt already wrote.
     dead_written: Collection[str] = frozenset()
 
 
@@ -130,7 +124,7 @@ def triage(segment: str, parsed: Sequence[Parsed], known: Known, *, now_ms: int)
     dead_written = known.dead_written
     for item in parsed:
         line = item.line
-        # No dead letter from a crashed attempt and no token: a new valid line is work at once.
+        # The common case: a new valid line is work at once.
         if not dead_written and type(line) is EdgeLine and line.token_id is None:
             work.append(item)
             endpoints[line.source] = None
@@ -178,9 +172,8 @@ def _dead_letter_malformed(triaged: Triage, item: Parsed, line: MalformedLine, *
 def decide(
     triaged: Triage, unresolved: Mapping[str, str], *, max_attempts: int, now_ms: int
 ) -> BatchPlan:
-    """Settle each work line: linked when both endpoints resolve, else re-queued with one more
-    attempt, or dead-lettered once `max_attempts` tries failed. `unresolved` maps each
-    endpoint that does not resolve to its reason (the back-fill's)."""
+    """Settle each work line: linked when both endpoints resolve, else re-queued, or
+    dead-lettered after `max_attempts`. `unresolved` maps an endpoint to its reason."""
     plan = triaged.plan
     links = plan.links
     for item in triaged.work:
@@ -221,8 +214,7 @@ def _settle_failure(triaged: Triage, item: Parsed, line: EdgeLine, unresolved: M
 
 
 def _body_bytes(line: EdgeLine) -> bytes:
-    """The line as its producer wrote it (without `_drain`): bytes as read when it carried no
-    bookkeeping, re-serialized otherwise."""
+    """The line as its producer wrote it (without `_drain`)."""
     return json_line(line.body) if line.had_drain_key else line.raw
 
 
@@ -230,18 +222,13 @@ def _body_bytes(line: EdgeLine) -> bytes:
 class DrainStats:
     """Figures of one drain.
 
-    Its JSON (`to_json`) is the drain's `--json` figures. `totalLines` counts non-blank lines
-    read; `processed` those acted on (not replays,
-    duplicates or deferred lines); `succeeded` edges linked; `failed` lines whose endpoints did
-    not resolve (`requeued` + those dead-lettered after their last attempt); `deadLettered`
-    every line settled in the dead-letter file, `skippedMalformed` and `isolated` included;
-    `isolated` lines dead-lettered `unprocessable` by the split defence; `duplicates` copies of
-    re-queued lines whose token was already used (left by a crash); `replayed` is always 0 (a
-    replay is impossible: identity is by position; the field stays in the `--json` figures);
-    `deferred` lines put back untouched because
-    they already failed earlier in this tick (a line re-queued while the leftover `.draining`
-    is drained comes round again in the rotated queue: it must not spend a second attempt in
-    the same tick).
+    The drain's `--json` figures: `totalLines` non-blank lines read; `processed` those acted
+    on (not duplicates or deferred lines); `succeeded` edges linked; `failed` lines whose
+    endpoints did not resolve (`requeued` + dead after their last attempt); `deadLettered`
+    every line settled in the dead-letter file (`skippedMalformed`, `isolated` included);
+    `isolated` lines dead-lettered `unprocessable`; `duplicates` copies of re-queued lines
+    left by a crash; `replayed` always 0 (identity is by position); `deferred` lines that
+    already failed in this tick, put back untouched.
     """
 
     total_lines: int = 0

@@ -126,10 +126,9 @@ class LiveIngestSkipped:
 
 def needs_upsert(existing: NodeRow | None, fresh: NodeRow, *,
                  keeps_every_key: bool = False) -> bool:
-    """Whether writing `fresh` would change anything: a new node, a changed payload, or an
-    existing node that is not yet (only) live-ingested. On a graph that keeps every key (the
-    original's: `backfilled` and `minimal` stay), a node already marked live-ingested with the
-    same payload is up to date whatever else it carries."""
+    """Whether writing `fresh` would change anything (see the module docstring). On a graph
+    that keeps every key (the original's), a live-ingested node with the same payload is up
+    to date whatever else it carries."""
     if existing is None:
         return True
     props = existing.properties
@@ -200,11 +199,9 @@ def nodes_to_write(batch: SyncBatch, existing: Mapping[str, NodeRow], *,
 
 def add_to_window(window: SessionWindow, page: Iterable[ChromaRow], *, cutoff_ms: int,
                   seen: set[str]) -> None:
-    """Add a page of summary rows (metadatas) to the window: each session with a summary
-    dated after `cutoff_ms`, once. A row is dated by its `createdAt`, else by its `timestamp`
-    (the original's rows have only that: `core.base.rules.timestamps.row_time_ms`). A row whose
-    time cannot be read is counted and named with the field it was dated by, not skipped
-    silently: such a session never reaches the graph by this path."""
+    """Add a page of summary rows to the window: each session with a summary dated after
+    `cutoff_ms` (`row_time_ms`), once. A row whose time cannot be read is counted and named,
+    not skipped silently: such a session never reaches the graph by this path."""
     for row in page:
         window.summaries_scanned += 1
         sid = session_id_of(row.metadata)

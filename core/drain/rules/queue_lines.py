@@ -43,28 +43,23 @@ from core.base.rules.timestamps import epoch_ms_from_created_at
 #: Longest id or relationship accepted; longer ones are malformed (they are not real ids, and
 #: they would bloat every index they touch).
 MAX_FIELD_CHARS = 1_024
-#: Longest line accepted (1 MiB). Real edge lines are a few hundred bytes; a bigger one is a
-#: producer bug. The drainer never holds one in memory: it streams it to a side file.
+#: Longest line accepted; the drainer streams a longer one to a side file, never holding it.
 MAX_LINE_BYTES = 1 << 20
 #: What one JSON value of a line may cost once parsed, at most, over the line's own bytes: an
-#: upper bound on every kind of value CPython builds for one (the per-kind figures are in
-#: docs/performance.md, "Notes moved from the code"). Every value but the first follows one
-#: of `,` `:` `[` `{`.
+#: upper bound over the kinds of value CPython builds (docs/performance.md). Every value but
+#: the first follows one of `,` `:` `[` `{`.
 PARSED_BYTES_PER_VALUE = 96
 #: The characters that each open a JSON value (see PARSED_BYTES_PER_VALUE).
 _VALUE_OPENERS = b",:[{"
-#: The deepest JSON value a line may hold (a bare `[]` is 1 deep; a line's object is 1, and
-#: each array or object inside adds one). The drainer writes a line back with orjson (edge
-#: properties, a re-queued line), and orjson's encoder refuses anything deeper ("Recursion
-#: limit reached") although its decoder reads 1,024 levels: a deeper line would be accepted,
-#: then fail every write. `tests/jobs/test_queue_grammar.py` pins this to orjson's encoder.
+#: The deepest JSON value a line may hold (a line's object is 1 deep). orjson's encoder,
+#: which writes lines back, refuses anything deeper although its decoder reads more: a deeper
+#: line would be accepted, then fail every write (pinned by tests/jobs/test_queue_grammar.py).
 MAX_JSON_DEPTH = 254
 #: The reserved key the drainer uses for its bookkeeping on re-queued lines.
 DRAIN_KEY = "_drain"
 #: The dead-letter reason of every line that cannot be parsed (CONTRACT).
 MALFORMED = "malformed"
-#: The dead-letter reason of a line isolated by the split defence: its batch failed twice with
-#: an error that was not a store outage, and this line alone still failed.
+#: The dead-letter reason of a line isolated by the split defence (see `core.drain`).
 UNPROCESSABLE = "unprocessable"
 #: Keys of a line that are not edge properties.
 EDGE_FIELDS = frozenset({"source", "target", "relationship", "weight", DRAIN_KEY})
@@ -76,17 +71,15 @@ _NUL_ESCAPE = b"\\u0000"
 
 
 def json_line(value: Any) -> bytes:
-    """`value` as compact JSON bytes (orjson), in a bytes object of its own size: orjson hands
-    back its 4 KiB working buffer, so a batch's re-queued lines or dead letters would each
-    hold 4 KiB whatever their size."""
+    """`value` as compact JSON bytes, copied to its own size (orjson hands back its whole
+    working buffer, which each re-queued line or dead letter would otherwise hold)."""
     return bytes(memoryview(orjson.dumps(value)))
 
 
 def parsed_size_bound(raw: bytes) -> int:
-    """An upper bound of the memory a line takes once parsed (its value, and the properties
-    copied from it): its bytes plus PARSED_BYTES_PER_VALUE per value it can hold. One pass
-    in C; lets a batch of small lines be large while a batch of lines that parse into
-    millions of objects (`[[],[],...]`, ~21x their bytes) stays small."""
+    """An upper bound of the memory a line takes once parsed: its bytes plus
+    PARSED_BYTES_PER_VALUE per value it can hold (one pass in C), so a batch of lines that
+    parse into millions of objects (`[[],[],...]`) stays small."""
     return len(raw) + PARSED_BYTES_PER_VALUE * (len(raw) - len(raw.translate(None,
                                                                               _VALUE_OPENERS)))
 
@@ -127,8 +120,7 @@ class MalformedLine:
 
 
 def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
-    """Parse one line (its newline stripped or not) into an edge or a malformed record; never
-    raises. Over-long lines are malformed without being parsed."""
+    """Parse one line into an edge or a malformed record; never raises."""
     if raw[-1:] in (b"\n", b"\r"):
         raw = raw.rstrip(b"\r\n")
     if len(raw) > MAX_LINE_BYTES:
@@ -141,12 +133,9 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         return MalformedLine(f"a line must be a JSON object, got {_json_type(value)}", raw)
     source, target = value.get("source"), value.get("target")
     relationship, weight = value.get("relationship"), value.get("weight", 1.0)
-    # One quick test for the common, valid line, written out (this runs once per line; not
-    # `_field_problem`, which says what is wrong otherwise). An id with a canonical prefix
-    # is neither empty nor blank, and needs no normalizing. (orjson never yields a
-    # non-finite float, and integers past 64 bits become floats.) A decoded string can hold
-    # a NUL only from a `\u0000` escape (JSON has no raw control characters), so the fields
-    # are searched for one only when the line's bytes have that escape.
+    # One quick test for the common, valid line (this runs once per line). An id with a
+    # canonical prefix is neither blank nor in need of normalizing. A decoded string can hold
+    # a NUL only from a `\u0000` escape, so the fields are searched only when the bytes have one.
     if not (type(source) is str and type(target) is str and type(relationship) is str
             and (type(weight) is float or type(weight) is int)
             and len(source) <= MAX_FIELD_CHARS and len(target) <= MAX_FIELD_CHARS
@@ -158,8 +147,7 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
         source, target = _canonical(source), _canonical(target)
     if _NUL_ESCAPE in raw and ("\x00" in source or "\x00" in target or "\x00" in relationship):
         return MalformedLine(_field_problem(value), raw)
-    # The properties: the line without its edge fields (a copy and a few deletions cost less
-    # than a comprehension over the keys).
+    # The properties: the line without its edge fields (cheaper than a comprehension).
     properties = value.copy()
     del properties["source"], properties["target"], properties["relationship"]
     if "weight" in properties:
@@ -172,7 +160,7 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
     problem = _beyond_limits(weight, value, raw)
     if problem is not None:
         return MalformedLine(problem, raw)
-    # Positional: keywords cost twice as much here, and this runs once per line.
+    # Positional: cheaper, and this runs once per line.
     line = EdgeLine(source, target, relationship, weight, properties, value, raw)
     if had_drain_key:
         # `value` is this call's own fresh dict: the body is it minus the bookkeeping.
@@ -184,20 +172,17 @@ def parse_line(raw: bytes) -> EdgeLine | MalformedLine:
 
 
 def _beyond_limits(weight: float, value: Any, raw: bytes) -> str | None:
-    """Why a well-formed line is still beyond what the graph stores or the drain can write
-    back: a weight out of range, or nesting deeper than MAX_JSON_DEPTH; None when neither."""
+    """Why a well-formed line is beyond what the drain can store or write back, or None."""
     if not -WEIGHT_LIMIT <= weight <= WEIGHT_LIMIT:
         return f"weight {weight!r} is out of range (at most {WEIGHT_LIMIT:,.0f} either side of 0)"
-    # Only a line with more openers than the limit can be too deep (a count in C); orjson's
-    # encoder, which refuses exactly what is deeper than MAX_JSON_DEPTH, then says for sure.
+    # Only a line with more openers than the limit can be too deep; the encoder says for sure.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
         return _unwritable(value)
     return None
 
 
 def _unwritable(value: Any) -> str | None:
-    """Why a parsed line could not be written back as JSON (nesting deeper than
-    MAX_JSON_DEPTH), or None when it can."""
+    """Why a parsed line could not be written back as JSON, or None when it can."""
     try:
         orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
@@ -213,14 +198,12 @@ def _is_id(value: Any) -> TypeGuard[str]:
             and "\x00" not in value)
 
 
-#: Ids that start with one of these are already canonical (the common case: `normalize` needs
-#: not be called).
+#: Ids that start with one of these are already canonical (the common case).
 _CANONICAL_PREFIXES = ("memory:", "session:", "CONCEPT:")
 
 
 def _canonical(node_id: str) -> str:
-    """`normalize_graph_node_id`, skipped for the ids it cannot change: only a `memory:` or
-    `session:` prefix in another case is rewritten."""
+    """`normalize_graph_node_id`, skipped for the ids it cannot change."""
     if node_id[:1] not in "mMsS":
         return node_id
     return str(normalize_graph_node_id(node_id))
@@ -293,8 +276,8 @@ class LineProblem:
 
 
 def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProblem]]:
-    """Validate producer input: the non-blank lines as they will be appended (each a new line:
-    any `_drain` bookkeeping is stripped), and a problem for each malformed one."""
+    """Validate producer input: the non-blank lines as they will be appended (`_drain`
+    stripped), and a problem for each malformed one."""
     valid: list[bytes] = []
     problems: list[LineProblem] = []
     for number, raw in enumerate(raw_lines, start=1):
@@ -312,9 +295,8 @@ def check_lines(raw_lines: Iterable[bytes]) -> tuple[list[bytes], list[LineProbl
 
 
 def strip_drain_key(raw: bytes) -> bytes:
-    """A valid line as a producer appends it: without the drainer's `_drain` bookkeeping, so
-    that a line fed back (a dead letter, a copy of a re-queued line) is a new line. Lines
-    without the key are returned byte for byte."""
+    """A valid line without the drainer's `_drain` key, so a line fed back is a new line;
+    other lines are returned byte for byte."""
     parsed = parse_line(raw)
     if isinstance(parsed, EdgeLine) and parsed.had_drain_key:
         return json_line(parsed.body)
@@ -322,8 +304,7 @@ def strip_drain_key(raw: bytes) -> bytes:
 
 
 def requeue_line(line: EdgeLine, *, line_id: str, reason: str, now_ms: int) -> bytes:
-    """The line to put back on the queue after a failed attempt (no trailing newline): its
-    body plus the token (`lineId`, `attempts`) the drainer will accept once."""
+    """The line to re-queue after a failed attempt: its body plus its token (see `core.drain`)."""
     drain = {"lineId": line_id, "attempts": line.attempts + 1, "lastReason": reason,
              "lastAttemptAt": now_ms}
     return json_line({**line.body, DRAIN_KEY: drain})
@@ -331,8 +312,8 @@ def requeue_line(line: EdgeLine, *, line_id: str, reason: str, now_ms: int) -> b
 
 @dataclass(frozen=True, slots=True)
 class SpilledBytes:
-    """Where an over-limit line's bytes were kept instead of memory (see the dead-letter
-    format): `file` relative to the dead-letter file's folder (None in a dry run)."""
+    """Where an over-limit line's bytes went: `file` relative to the dead-letter folder (None
+    in a dry run)."""
 
     file: str | None
     size: int
@@ -341,8 +322,7 @@ class SpilledBytes:
 
 @dataclass(slots=True)
 class ReadLine:
-    """One line read from a queue file: where it starts, and its bytes (newline stripped) or,
-    for a line over MAX_LINE_BYTES, where its bytes went instead."""
+    """One line read from a queue file: its offset, and its bytes or where they were spilled."""
 
     offset: int
     raw: bytes
@@ -350,8 +330,8 @@ class ReadLine:
 
 
 def line_time(raw: bytes) -> tuple[int, str] | None:
-    """When a queue line was written, as (epoch ms, which field said so): its `timestamp`
-    (ISO-8601 or epoch), else the drainer's `_drain.lastAttemptAt`; None when neither."""
+    """When a queue line was written, as (epoch ms, field): its `timestamp`, else
+    `_drain.lastAttemptAt`; None when neither."""
     try:
         value = json.loads(raw)
     except ValueError:

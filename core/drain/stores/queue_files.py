@@ -8,17 +8,13 @@ to `<queue>.draining` while holding that lock, so a cooperating producer can nev
 a file that is being drained: it wakes up holding a lock on a renamed inode, sees the path no
 longer points at it, and reopens.
 
-Segments. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically:
-temp file, fsync, rename, fsync of the folder) naming a fresh random segment id (under the
-JSON key `generation`, which the sidecar format keeps). A line's
-identity is (segment, byte offset), and the drainer stores the highest offset it committed
-for the segment in the same SQLite transaction as the batch's writes; a restart resumes
-after it. The sidecar, not the inode, binds the id to the file: an unlinked `.draining`'s inode
-number can be handed to the next queue file, and resuming that file at a stale offset would
-skip real lines. The sidecar is removed only after `.draining` is (and a sidecar found without
-`.draining` is stale and removed first thing), so it never outlives its file into the next
-one. A `.draining` without a sidecar (made by hand) gets a fresh segment and is drained from
-its first byte.
+Segments. Before the rename, the drainer writes a sidecar `<queue>.draining.id` (atomically)
+naming a fresh random segment id (JSON key `generation`); a line is (segment, byte offset)
+(see `core.drain`). The sidecar, not the inode, binds the id to the file: an unlinked
+`.draining`'s inode number can be handed to the next queue file, and resuming that file at a
+stale offset would skip real lines. The sidecar is removed only after `.draining` is (one
+found without `.draining` is stale and removed first thing), so it never outlives its file. A
+`.draining` without a sidecar (made by hand) gets a fresh segment, drained from its first byte.
 
 Producers that append without the lock (a bare `>>`, `appendFileSync`) are served too: the
 drainer hands the bytes they wrote into `.draining` late back to the live queue
@@ -59,8 +55,7 @@ from core.drain.rules.queue_lines import (
     line_time,
 )
 
-#: Bytes read from `.draining` per call. Big enough that a read is never the bottleneck, small
-#: enough that the reader's buffer stays a few MiB whatever the line sizes.
+#: Bytes read from `.draining` per call: the reader's buffer stays small whatever the lines.
 READ_CHUNK_BYTES = 1 << 20
 
 
@@ -87,13 +82,11 @@ def append_locked(path: Path, lines: Sequence[bytes], *, durable: bool = True) -
 
 
 def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -> int:
-    """Append `chunks` (which together are whole lines) under the producer lock, all or none:
-    when a write or the fsync fails (a full disk), the file is truncated back to its size
-    before this call, still under the lock, and the error propagates. Returns the size after.
+    """Append `chunks` (whole lines together) under the producer lock, all or none; returns
+    the size after. A failed write is truncated back under the lock and re-raised.
 
-    If the file does not end with a newline (a producer crashed mid-line), a newline is
-    written first, so the torn fragment stays a line of its own instead of corrupting ours; a
-    last chunk without a newline gets one.
+    A torn last line (a producer crashed mid-line) gets a newline first, so it stays a line
+    of its own instead of corrupting ours.
     """
     make_private_dirs(path.parent)
     # Read-write (not write-only) so that the last byte can be checked through this fd.
@@ -124,11 +117,8 @@ def append_stream_locked(path: Path, chunks: Iterable[bytes], *, durable: bool =
 
 @contextmanager
 def _locked(path: Path, flags: int) -> Iterator[tuple[int, os.stat_result] | None]:
-    """The producers' lock on the file at `path`: open it with `flags`, take an exclusive
-    flock, and check that the path still names the opened file (the drainer renames the queue
-    under this lock; a waiter that wakes holding a renamed inode reopens). Yields the locked
-    fd and its stat, or None when there is no file (and `flags` do not create one); leaving
-    closes the fd, which releases the lock."""
+    """The producers' lock on `path` (see the module docstring): yields the locked fd and its
+    stat, or None when there is no file; leaving closes the fd, releasing the lock."""
     while True:
         try:
             fd = os.open(path, flags, PRIVATE_FILE_MODE)
@@ -152,19 +142,16 @@ def _locked(path: Path, flags: int) -> Iterator[tuple[int, os.stat_result] | Non
 
 @contextmanager
 def producers_held(path: Path) -> Iterator[None]:
-    """Hold the producers' lock on the queue at `path` (the file created empty when absent,
-    never through a symlink), so no producer appends until this is left. A producer that
-    waited meanwhile checks the path again once it has the lock (the protocol), so the file
-    may be removed under this hold and the producer's line goes to a new file, not lost."""
+    """Hold the producers' lock on the queue at `path` (created empty when absent, never
+    through a symlink). The file may be removed under this hold: a waiting producer then
+    reopens (the protocol), so its line goes to a new file, not lost."""
     with _locked(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW):
         yield
 
 
 def enqueue_edges(queue_path: Path, raw_lines: Iterable[bytes]) -> list[LineProblem]:
-    """The library producer call: check every line, then append all of them in one locked
-    write, or none when any is malformed (the problems are returned). Raises
-    QueuePathIsSymlink for a symlinked queue path, OSError when the write fails (nothing of it
-    is left in the queue)."""
+    """The library producer call: append all the lines in one locked write, or none when any
+    is malformed (the problems are returned). Raises QueuePathIsSymlink or OSError."""
     refuse_symlinked_queue(queue_path)
     valid, problems = check_lines(raw_lines)
     if not problems:
@@ -240,9 +227,7 @@ def remove_sidecar(draining_path: Path) -> None:
 
 def rotate_queue(queue_path: Path, draining_path: Path, segment: Segment) -> bool:
     """Under the producers' lock: write `segment`'s sidecar, then rename the live queue to
-    `.draining`. False (and no sidecar written) when there is no queue or it is empty. The
-    caller has made sure `.draining` does not exist (a leftover is always drained first, so a
-    rotation never overwrites unread lines)."""
+    `.draining`; False when there is no queue or it is empty. `.draining` must not exist."""
     with _locked(queue_path, os.O_RDONLY | os.O_NOFOLLOW) as held:
         if held is None or held[1].st_size == 0:
             return False
@@ -269,8 +254,7 @@ class QueueFileCounts:
 
 
 def describe_queue_file(path: Path) -> QueueFileCounts:
-    """Count a queue file's non-blank lines and find its oldest line's time, in bounded
-    memory; the file's mtime stands in when no line carries a time. Blocking."""
+    """A queue file's lines and oldest line's time (else its mtime), in bounded memory."""
     counts = QueueFileCounts()
     drain_marker = b'"' + DRAIN_KEY.encode() + b'"'
     with open_lines(path, limit=MAX_LINE_BYTES) as opened:
@@ -292,8 +276,7 @@ def describe_queue_file(path: Path) -> QueueFileCounts:
 
 
 def count_newlines(path: Path) -> int:
-    """The newlines in a file (its lines, cheaply: no line is parsed); 0 when it is absent.
-    Blocking."""
+    """The newlines in a file (its lines, none parsed); 0 when it is absent."""
     try:
         handle = path.open("rb")
     except FileNotFoundError:

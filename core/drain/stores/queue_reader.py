@@ -68,13 +68,11 @@ class _Spill:
 
 
 class QueueReader:
-    """Reads a queue file from a byte offset in batches of whole lines, in bounded memory.
+    """Reads a queue file from a byte offset in batches of whole lines (see the module docstring).
 
-    At most READ_CHUNK_BYTES + MAX_LINE_BYTES are buffered: a line that grows past
-    MAX_LINE_BYTES is streamed, chunk by chunk, to `<spill_to>/<name_of(offset)>` (or only
-    hashed when `spill_to` is None, in a dry run) and comes back as a ReadLine with `spilled`.
-    An unterminated last line is held back (a bare producer may be mid-write) until a read
-    with `final=True`, which the drainer makes once it has waited for the writer to finish.
+    An over-limit line goes to `<spill_to>/<name_of(offset)>` (only hashed when `spill_to` is
+    None, a dry run). An unterminated last line is held back (a bare producer may be
+    mid-write) until a read with `final=True`.
     """
 
     def __init__(
@@ -102,10 +100,9 @@ class QueueReader:
 
     def read_lines(self, max_lines: int, max_bytes: int, *, final: bool = False,
                    max_parsed_bytes: int | None = None) -> list[ReadLine]:
-        """Up to `max_lines` lines (or until `max_bytes` of them, or until the bound of their
-        parsed size, `parsed_size_bound`, reaches `max_parsed_bytes`) after the last one
-        read; always at least one line when there is one. With `final`, the end of the file
-        ends the last line even without a newline."""
+        """Up to `max_lines` lines, `max_bytes` or `max_parsed_bytes` (`parsed_size_bound`),
+        and at least one when there is one. With `final`, the end of the file ends the last
+        line even without a newline."""
         lines: list[ReadLine] = []
         taken = parsed = 0
         while len(lines) < max_lines and taken < max_bytes:
@@ -228,9 +225,8 @@ class QueueReader:
         return os.fstat(self._file.fileno()).st_size > self.offset
 
     def remove_and_collect_late_bytes(self) -> Iterator[bytes]:
-        """Unlink the file, then yield (in chunks) anything a bare producer wrote after the
-        last line handed out, read through the handle we still hold (the inode lives until we
-        close it)."""
+        """Unlink the file, then yield what a bare producer wrote after the last line handed
+        out, through the handle we still hold (the inode lives until we close it)."""
         os.unlink(self.path)
         fsync_dir(self.path.parent)
         return self._rest()
@@ -248,9 +244,8 @@ class QueueReader:
 
 
 def hand_back_late_bytes(reader: QueueReader, queue_path: Path) -> int:
-    """Remove `.draining` and append whatever a bare producer wrote into it after the last
-    line read to the live queue (streamed, under the producers' lock); the number of lines
-    handed back. Leading whitespace-only chunks are blank lines: nothing to hand back."""
+    """Remove `.draining` and append to the live queue what a bare producer wrote into it
+    after the last line read (under the producers' lock); the number of lines handed back."""
     late = reader.remove_and_collect_late_bytes()
     first = next((chunk for chunk in late if chunk.strip()), None)
     if first is None:

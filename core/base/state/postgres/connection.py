@@ -1,8 +1,6 @@
 """The state in PostgreSQL (`stateUrl`): one asyncpg connection, short write transactions.
 
-This is PostgreSQL's implementation of the store seam (`core.base.state.graph_db`): `PostgresGraph`
-and `PostgresTransaction` satisfy its `GraphDB` and `Transaction`, with PostgreSQL's statements
-(`core.base.state.postgres.statements`).
+`PostgresGraph` and `PostgresTransaction` implement the store seam (`core.base.state.graph_db`).
 
 Every write transaction first takes one transaction-scoped advisory lock (`WRITE_LOCK_KEY`), so
 writers run one at a time, as SQLite's `BEGIN IMMEDIATE` makes them: a read-then-write (a
@@ -10,9 +8,9 @@ tenant's next version) sees no competing write, and writers never deadlock. The 
 from libpq's own sources (`PGPASSWORD`, `PGPASSFILE`; asyncpg reads both), TLS from `sslmode`
 in the URL; the URL never holds a password (the configuration refuses one).
 
-A connection that broke under a call (the server restarted or failed over, the network was cut,
-a statement's answer never came) says so in `lost`; it is never used again: a daemon's graph is
-reopened on its next use (`core.base.state.reopening_graph`).
+A connection that broke under a call (`connection_lost`, or a statement cancelled before its
+answer came) says so in `lost` and is never used again: a daemon's graph is reopened on its next
+use (`core.base.state.reopening_graph`).
 """
 
 from __future__ import annotations
@@ -50,10 +48,8 @@ _LOST_STATES = ("57P01", "57P02", "57P03", "25006")
 
 
 def connection_lost(exc: BaseException) -> bool:
-    """Whether `exc` says the connection itself can no longer be trusted (pure): the client
-    lost it (InterfaceError: "connection is closed", "another operation is in progress"), the
-    socket failed or timed out, or the server ended it or is no longer the primary. A
-    statement the server refused (a lock timeout, the data) leaves the connection usable."""
+    """Whether `exc` says the connection itself can no longer be trusted (pure); a statement
+    the server refused (a lock timeout, the data) leaves the connection usable."""
     if isinstance(exc, (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError,
                         OSError, TimeoutError)):
         return True
@@ -62,11 +58,8 @@ def connection_lost(exc: BaseException) -> bool:
 
 
 def store_error(where: str, action: str, exc: BaseException) -> KbError:
-    """GraphDataError for a statement the data made fail (SQLSTATE class 22, data exception,
-    or 23, integrity); WriteConflict for a deadlock or serialization failure (the batch is
-    tried again); ConnectionLost when the connection broke (`connection_lost`);
-    StoreUnavailable for everything else (a lock timeout...): an outage spends no line's
-    attempts."""
+    """GraphDataError for a statement the data made fail, WriteConflict for a lost race (tried
+    again), ConnectionLost when the connection broke, StoreUnavailable for anything else."""
     state = getattr(exc, "sqlstate", None)
     if isinstance(state, str) and state[:2] in _DATA_CLASSES:
         return GraphDataError(f"PostgreSQL {where}: {action} failed: {exc}")
@@ -79,9 +72,8 @@ def store_error(where: str, action: str, exc: BaseException) -> KbError:
 
 
 #: What a PostgreSQL call raises when the server, the network or the data refused it (the
-#: backend's modules catch these and nothing broader). InternalClientError is what asyncpg
-#: raises when the connection died under a call in progress ("cannot switch to state 11;
-#: another operation (2) is in progress", seen when the server restarted mid-executemany).
+#: backend catches these and nothing broader); InternalClientError is asyncpg's when the
+#: connection died under a call in progress.
 CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError,
                      asyncpg.exceptions.InternalClientError, OSError, TimeoutError)
 
@@ -101,7 +93,7 @@ class PostgresTransaction:
         await self._conn.execute(sql, *params)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one statement for each row of parameters, one after the other in their order."""
+        """Run one statement for each row of parameters, in their order."""
         await self._conn.executemany(sql, list(rows))
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -112,11 +104,9 @@ class PostgresTransaction:
 class PostgresGraph:
     """One asyncpg connection to the state database, its schema at the latest version.
 
-    A connection runs one operation at a time (asyncpg refuses a second one while the first
-    is in progress), while one process's jobs (a reconcile pass, the alerting job, the drain)
-    share it: so every read and every write transaction takes the connection in turn
-    (`ConnectionTurn`); a read made by the task that holds an open write transaction runs
-    inside it, as on SQLite's one connection.
+    asyncpg runs one operation at a time while a process's jobs share the connection, so
+    every read and write transaction takes it in turn (`ConnectionTurn`); a read by the task
+    holding an open write transaction runs inside it.
     """
 
     sql: Statements = POSTGRES
@@ -132,9 +122,7 @@ class PostgresGraph:
 
     @property
     def lost(self) -> str | None:
-        """Why this connection can no longer be used (None while it can): a call failed with
-        the connection's own error, a statement was cancelled before its answer came, or the
-        client saw the server close it."""
+        """Why this connection can no longer be used (None while it can)."""
         if self._lost is None and self._conn.is_closed():
             self._lost = "the server closed the connection"
         return self._lost
@@ -146,8 +134,7 @@ class PostgresGraph:
         return store_error(self.url, action, exc)
 
     def _cancelled_in_flight(self) -> None:
-        # The answer may still come (or never: a cut network); either way this connection's
-        # protocol state is not known, and a new one costs a few milliseconds.
+        # The answer may still come, or never: this connection's protocol state is unknown.
         if self._lost is None:
             self._lost = "a statement was cancelled before its answer came"
 
@@ -159,11 +146,8 @@ class PostgresGraph:
     @classmethod
     async def open(cls, url: str, *, read_only: bool = False,
                    busy_timeout_ms: int = 5_000) -> PostgresGraph:
-        """Connect and, unless `read_only`, bring the schema to the latest version.
-
-        `read_only` (dry runs) makes every transaction of the session read-only, so nothing
-        can change; `busy_timeout_ms` bounds how long a statement waits for a lock.
-        """
+        """Connect and, unless `read_only` (every transaction read-only: dry runs), bring the
+        schema to the latest version; `busy_timeout_ms` bounds a statement's lock wait."""
         settings = {"lock_timeout": str(busy_timeout_ms)}
         if read_only:
             settings["default_transaction_read_only"] = "on"

@@ -114,11 +114,9 @@ class LeaderLock:
     @classmethod
     async def open(cls, url: str, *, holder: str, lease_ms: int, key: int = RECONCILE_LEADER,
                    contender: bool = True) -> LeaderLock:
-        """A session named `holder` (shown as its `application_name`: who leads), which the
-        server ends after `lease_ms` idle. A `contender` first brings the schema to the
-        latest version (the lease table is part of it); status only looks. Raises
-        OSError/asyncpg errors when the database cannot be reached (the caller stays a
-        standby and tries again)."""
+        """A session named `holder` (its `application_name`), which the server ends after
+        `lease_ms` idle; a `contender` first brings the schema (the lease table) up to date.
+        Raises the client's errors when the database cannot be reached."""
         conn = await asyncpg.connect(url, timeout=max(1.0, lease_ms / 1000), server_settings={
             "idle_session_timeout": str(lease_ms), "application_name": holder[:63]})
         try:
@@ -131,8 +129,8 @@ class LeaderLock:
 
     async def try_acquire(self) -> bool:
         """Take the lock and start this session's lease when no other session holds it (never
-        waits). Raises the client's error when the server could not be asked: the caller
-        then closes this session, so that no lock is left behind on it."""
+        waits). Raises the client's error when the server could not be asked: the caller then
+        closes this session, so no lock is left behind on it."""
         async with self._busy:
             pid = await self._conn.fetchval(
                 _ACQUIRE, LOCK_NAMESPACE, self._key, self._key, self.holder_name,
@@ -192,9 +190,8 @@ class LeaderLock:
 
 
 async def current_leader(url: str, *, key: int = RECONCILE_LEADER) -> str | None:
-    """Who holds the leader lock now (its session's `application_name`), or None when nobody
-    does, for status. A database that cannot be reached or asked is StoreUnavailable (exit
-    1): "nobody" would be a wrong answer, not an unknown one."""
+    """Who holds the leader lock now (its session's `application_name`), or None, for status;
+    StoreUnavailable when the database cannot be asked ("nobody" would be wrong)."""
     try:
         lock = await LeaderLock.open(url, holder="kb-status", lease_ms=10_000, key=key,
                                      contender=False)

@@ -7,15 +7,9 @@ opens the file read-only so that not one byte of it, nor of its `-wal` and `-shm
 no side file is created (how: `core.base.state.sqlite.read_only`). A file this module creates is
 owner-only (`core.base.config.private_data`); its `-wal` and `-shm` take its mode.
 
-This is SQLite's implementation of the store seam (`core.base.state.graph_db`): `SqliteGraph`
-and `SqliteTransaction` satisfy its `GraphDB` and `Transaction`; their `sql` is SQLite's
-statements (`core.base.state.sqlite.statements`). `query`, `execute` and `executemany` are for the
-the stores only (a test walks the source and fails on SQL text or a call of these
-anywhere else).
-
-A connection that hit an I/O error, or whose file was replaced or removed under it (the file
-at the path is no longer the one it opened), says so in `lost`; a daemon's graph is then
-reopened on its next use (`core.base.state.reopening_graph`).
+`SqliteGraph` and `SqliteTransaction` implement the store seam (`core.base.state.graph_db`).
+A connection that hit an I/O error, or whose file was replaced or removed under it, says so in
+`lost`; a daemon's graph is then reopened on its next use (`core.base.state.reopening_graph`).
 """
 
 from __future__ import annotations
@@ -48,22 +42,19 @@ log = structlog.get_logger(__name__)
 
 #: SQLite primary result codes that say the database cannot be used right now (permission,
 #: abort, busy, locked, out of memory, read-only, interrupted, I/O error, corrupt, full, cannot
-#: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick.
-#: Every other code (SQLITE_ERROR such as "malformed JSON", constraint, too big, mismatch...)
-#: is a statement the data made fail.
+#: open, protocol, schema changed, auth, not a database): an outage, retried on a later tick;
+#: any other code is a statement the data made fail.
 _OUTAGE_CODES = frozenset({3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 17, 23, 26})
 
 
-#: Primary codes after which this connection is not trusted again: read-only (the file moved
-#: or was replaced under a WAL connection: SQLITE_READONLY_DBMOVED), I/O error, corrupt,
-#: cannot open, not a database. A new connection sees the file the path names now.
+#: Primary codes after which this connection is not trusted again (read-only, as when the file
+#: moved under a WAL connection; I/O error, corrupt, cannot open, not a database).
 _LOST_CODES = frozenset({8, 10, 11, 14, 26})
 
 
 def _store_error(path: Path, action: str, exc: BaseException) -> KbError:
-    """StoreUnavailable for an outage (see _OUTAGE_CODES; an error without a code counts as
-    one, to be safe: an outage spends no line's attempts), ConnectionLost when the
-    connection itself is suspect (_LOST_CODES), GraphDataError otherwise."""
+    """StoreUnavailable for an outage (an error without a code counts as one, to be safe),
+    ConnectionLost when the connection is suspect (_LOST_CODES), GraphDataError otherwise."""
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int) and code & 0xFF not in _OUTAGE_CODES:
         return GraphDataError(f"SQLite {path}: {action} failed: {exc}")
@@ -84,9 +75,8 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 
 
 class SqliteFile:
-    """An open connection to a graph file whose schema has not been chosen yet: what
-    `core.base.state.state.open_graph` reads the schema with before anything is written, then
-    hands to the backend that owns that schema (`SqliteGraph.on_file`, the neo backend)."""
+    """An open graph file whose schema is not chosen yet: `open_graph` reads it, then hands it
+    to the backend that owns that schema."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, *, read_only: bool,
                  in_memory: bool, immutable: ImmutableRead | None = None,
@@ -101,8 +91,7 @@ class SqliteFile:
         self.immutable = immutable
 
     async def rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Every row of one read; StoreUnavailable when the file cannot be read (or, on a
-        read of the file alone, changed under the read)."""
+        """Every row of one read; StoreUnavailable when the file cannot be read."""
         try:
             rows = list(await self.conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
@@ -115,12 +104,9 @@ class SqliteFile:
         """WAL and `synchronous=FULL` when writable, `ddl`, foreign keys on; the connection is
         closed when any of it fails (StoreUnavailable).
 
-        Two openers of a new file at once (both daemons of `make run-daemons` on a fresh
-        clone) must both succeed: DDL refused at once while the other opener writes (a read
-        lock upgraded in autocommit is, busy timeout or not) runs again in one `BEGIN
-        IMMEDIATE` transaction, which waits (`_create_schema`), and the switch to WAL, which
-        SQLite refuses at once while another connection uses the file, is tried again within
-        the same timeout."""
+        Two openers of a new file at once must both succeed: SQLite refuses the DDL and the
+        switch to WAL at once, busy timeout or not, while the other writes, so both wait and
+        try again (`_create_schema`, `_switch_to_wal`)."""
         try:
             if not self.read_only:
                 await self._switch_to_wal()
@@ -136,10 +122,8 @@ class SqliteFile:
             raise
 
     async def _create_schema(self, script: str) -> None:
-        """The (idempotent) DDL, in autocommit as on every open: on a file whose schema is
-        complete it changes nothing and takes no write lock. Refused at once because another
-        opener is writing a new file's schema, it runs again in one `BEGIN IMMEDIATE`
-        transaction, which waits for that opener within `busy_timeout`."""
+        """The idempotent DDL in autocommit (no write lock on a complete schema); when refused
+        as busy, again in one `BEGIN IMMEDIATE` transaction, which waits."""
         try:
             await self.conn.executescript(script)
         except sqlite3.OperationalError as exc:
@@ -148,8 +132,7 @@ class SqliteFile:
             await self.conn.executescript("BEGIN IMMEDIATE;" + script + "COMMIT;")
 
     async def _switch_to_wal(self) -> None:
-        """`journal_mode=WAL` (kept in the file once set), tried again while SQLite answers
-        that another connection has the file busy, until `busy_timeout` has passed."""
+        """`journal_mode=WAL`, tried again while busy until `busy_timeout` has passed."""
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         while True:
             try:
@@ -183,10 +166,8 @@ def _create_private(path: Path) -> None:
 
 async def connect_file(path: Path, *, read_only: bool,
                        busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> SqliteFile:
-    """Connect to the graph file, nothing written yet: read-only for a dry run with no byte
-    changed and no side file created (`core.base.state.sqlite.read_only`; an absent file is an
-    in-memory stand-in, never created), else creating it (owner-only, and its folder) if
-    absent."""
+    """Connect to the graph file, nothing written yet: read-only for a dry run (an absent file
+    is an in-memory stand-in, never created), else created owner-only if absent."""
     timeout = busy_timeout_ms / 1000
     in_memory = read_only and not path.exists()
     immutable: ImmutableRead | None = None
@@ -207,8 +188,7 @@ async def connect_file(path: Path, *, read_only: bool,
 
 
 class SqliteTransaction:
-    """A write transaction (`SqliteGraph.write()`): statements run in it commit or roll back
-    together. For the stores only."""
+    """A write transaction (`SqliteGraph.write()`), for the stores only."""
 
     sql: Statements = SQLITE
     #: The graph's writes are this project's statements (`core.base.state.graph`): no model.
@@ -222,12 +202,11 @@ class SqliteTransaction:
         await self._conn.execute(sql, params)
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        """Run one statement for each row of parameters (one call, however many rows)."""
+        """Run one statement for each row of parameters."""
         await self._conn.executemany(sql, rows)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Rows of a read inside the transaction (it sees the transaction's own writes), in
-        one trip to the connection's thread (execute, fetch and close together)."""
+        """Rows of a read inside the transaction (it sees its own writes)."""
         return list(await self._conn.execute_fetchall(sql, params))
 
 
@@ -256,9 +235,8 @@ class SqliteGraph:
 
     @property
     def lost(self) -> str | None:
-        """Why this connection can no longer be used (None while it can): a call failed with
-        an I/O-class error (_LOST_CODES), or the path names another file than the one opened
-        (replaced, or removed). One `stat` per look."""
+        """Why this connection can no longer be used (None while it can): an I/O-class error,
+        or the path names another file than the one opened. One `stat` per look."""
         if self._lost is None and self._identity is not None:
             now = _file_identity(self.path)
             if now != self._identity:
@@ -284,11 +262,8 @@ class SqliteGraph:
     ) -> SqliteGraph:
         """Open (creating when writable) the SQLite file with WAL, busy_timeout and foreign keys.
 
-        `read_only` is for dry runs: the file is opened `mode=ro` so not one byte of it can
-        change; when it does not exist yet, an empty in-memory graph stands in for it. The
-        file's schema is read before anything is written: one that is not this project's
-        (a neo.mjs graph, anything else) is refused (ConfigError) untouched; open it with
-        `core.base.state.state.open_graph`, which chooses the backend.
+        `read_only` is for dry runs. A file whose schema is not this project's is refused
+        untouched (ConfigError); `core.base.state.state.open_graph` chooses the backend.
         """
         file = await connect_file(path, read_only=read_only, busy_timeout_ms=busy_timeout_ms)
         try:
@@ -302,18 +277,16 @@ class SqliteGraph:
 
     @classmethod
     async def on_file(cls, file: SqliteFile) -> SqliteGraph:
-        """The graph on an open file whose schema is this project's (or that has none yet):
-        WAL and `synchronous=FULL` when writable, this project's DDL, foreign keys."""
+        """The graph on an open file whose schema is this project's (or that has none yet)."""
         await file.prepare(ALL_DDL if not file.read_only or file.in_memory else ())
         return cls(file.conn, file.path, read_only=file.read_only,
                    in_memory=file.in_memory, immutable=file.immutable)
 
     async def close(self) -> None:
         """Close the connection (idempotent). When the file was replaced or removed under a
-        writable connection, its write-ahead log, which still has the path's `-wal` name, is
-        first checkpointed into the file it belongs to and emptied: left as it is, it would
-        overlay the new file at that path, for this daemon and every other opener.
-        StoreUnavailable (the connection stays open) when that cannot be done."""
+        writable connection, its `-wal` is first checkpointed and emptied: left, it would
+        overlay the new file at that path for every opener. StoreUnavailable (still open)
+        when that cannot be done."""
         if self._closed:
             return
         moved = self._identity is not None and _file_identity(self.path) != self._identity
@@ -337,12 +310,9 @@ class SqliteGraph:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[SqliteTransaction]:
-        """A `BEGIN IMMEDIATE` transaction, committed on success and rolled back on any error.
-
-        Lock contention past busy_timeout and disk errors surface as StoreUnavailable: the
-        caller's tick fails cleanly and nothing half-written remains. A statement the data made
-        fail (malformed JSON, a constraint) surfaces as GraphDataError, also fully rolled back.
-        """
+        """A `BEGIN IMMEDIATE` transaction, committed on success and rolled back on any error:
+        StoreUnavailable for contention or disk errors, GraphDataError for a statement the
+        data made fail."""
         if self.read_only:
             raise RuntimeError("write on a read-only graph (dry run)")
         async with self._turn.exclusive(), self._transaction() as tx:
@@ -374,10 +344,7 @@ class SqliteGraph:
         return SqliteTransaction(conn)
 
     async def query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        """Every row of one read, in one trip to the connection's thread (a trip per execute,
-        fetch and close cost a thread hand-off each). For the stores only. On a
-        read of the file alone, StoreUnavailable instead when a writer changed the file
-        under the read (`core.base.state.sqlite.read_only`)."""
+        """Every row of one read, in one trip to the connection's thread. For the stores only."""
         try:
             rows = list(await self._conn.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
