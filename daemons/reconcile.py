@@ -66,6 +66,7 @@ from daemons.cli.commands import (
 )
 from daemons.cli.serving import serve_main, tick_once
 from daemons.cli.summaries import reconcile_tick_summary
+from daemons.cli.tenant_parser import tenant_argument
 
 PROG = "daemons.reconcile"
 SCRIPT = "kb-reconcile"
@@ -122,8 +123,6 @@ def build_restore_parser() -> Parser:
 
 def build_explain_parser() -> Parser:
     """`explain TENANT [--config F] [--json]`."""
-    from daemons.tenants import tenant_argument
-
     parser = Parser(prog=f"{SCRIPT} {EXPLAIN}",
                     description="One tenant's reconciliation plan, chunk by chunk, without "
                     "changing anything: why each chunk is stale or orphaned, whether it is "
@@ -154,8 +153,6 @@ def build_gc_parser() -> Parser:
 
 def build_archives_parser() -> Parser:
     """`archives [TENANT] [--config F] [--json]`."""
-    from daemons.tenants import tenant_argument
-
     parser = Parser(prog=f"{SCRIPT} {ARCHIVES}",
                     description="List the tombstone archives: this host's files under "
                     "<dataDir>/tombstones/ and, with stateUrl, the copies in the shared "

@@ -15,6 +15,7 @@ The schema's public names are importable from here too (`Settings`, `KEYS`, ...)
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -339,8 +340,6 @@ def _absolute(base_dir: Path, value: str | Path) -> Path:
 
 def _closest_key(name: str) -> str | None:
     """Suggest the real key an unknown one was probably meant to be (case or typo)."""
-    import difflib
-
     lowered = {k.lower(): k for k in KEYS_BY_NAME}
     if name.lower() in lowered:
         return lowered[name.lower()]
