@@ -178,6 +178,11 @@ class AlertRules:
     #: Keys a rule had that no rule knows (usually typos), by the rule's position.
     unknown_keys: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
+    def __repr__(self) -> str:
+        """The rules counted, never shown: their webhook URLs carry user-info, paths and
+        queries that are credentials, and tracebacks and debuggers show a repr."""
+        return f"<{len(self.valid)} valid, {len(self.skipped)} skipped rules>"
+
     @property
     def count(self) -> int:
         """How many rules were configured, valid or not."""

@@ -159,14 +159,6 @@ class AlertingSettings:
     #: The rules, parsed once here; the invalid ones were warned about once, at load.
     rules: AlertRules
 
-    def __repr__(self) -> str:
-        """Every field, the rules counted: their webhook URLs carry user-info, paths and
-        queries that are credentials. Tracebacks and debuggers show this."""
-        rules = f"<{len(self.rules.valid)} valid, {len(self.rules.skipped)} skipped rules>"
-        return (f"AlertingSettings(enabled={self.enabled!r}, interval_ms={self.interval_ms!r}, "
-                f"cooldown_ms={self.cooldown_ms!r}, window_ms={self.window_ms!r}, "
-                f"rules={rules})")
-
 
 #: Each group's record, by the name of its `Settings` attribute (`Key.group`).
 GROUP_RECORDS: Mapping[str, type] = {
