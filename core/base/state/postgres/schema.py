@@ -138,9 +138,10 @@ CREATE TABLE IF NOT EXISTS kb_schema_version (version INTEGER NOT NULL);
 """
 
 #: Version n -> n + 1, in order. Append; never edit a step that has shipped.
-#: 1 -> 2: a drainer per host. Each generation row names the drainer that committed it
-#: (`core.drain.stores.drainer_identity`); rows from before have '' and are never forgotten by a
-#: drainer with an id (at most one stale row per drainer that ran before the upgrade).
+#: 1 -> 2: a drainer per host. Each segment's row (`drain_generations`) names the drainer that
+#: committed it (`core.drain.stores.drainer_identity`); rows from before have '' and are never
+#: forgotten by a drainer with an id (at most one stale row per drainer that ran before the
+#: upgrade).
 _DRAINER_PER_HOST = """
 ALTER TABLE drain_generations ADD COLUMN IF NOT EXISTS drainer TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS drain_generations_drainer ON drain_generations(drainer);

@@ -40,9 +40,10 @@ CREATE INDEX IF NOT EXISTS kb_ingestion_metrics_window
 """
 
 # The drainer's progress and its re-queue tokens (see core.drain). Identity is by position: a
-# line is (generation of its `.draining` file, byte offset), so exactly-once needs only one row
-# per file in flight, written in the same transaction as the batch's nodes and edges, plus one
-# row per line waiting in the queue for another try. Nothing is kept per applied line.
+# line is (segment, byte offset; a segment's id is stored as `generation`), so exactly-once
+# needs only one row per file in flight, written in the same transaction as the batch's nodes
+# and edges, plus one row per line waiting in the queue for another try. Nothing is kept per
+# applied line.
 DRAIN_DDL = """
 CREATE TABLE IF NOT EXISTS drain_generations (
     generation TEXT PRIMARY KEY,
