@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.base.runtime.logs import configure_logging
+from core.base.runtime.process import restrict_umask
 from tests.postgres_server import PostgresServer
 from tests.reliability.harness import crash_trials, points_never_killed, producers_and_drainer
 from tests.reliability.reconcile_safety import reconcile_trials
@@ -28,6 +29,9 @@ QUICK = {"crash_trials": 8, "lines_per_trial": 100, "producers": 4, "lines_each"
 
 def main(argv: list[str]) -> int:
     sizes = QUICK if "--quick" in argv else LONG
+    # Under the umask every command sets, as the suite runs (tests/conftest.py): a folder the
+    # runs make by hand (a host's data folder, a queue) is owner-only, as the commands require.
+    restrict_umask()
     configure_logging("json")
     logging.getLogger().setLevel(logging.ERROR)
     root = Path(tempfile.mkdtemp(prefix="kb-reliability-"))
