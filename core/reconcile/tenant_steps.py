@@ -107,8 +107,8 @@ async def guard_tenant(scope: TenantScope, scan: ScanFigures,
             message="refusing to tombstone: too large a share of the tenant would go; "
             "check the tenant's config version and manifests before raising the limit",
         )
-        return GuardVerdict(GUARD_STALE_FRACTION, total, complete, counted=True)
-    return GuardVerdict(None, total, complete, cleared=scope.deletes, counted=True)
+        return GuardVerdict(GUARD_STALE_FRACTION, total, complete)
+    return GuardVerdict(None, total, complete, cleared=scope.deletes)
 
 
 async def drop_lapsed(scope: TenantScope, outcome: TenantOutcome,

@@ -68,8 +68,6 @@ class GuardVerdict:
     total_chunks: int | None = None
     total_complete: bool = True
     cleared: bool = False
-    #: The guards got as far as counting (the phase a later failure is in).
-    counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +126,11 @@ class TenantOutcome:
 
     @property
     def reached(self) -> Phase:
-        """The last phase the tenant's pass entered."""
+        """The last phase the tenant's pass entered (counting: the guards counted it)."""
         verdict = self.verdict
-        return (Phase.TOMBSTONE if verdict.cleared else Phase.COUNT if verdict.counted
-                else Phase.SCAN)
+        if verdict.cleared:
+            return Phase.TOMBSTONE
+        return Phase.SCAN if verdict.total_chunks is None else Phase.COUNT
 
     @property
     def telemetry_repo(self) -> str | None:
